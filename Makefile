@@ -1,0 +1,62 @@
+# Fresh machine: `make demo` (install + the main job) and `make test` (install everything, start the
+# real services the tests need, run every test). The Makefile creates and owns its virtualenv.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+EXTRAS := mcp,fastmcp,redis,openfeature,otel,bench,dev
+
+.PHONY: all install install-core node services demo test check lint typecheck pytest bench clean
+
+all: test
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# Core + the MCP SDK: enough for the demo.
+$(VENV)/.core: $(PY) pyproject.toml
+	$(PIP) install --quiet -e ".[mcp]"
+	touch $@
+
+# Everything: every extra, the test and bench tools, and the example custom-resolver package.
+$(VENV)/.all: $(PY) pyproject.toml examples/custom_resolver/pyproject.toml
+	$(PIP) install --quiet -e ".[$(EXTRAS)]"
+	$(PIP) install --quiet -e examples/custom_resolver
+	touch $(VENV)/.core $@
+
+install-core: $(VENV)/.core
+install: $(VENV)/.all node services
+
+# npm oidc-provider (real signed tokens) and the MCP Inspector CLI, pinned in package-lock.json.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+node: node_modules/.package-lock.json
+
+# Debian's redis-server; the tests start and stop their own instances on 127.0.0.1.
+services:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@redis-server --version
+
+demo: install-core
+	$(VENV)/bin/mcp-preconditions demo
+
+lint: $(VENV)/.all
+	$(VENV)/bin/ruff check src tests bench examples
+
+typecheck: $(VENV)/.all
+	$(VENV)/bin/mypy --strict src
+
+# pytest exits 5 when no test ran: that is a failure here too.
+pytest: install
+	$(VENV)/bin/pytest -q -ra
+
+test: install lint typecheck pytest
+
+bench: install
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,59 @@
+"""Decision records: one per decision, with time, tool, subject, allowed, unmet, errors, policy
+revision and duration. Never a token, a secret or a claim value.
+
+The default sink is JSON through `logging` (logger `mcp_preconditions.decisions`, level INFO).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Protocol
+
+from .outcomes import Decision
+
+DEFAULT_LOGGER = "mcp_preconditions.decisions"
+
+
+def decision_record(decision: Decision) -> dict[str, Any]:
+    """The decision as a JSON-ready record. Reasons are included only for failed requirements."""
+    return {
+        "time": time.time(),
+        "tool": decision.tool,
+        "subject": decision.subject,
+        "allowed": decision.allowed,
+        "unmet": list(decision.unmet),
+        "errors": {o.requirement: o.reason for o in decision.outcomes if o.status.value == "error"},
+        "revision": decision.revision,
+        "duration_us": round(decision.duration_ns / 1000, 1),
+    }
+
+
+class DecisionRecorder(Protocol):
+    def record(self, decision: Decision) -> None: ...
+
+
+class LoggingRecorder:
+    """JSON lines through `logging`; costs one level check when the logger is disabled."""
+
+    def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER) -> None:
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+
+    def record(self, decision: Decision) -> None:
+        if self.logger.isEnabledFor(logging.INFO):
+            self.logger.info(json.dumps(decision_record(decision), ensure_ascii=False))
+
+
+class FanOutRecorder:
+    """Sends each record to several sinks; a failing sink never affects the decision."""
+
+    def __init__(self, *sinks: DecisionRecorder) -> None:
+        self.sinks = sinks
+
+    def record(self, decision: Decision) -> None:
+        for sink in self.sinks:
+            try:
+                sink.record(decision)
+            except Exception:  # a broken log sink must not turn into an allow or a crash
+                logging.getLogger(DEFAULT_LOGGER).exception("decision sink %r failed", sink)

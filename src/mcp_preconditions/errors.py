@@ -1,0 +1,57 @@
+"""The library's exceptions, the whole hierarchy in one place.
+
+Lower layers' exceptions (pyjwt, authlib, redis, OpenFeature, pydantic) are mapped into these at the
+boundary; inside a resolver they never escape, they become an `error` Outcome instead.
+"""
+
+from __future__ import annotations
+
+
+class PreconditionsError(Exception):
+    """Base class of every exception this library raises."""
+
+
+# --- bad input: the user's files and settings ---------------------------------------------------
+class InputError(PreconditionsError):
+    """A file or value supplied by the user is unusable; the message names the file and place."""
+
+
+class PolicyError(InputError):
+    """A policy file is invalid; `problems` lists every problem by key path."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"{source}: invalid policy ({len(problems)} problem(s)):\n{lines}")
+
+
+class ToolsFileError(InputError):
+    """A tools, knowledge or claims file cannot be read or has the wrong shape."""
+
+
+# --- start-up validation ------------------------------------------------------------------------
+class RequirementError(PreconditionsError):
+    """One or more tools declare requirements that cannot be enforced; refuses to start."""
+
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = messages
+        super().__init__("\n".join(messages))
+
+
+class RegistryError(PreconditionsError):
+    """Resolver registration is inconsistent (e.g. two resolvers for one namespace)."""
+
+
+# --- authentication -----------------------------------------------------------------------------
+class TokenError(PreconditionsError):
+    """An access token could not be verified; the message is a reason a user can read."""
+
+
+class AuthBackendError(PreconditionsError):
+    """The token issuer's JWKS or introspection endpoint is unreachable, slow or malformed."""
+
+
+# --- live facts ---------------------------------------------------------------------------------
+class BackendError(PreconditionsError):
+    """A state or flag backend is down, slow or returned garbage."""

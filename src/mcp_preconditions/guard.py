@@ -1,0 +1,171 @@
+"""The server-side guard: compile tools against a policy once, then decide, enforce and record calls.
+
+`Guard.check()` is the one entry point adapters call before a tool's handler. A tool with no
+requirements costs a dictionary lookup. Each decision reads one Snapshot, never a mix: a reload
+compiles a new Snapshot and swaps the reference atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .auth import Authenticator, build_authenticator
+from .decisions import DecisionRecorder, LoggingRecorder
+from .outcomes import Decision
+from .policy.load import PolicySource, parse_policy
+from .principal import ANONYMOUS, Credentials, Identity
+from .requirements import Finding
+from .resolvers import LiveSources, Resolver
+from .resolvers.base import CallContext
+from .snapshot import CompiledTool, Snapshot
+
+_NO_IDENTITY = Identity(failure="not needed")
+EMPTY_POLICY = parse_policy(b"", "(empty policy)")
+
+
+class Guard:
+    """Decides tool calls by a policy snapshot.
+
+    `tools` maps each tool name to the requirements declared in its own definition (code); the
+    policy's `[tools.NAME]` lists are merged in. Invalid requirements raise RequirementError here,
+    at start-up, naming the tool, the requirement and the known namespaces.
+    """
+
+    def __init__(self, policy: PolicySource | None = None, tools: Mapping[str, Any] | None = None, *,
+                 resolvers: Iterable[Resolver] = (), live: LiveSources | None = None,
+                 authenticator: Authenticator | None = None,
+                 recorder: DecisionRecorder | None = None, entry_points: bool = True,
+                 strict: bool = True) -> None:
+        source = policy or EMPTY_POLICY
+        self._tools: dict[str, Any] = dict(tools or {})
+        self._custom = tuple(resolvers)
+        self._live = live
+        self._entry_points = entry_points
+        self._strict = strict
+        self._own_authenticator = authenticator is None
+        self.authenticator = authenticator or build_authenticator(source)
+        self.recorder = recorder if recorder is not None else LoggingRecorder(
+            source.policy.decision_log.logger)
+        self._snapshot = self._compile(source, self._tools)
+
+    def _compile(self, source: PolicySource, tools: Mapping[str, Any]) -> Snapshot:
+        return Snapshot(source, tools, custom=self._custom, live=self._live,
+                        entry_points=self._entry_points, strict=self._strict)
+
+    # -- introspection ---------------------------------------------------------------------------
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def revision(self) -> str:
+        return self._snapshot.revision
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Validation errors (non-strict guards only) and lint warnings of the current snapshot."""
+        return list(self._snapshot.findings)
+
+    def requirements_for(self, tool: str) -> tuple[str, ...]:
+        """The effective requirement list of a tool (code ∪ policy): what `tools/list` shows."""
+        compiled = self._snapshot.tools.get(tool)
+        return compiled.requirements if compiled else ()
+
+    def tool_names(self) -> list[str]:
+        return list(self._tools)
+
+    # -- changes ---------------------------------------------------------------------------------
+    def add_tool(self, name: str, requirements: Sequence[str] | None = None) -> None:
+        """Register (or replace) a tool's own requirements; validates them now."""
+        tools = {**self._tools, name: list(requirements or [])}
+        self._snapshot = self._compile(self._snapshot.source, tools)
+        self._tools = tools
+
+    def reload(self, source: PolicySource) -> None:
+        """Compile `source` and swap it in atomically. On any error the old snapshot stays."""
+        snapshot = self._compile(source, self._tools)
+        if self._own_authenticator:
+            self.authenticator = build_authenticator(source)
+        self._snapshot = snapshot
+
+    # -- decisions -------------------------------------------------------------------------------
+    async def authenticate(self, credentials: Credentials) -> Identity:
+        """The caller's identity; a failing authenticator yields an `error` identity (fail closed)."""
+        try:
+            return await self.authenticator.authenticate(credentials)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return Identity(failure=f"authentication failed: {type(exc).__name__}", error=True)
+
+    async def check(self, tool: str, credentials: Credentials = ANONYMOUS,
+                    arguments: Mapping[str, Any] | None = None, *, record: bool = True) -> Decision:
+        """Decide one call. The handler may run only if `decision.allowed`."""
+        snap = self._snapshot
+        compiled = snap.tools.get(tool)
+        if compiled is None:
+            return self._done(Decision(tool, True, revision=snap.revision), record)
+        start = time.perf_counter_ns()
+        identity = await self.authenticate(credentials) if compiled.dynamic else _NO_IDENTITY
+        return await self.check_identity(tool, identity, arguments, record=record,
+                                         _snap=snap, _start=start)
+
+    async def check_identity(self, tool: str, identity: Identity,
+                             arguments: Mapping[str, Any] | None = None, *, record: bool = True,
+                             _snap: Snapshot | None = None, _start: int | None = None) -> Decision:
+        """Decide one call for an identity that is already established."""
+        snap = _snap or self._snapshot
+        start = _start or time.perf_counter_ns()
+        compiled = snap.tools.get(tool)
+        if compiled is None:
+            return self._done(Decision(tool, True, revision=snap.revision), record)
+        result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
+        outcomes = result if isinstance(result, list) else await result
+        return self._finish(compiled, identity, outcomes, snap, start, record)
+
+    def decide(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None = None, *,
+               record: bool = True) -> Decision:
+        """Synchronous decision for when no event loop runs (CLI, benchmarks); async lookups are run
+        on a private event loop."""
+        snap = self._snapshot
+        start = time.perf_counter_ns()
+        compiled = snap.tools.get(tool)
+        if compiled is None:
+            return self._done(Decision(tool, True, revision=snap.revision), record)
+        result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
+        outcomes = result if isinstance(result, list) else asyncio.run(_await(result))
+        return self._finish(compiled, identity, outcomes, snap, start, record)
+
+    async def callable_tools(self, credentials: Credentials, tools: Iterable[str] | None = None
+                             ) -> list[str]:
+        """Which of `tools` (default: every known tool) this caller may call now, in order."""
+        names = list(tools) if tools is not None else list(dict.fromkeys([*self._tools,
+                                                                          *self._snapshot.tools]))
+        identity = await self.authenticate(credentials)
+        decisions = await asyncio.gather(*(self.check_identity(n, identity, record=False)
+                                           for n in names))
+        return [d.tool for d in decisions if d.allowed]
+
+    # -- internals -------------------------------------------------------------------------------
+    def _context(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None,
+                 snap: Snapshot) -> CallContext:
+        return CallContext(tool, identity, arguments or {}, snap.evaluate_one)  # type: ignore[arg-type]
+
+    def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: list[Any], snap: Snapshot,
+                start: int, record: bool) -> Decision:
+        allowed = bool(outcomes) and all(o.ok for o in outcomes)
+        decision = Decision(compiled.name, allowed, tuple(outcomes), identity.subject, snap.revision,
+                            time.perf_counter_ns() - start, snap.confidential)
+        return self._done(decision, record)
+
+    def _done(self, decision: Decision, record: bool) -> Decision:
+        if record:
+            self.recorder.record(decision)
+        return decision
+
+
+async def _await(pending: Any) -> Any:
+    return await pending

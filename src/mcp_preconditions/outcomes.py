@@ -1,0 +1,110 @@
+"""The values every layer passes around: one requirement's Outcome, one call's Decision.
+
+An Outcome is `satisfied`, `unsatisfied` (with a reason) or `error` (the resolver failed); only
+`satisfied` ever counts towards allowing a call.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """How one requirement ended for one call."""
+
+    SATISFIED = "satisfied"
+    UNSATISFIED = "unsatisfied"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of resolving one requirement string for one call."""
+
+    requirement: str
+    status: Status
+    reason: str = ""
+
+    @classmethod
+    def satisfied(cls, requirement: str, reason: str = "") -> Outcome:
+        return cls(requirement, Status.SATISFIED, reason)
+
+    @classmethod
+    def unsatisfied(cls, requirement: str, reason: str) -> Outcome:
+        return cls(requirement, Status.UNSATISFIED, reason)
+
+    @classmethod
+    def error(cls, requirement: str, reason: str) -> Outcome:
+        return cls(requirement, Status.ERROR, reason)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.SATISFIED
+
+    def to_dict(self) -> dict[str, str]:
+        return {"requirement": self.requirement, "status": self.status.value, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One call's verdict: allowed only when every outcome is satisfied (fail closed)."""
+
+    tool: str
+    allowed: bool
+    outcomes: tuple[Outcome, ...] = ()
+    subject: str | None = None
+    revision: str = ""
+    duration_ns: int = 0
+    confidential: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def unmet(self) -> tuple[str, ...]:
+        """Every requirement that was not satisfied (unsatisfied or error), in the tool's order."""
+        return tuple(o.requirement for o in self.outcomes if o.status is not Status.SATISFIED)
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """The requirements whose resolver failed, timed out or found its backend down."""
+        return tuple(o.requirement for o in self.outcomes if o.status is Status.ERROR)
+
+    @property
+    def disclosed_unmet(self) -> tuple[str, ...]:
+        """The unmet requirements a denial may name: confidential ones are withheld."""
+        return tuple(r for r in self.unmet if r not in self.confidential)
+
+    @property
+    def withheld(self) -> int:
+        return sum(1 for r in self.unmet if r in self.confidential)
+
+    def outcome(self, requirement: str) -> Outcome | None:
+        for o in self.outcomes:
+            if o.requirement == requirement:
+                return o
+        return None
+
+    def denial_payload(self) -> dict[str, Any]:
+        """SPEC §3 `structuredContent` of a denied call."""
+        return {
+            "error": "unmet_requirements",
+            "tool": self.tool,
+            "unmet": list(self.disclosed_unmet),
+            "withheld": self.withheld,
+        }
+
+    def denial_text(self) -> str:
+        """The human-readable text of a denied call; names no confidential requirement."""
+        named = self.disclosed_unmet
+        parts = [f"Tool '{self.tool}' was not run: unmet requirements"]
+        parts.append(": " + ", ".join(named) if named else "")
+        if self.withheld:
+            parts.append(f" (+{self.withheld} withheld)")
+        return "".join(parts) + "."
+
+
+class Verdict(str, enum.Enum):
+    """The client's strict SEP-2487 verdict for one tool."""
+
+    PROCEED = "proceed"
+    WILL_FAIL = "will_fail"

@@ -1,0 +1,84 @@
+"""Who is calling: a verified principal (claims plus scopes), or the reason there is none.
+
+Token verification (auth/) produces a Principal; the guard and resolvers only ever read one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+TokenKind = Literal["jwt", "opaque", "sdk", "claims"]
+
+
+def scopes_from_claims(claims: Mapping[str, Any]) -> frozenset[str]:
+    """Scopes from a space-delimited `scope` string and/or an `scp` array (exact strings)."""
+    found: set[str] = set()
+    scope = claims.get("scope")
+    if isinstance(scope, str):
+        found.update(s for s in scope.split(" ") if s)
+    scp = claims.get("scp")
+    if isinstance(scp, list):
+        found.update(s for s in scp if isinstance(s, str) and s)
+    elif isinstance(scp, str):
+        found.update(s for s in scp.split(" ") if s)
+    return frozenset(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A caller whose token was verified (or whose claims were supplied for an offline check)."""
+
+    claims: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    scopes: frozenset[str] = frozenset()
+    kind: TokenKind = "claims"
+    expires_at: float | None = None
+
+    @property
+    def subject(self) -> str | None:
+        sub = self.claims.get("sub")
+        if isinstance(sub, str):
+            return sub
+        client = self.claims.get("client_id")
+        return client if isinstance(client, str) else None
+
+    @classmethod
+    def from_claims(cls, claims: Mapping[str, Any], kind: TokenKind = "claims",
+                    scopes: frozenset[str] | None = None) -> Principal:
+        frozen = MappingProxyType(dict(claims))
+        exp = claims.get("exp")
+        expires = float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+        return cls(frozen, scopes if scopes is not None else scopes_from_claims(claims), kind, expires)
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a call carried: a raw bearer token, an already-verified principal, or nothing."""
+
+    token: str | None = None
+    principal: Principal | None = None
+
+    @property
+    def anonymous(self) -> bool:
+        return self.token is None and self.principal is None
+
+
+ANONYMOUS = Credentials()
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The authentication result for one call: a principal, or why there is none."""
+
+    principal: Principal | None = None
+    failure: str | None = None  # a readable reason ("token expired 312 s ago"), never the token
+    error: bool = False  # True when the failure was a backend error (JWKS down), not a bad token
+
+    @property
+    def subject(self) -> str | None:
+        return self.principal.subject if self.principal else None
+
+
+ANONYMOUS_IDENTITY = Identity(failure="no access token")

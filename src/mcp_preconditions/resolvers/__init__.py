@@ -1,0 +1,98 @@
+"""Resolvers: the protocol and registry (base.py) and one module per built-in namespace.
+
+`build_registry` assembles the built-ins for one policy snapshot plus the custom resolvers given in
+code or published through the `mcp_preconditions.resolvers` entry-point group.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..errors import RequirementError
+from ..policy.load import PolicySource
+from .auth import AuthResolver
+from .base import CallContext, Registry, Resolver, load_entry_point_resolvers
+from .capability import CapabilityResolver, CompiledGrant, Evaluate
+from .env import EnvResolver, environment_labels
+from .feature import FeatureResolver, FlagSource
+from .state import StateCallable, StateResolver, StateSource
+
+BUILTIN_NAMESPACES = ("auth", "capability", "env", "feature", "state")
+
+
+@dataclass
+class LiveSources:
+    """Live fact sources given in code (they take precedence over the policy's configuration)."""
+
+    state_callables: Mapping[str, StateCallable] = field(default_factory=dict)
+    state: StateSource | None = None
+    flags: FlagSource | None = None
+
+
+def import_callable(spec: str, where: str) -> StateCallable:
+    module, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr) if attr else None
+    except (ImportError, AttributeError) as exc:
+        raise RequirementError([f"{where}: cannot import {spec!r}: {exc}"]) from None
+    if not callable(obj):
+        raise RequirementError([f"{where}: {spec!r} is not a callable ('module:function')"])
+    return obj  # type: ignore[no-any-return]
+
+
+def _state_source(source: PolicySource, live: LiveSources) -> StateSource | None:
+    if live.state is not None or source.policy.state.redis is None:
+        return live.state
+    try:
+        from .state_redis import RedisStateSource
+    except ImportError as exc:
+        raise RequirementError([f"{source.source}: state.redis needs the 'redis' extra "
+                                f"(pip install 'mcp-preconditions[redis]'): {exc}"]) from None
+    return RedisStateSource.from_policy(source.policy.state.redis)
+
+
+def _flag_source(source: PolicySource, live: LiveSources) -> FlagSource | None:
+    if live.flags is not None or source.policy.features.openfeature is None:
+        return live.flags
+    try:
+        from .feature_openfeature import OpenFeatureFlagSource
+    except ImportError as exc:
+        raise RequirementError([f"{source.source}: features.openfeature needs the 'openfeature' "
+                                f"extra (pip install 'mcp-preconditions[openfeature]'): {exc}"]) from None
+    return OpenFeatureFlagSource.from_policy(source.policy.features.openfeature, source)
+
+
+def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable[Resolver] = (),
+                   live: LiveSources | None = None, entry_points: bool = True) -> Registry:
+    """The resolvers deciding one policy snapshot. Raises RegistryError for a namespace clash."""
+    policy = source.policy
+    live = live or LiveSources()
+    callables = {k: import_callable(v, f"{source.source}: state.callables.{k}")
+                 for k, v in policy.state.callables.items()}
+    callables.update(live.state_callables)
+    grants = [CompiledGrant(i, frozenset(g.capabilities), tuple(g.when))
+              for i, g in enumerate(policy.capabilities.grants)]
+    registry = Registry([
+        AuthResolver(policy.auth.claim_aliases, policy.auth.scope_implications),
+        CapabilityResolver(grants, policy.capabilities.claim, evaluate),
+        EnvResolver(environment_labels(policy.environment, policy.environment_variable)),
+        FeatureResolver(policy.features.flags, _flag_source(source, live)),
+        StateResolver(policy.state.values, callables, _state_source(source, live),
+                      ttl_seconds=policy.state.ttl_seconds,
+                      call_timeout=policy.guard.lookup_timeout_seconds),
+    ])
+    for resolver in custom:
+        registry.register(resolver)
+    if entry_points:
+        for resolver in load_entry_point_resolvers():
+            registry.register(resolver)
+    return registry
+
+
+__all__ = [
+    "BUILTIN_NAMESPACES", "AuthResolver", "CallContext", "CapabilityResolver", "EnvResolver",
+    "FeatureResolver", "FlagSource", "LiveSources", "Registry", "Resolver", "StateResolver",
+    "StateSource", "build_registry",
+]

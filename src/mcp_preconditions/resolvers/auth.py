@@ -1,0 +1,122 @@
+"""`auth:oauth2`, `auth:claim:NAME:VALUE` and `auth:scope:SCOPE` over a verified principal.
+
+Verifying tokens is the job of `mcp_preconditions.auth`; this resolver only reads the Identity it
+produced. Claims compare as exact strings (booleans and integers by their JSON text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..outcomes import Outcome
+from ..principal import Identity
+
+FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
+_MISSING = object()
+
+
+def split_claim(requirement: str) -> tuple[str, str] | None:
+    """`auth:claim:NAME:VALUE` -> (NAME, VALUE): NAME up to the next ':', VALUE all the rest."""
+    rest = requirement[len("auth:claim:"):]
+    name, sep, value = rest.partition(":")
+    return (name, value) if sep and name and value else None
+
+
+def claim_text(value: Any) -> str | None:
+    """A scalar claim value as comparable text: strings as-is, booleans/integers as JSON text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or (isinstance(value, int)):
+        return json.dumps(value)
+    return None  # floats, objects, null never match: their JSON text is not canonical
+
+
+def claim_matches(value: Any, expected: str) -> bool:
+    if isinstance(value, list):
+        return any(claim_text(v) == expected for v in value)
+    return claim_text(value) == expected
+
+
+def scope_closure(implications: Mapping[str, Sequence[str]]) -> dict[str, frozenset[str]]:
+    """Each scope's transitive implications (declared exact strings only)."""
+    closure: dict[str, frozenset[str]] = {}
+    for start in implications:
+        seen: set[str] = set()
+        todo = list(implications[start])
+        while todo:
+            s = todo.pop()
+            if s not in seen:
+                seen.add(s)
+                todo.extend(implications.get(s, ()))
+        closure[start] = frozenset(seen)
+    return closure
+
+
+class AuthResolver:
+    namespace = "auth"
+    forms = FORMS
+
+    def __init__(self, claim_aliases: Mapping[str, str | Sequence[str]] | None = None,
+                 scope_implications: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.aliases = {k: ((v,) if isinstance(v, str) else tuple(v))
+                        for k, v in (claim_aliases or {}).items()}
+        self.implied = scope_closure(scope_implications or {})
+
+    def validate(self, requirement: str) -> str | None:
+        if requirement == "auth:oauth2":
+            return None
+        if requirement.startswith("auth:claim:"):
+            if split_claim(requirement) is None:
+                return "auth:claim: needs a claim name and a value (auth:claim:NAME:VALUE)"
+            return None
+        if requirement.startswith("auth:scope:"):
+            return None if requirement[len("auth:scope:"):] else "auth:scope: needs a scope"
+        return "unknown auth form"
+
+    def resolve(self, requirement: str, context: Any) -> Outcome:
+        identity: Identity = context.identity
+        principal = identity.principal
+        if principal is None:
+            reason = identity.failure or "no access token"
+            if identity.error:
+                return Outcome.error(requirement, reason)
+            return Outcome.unsatisfied(requirement, reason)
+        if requirement == "auth:oauth2":
+            return Outcome.satisfied(requirement, f"access token verified ({principal.kind})")
+        if requirement.startswith("auth:scope:"):
+            return self._scope(requirement, principal.scopes)
+        parts = split_claim(requirement)
+        if parts is None:
+            return Outcome.unsatisfied(requirement, "unknown auth form")
+        return self._claim(requirement, parts[0], parts[1], principal.claims)
+
+    def _scope(self, requirement: str, scopes: frozenset[str]) -> Outcome:
+        scope = requirement[len("auth:scope:"):]
+        if scope in scopes:
+            return Outcome.satisfied(requirement, f"token has scope '{scope}'")
+        for held in scopes:
+            if scope in self.implied.get(held, ()):
+                return Outcome.satisfied(requirement, f"scope '{held}' implies '{scope}'")
+        return Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
+
+    def _lookup(self, claims: Mapping[str, Any], name: str) -> tuple[str, Any]:
+        path = self.aliases.get(name)
+        if path is None:
+            return name, claims.get(name, _MISSING)
+        node: Any = claims
+        for key in path:
+            node = node.get(key, _MISSING) if isinstance(node, Mapping) else _MISSING
+            if node is _MISSING:
+                break
+        return ".".join(path) if len(path) > 1 else path[0], node
+
+    def _claim(self, requirement: str, name: str, expected: str, claims: Mapping[str, Any]) -> Outcome:
+        where, value = self._lookup(claims, name)
+        label = name if where == name else f"{name} (alias of {where})"
+        if value is _MISSING:
+            return Outcome.unsatisfied(requirement, f"token has no claim '{label}'")
+        if claim_matches(value, expected):
+            return Outcome.satisfied(requirement, f"claim '{label}' has '{expected}'")
+        return Outcome.unsatisfied(requirement, f"claim '{label}' does not have '{expected}'")

@@ -1,0 +1,90 @@
+"""`capability:NAME`: satisfied iff a policy grant gives NAME to this call, or a configured token
+claim lists NAME.
+
+A grant applies when every one of its `when` requirements is satisfied (decided by the other
+namespaces' resolvers of the same snapshot). Grants never depend on capabilities, so no cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..outcomes import Outcome, Status
+from ..requirements import body_of
+from .base import CallContext
+
+Evaluate = Callable[[str, CallContext], "Outcome | Awaitable[Outcome]"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledGrant:
+    index: int
+    capabilities: frozenset[str]
+    when: tuple[str, ...]
+
+
+def claim_lists(claims: Any, claim: str, name: str) -> bool:
+    value = claims.get(claim) if hasattr(claims, "get") else None
+    if isinstance(value, str):
+        return value == name
+    if isinstance(value, list):
+        return any(isinstance(v, str) and v == name for v in value)
+    return False
+
+
+class CapabilityResolver:
+    namespace = "capability"
+    forms = ("capability:NAME",)
+
+    def __init__(self, grants: Sequence[CompiledGrant], claim: str | None, evaluate: Evaluate) -> None:
+        self.claim = claim
+        self._evaluate = evaluate
+        self._by_name: dict[str, tuple[CompiledGrant, ...]] = {}
+        for grant in grants:
+            for cap in grant.capabilities:
+                self._by_name[cap] = (*self._by_name.get(cap, ()), grant)
+
+    def validate(self, requirement: str) -> str | None:
+        return None if body_of(requirement) else "capability: needs a name (capability:NAME)"
+
+    def static_outcome(self, requirement: str) -> Outcome | None:
+        name = body_of(requirement)
+        if self.claim is None and not self._by_name.get(name):
+            return Outcome.unsatisfied(requirement, f"no grant gives capability '{name}'")
+        return None
+
+    def resolve(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
+        name = body_of(requirement)
+        principal = context.identity.principal
+        if self.claim is not None and principal is not None and claim_lists(principal.claims,
+                                                                            self.claim, name):
+            return Outcome.satisfied(requirement, f"token claim '{self.claim}' lists '{name}'")
+        grants = self._by_name.get(name, ())
+        results: list[list[Outcome | Awaitable[Outcome]]] = [
+            [self._evaluate(cond, context) for cond in g.when] for g in grants]
+        if any(not isinstance(r, Outcome) for rs in results for r in rs):
+            return self._finish_async(requirement, name, grants, results)
+        return self._combine(requirement, name, grants, results)  # type: ignore[arg-type]
+
+    async def _finish_async(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
+                            results: list[list[Outcome | Awaitable[Outcome]]]) -> Outcome:
+        done = [[r if isinstance(r, Outcome) else await r for r in rs] for rs in results]
+        return self._combine(requirement, name, grants, done)
+
+    def _combine(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
+                 results: list[list[Outcome]]) -> Outcome:
+        failures: list[str] = []
+        errored = False
+        for grant, outs in zip(grants, results, strict=True):
+            if all(o.ok for o in outs):
+                return Outcome.satisfied(requirement, f"grant #{grant.index} gives '{name}'")
+            bad = [o for o in outs if not o.ok]
+            errored = errored or any(o.status is Status.ERROR for o in bad)
+            failures.append(f"grant #{grant.index} needs " + "; ".join(
+                f"{o.requirement} ({o.reason})" for o in bad))
+        where = f"token claim '{self.claim}' does not list it" if self.claim else ""
+        detail = "; ".join(x for x in [where, *failures] if x) or "no grant gives it"
+        reason = f"capability '{name}' not granted: {detail}"
+        return Outcome.error(requirement, reason) if errored else Outcome.unsatisfied(requirement, reason)

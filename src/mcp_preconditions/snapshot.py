@@ -1,0 +1,177 @@
+"""Compile a policy plus tool definitions into an immutable Snapshot, and evaluate calls against it.
+
+Compiling validates every requirement once and pre-decides the ones fixed for the snapshot (env
+labels, static flags and state). Evaluating runs the rest: sync resolvers inline, async ones
+concurrently, each under a timeout. Anything but a clean `satisfied` never allows a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import RequirementError
+from .outcomes import Outcome, Status
+from .policy.load import PolicySource
+from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
+from .resolvers import LiveSources, Registry, Resolver, build_registry
+from .resolvers.base import CallContext
+
+_REASON_MAX = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One requirement of one tool: pre-decided (`static`) or decided per call by `resolver`."""
+
+    requirement: str
+    static: Outcome | None
+    resolver: Resolver | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTool:
+    name: str
+    requirements: tuple[str, ...]
+    checks: tuple[Check, ...]
+    dynamic: bool  # True when some check needs a resolver call (and so the caller's identity)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= _REASON_MAX else text[: _REASON_MAX - 1] + "…"
+
+
+def coerce(requirement: str, result: Any, namespace: str) -> Outcome:
+    """A resolver's return value as an Outcome; anything unexpected is an `error` (fail closed)."""
+    if isinstance(result, Outcome):
+        if result.requirement == requirement and isinstance(result.status, Status):
+            return result
+        return Outcome.error(requirement, f"resolver '{namespace}' returned an outcome for "
+                                          f"{result.requirement!r}")
+    if result is True:
+        return Outcome.satisfied(requirement, f"resolver '{namespace}' said yes")
+    if result is False:
+        return Outcome.unsatisfied(requirement, f"resolver '{namespace}' said no")
+    return Outcome.error(requirement, f"resolver '{namespace}' returned {type(result).__name__}, "
+                                      "not an Outcome or bool")
+
+
+class Snapshot:
+    """One compiled policy revision. Immutable after construction; swapped whole on reload."""
+
+    def __init__(self, source: PolicySource, tools: Mapping[str, Any], *,
+                 custom: Iterable[Resolver] = (), live: LiveSources | None = None,
+                 entry_points: bool = True, strict: bool = True) -> None:
+        self.source = source
+        self.revision = source.revision
+        self.timeout = source.policy.guard.lookup_timeout_seconds
+        self.confidential = frozenset(source.policy.confidential)
+        self.registry: Registry = build_registry(source, self.evaluate_one, custom=custom, live=live,
+                                                 entry_points=entry_points)
+        self.findings: list[Finding] = []
+        self._conditions: dict[str, Check] = {}
+        self._check_grants(strict)
+        self.tools: dict[str, CompiledTool] = {}
+        names = merge(tools, source.policy.tools)
+        for name in names:
+            compiled = self._compile(name, tools.get(name), strict)
+            if compiled.requirements:
+                self.tools[name] = compiled
+        errors = [str(f) for f in self.findings if f.severity == "error"]
+        if errors and strict:
+            raise RequirementError(errors)
+
+    # -- compile ---------------------------------------------------------------------------------
+    def _check_grants(self, strict: bool) -> None:
+        for i, grant in enumerate(self.source.policy.capabilities.grants):
+            for req in grant.when:
+                problem = self.registry.check_form(req)
+                self._conditions[req] = self._check(req)
+                if problem:
+                    self.findings.append(Finding("error", f"(policy capabilities.grants[{i}].when)",
+                                                 f"requirement {req!r}: {problem}", req,
+                                                 self.source.source))
+
+    def _compile(self, name: str, raw: Any, strict: bool) -> CompiledTool:
+        code, shape_errors = check_shape(name, raw)
+        policy_reqs = self.source.policy.tools.get(name)
+        reqs = merge(code, policy_reqs.requirements if policy_reqs else ())
+        self.findings.extend(shape_errors)
+        self.findings.extend(validate(name, list(reqs), self.registry))
+        self.findings.extend(lint(name, code))
+        if policy_reqs:
+            self.findings.extend(lint(name, policy_reqs.requirements))
+        if shape_errors and not strict:
+            # Garbage in the tool's own field must never open it: deny the tool outright.
+            bad = Check("(malformed requirements)", Outcome.unsatisfied(
+                "(malformed requirements)", "the tool's requirements are not a list of strings"), None)
+            return CompiledTool(name, (*reqs, bad.requirement), (*map(self._check, reqs), bad), True)
+        checks = tuple(self._check(r) for r in reqs)
+        return CompiledTool(name, reqs, checks, any(c.static is None for c in checks))
+
+    def _check(self, requirement: str) -> Check:
+        resolver = self.registry.for_requirement(requirement)
+        if resolver is None:
+            ns = namespace_of(requirement)
+            why = f"no resolver for namespace '{ns}'" if ns else "requirement has no namespace"
+            return Check(requirement, Outcome.unsatisfied(requirement, why), None)
+        if self.registry.check_form(requirement) is not None:
+            return Check(requirement, Outcome.unsatisfied(requirement, "form rejected by resolver"),
+                         None)
+        static = getattr(resolver, "static_outcome", None)
+        if static is not None:
+            try:
+                pre = static(requirement)
+            except Exception as exc:
+                pre = Outcome.error(requirement, f"resolver '{resolver.namespace}' raised {_short(exc)}")
+            if pre is not None:
+                return Check(requirement, coerce(requirement, pre, resolver.namespace), None)
+        return Check(requirement, None, resolver)
+
+    # -- evaluate --------------------------------------------------------------------------------
+    def evaluate_one(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
+        """Decide one requirement for a call (used by capability grants for their conditions)."""
+        check = self._conditions.get(requirement)
+        return self._run(check if check is not None else self._check(requirement), context)
+
+    def _run(self, check: Check, context: CallContext) -> Outcome | Awaitable[Outcome]:
+        if check.static is not None:
+            return check.static
+        resolver = check.resolver
+        assert resolver is not None
+        try:
+            result = resolver.resolve(check.requirement, context)
+        except Exception as exc:
+            return Outcome.error(check.requirement, f"resolver '{resolver.namespace}' raised {_short(exc)}")
+        if inspect.isawaitable(result):
+            return self._guarded(check.requirement, resolver.namespace, result)
+        return coerce(check.requirement, result, resolver.namespace)
+
+    async def _guarded(self, requirement: str, namespace: str, pending: Awaitable[Any]) -> Outcome:
+        try:
+            result = await asyncio.wait_for(pending, self.timeout)
+        except TimeoutError:
+            return Outcome.error(requirement, f"resolver '{namespace}' timed out after {self.timeout:g} s")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return Outcome.error(requirement, f"resolver '{namespace}' raised {_short(exc)}")
+        return coerce(requirement, result, namespace)
+
+    def evaluate(self, tool: CompiledTool, context: CallContext) -> list[Outcome] | Awaitable[list[Outcome]]:
+        """Every requirement's outcome, in the tool's order; awaitable only if some lookup is async."""
+        results = [self._run(c, context) for c in tool.checks]
+        for r in results:
+            if not isinstance(r, Outcome):
+                return self._gather(results)
+        return results  # type: ignore[return-value]
+
+    @staticmethod
+    async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> list[Outcome]:
+        pending = [r for r in results if not isinstance(r, Outcome)]
+        done = iter(await asyncio.gather(*pending))
+        return [r if isinstance(r, Outcome) else next(done) for r in results]

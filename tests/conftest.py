@@ -1,0 +1,3 @@
+"""Root test configuration: fixture plugins for the real services the integration tests start."""
+
+pytest_plugins: list[str] = []
