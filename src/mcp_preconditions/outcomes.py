@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """How one requirement ended for one call."""
 
     SATISFIED = "satisfied"
@@ -29,15 +29,15 @@ class Outcome:
 
     @classmethod
     def satisfied(cls, requirement: str, reason: str = "") -> Outcome:
-        return cls(requirement, Status.SATISFIED, reason)
+        return new_outcome(requirement, Status.SATISFIED, reason)
 
     @classmethod
     def unsatisfied(cls, requirement: str, reason: str) -> Outcome:
-        return cls(requirement, Status.UNSATISFIED, reason)
+        return new_outcome(requirement, Status.UNSATISFIED, reason)
 
     @classmethod
     def error(cls, requirement: str, reason: str) -> Outcome:
-        return cls(requirement, Status.ERROR, reason)
+        return new_outcome(requirement, Status.ERROR, reason)
 
     @property
     def ok(self) -> bool:
@@ -103,7 +103,52 @@ class Decision:
         return "".join(parts) + "."
 
 
-class Verdict(str, enum.Enum):
+# -- fast construction ---------------------------------------------------------------------------
+# A frozen dataclass's __init__ pays one object.__setattr__ call per field: building a Decision
+# cost ~1.1 µs, more than the rest of a decision. These twins have the same slot layout but are
+# mutable, so their __init__ uses plain slot stores; then the instance *becomes* the frozen class
+# (`__class__` assignment between layout-identical classes is documented CPython behaviour). The
+# result is an ordinary, immutable Outcome/Decision, equal to one built by the public constructor.
+
+
+class _OutcomeFields:
+    __slots__ = Outcome.__slots__
+
+    def __init__(self, requirement: str, status: Status, reason: str) -> None:
+        self.requirement = requirement
+        self.status = status
+        self.reason = reason
+        self.__class__ = Outcome  # type: ignore[assignment]
+
+
+class _DecisionFields:
+    __slots__ = Decision.__slots__
+
+    def __init__(self, tool: str, allowed: bool, outcomes: tuple[Outcome, ...], subject: str | None,
+                 revision: str, duration_ns: int, confidential: frozenset[str]) -> None:
+        self.tool = tool
+        self.allowed = allowed
+        self.outcomes = outcomes
+        self.subject = subject
+        self.revision = revision
+        self.duration_ns = duration_ns
+        self.confidential = confidential
+        self.__class__ = Decision  # type: ignore[assignment]
+
+
+def new_outcome(requirement: str, status: Status, reason: str = "") -> Outcome:
+    """`Outcome(requirement, status, reason)`, built without the frozen-dataclass setattr cost."""
+    return cast(Outcome, _OutcomeFields(requirement, status, reason))
+
+
+def new_decision(tool: str, allowed: bool, outcomes: tuple[Outcome, ...], subject: str | None,
+                 revision: str, duration_ns: int, confidential: frozenset[str]) -> Decision:
+    """`Decision(...)` with every field given, for the guard's hot path (same value, ~4x cheaper)."""
+    return cast(Decision, _DecisionFields(tool, allowed, outcomes, subject, revision, duration_ns,
+                                          confidential))
+
+
+class Verdict(enum.StrEnum):
     """The client's strict SEP-2487 verdict for one tool."""
 
     PROCEED = "proceed"
