@@ -77,6 +77,8 @@ def parse_policy(data: bytes, source: str, base_dir: Path | None = None) -> Poli
         raw: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(source, [f"(file): not valid TOML: {exc}"]) from None
+    except RecursionError:
+        raise PolicyError(source, ["(file): not usable TOML: nested too deeply"]) from None
     try:
         policy = Policy.model_validate(raw)
     except ValidationError as exc:
