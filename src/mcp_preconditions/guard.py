@@ -8,13 +8,13 @@ compiles a new Snapshot and swaps the reference atomically.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Mapping, Sequence
+from time import perf_counter_ns
 from typing import Any
 
 from .auth import Authenticator, build_authenticator
 from .decisions import DecisionRecorder, LoggingRecorder
-from .outcomes import Decision
+from .outcomes import Decision, Outcome, new_decision
 from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity
 from .requirements import Finding
@@ -95,11 +95,15 @@ class Guard:
     async def authenticate(self, credentials: Credentials) -> Identity:
         """The caller's identity; a failing authenticator yields an `error` identity (fail closed)."""
         try:
-            return await self.authenticator.authenticate(credentials)
+            identity = await self.authenticator.authenticate(credentials)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             return Identity(failure=f"authentication failed: {type(exc).__name__}", error=True)
+        if not isinstance(identity, Identity):  # a broken authenticator must not crash the call
+            return Identity(failure=f"authentication failed: the authenticator returned "
+                                    f"{type(identity).__name__}, not an Identity", error=True)
+        return identity
 
     async def check(self, tool: str, credentials: Credentials = ANONYMOUS,
                     arguments: Mapping[str, Any] | None = None, *, record: bool = True) -> Decision:
@@ -108,8 +112,13 @@ class Guard:
         compiled = snap.tools.get(tool)
         if compiled is None:
             return self._done(Decision(tool, True, revision=snap.revision), record)
-        start = time.perf_counter_ns()
-        identity = await self.authenticate(credentials) if compiled.dynamic else _NO_IDENTITY
+        start = perf_counter_ns()
+        if compiled.dynamic:
+            identity = await self.authenticate(credentials)
+        elif credentials.principal is not None:  # already verified by the host: free to record who
+            identity = Identity(principal=credentials.principal)
+        else:
+            identity = _NO_IDENTITY
         return await self.check_identity(tool, identity, arguments, record=record,
                                          _snap=snap, _start=start)
 
@@ -118,26 +127,32 @@ class Guard:
                              _snap: Snapshot | None = None, _start: int | None = None) -> Decision:
         """Decide one call for an identity that is already established."""
         snap = _snap or self._snapshot
-        start = _start or time.perf_counter_ns()
+        start = _start or perf_counter_ns()
         compiled = snap.tools.get(tool)
         if compiled is None:
             return self._done(Decision(tool, True, revision=snap.revision), record)
-        result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
-        outcomes = result if isinstance(result, list) else await result
-        return self._finish(compiled, identity, outcomes, snap, start, record)
+        plan = compiled.plan
+        verdict = plan(identity) if plan is not None else None
+        if verdict is None:
+            result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
+            verdict = _verdict(result if isinstance(result, list) else await result)
+        return self._finish(compiled, identity, verdict, snap, start, record)
 
     def decide(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None = None, *,
                record: bool = True) -> Decision:
         """Synchronous decision for when no event loop runs (CLI, benchmarks); async lookups are run
         on a private event loop."""
         snap = self._snapshot
-        start = time.perf_counter_ns()
+        start = perf_counter_ns()
         compiled = snap.tools.get(tool)
         if compiled is None:
             return self._done(Decision(tool, True, revision=snap.revision), record)
-        result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
-        outcomes = result if isinstance(result, list) else asyncio.run(_await(result))
-        return self._finish(compiled, identity, outcomes, snap, start, record)
+        plan = compiled.plan  # set when every check is static or identity-only: no CallContext
+        verdict = plan(identity) if plan is not None else None
+        if verdict is None:
+            result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
+            verdict = _verdict(result if isinstance(result, list) else asyncio.run(_await(result)))
+        return self._finish(compiled, identity, verdict, snap, start, record)
 
     async def callable_tools(self, credentials: Credentials, tools: Iterable[str] | None = None
                              ) -> list[str]:
@@ -154,17 +169,24 @@ class Guard:
                  snap: Snapshot) -> CallContext:
         return CallContext(tool, identity, arguments or {}, snap.evaluate_one)  # type: ignore[arg-type]
 
-    def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: list[Any], snap: Snapshot,
-                start: int, record: bool) -> Decision:
-        allowed = bool(outcomes) and all(o.ok for o in outcomes)
-        decision = Decision(compiled.name, allowed, tuple(outcomes), identity.subject, snap.revision,
-                            time.perf_counter_ns() - start, snap.confidential)
-        return self._done(decision, record)
+    def _finish(self, compiled: CompiledTool, identity: Identity,
+                verdict: tuple[tuple[Outcome, ...], bool], snap: Snapshot, start: int,
+                record: bool) -> Decision:
+        decision = new_decision(compiled.name, verdict[1], verdict[0], identity.subject,
+                                snap.revision, perf_counter_ns() - start, snap.confidential)
+        if record:
+            self.recorder.record(decision)
+        return decision
 
     def _done(self, decision: Decision, record: bool) -> Decision:
         if record:
             self.recorder.record(decision)
         return decision
+
+
+def _verdict(outcomes: list[Outcome]) -> tuple[tuple[Outcome, ...], bool]:
+    """Outcomes and whether they allow the call: only when there are some and all are satisfied."""
+    return tuple(outcomes), bool(outcomes) and all(o.ok for o in outcomes)
 
 
 async def _await(pending: Any) -> Any:

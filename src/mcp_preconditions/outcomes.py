@@ -7,11 +7,12 @@ An Outcome is `satisfied`, `unsatisfied` (with a reason) or `error` (the resolve
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 
-class Status(enum.StrEnum):
+class Status(str, enum.Enum):
     """How one requirement ended for one call."""
 
     SATISFIED = "satisfied"
@@ -136,19 +137,14 @@ class _DecisionFields:
         self.__class__ = Decision  # type: ignore[assignment]
 
 
-def new_outcome(requirement: str, status: Status, reason: str = "") -> Outcome:
-    """`Outcome(requirement, status, reason)`, built without the frozen-dataclass setattr cost."""
-    return cast(Outcome, _OutcomeFields(requirement, status, reason))
+# `Outcome(requirement, status, reason)` / `Decision(...)` with every field given, built without the
+# frozen-dataclass setattr cost (same values; ~4x cheaper). Typed as the classes they build.
+new_outcome: Callable[[str, Status, str], Outcome] = _OutcomeFields  # type: ignore[assignment]
+new_decision: Callable[[str, bool, tuple[Outcome, ...], str | None, str, int, frozenset[str]],
+                       Decision] = _DecisionFields  # type: ignore[assignment]
 
 
-def new_decision(tool: str, allowed: bool, outcomes: tuple[Outcome, ...], subject: str | None,
-                 revision: str, duration_ns: int, confidential: frozenset[str]) -> Decision:
-    """`Decision(...)` with every field given, for the guard's hot path (same value, ~4x cheaper)."""
-    return cast(Decision, _DecisionFields(tool, allowed, outcomes, subject, revision, duration_ns,
-                                          confidential))
-
-
-class Verdict(enum.StrEnum):
+class Verdict(str, enum.Enum):
     """The client's strict SEP-2487 verdict for one tool."""
 
     PROCEED = "proceed"

@@ -100,6 +100,10 @@ def validate(tool: str, raw: Any, registry: FormChecker) -> list[Finding]:
 
 
 _INVISIBLE_CATEGORIES = {"Cc", "Cf", "Co", "Cn", "Zl", "Zp"}
+# Default_Ignorable_Code_Point characters outside those categories: they render as nothing.
+_IGNORABLE = frozenset("\u00a0\u2007\u202f\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0"
+                       + "".join(map(chr, [*range(0x180B, 0x1810), *range(0xFE00, 0xFE10),
+                                           *range(0xE0100, 0xE01F0)])))
 
 
 def _script(ch: str) -> str | None:
@@ -119,7 +123,7 @@ def lint(tool: str, requirements: Sequence[str]) -> list[Finding]:
             out.append(Finding("warning", tool, f"requirement {req!r} has leading or trailing "
                                                 "whitespace (it matches only itself, exactly)", req))
         odd = sorted({f"U+{ord(c):04X}" for c in req
-                      if unicodedata.category(c) in _INVISIBLE_CATEGORIES or c in "\u00a0\u2007\u202f"})
+                      if unicodedata.category(c) in _INVISIBLE_CATEGORIES or c in _IGNORABLE})
         if odd:
             out.append(Finding("warning", tool, f"requirement {req!r} contains control or invisible "
                                                 f"characters: {', '.join(odd)}", req))

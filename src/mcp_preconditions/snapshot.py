@@ -3,33 +3,47 @@
 Compiling validates every requirement once and pre-decides the ones fixed for the snapshot (env
 labels, static flags and state). Evaluating runs the rest: sync resolvers inline, async ones
 concurrently, each under a timeout. Anything but a clean `satisfied` never allows a call.
+
+Hot path: a resolver may offer `fast_check(requirement, condition)`, an identity-only function
+returning the very Outcome `resolve` would, or None to defer. A tool whose every check is static
+or fast gets a `plan` that decides it without a CallContext; whatever the plan cannot decide, or
+any exception in it, falls back to the full evaluation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .errors import RequirementError
 from .outcomes import Outcome, Status
 from .policy.load import PolicySource
+from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
 from .resolvers import LiveSources, Registry, Resolver, build_registry
 from .resolvers.base import CallContext
 
 _REASON_MAX = 300
+_SATISFIED = Status.SATISFIED
+_UNPLANNED: Any = object()
+
+FastCheck = Callable[[Identity], "Outcome | None"]
+# A tool's fast plan: (outcomes in tool order, allowed), or None when the full evaluation must decide.
+Plan = Callable[[Identity], "tuple[tuple[Outcome, ...], bool] | None"]
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One requirement of one tool: pre-decided (`static`) or decided per call by `resolver`."""
+    """One requirement of one tool: pre-decided (`static`) or decided per call by `resolver`
+    (through its identity-only `fast` check first, when it has one)."""
 
     requirement: str
     static: Outcome | None
     resolver: Resolver | None
+    fast: FastCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +52,7 @@ class CompiledTool:
     requirements: tuple[str, ...]
     checks: tuple[Check, ...]
     dynamic: bool  # True when some check needs a resolver call (and so the caller's identity)
+    plan: Plan | None = None  # decides a call from the identity alone, when every check allows it
 
 
 def _short(exc: BaseException) -> str:
@@ -73,7 +88,8 @@ class Snapshot:
         self.registry: Registry = build_registry(source, self.evaluate_one, custom=custom, live=live,
                                                  entry_points=entry_points)
         self.findings: list[Finding] = []
-        self._conditions: dict[str, Check] = {}
+        self._checks: dict[str, Check] = {}  # one per distinct string: tools share them
+        self._plans: dict[tuple[str, ...], Any] = {}
         self._check_grants(strict)
         self.tools: dict[str, CompiledTool] = {}
         names = merge(tools, source.policy.tools)
@@ -90,7 +106,7 @@ class Snapshot:
         for i, grant in enumerate(self.source.policy.capabilities.grants):
             for req in grant.when:
                 problem = self.registry.check_form(req)
-                self._conditions[req] = self._check(req)
+                self._check(req)
                 if problem:
                     self.findings.append(Finding("error", f"(policy capabilities.grants[{i}].when)",
                                                  f"requirement {req!r}: {problem}", req,
@@ -111,9 +127,19 @@ class Snapshot:
                 "(malformed requirements)", "the tool's requirements are not a list of strings"), None)
             return CompiledTool(name, (*reqs, bad.requirement), (*map(self._check, reqs), bad), True)
         checks = tuple(self._check(r) for r in reqs)
-        return CompiledTool(name, reqs, checks, any(c.static is None for c in checks))
+        plan = self._plans.get(reqs, _UNPLANNED)
+        if plan is _UNPLANNED:  # tools with the same requirement list share one plan
+            plan = self._plans[reqs] = fast_plan(checks)
+        return CompiledTool(name, reqs, checks, any(c.static is None for c in checks), plan)
 
     def _check(self, requirement: str) -> Check:
+        """The compiled check of a requirement string, built once per snapshot."""
+        check = self._checks.get(requirement)
+        if check is None:
+            check = self._checks[requirement] = self._new_check(requirement)
+        return check
+
+    def _new_check(self, requirement: str) -> Check:
         resolver = self.registry.for_requirement(requirement)
         if resolver is None:
             ns = namespace_of(requirement)
@@ -130,13 +156,32 @@ class Snapshot:
                 pre = Outcome.error(requirement, f"resolver '{resolver.namespace}' raised {_short(exc)}")
             if pre is not None:
                 return Check(requirement, coerce(requirement, pre, resolver.namespace), None)
-        return Check(requirement, None, resolver)
+        return Check(requirement, None, resolver, self._fast(requirement, resolver))
+
+    def _fast(self, requirement: str, resolver: Resolver) -> FastCheck | None:
+        make = getattr(resolver, "fast_check", None)
+        if make is None:
+            return None
+        try:
+            fast = make(requirement, self._condition)
+        except Exception:  # no fast path then; `resolve` still decides (and maps any failure)
+            return None
+        return fast if callable(fast) else None
+
+    def _condition(self, requirement: str) -> Outcome | FastCheck | None:
+        """A grant condition's compiled form for `fast_check`: its static outcome, its fast check,
+        or None when only the full evaluation can decide it."""
+        check = self._checks.get(requirement)
+        if check is None:
+            return None
+        return check.static if check.static is not None else check.fast
 
     # -- evaluate --------------------------------------------------------------------------------
     def evaluate_one(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
         """Decide one requirement for a call (used by capability grants for their conditions)."""
-        check = self._conditions.get(requirement)
-        return self._run(check if check is not None else self._check(requirement), context)
+        # Strings first seen at call time are compiled but not kept: they may come from arguments.
+        check = self._checks.get(requirement)
+        return self._run(check if check is not None else self._new_check(requirement), context)
 
     def _run(self, check: Check, context: CallContext) -> Outcome | Awaitable[Outcome]:
         if check.static is not None:
@@ -175,3 +220,36 @@ class Snapshot:
         pending = [r for r in results if not isinstance(r, Outcome)]
         done = iter(await asyncio.gather(*pending))
         return [r if isinstance(r, Outcome) else next(done) for r in results]
+
+
+def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
+    """A tool's plan when every check is static or has a fast check, else None."""
+    template: list[Outcome | None] = []
+    fast: list[tuple[int, FastCheck]] = []
+    for i, check in enumerate(checks):
+        if check.static is None and check.fast is None:
+            return None
+        template.append(check.static)
+        if check.static is None and check.fast is not None:
+            fast.append((i, check.fast))
+    static_ok = all(o.status is _SATISFIED for o in template if o is not None)
+    if not fast:
+        fixed = (tuple(o for o in template if o is not None), bool(template) and static_ok)
+        return lambda identity: fixed
+    steps = tuple(fast)
+
+    def plan(identity: Identity) -> tuple[tuple[Outcome, ...], bool] | None:
+        outcomes = template.copy()
+        allowed = static_ok
+        try:
+            for i, check in steps:
+                outcome = check(identity)
+                if outcome is None:
+                    return None
+                if outcome.status is not _SATISFIED:
+                    allowed = False
+                outcomes[i] = outcome
+        except Exception:  # the full evaluation decides, turning the failure into an `error` outcome
+            return None
+        return cast(tuple[Outcome, ...], tuple(outcomes)), allowed
+    return plan

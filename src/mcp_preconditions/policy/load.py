@@ -37,13 +37,14 @@ def revision_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-def key_path(loc: tuple[int | str, ...]) -> str:
+def key_path(loc: tuple[int | str, ...],
+             union_tags: tuple[str, ...] = ("str", "bool", "int", "float", "list[str]")) -> str:
     """pydantic's error location as a policy key path: `auth.jwks_uri`, `capabilities.grants[0].when`."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("str", "bool", "int", "float", "list[str]") and out:
+        elif part in union_tags and out:
             continue  # union member tags add nothing a user can act on
         else:
             out += ("." if out else "") + (part if _bare(part) else json.dumps(part, ensure_ascii=False))
@@ -54,16 +55,33 @@ def _bare(key: str) -> bool:
     return key.replace("_", "a").replace("-", "a").isalnum() and key.isascii()
 
 
-def problems_of(exc: ValidationError) -> list[str]:
+def input_path(loc: tuple[int | str, ...], raw: Any, missing: bool) -> tuple[int | str, ...]:
+    """The parts of pydantic's error location that are keys or indexes of the input file. Union
+    member and validator tags (`constrained-str`, `function-after[...]`) are dropped whatever their
+    name, and a key named like one (`"int"`, `[tools.float]`) keeps its place."""
+    out: list[int | str] = []
+    node: Any = raw
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and isinstance(part, str) and (
+                part in node or (missing and i == len(loc) - 1)):
+            out.append(part)
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+    return tuple(out)
+
+
+def problems_of(exc: ValidationError, raw: Any) -> list[str]:
     seen: dict[str, None] = {}
     for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        loc = input_path(err["loc"], raw, err["type"] == "missing")
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key (a typo here would silently weaken the policy)"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
-        seen.setdefault(f"{key_path(loc)}: {msg}", None)
+        seen.setdefault(f"{key_path(loc, union_tags=())}: {msg}", None)
     return list(seen)
 
 
@@ -82,7 +100,7 @@ def parse_policy(data: bytes, source: str, base_dir: Path | None = None) -> Poli
     try:
         policy = Policy.model_validate(raw)
     except ValidationError as exc:
-        raise PolicyError(source, problems_of(exc)) from None
+        raise PolicyError(source, problems_of(exc, raw)) from None
     return PolicySource(policy, source, revision_of(data), base_dir or Path("."))
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from ..requirements import namespace_of
 
@@ -83,6 +84,13 @@ class Redis(Section):
     connect_timeout_seconds: PositiveSeconds = 0.25
     read_timeout_seconds: PositiveSeconds = 0.25
 
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).password is not None:
+            raise ValueError("holds a password; name an environment variable with url_env instead")
+        return value
+
     @model_validator(mode="after")
     def _one_url(self) -> Redis:
         if (self.url is None) == (self.url_env is None):
@@ -91,7 +99,7 @@ class Redis(Section):
 
 
 class State(Section):
-    values: dict[str, bool] = Field(default_factory=dict)
+    values: dict[str, StrictBool] = Field(default_factory=dict)  # 1 or "yes" is not `true`
     callables: dict[str, NonEmpty] = Field(
         default_factory=dict, description="state key -> 'module:function' returning a bool")
     ttl_seconds: Seconds = Field(default=1.0, description="cache TTL for state lookups; 0 disables")
@@ -114,7 +122,8 @@ class Auth(Section):
     audience: NonEmpty | list[NonEmpty] | None = None
     jwks_uri: NonEmpty | None = None
     discovery: bool = Field(default=False, description="find jwks_uri from the issuer's metadata")
-    keys: list[dict[str, str]] = Field(default_factory=list, description="static JWKs")
+    keys: list[dict[str, str | list[str]]] = Field(
+        default_factory=list, description="static public JWKs (`key_ops`, `x5c` may be arrays)")
     public_keys_pem: list[NonEmpty] = Field(default_factory=list)
     algorithms: list[NonEmpty] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
     leeway_seconds: Annotated[int, Field(ge=0, le=600)] = 30

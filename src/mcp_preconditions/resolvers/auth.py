@@ -7,14 +7,15 @@ produced. Claims compare as exact strings (booleans and integers by their JSON t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, get_args
 
 from ..outcomes import Outcome
-from ..principal import Identity
+from ..principal import Identity, TokenKind
 
 FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
 _MISSING = object()
+FastCheck = Callable[[Identity], "Outcome | None"]
 
 
 def split_claim(requirement: str) -> tuple[str, str] | None:
@@ -28,7 +29,7 @@ def claim_text(value: Any) -> str | None:
     """A scalar claim value as comparable text: strings as-is, booleans/integers as JSON text."""
     if isinstance(value, str):
         return value
-    if isinstance(value, bool) or (isinstance(value, int)):
+    if isinstance(value, bool | int):
         return json.dumps(value)
     return None  # floats, objects, null never match: their JSON text is not canonical
 
@@ -90,7 +91,8 @@ class AuthResolver:
         parts = split_claim(requirement)
         if parts is None:
             return Outcome.unsatisfied(requirement, "unknown auth form")
-        return self._claim(requirement, parts[0], parts[1], principal.claims)
+        name, expected = parts
+        return self._claim_outcome(requirement, name, expected, self._lookup(principal.claims, name))
 
     def _scope(self, requirement: str, scopes: frozenset[str]) -> Outcome:
         scope = requirement[len("auth:scope:"):]
@@ -101,19 +103,73 @@ class AuthResolver:
                 return Outcome.satisfied(requirement, f"scope '{held}' implies '{scope}'")
         return Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
 
-    def _lookup(self, claims: Mapping[str, Any], name: str) -> tuple[str, Any]:
+    def fast_check(self, requirement: str, condition: Callable[[str], Any]) -> FastCheck | None:
+        """An identity-only check returning exactly what `resolve` would, precomputed Outcomes
+        included; it returns None (so `resolve` decides) when there is no principal or the answer
+        needs more than a lookup (scope implications)."""
+        if requirement == "auth:oauth2":
+            by_kind = {kind: Outcome.satisfied(requirement, f"access token verified ({kind})")
+                       for kind in get_args(TokenKind)}
+
+            def oauth2(identity: Identity) -> Outcome | None:
+                principal = identity.principal
+                return None if principal is None else by_kind.get(principal.kind)
+            return oauth2
+        if requirement.startswith("auth:scope:"):
+            return self._fast_scope(requirement, requirement[len("auth:scope:"):])
+        parts = split_claim(requirement)
+        return None if parts is None else self._fast_claim(requirement, *parts)
+
+    def _fast_scope(self, requirement: str, scope: str) -> FastCheck:
+        held = Outcome.satisfied(requirement, f"token has scope '{scope}'")
+        lacks = Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
+        implied_by = frozenset(h for h, implied in self.implied.items() if scope in implied)
+
+        def has_scope(identity: Identity) -> Outcome | None:
+            principal = identity.principal
+            if principal is None:
+                return None
+            scopes = principal.scopes
+            if scope in scopes:
+                return held
+            if implied_by and not implied_by.isdisjoint(scopes):
+                return None  # implied: `resolve` names the implying scope
+            return lacks
+        return has_scope
+
+    def _fast_claim(self, requirement: str, name: str, expected: str) -> FastCheck:
+        # The three possible outcomes, computed once by the same function `resolve` uses.
+        found, missing, lacks = (self._claim_outcome(requirement, name, expected, value)
+                                 for value in (expected, _MISSING, None))
+        plain = name not in self.aliases
+
+        def claim(identity: Identity) -> Outcome | None:
+            principal = identity.principal
+            if principal is None:
+                return None
+            value = principal.claims.get(name, _MISSING) if plain else self._lookup(principal.claims, name)
+            if value is _MISSING:
+                return missing
+            if value.__class__ is str:  # the common case, without claim_matches' type dispatch
+                return found if value == expected else lacks
+            return found if claim_matches(value, expected) else lacks
+        return claim
+
+    def _lookup(self, claims: Mapping[str, Any], name: str) -> Any:
+        """The claim's value (through an alias path when one is declared), or _MISSING."""
         path = self.aliases.get(name)
         if path is None:
-            return name, claims.get(name, _MISSING)
+            return claims.get(name, _MISSING)
         node: Any = claims
         for key in path:
             node = node.get(key, _MISSING) if isinstance(node, Mapping) else _MISSING
             if node is _MISSING:
                 break
-        return ".".join(path) if len(path) > 1 else path[0], node
+        return node
 
-    def _claim(self, requirement: str, name: str, expected: str, claims: Mapping[str, Any]) -> Outcome:
-        where, value = self._lookup(claims, name)
+    def _claim_outcome(self, requirement: str, name: str, expected: str, value: Any) -> Outcome:
+        path = self.aliases.get(name)
+        where = name if path is None else ".".join(path)
         label = name if where == name else f"{name} (alias of {where})"
         if value is _MISSING:
             return Outcome.unsatisfied(requirement, f"token has no claim '{label}'")

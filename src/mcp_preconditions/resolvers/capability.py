@@ -7,15 +7,19 @@ namespaces' resolvers of the same snapshot). Grants never depend on capabilities
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..outcomes import Outcome, Status
+from ..principal import Identity
 from ..requirements import body_of
 from .base import CallContext
 
 Evaluate = Callable[[str, CallContext], "Outcome | Awaitable[Outcome]"]
+FastCheck = Callable[[Identity], "Outcome | None"]
+_SATISFIED = Status.SATISFIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,57 @@ class CapabilityResolver:
             return Outcome.unsatisfied(requirement, f"no grant gives capability '{name}'")
         return None
 
+    def fast_check(self, requirement: str, condition: Callable[[str], Outcome | FastCheck | None]
+                   ) -> FastCheck | None:
+        """An identity-only check, when every grant condition is static or identity-only
+        (`condition` gives the snapshot's compiled form of one). It returns exactly the outcome
+        `resolve` would: a granting grant's precomputed outcome, or `_combine`'s denial."""
+        name = body_of(requirement)
+        grants = self._by_name.get(name, ())
+        compiled = [tuple(condition(cond) for cond in g.when) for g in grants]
+        if any(c is None for conds in compiled for c in conds):
+            return None  # some condition needs the full call context
+        conditions = cast(list[tuple[Outcome | FastCheck, ...]], compiled)
+        # Grants that can still apply (no failing static condition), with only their live checks.
+        open_grants = [(tuple(c for c in conds if not isinstance(c, Outcome)),
+                        Outcome.satisfied(requirement, f"grant #{g.index} gives '{name}'"))
+                       for g, conds in zip(grants, conditions, strict=True)
+                       if all(c.status is _SATISFIED for c in conds if isinstance(c, Outcome))]
+        claim = self.claim
+        by_claim = Outcome.satisfied(requirement, f"token claim '{claim}' lists '{name}'")
+
+        def capability(identity: Identity) -> Outcome | None:
+            principal = identity.principal
+            if principal is None:
+                return None
+            # claims.get first: claim_lists' type checks cost more than the usual miss
+            if claim is not None and principal.claims.get(claim) is not None and claim_lists(
+                    principal.claims, claim, name):
+                return by_claim
+            for checks, granted in open_grants:
+                for check in checks:
+                    outcome = check(identity)
+                    if outcome is None:
+                        return None  # undecided here: an earlier grant might still apply
+                    if outcome.status is not _SATISFIED:
+                        break
+                else:
+                    return granted
+            return self._fast_denial(requirement, name, grants, conditions, identity)
+        return capability
+
+    def _fast_denial(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
+                     conditions: list[tuple[Outcome | FastCheck, ...]], identity: Identity
+                     ) -> Outcome | None:
+        """No grant applies: the same detailed denial `resolve` gives, or None to let it decide."""
+        results: list[list[Outcome]] = []
+        for conds in conditions:
+            outs = [c if isinstance(c, Outcome) else c(identity) for c in conds]
+            if any(o is None for o in outs):
+                return None
+            results.append(cast(list[Outcome], outs))
+        return self._combine(requirement, name, grants, results)
+
     def resolve(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
         name = body_of(requirement)
         principal = context.identity.principal
@@ -70,7 +125,11 @@ class CapabilityResolver:
 
     async def _finish_async(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
                             results: list[list[Outcome | Awaitable[Outcome]]]) -> Outcome:
-        done = [[r if isinstance(r, Outcome) else await r for r in rs] for rs in results]
+        # Conditions are independent lookups: run them concurrently (SPEC §3), as the guard does,
+        # so N slow conditions take one timeout, not N, and none is left un-awaited on a timeout.
+        pending = [r for rs in results for r in rs if not isinstance(r, Outcome)]
+        finished = iter(await asyncio.gather(*pending))
+        done = [[r if isinstance(r, Outcome) else next(finished) for r in rs] for rs in results]
         return self._combine(requirement, name, grants, done)
 
     def _combine(self, requirement: str, name: str, grants: Sequence[CompiledGrant],

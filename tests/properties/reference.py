@@ -1,0 +1,84 @@
+"""A tiny, obviously-correct reference evaluator of SPEC §4: the executable specification the compiled
+guard is checked against. It imports nothing from the library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class World:
+    """A policy as plain data, the caller's verified claims (None: anonymous) and which requirements
+    of custom namespaces hold."""
+
+    labels: set[str] = field(default_factory=set)
+    flags: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, bool] = field(default_factory=dict)
+    grants: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (capabilities, when)
+    capability_claim: str | None = None
+    aliases: dict[str, list[str]] = field(default_factory=dict)  # alias -> path of keys
+    implications: dict[str, list[str]] = field(default_factory=dict)
+    claims: dict[str, Any] | None = None
+    custom: set[str] = field(default_factory=set)
+
+
+def listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def text(value: Any) -> str | None:
+    """Strings as they are, booleans and integers as JSON text; nothing else ever compares equal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else str(value) if isinstance(value, int) else None
+
+
+def claim(claims: Mapping[str, Any], name: str, aliases: dict[str, list[str]]) -> Any:
+    node: Any = claims
+    for key in aliases.get(name, [name]):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node  # None when missing, and None never matches
+
+
+def scopes(claims: Mapping[str, Any], implications: dict[str, list[str]]) -> set[str]:
+    scope, scp = claims.get("scope"), claims.get("scp")
+    held = set(scope.split(" ")) if isinstance(scope, str) else set()
+    held |= {s for s in scp if isinstance(s, str)} if isinstance(scp, list) else set()
+    todo = list(held)
+    while todo:
+        new = [s for s in implications.get(todo.pop(), []) if s not in held]
+        held.update(new)
+        todo.extend(new)
+    return held - {""}
+
+
+def holds(requirement: str, w: World) -> bool:
+    namespace, _, body = requirement.partition(":")
+    if namespace == "env":
+        return body in w.labels
+    if namespace in ("feature", "state"):
+        return (w.flags if namespace == "feature" else w.state).get(body) is True
+    if namespace == "capability":
+        if w.claims is not None and w.capability_claim is not None and body in [
+                v for v in listed(w.claims.get(w.capability_claim)) if isinstance(v, str)]:
+            return True
+        return any(body in caps and all(holds(c, w) for c in when) for caps, when in w.grants)
+    if namespace != "auth":
+        return requirement in w.custom
+    if w.claims is None:
+        return False
+    if body == "oauth2":
+        return True
+    if body.startswith("scope:"):
+        return body[len("scope:"):] in scopes(w.claims, w.implications)
+    name, _, expected = body[len("claim:"):].partition(":")
+    return any(text(v) == expected for v in listed(claim(w.claims, name, w.aliases)))
+
+
+def decide(requirements: list[str], w: World) -> tuple[bool, tuple[str, ...]]:
+    """(allowed, the unmet requirements in first-seen order, each once)."""
+    unmet = tuple(r for r in dict.fromkeys(requirements) if not holds(r, w))
+    return not unmet, unmet
