@@ -1,0 +1,116 @@
+"""Decision-log sinks beyond `logging`: a JSONL file, and OpenTelemetry span attributes.
+
+`build_recorder(source)` assembles what a policy's `[decision_log]` asks for. Every sink writes
+only `decision_record()` fields, so no token, secret or claim value can reach a sink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from .decisions import DecisionRecorder, FanOutRecorder, LoggingRecorder, decision_record
+from .errors import PolicyError
+from .outcomes import Decision
+from .policy.load import PolicySource
+
+ATTRIBUTE_PREFIX = "mcp.preconditions."
+
+
+class JsonlRecorder:
+    """One JSON line per decision, appended to a file.
+
+    Each line is one `write(2)` on an O_APPEND descriptor: lines from threads, and from replicas
+    sharing the file, never interleave, and a line is in the OS as soon as `record` returns.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+
+    def record(self, decision: Decision) -> None:
+        line = json.dumps(decision_record(decision), ensure_ascii=False, separators=(",", ":"))
+        data = (line + "\n").encode("utf-8")
+        with self._lock:
+            if self._fd is None:
+                raise ValueError(f"decision log {self.path} is closed")
+            written = os.write(self._fd, data)
+            while written < len(data):  # only on a full disk or a signal; finish the line
+                written += os.write(self._fd, data[written:])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class OpenTelemetryRecorder:
+    """Sets the decision's fields as attributes of the current span (`mcp.preconditions.*`).
+
+    Adds nothing when no span is recording; needs `opentelemetry-api` (extra `otel`).
+    """
+
+    def __init__(self) -> None:
+        from opentelemetry import trace
+
+        self._trace = trace
+
+    def record(self, decision: Decision) -> None:
+        span = self._trace.get_current_span()
+        if not span.is_recording():
+            return
+        span.set_attributes(span_attributes(decision))
+
+
+def span_attributes(decision: Decision) -> dict[str, Any]:
+    """The decision record as OpenTelemetry attribute values (strings, booleans, numbers, lists)."""
+    record = decision_record(decision)
+    attributes: dict[str, Any] = {
+        "tool": record["tool"],
+        "allowed": record["allowed"],
+        "unmet": record["unmet"],
+        "errors": list(record["errors"]),
+        "revision": record["revision"],
+        "duration_us": record["duration_us"],
+    }
+    if record["subject"] is not None:
+        attributes["subject"] = record["subject"]
+    return {ATTRIBUTE_PREFIX + k: v for k, v in attributes.items()}
+
+
+def opentelemetry_available() -> bool:
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_recorder(source: PolicySource) -> DecisionRecorder:
+    """The recorder a policy's `[decision_log]` asks for: JSON through logging always, plus a JSONL
+    file (`jsonl_path`, relative to the policy file) and span attributes (`opentelemetry`, when
+    `opentelemetry-api` is installed). Raises PolicyError when the file cannot be opened."""
+    settings = source.policy.decision_log
+    sinks: list[DecisionRecorder] = [LoggingRecorder(settings.logger)]
+    if settings.jsonl_path is not None:
+        path = source.resolve_path(settings.jsonl_path)
+        try:
+            sinks.append(JsonlRecorder(path))
+        except OSError as exc:
+            raise PolicyError(source.source, [f"decision_log.jsonl_path: cannot open '{path}' for "
+                                              f"appending: {exc.strerror or exc}"]) from None
+    if settings.opentelemetry and opentelemetry_available():
+        sinks.append(OpenTelemetryRecorder())
+    return sinks[0] if len(sinks) == 1 else FanOutRecorder(*sinks)

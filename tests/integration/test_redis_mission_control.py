@@ -1,0 +1,70 @@
+"""The shipped `policies/mission-control-live.toml` against a real redis-server and flagd file provider.
+
+The policy and its flag file are copied next to each other, with only the Redis URL pointed at the
+test's server; everything else is exactly what ships.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mcp_preconditions import Guard, Identity, Principal, load_policy
+from tests.fixtures.redis import RedisServer
+
+pytestmark = pytest.mark.integration
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+ALICE = Identity(principal=Principal.from_claims({"sub": "alice", "role": "mission_control",
+                                                 "scope": "mission:write"}))
+BOB = Identity(principal=Principal.from_claims({"sub": "bob", "role": "observer"}))
+KEY = "mcp-preconditions:state:"
+
+
+@pytest.fixture
+def guard(tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+          flag_file: object) -> Guard:
+    """(`flag_file` is requested for its teardown: it closes the flagd providers.)"""
+    monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
+    shutil.copytree(POLICIES / "flags", tmp_path / "flags")
+    text = (POLICIES / "mission-control-live.toml").read_text()
+    assert 'url = "redis://127.0.0.1:6379/0"' in text
+    policy = tmp_path / "mission-control-live.toml"
+    policy.write_text(text.replace('url = "redis://127.0.0.1:6379/0"', f'url = "{redis_server.url}"'))
+    redis_server.flush()
+    return Guard(load_policy(policy), entry_points=False)
+
+
+async def test_launch_follows_the_weather_in_redis(guard: Guard, redis_server: RedisServer) -> None:
+    redis_server.command("SET", KEY + "weather.clear", "true")
+    assert (await guard.check_identity("launch_rocket", ALICE)).allowed
+    guard.snapshot.registry.get("state").clear_cache()  # type: ignore[union-attr]
+    redis_server.command("SET", KEY + "weather.clear", "false")
+    denied = await guard.check_identity("launch_rocket", ALICE)
+    assert not denied.allowed
+    assert denied.denial_payload() == {"error": "unmet_requirements", "tool": "launch_rocket",
+                                       "unmet": [], "withheld": 1}  # weather.clear is confidential
+
+
+async def test_fuel_status_and_flags(guard: Guard, redis_server: RedisServer) -> None:
+    fuel = await guard.check_identity("fuel_status", BOB)
+    assert fuel.unmet == ("state:range.safety_officer_on_duty",)
+    redis_server.command("SET", KEY + "range.safety_officer_on_duty", "1")
+    guard.snapshot.registry.get("state").clear_cache()  # type: ignore[union-attr]
+    assert (await guard.check_identity("fuel_status", BOB)).allowed
+    # telemetry.v2 targets the mission_control role on that tool only.
+    assert (await guard.check_identity("stream_telemetry_v2", ALICE)).allowed
+    assert (await guard.check_identity("stream_telemetry_v2", BOB)).unmet == ("feature:telemetry.v2",)
+
+
+async def test_redis_down_denies_launch_without_naming_the_confidential_fact(
+        guard: Guard, redis_server: RedisServer) -> None:
+    redis_server.pause()
+    try:
+        decision = await guard.check_identity("launch_rocket", ALICE)
+    finally:
+        redis_server.resume()
+    assert not decision.allowed and decision.errors == ("state:weather.clear",)
+    assert decision.denial_payload()["withheld"] == 1
+    assert "weather" not in decision.denial_text()

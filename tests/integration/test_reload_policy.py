@@ -1,0 +1,204 @@
+"""Policy hot reload with real files: explicit and polled reloads, broken files, change callbacks.
+
+A broken or unreadable file keeps the old snapshot, says why in `last_error` and in the log (once),
+and a good file afterwards clears it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from mcp_preconditions import Decision, Guard, Identity, load_policy
+from mcp_preconditions.policy.load import revision_of
+from mcp_preconditions.policy.reload import PolicyChange, PolicyReloader
+from tests.fixtures.flagd import FlagFile, eventually, eventually_async
+
+NOBODY = Identity()
+OPEN = b'environment = ["production"]\n[tools.launch]\nrequirements = ["env:production"]\n'
+CLOSED = b'environment = ["staging"]\n[tools.launch]\nrequirements = ["env:production"]\n'
+BROKEN = b'environment = "production"\n[tools.launch]\nrequirementz = ["env:production"]\n'
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_bytes(OPEN)
+    return path
+
+
+def launch_allowed(guard: Guard) -> bool:
+    return guard.decide("launch", NOBODY).allowed
+
+
+def test_explicit_reload_swaps_in_the_new_revision(policy_file: Path) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    assert reloader.reload() is None  # unchanged content: nothing to do
+    policy_file.write_bytes(CLOSED)
+    change = reloader.reload()
+    assert change == PolicyChange(str(policy_file), revision_of(OPEN), revision_of(CLOSED))
+    assert guard.revision == revision_of(CLOSED) and not launch_allowed(guard)
+    assert reloader.reload() is None
+    forced = reloader.reload(force=True)
+    assert forced == PolicyChange(str(policy_file), revision_of(CLOSED), revision_of(CLOSED))
+
+
+def test_a_broken_file_keeps_the_old_snapshot_and_says_why(
+        policy_file: Path, caplog: pytest.LogCaptureFixture) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    policy_file.write_bytes(BROKEN)
+    with caplog.at_level(logging.ERROR, logger="mcp_preconditions.policy"):
+        for _ in range(3):
+            assert reloader.reload() is None
+    expected = (f"{policy_file}: invalid policy (2 problem(s)):\n"
+                "  environment: Input should be a valid list\n"
+                "  tools.launch.requirementz: unknown key (a typo here would silently weaken the policy)")
+    assert reloader.last_error == expected
+    assert [r.getMessage() for r in caplog.records] == [
+        f"policy reload failed, keeping revision {revision_of(OPEN)}: {expected}"]  # once, not per poll
+    assert guard.revision == revision_of(OPEN) and launch_allowed(guard)
+    policy_file.write_bytes(CLOSED)
+    assert reloader.reload() is not None
+    assert reloader.last_error is None and not launch_allowed(guard)
+
+
+def test_requirements_that_do_not_compile_keep_the_old_snapshot(policy_file: Path) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    policy_file.write_bytes(b'[tools.launch]\nrequirements = ["weather:clear"]\n')
+    assert reloader.reload() is None
+    assert reloader.last_error is not None
+    assert reloader.last_error.startswith(
+        "tool 'launch': requirement 'weather:clear': unknown namespace 'weather' (known namespaces: ")
+    assert guard.revision == revision_of(OPEN)
+
+
+def test_an_unreadable_file_keeps_the_old_snapshot(policy_file: Path) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    policy_file.unlink()
+    assert reloader.reload() is None
+    assert reloader.last_error == f"{policy_file}: cannot read: No such file or directory"
+    assert guard.revision == revision_of(OPEN) and launch_allowed(guard)
+
+
+def test_polling_on_a_thread_outside_an_event_loop(policy_file: Path) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    changes: list[PolicyChange] = []
+    reloader = PolicyReloader(guard, policy_file, interval=0.02, on_change=changes.append)
+    reloader.start()
+    try:
+        policy_file.write_bytes(CLOSED)
+        assert eventually(lambda: guard.revision, revision_of(CLOSED)) == revision_of(CLOSED)
+        assert eventually(lambda: len(changes), 1) == 1
+    finally:
+        reloader.stop()
+    assert not launch_allowed(guard)
+    assert changes == [PolicyChange(str(policy_file), revision_of(OPEN), revision_of(CLOSED))]
+
+
+async def test_polling_as_a_task_awaits_async_callbacks(policy_file: Path) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    notified = asyncio.Event()
+    seen: list[str] = []
+
+    async def tools_list_changed(change: PolicyChange) -> None:
+        await asyncio.sleep(0)
+        seen.append(change.new_revision)
+        notified.set()
+
+    reloader = PolicyReloader(guard, policy_file, interval=0.02)
+    reloader.add_listener(tools_list_changed)
+    reloader.start()
+    try:
+        policy_file.write_bytes(CLOSED)
+        await asyncio.wait_for(notified.wait(), 10)
+    finally:
+        reloader.stop()
+    assert seen == [revision_of(CLOSED)]
+    assert not (await guard.check_identity("launch", NOBODY)).allowed
+
+
+async def test_reload_from_another_thread_schedules_async_callbacks_on_the_loop(
+        policy_file: Path) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    loop_threads: list[int] = []
+
+    async def callback(change: PolicyChange) -> None:
+        loop_threads.append(threading.get_ident())
+
+    reloader = PolicyReloader(guard, policy_file, interval=3600, on_change=callback)
+    reloader.start()  # inside this loop: async callbacks are scheduled here
+    try:
+        policy_file.write_bytes(CLOSED)
+        change = await asyncio.to_thread(reloader.reload)
+        assert change is not None
+        assert await eventually_async(lambda: _length(loop_threads), 1) == 1
+    finally:
+        reloader.stop()
+    assert loop_threads == [threading.get_ident()]
+
+
+async def _length(items: list[int]) -> int:
+    return len(items)
+
+
+def test_a_failing_callback_does_not_undo_the_swap(policy_file: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+
+    def broken(change: PolicyChange) -> None:
+        raise RuntimeError("listener bug")
+
+    reloader = PolicyReloader(guard, policy_file, on_change=broken)
+    policy_file.write_bytes(CLOSED)
+    with caplog.at_level(logging.ERROR, logger="mcp_preconditions.policy"):
+        assert reloader.reload() is not None
+    assert guard.revision == revision_of(CLOSED)
+    assert any("on_change callback" in r.getMessage() for r in caplog.records)
+
+
+def test_every_decision_record_carries_the_revision_in_force(policy_file: Path) -> None:
+    decisions: list[Decision] = []
+
+    class Keep:
+        def record(self, decision: Decision) -> None:
+            decisions.append(decision)
+
+    guard = Guard(load_policy(policy_file), entry_points=False, recorder=Keep())
+    reloader = PolicyReloader(guard, policy_file)
+    guard.decide("launch", NOBODY)
+    policy_file.write_bytes(CLOSED)
+    reloader.reload()
+    guard.decide("launch", NOBODY)
+    guard.decide("unguarded", NOBODY)
+    assert [(d.tool, d.allowed, d.revision) for d in decisions] == [
+        ("launch", True, revision_of(OPEN)), ("launch", False, revision_of(CLOSED)),
+        ("unguarded", True, revision_of(CLOSED))]
+
+
+def test_a_version_broken_by_a_missing_flag_file_is_retried_until_it_appears(
+        policy_file: Path, flag_file: FlagFile, caplog: pytest.LogCaptureFixture) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    flags = flag_file.path.parent / "later.json"
+    policy_file.write_bytes(OPEN + f'[features.openfeature]\npath = "{flags}"\n'.encode())
+    with caplog.at_level(logging.ERROR, logger="mcp_preconditions.policy"):
+        assert reloader.reload() is None and reloader.reload() is None
+    assert reloader.last_error == (f"{policy_file}: invalid policy (1 problem(s)):\n"
+                                   f"  features.openfeature.path: flag file '{flags}' does not exist")
+    assert len(caplog.records) == 1
+    flags.write_text('{"flags": {}}')
+    assert reloader.reload() is not None  # the policy file did not change; its dependency did
+    assert reloader.last_error is None and guard.revision == revision_of(policy_file.read_bytes())

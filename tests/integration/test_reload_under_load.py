@@ -1,0 +1,135 @@
+"""Each decision uses one snapshot, never a mix: policies A and B swap continuously under load.
+
+A allows t1 and denies t2, B the reverse, and every requirement's outcome differs between them: the
+static part (env labels, compiled per snapshot) and the live part (a state callable imported per
+snapshot, which awaits mid-decision). A decision that mixed two snapshots has an outcome tuple that
+matches neither policy, or not the revision it reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mcp_preconditions import Decision, Guard, Identity, Status, load_policy
+from mcp_preconditions.policy.load import revision_of
+from mcp_preconditions.policy.reload import PolicyReloader
+
+NOBODY = Identity()
+S, U = Status.SATISFIED, Status.UNSATISFIED
+ROUNDS, CONCURRENT, MIN_SWAPS = 30, 200, 10
+
+
+async def gate_a() -> bool:
+    await asyncio.sleep(random.random() / 2000)  # a reload can land while this lookup is pending
+    return True
+
+
+async def gate_b() -> bool:
+    await asyncio.sleep(random.random() / 2000)
+    return False
+
+
+def policy(label: str, gate: str) -> bytes:
+    return f"""
+environment = ["{label}"]
+[state]
+ttl_seconds = 0
+[state.callables]
+gate = "{__name__}:{gate}"
+ungate = "{__name__}:{'gate_b' if gate == 'gate_a' else 'gate_a'}"
+[tools.t1]
+requirements = ["env:blue", "state:gate"]
+[tools.t2]
+requirements = ["env:green", "state:ungate"]
+""".encode()
+
+
+A, B = policy("blue", "gate_a"), policy("green", "gate_b")
+EXPECTED = {  # (revision, tool) -> (allowed, per-requirement statuses)
+    (revision_of(A), "t1"): (True, (S, S)), (revision_of(A), "t2"): (False, (U, U)),
+    (revision_of(B), "t1"): (False, (U, U)), (revision_of(B), "t2"): (True, (S, S)),
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
+
+
+def check(decisions: list[Decision]) -> Counter[str]:
+    wrong = [d for d in decisions
+             if EXPECTED.get((d.revision, d.tool)) != (d.allowed, tuple(o.status for o in d.outcomes))]
+    assert not wrong, f"{len(wrong)} mixed decisions, e.g. {wrong[:3]}"
+    return Counter(d.revision for d in decisions)
+
+
+async def load(guard: Guard, swaps: Callable[[], int]) -> list[Decision]:
+    """ROUNDS rounds of CONCURRENT decisions, and more until several swaps happened under load."""
+    decisions: list[Decision] = []
+    end = time.monotonic() + 60
+    rounds = 0
+    while rounds < ROUNDS or (swaps() < MIN_SWAPS and time.monotonic() < end):
+        calls = [guard.check_identity(random.choice(["t1", "t2"]), NOBODY) for _ in range(CONCURRENT)]
+        decisions.extend(await asyncio.gather(*calls))
+        rounds += 1
+    return decisions
+
+
+async def test_reloads_from_a_thread_never_mix_snapshots(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_bytes(A)
+    guard = Guard(load_policy(path), entry_points=False)
+    reloader = PolicyReloader(guard, path)
+    done = threading.Event()
+    swaps = 0
+
+    def flip() -> None:
+        nonlocal swaps
+        while not done.is_set():
+            path.write_bytes(B if guard.revision == revision_of(A) else A)
+            swaps += reloader.reload() is not None
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        decisions = await load(guard, lambda: swaps)
+    finally:
+        done.set()
+        flipper.join()
+    seen = check(decisions)
+    assert reloader.last_error is None
+    assert swaps >= MIN_SWAPS and set(seen) == {revision_of(A), revision_of(B)}, (swaps, seen)
+
+
+async def test_reloads_inside_the_loop_between_awaits_never_mix_snapshots(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_bytes(A)
+    guard = Guard(load_policy(path), entry_points=False)
+    reloader = PolicyReloader(guard, path)
+    stop = asyncio.Event()
+
+    swaps = 0
+
+    async def flip() -> None:
+        nonlocal swaps
+        while not stop.is_set():
+            path.write_bytes(B if guard.revision == revision_of(A) else A)
+            swaps += reloader.reload() is not None
+            await asyncio.sleep(random.random() / 2000)
+
+    flipper = asyncio.create_task(flip())
+    try:
+        decisions = await load(guard, lambda: swaps)
+    finally:
+        stop.set()
+    await flipper
+    seen = check(decisions)
+    assert swaps >= MIN_SWAPS and set(seen) == {revision_of(A), revision_of(B)}, (swaps, seen)
