@@ -1,3 +1,3 @@
 """Root test configuration: fixture plugins for the real services the integration tests start."""
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.fixtures.redis", "tests.fixtures.flagd", "tests.fixtures.oidc"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity
+from .header import MalformedCredentials
 
 
 @runtime_checkable
@@ -26,6 +27,8 @@ class PassThroughAuthenticator:
     def authenticate_sync(self, credentials: Credentials) -> Identity:
         if credentials.principal is not None:
             return Identity(principal=credentials.principal)
+        if isinstance(credentials, MalformedCredentials):
+            return Identity(failure=credentials.failure)
         if credentials.token is not None:
             return Identity(failure="a bearer token was presented but the policy configures no token "
                                     "verification ([auth] issuer and keys)")
