@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -56,8 +57,11 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.transport == "http" and args.claims is not None:
         return fail("--claims is for --transport stdio only; over HTTP each call's bearer token "
                     "decides who is calling")
-    if args.refresh_seconds < 0:
-        return fail(f"--refresh-seconds must be 0 or more, got {args.refresh_seconds:g}")
+    if args.transport == "stdio" and args.step_up:
+        return fail("--step-up is for --transport http only: the 403 challenge is an HTTP answer")
+    if not 0 <= args.refresh_seconds < math.inf:  # NaN fails this too
+        return fail(f"--refresh-seconds must be a finite number, 0 or more, got "
+                    f"{args.refresh_seconds:g}")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     guard = Guard(load_policy(args.policy))
@@ -66,14 +70,32 @@ def run_serve(args: argparse.Namespace) -> int:
         fixed = _stdio_credentials(args)
         options["credentials"] = lambda _request: fixed
     server = build_server(guard, **options)
+    sock = _listen(args.host, args.port) if args.transport == "http" else None
     try:
-        anyio.run(_serve, server, args)
+        anyio.run(_serve, server, args, sock)
     except KeyboardInterrupt:
         return 0
+    finally:
+        if sock is not None:
+            sock.close()
     return 0
 
 
-async def _serve(server: Any, args: argparse.Namespace) -> None:
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket, before anything is announced: early clients queue instead of failing."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise PreconditionsError(f"--host/--port: cannot listen on {host}:{port}: "
+                                 f"{exc.strerror or exc}") from None
+    return sock
+
+
+async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None) -> None:
     """Serve until the transport ends. With --refresh-seconds, hot-reload the policy file and
     re-check connected sessions, so reloads and live-fact changes reach them as list_changed."""
     preconditions = server.preconditions
@@ -83,15 +105,15 @@ async def _serve(server: Any, args: argparse.Namespace) -> None:
         if args.refresh_seconds > 0:
             reloader.start()
             tg.start_soon(preconditions.watch, args.refresh_seconds)
-        if args.transport == "stdio":
+        if sock is None:
             await server.run_stdio_async()
         else:
-            await _serve_http(server, args)
+            await _serve_http(server, args, sock)
         reloader.stop()
         tg.cancel_scope.cancel()
 
 
-async def _serve_http(server: Any, args: argparse.Namespace) -> None:
+async def _serve_http(server: Any, args: argparse.Namespace, sock: socket.socket) -> None:
     import uvicorn
 
     from ..integrations.step_up import InsufficientScopeChallenge
@@ -99,14 +121,6 @@ async def _serve_http(server: Any, args: argparse.Namespace) -> None:
     app: Any = server.streamable_http_app(host=args.host)
     if args.step_up:
         app = InsufficientScopeChallenge(app, server.preconditions)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as exc:
-        sock.close()
-        raise PreconditionsError(f"--host/--port: cannot listen on {args.host}:{args.port}: "
-                                 f"{exc.strerror or exc}") from None
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"{PROG}: serving {server.name} on http://{shown}:{port}/mcp "
@@ -158,8 +172,7 @@ async def _demo(errlog: TextIO) -> None:
 
 async def _demo_steps(client: Any) -> None:
     tools = await client.list_tools()
-    _section(1, "tools/list with execution.requirements (read from the _meta mirror: the SDK's "
-                "typed models drop the field)")
+    _section(1, "tools/list with execution.requirements (as the client reads them: the _meta mirror)")
     width = max(len(str(t["name"])) for t in tools.tools) + 5
     for tool in tools.tools:
         reqs = ", ".join(_requirements(tools, tool)) or "(none)"

@@ -1,0 +1,104 @@
+"""Connected sessions whose tool list may change, and how to tell them (`notifications/tools/list_changed`).
+
+Handshake-era (2025-11-25) connections get the notification on their standalone channel. At
+2026-07-28 change notifications travel only on `subscriptions/listen` streams, so a listen stream is
+the session there, and `TargetedBus` delivers to the streams of one subscriber only.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+
+import anyio.lowlevel
+from mcp.server.subscriptions import ServerEvent
+
+from ..principal import Credentials
+
+log = logging.getLogger(__name__)
+_UNKNOWN = object()  # the view of a session whose view could not be computed
+
+# The listen stream being opened in this task: set by the guard's middleware around the SDK's
+# ListenHandler, read by TargetedBus.subscribe (both run in the request's task).
+LISTENER: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "mcp_preconditions_listener", default=None)
+
+
+class TargetedBus:
+    """An in-process `SubscriptionBus` (mcp.server.subscriptions) that can also publish to the
+    listen streams of one subscriber, so a change for one principal is not broadcast to all."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[object, tuple[object | None, Callable[[ServerEvent], None]]] = {}
+
+    async def publish(self, event: ServerEvent) -> None:
+        self._deliver(None, event)
+        await anyio.lowlevel.checkpoint()
+
+    async def publish_to(self, subscriber: object, event: ServerEvent) -> None:
+        self._deliver(subscriber, event)
+        await anyio.lowlevel.checkpoint()
+
+    def _deliver(self, subscriber: object | None, event: ServerEvent) -> None:
+        for owner, listener in list(self._listeners.values()):
+            if subscriber is not None and owner is not subscriber:
+                continue
+            try:
+                listener(event)
+            except Exception:  # one broken listener must not starve the others
+                log.exception("subscription listener raised; continuing")
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        token = object()
+        self._listeners[token] = (LISTENER.get(), listener)
+
+        def unsubscribe() -> None:
+            self._listeners.pop(token, None)
+
+        return unsubscribe
+
+
+@dataclass(eq=False)
+class Watch:
+    """One connected session: the credentials it last used, the tool view it last saw, and how to
+    notify it."""
+
+    credentials: Credentials
+    view: Hashable
+    notify: Callable[[], Awaitable[None]]
+
+
+class Watches:
+    """The watched sessions, keyed by connection (or listen stream)."""
+
+    def __init__(self) -> None:
+        self._items: dict[object, Watch] = {}
+
+    def put(self, key: object, watch: Watch) -> None:
+        self._items[key] = watch
+
+    def get(self, key: object) -> Watch | None:
+        return self._items.get(key)
+
+    def drop(self, key: object) -> None:
+        self._items.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def refresh(self, view: Callable[[Credentials], Awaitable[Hashable]]) -> int:
+        """Recompute each session's view; notify those whose view changed. Returns how many."""
+        sent = 0
+        for watch in list(self._items.values()):
+            try:
+                current = await view(watch.credentials)
+            except Exception:  # fail safe: a session we cannot evaluate is told (once) to re-list
+                log.exception("could not recompute a session's tool view")
+                current = _UNKNOWN
+            if current != watch.view:
+                watch.view = current
+                await watch.notify()
+                sent += 1
+        return sent

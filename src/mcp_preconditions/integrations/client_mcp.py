@@ -1,0 +1,121 @@
+"""The filtering client: wraps an `mcp.Client`, a `ClientSession` or a fastmcp `Client`.
+
+`list_tools` returns every tool with its requirements (read from `execution.requirements`, else the
+`_meta` mirror, which survives the SDKs' typed models) and the strict SEP-2487 filter applied in the
+chosen mode; `call_tool` learns the unmet requirements of a denied call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams
+
+from ..client import FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
+from ..wire import raw_requirements
+from ._calls import DENIAL_CODE, STEP_UP_META_KEY
+
+__all__ = ["RequirementsClient", "ToolList", "denial_of", "missing_scopes_of"]
+
+_MAX_PAGES = 100  # a server that paginates forever cannot hang list_tools
+
+
+@dataclass(frozen=True, slots=True)
+class ToolList:
+    """One `tools/list` as the client sees it: `tools` (every tool, wire form, server order) and
+    `filtered` (the strict verdicts and what the mode keeps)."""
+
+    tools: tuple[dict[str, Any], ...]
+    filtered: FilterResult
+
+    @property
+    def kept(self) -> list[dict[str, Any]]:
+        """The tools to present, in presentation order."""
+        return list(self.filtered.kept)
+
+    @property
+    def names(self) -> list[str]:
+        return [str(t.get("name")) for t in self.filtered.kept]
+
+    @property
+    def verdicts(self) -> dict[str, ToolVerdict]:
+        return {v.name: v for v in self.filtered.verdicts}
+
+    def requirements(self, name: str) -> Any:
+        """The raw requirements of tool `name` as found on the wire (None when absent)."""
+        for tool in self.tools:
+            if tool.get("name") == name:
+                return raw_requirements(tool)
+        return None
+
+
+def denial_of(result: CallToolResult) -> dict[str, Any] | None:
+    """The SPEC §3 denial payload of a result, or None when it is not an `unmet_requirements` denial."""
+    content = result.structured_content
+    if result.is_error and isinstance(content, dict) and content.get("error") == "unmet_requirements":
+        return content
+    return None
+
+
+def missing_scopes_of(result: CallToolResult) -> list[str]:
+    """The scopes a step-up should ask for, from a denial's `_meta` hint (empty when none)."""
+    hint = (result.meta or {}).get(STEP_UP_META_KEY)
+    scope = hint.get("scope") if isinstance(hint, Mapping) else None
+    return scope.split(" ") if isinstance(scope, str) and scope else []
+
+
+class RequirementsClient:
+    """Strict client-side handling of SEP-2487 requirements over a connected MCP client."""
+
+    def __init__(self, client: Any, knowledge: Knowledge | None = None,
+                 mode: FilterMode | str = FilterMode.HIDE) -> None:
+        self.client = client
+        self.knowledge = knowledge if knowledge is not None else Knowledge()
+        self.mode = FilterMode(mode)
+
+    async def list_tools(self, mode: FilterMode | str | None = None) -> ToolList:
+        """Every page of `tools/list`, with requirements, filtered in `mode` (default: the client's)."""
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            page = await self._list_page(cursor)
+            tools += [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return ToolList(tuple(tools), filter_tools(tools, self.knowledge, mode or self.mode))
+
+    async def _list_page(self, cursor: str | None) -> ListToolsResult:
+        if hasattr(self.client, "list_tools_mcp"):  # fastmcp.Client
+            result: ListToolsResult = await self.client.list_tools_mcp(cursor=cursor)
+        elif isinstance(self.client, ClientSession):
+            result = await self.client.list_tools(params=PaginatedRequestParams(cursor=cursor))
+        else:  # mcp.Client
+            result = await self.client.list_tools(cursor=cursor)
+        return result
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> CallToolResult:
+        """Call a tool; a denial (isError result or JSON-RPC error) teaches the knowledge its unmet
+        requirements, then is returned (or re-raised) unchanged."""
+        args = dict(arguments or {})
+        try:
+            if hasattr(self.client, "call_tool_mcp"):  # fastmcp.Client: the raw result, no raise
+                result: CallToolResult = await self.client.call_tool_mcp(name, args)
+            else:
+                result = await self.client.call_tool(name, args)
+        except MCPError as exc:
+            if exc.code == DENIAL_CODE:
+                self.knowledge.learn_denial(exc.data)
+            raise
+        payload = denial_of(result)
+        if payload is not None:
+            self.knowledge.learn_denial(payload)
+        return result
+
+    def learned(self) -> Sequence[str]:
+        """The requirements currently learned unsatisfiable from this server's denials."""
+        return sorted(self.knowledge.learned())

@@ -1,0 +1,156 @@
+"""The `mcp` SDK adapter (extra `mcp`): a guarded `MCPServer`, and `guard_server` for a lowlevel `Server`.
+
+    server = GuardedMCPServer("mission-control", guard=Guard(load_policy("policy.toml")))
+
+    @server.tool(requirements=["auth:oauth2", "env:production"])   # or stack @requires(...)
+    def launch_rocket(vehicle: str) -> str: ...
+
+A bad requirement raises RequirementError at registration, naming the tool and the requirement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from mcp.server.context import HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension
+from mcp.server.lowlevel.server import Server
+from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import ListenHandler
+from mcp_types import CallToolRequestParams, Icon, SubscriptionsListenRequestParams, ToolAnnotations
+
+from ..guard import Guard
+from ..requirements import merge
+from ..wire import META_KEY
+from ._calls import DENIAL_CODE, STEP_UP_META_KEY
+from ._server import REQUIREMENTS_ATTR, CredentialsHook, DenialMode, Preconditions, requirements_of
+from ._sessions import TargetedBus
+
+__all__ = ["DENIAL_CODE", "EXTENSION_ID", "STEP_UP_META_KEY", "GuardedMCPServer", "Preconditions",
+           "PreconditionsExtension", "guard_server", "requirements_of", "requires"]
+
+EXTENSION_ID = "io.github.mcp-preconditions/requirements"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def requires(*requirements: str) -> Callable[[F], F]:
+    """Attach SEP-2487 requirements to a tool function; stack it under `@server.tool()`.
+    Several `@requires` add up, top to bottom."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, REQUIREMENTS_ATTR, (*requirements, *getattr(fn, REQUIREMENTS_ATTR, ())))
+        return fn
+
+    return mark
+
+
+class PreconditionsExtension(Extension):
+    """The SEP-2133 extension that runs the guard before every tool handler of an `MCPServer`."""
+
+    identifier = EXTENSION_ID
+
+    def __init__(self, preconditions: Preconditions) -> None:
+        self.preconditions = preconditions
+
+    def settings(self) -> dict[str, Any]:
+        # Tells clients where the requirements are mirrored when their typed models drop the field.
+        return {"metaKey": META_KEY}
+
+    async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
+                                  call_next: Callable[[ServerRequestContext[Any, Any]], Any]
+                                  ) -> HandlerResult:
+        result: HandlerResult = await self.preconditions.call(ctx.request, params.name, params.arguments,
+                                                              lambda: call_next(ctx))
+        return result
+
+
+class GuardedMCPServer(MCPServer[Any]):
+    """An `MCPServer` whose tools are guarded: requirements in one line per tool, enforced before
+    the handler, on the `tools/list` wire for every protocol version, list_changed when they move.
+
+    Keyword options of `Preconditions` (`list_filtering`, `denial`, `credentials`,
+    `notify_list_changed`) pass through; everything else goes to `MCPServer`.
+    """
+
+    def __init__(self, name: str | None = None, *, guard: Guard,
+                 list_filtering: bool | None = None, denial: DenialMode | None = None,
+                 credentials: CredentialsHook | None = None, notify_list_changed: bool = True,
+                 **kwargs: Any) -> None:
+        bus = kwargs.get("subscriptions")
+        self.preconditions = Preconditions(
+            guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
+            notify_list_changed=notify_list_changed,
+            bus=bus if isinstance(bus, TargetedBus) else None)
+        if bus is None:
+            kwargs["subscriptions"] = self.preconditions.bus
+        kwargs["extensions"] = [*kwargs.get("extensions", ()), PreconditionsExtension(self.preconditions)]
+        super().__init__(name, **kwargs)
+        self.middleware.append(self.preconditions)
+
+    @property
+    def guard(self) -> Guard:
+        return self.preconditions.guard
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, title: str | None = None,
+                 description: str | None = None, annotations: ToolAnnotations | None = None,
+                 icons: list[Icon] | None = None, meta: dict[str, Any] | None = None,
+                 structured_output: bool | None = None, *,
+                 requirements: Sequence[str] | None = None) -> None:
+        """`MCPServer.add_tool` plus `requirements` (merged with any `@requires` on `fn`).
+        Validated before the tool is registered: a bad one raises RequirementError."""
+        reqs = merge(requirements or (), requirements_of(fn))
+        tool_name = name or fn.__name__
+        if reqs or tool_name in self.guard.tool_names():
+            self.preconditions.add_tool(tool_name, reqs)
+        super().add_tool(fn, name=name, title=title, description=description, annotations=annotations,
+                         icons=icons, meta=meta, structured_output=structured_output)
+
+    def tool(self, name: str | None = None, title: str | None = None, description: str | None = None,
+             annotations: ToolAnnotations | None = None, icons: list[Icon] | None = None,
+             meta: dict[str, Any] | None = None, structured_output: bool | None = None, *,
+             requirements: Sequence[str] | None = None) -> Callable[[F], F]:
+        """`@server.tool(...)` plus `requirements=[...]`."""
+        if callable(name):
+            raise TypeError("The @tool decorator was used incorrectly. Did you forget to call it? "
+                            "Use @tool() instead of @tool")
+
+        def decorator(fn: F) -> F:
+            self.add_tool(fn, name=name, title=title, description=description, annotations=annotations,
+                          icons=icons, meta=meta, structured_output=structured_output,
+                          requirements=requirements)
+            return fn
+
+        return decorator
+
+
+def guard_server(server: Server[Any], guard: Guard, *,
+                 requirements: Mapping[str, Sequence[str]] | None = None,
+                 list_filtering: bool | None = None, denial: DenialMode | None = None,
+                 credentials: CredentialsHook | None = None,
+                 notify_list_changed: bool = True) -> Preconditions:
+    """Guard a lowlevel `Server` in place: wrap its `tools/call` handler, add the `tools/list`
+    middleware, and serve `subscriptions/listen` (2026-07-28 list_changed) if it does not yet.
+
+    `requirements` maps tool names to their own requirements (validated now). Call this after
+    the server is constructed with its handlers."""
+    pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
+                        notify_list_changed=notify_list_changed)
+    for tool_name, reqs in (requirements or {}).items():
+        pre.add_tool(tool_name, reqs)
+    entry = server.get_request_handler("tools/call")
+    if entry is not None:
+        handler = entry.handler
+
+        async def guarded(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+                          ) -> HandlerResult:
+            result: HandlerResult = await pre.call(ctx.request, params.name, params.arguments,
+                                                   lambda: handler(ctx, params))
+            return result
+
+        server.add_request_handler("tools/call", CallToolRequestParams, guarded)
+    server.middleware.append(pre)
+    if notify_list_changed and server.get_request_handler("subscriptions/listen") is None:
+        server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams,
+                                   ListenHandler(pre.bus))
+    return pre

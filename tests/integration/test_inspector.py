@@ -1,0 +1,106 @@
+"""A third party's view of the wire: the MCP Inspector CLI (npm @modelcontextprotocol/inspector 2.12.0)
+runs `tools/list` and `tools/call` against `serve`, over streamable HTTP with a real bearer token and
+over stdio, in both protocol eras.
+
+The Inspector's typed models drop `execution.requirements` (to `{}` at 2025-11-25, entirely at
+2026-07-28); the `_meta` mirror is what it shows, which is why SPEC §1 asks for the mirror.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.mcp_servers import MISSION_POLICY, ROOT, ServeProcess, server_env
+from tests.fixtures.oidc import OidcServer
+
+pytestmark = pytest.mark.integration
+
+INSPECTOR = ROOT / "node_modules" / ".bin" / "mcp-inspector"
+SERVE = Path(sys.executable).parent / "mcp-preconditions"
+ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
+EXPECTED = {t["name"]: t.get("execution", {}).get("requirements") for t in json.loads(
+    (ROOT / "examples" / "mission-control-tools.json").read_text(encoding="utf-8"))["tools"]}
+META_KEY = "io.github.mcp-preconditions/requirements"
+
+
+def inspector(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    """Run the Inspector CLI; (exit code, its JSON output)."""
+    if not INSPECTOR.exists():
+        pytest.fail(f"the MCP Inspector CLI is missing ({INSPECTOR}): run `npm ci` in {ROOT}",
+                    pytrace=False)
+    env = server_env(MCP_CATALOG_PATH=str(tmp_path / "catalog.json"),
+                     MCP_CLIENT_CONFIG_PATH=str(tmp_path / "client.json"))
+    done = subprocess.run([str(INSPECTOR), "--cli", "--format", "json", *args], cwd=ROOT, env=env,
+                          capture_output=True, timeout=120, check=False)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except ValueError:
+        pytest.fail(f"Inspector printed no JSON (exit {done.returncode}):\n{done.stdout!r}\n"
+                    f"{done.stderr.decode(errors='replace')}", pytrace=False)
+
+
+def check_listing(result: dict[str, Any], era: str) -> None:
+    tools = result["result"]["tools"]
+    assert [t["name"] for t in tools] == list(EXPECTED)
+    for tool in tools:
+        requirements = EXPECTED[tool["name"]]
+        if requirements is None:
+            assert "_meta" not in tool and "execution" not in tool
+            continue
+        assert tool["_meta"][META_KEY] == requirements
+        # What the Inspector shows of the wire field: its typed model drops `requirements`.
+        if era == "legacy":
+            assert tool["execution"] == {}
+        else:
+            assert "execution" not in tool
+
+
+@pytest.mark.parametrize("era", list(ERAS))
+def test_inspector_lists_and_calls_over_http_with_a_real_token(
+        mission_http: ServeProcess, oidc_server: OidcServer, tmp_path: Path, era: str) -> None:
+    auth = f"Authorization: Bearer {oidc_server.token()}"
+    code, listing = inspector(tmp_path, mission_http.url, "--protocol-era", era, "--header", auth,
+                              "--method", "tools/list")
+    assert code == 0
+    check_listing(listing, era)
+    code, launched = inspector(tmp_path, mission_http.url, "--protocol-era", era, "--header", auth,
+                               "--method", "tools/call", "--tool-name", "launch_rocket",
+                               "--tool-arg", "vehicle=Electron")
+    assert code == 0
+    assert launched["result"]["isError"] is False
+    assert launched["result"]["content"] == [{"type": "text", "text": "Electron has cleared the tower."}]
+
+
+@pytest.mark.parametrize("era", list(ERAS))
+def test_inspector_sees_the_denial_of_an_anonymous_call(
+        mission_http: ServeProcess, tmp_path: Path, era: str) -> None:
+    code, denied = inspector(tmp_path, mission_http.url, "--protocol-era", era, "--method",
+                             "tools/call", "--tool-name", "launch_rocket", "--tool-arg", "vehicle=X")
+    assert code == 5  # the Inspector's exit code for a tool result with isError
+    assert denied["result"]["isError"] is True
+    assert denied["result"]["structuredContent"] == {
+        "error": "unmet_requirements", "tool": "launch_rocket",
+        "unmet": ["auth:oauth2", "auth:claim:role:mission_control", "capability:rocket.launch"],
+        "withheld": 0}
+    assert denied["result"]["content"][0]["text"] == (
+        "Tool 'launch_rocket' was not run: unmet requirements: auth:oauth2, "
+        "auth:claim:role:mission_control, capability:rocket.launch.")
+
+
+@pytest.mark.parametrize("era", list(ERAS))
+def test_inspector_over_stdio(tmp_path: Path, era: str) -> None:
+    target = [str(SERVE), "serve", "--policy", str(MISSION_POLICY), "--refresh-seconds", "0"]
+    code, listing = inspector(tmp_path, "--protocol-era", era, "--method", "tools/list", *target)
+    assert code == 0
+    check_listing(listing, era)
+    code, weather = inspector(tmp_path, "--protocol-era", era, "--method", "tools/call",
+                              "--tool-name", "get_weather", *target)
+    assert code == 0
+    assert weather["result"]["content"] == [{"type": "text",
+                                             "text": "Clear skies, wind 5 kn from the west."}]

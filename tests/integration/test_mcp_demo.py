@@ -1,0 +1,57 @@
+"""`mcp-preconditions demo` end to end (a real stdio server process and a real MCP client), and the
+example server staying true to its sources: examples/mission-control-tools.json and the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from mcp import Client
+
+from mcp_preconditions.examples_server import build_server, default_policy
+from mcp_preconditions.guard import Guard
+from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools, server_env
+
+pytestmark = pytest.mark.integration
+
+SOURCE_TOOLS = json.loads((ROOT / "examples" / "mission-control-tools.json").read_text("utf-8"))["tools"]
+
+
+def test_demo_shows_listing_verdicts_an_allowed_and_a_denied_call() -> None:
+    done = subprocess.run([*CLI, "demo"], cwd=ROOT, env=server_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "1. tools/list with execution.requirements" in out
+    assert ("   launch_rocket         auth:oauth2, auth:claim:role:mission_control, "
+            "capability:rocket.launch,\n                         env:production, state:weather.clear, "
+            "feature:launch_window.open\n") in out
+    assert "   get_weather           (none)\n" in out
+    assert ("   stream_telemetry_v2   WILL FAIL  unsatisfiable: feature:telemetry.v2  -> hidden\n"
+            in out)
+    assert "   -> Falcon 9 has cleared the tower.\n" in out
+    assert ('      structuredContent: {"error": "unmet_requirements", "tool": "fuel_status", '
+            '"unmet": ["state:range.safety_officer_on_duty"], "withheld": 0}\n') in out
+    assert ("   fuel_status           WILL FAIL  unsatisfiable: state:range.safety_officer_on_duty"
+            "  -> hidden\n") in out
+    assert out.rstrip().endswith("shown to the model: 5 of 7 tools")
+    assert done.stderr == ""
+
+
+async def test_the_example_server_matches_examples_mission_control_tools() -> None:
+    async with Client(build_server(Guard(default_policy())), mode="legacy") as client:
+        served = await raw_tools(client.session)
+    assert [t["name"] for t in served] == [t["name"] for t in SOURCE_TOOLS]
+    for tool, source in zip(served, SOURCE_TOOLS, strict=True):
+        assert tool["description"] == source["description"]
+        assert tool.get("execution") == source.get("execution")
+        assert list(tool["inputSchema"]["properties"]) == list(source["inputSchema"]["properties"])
+        assert tool["inputSchema"].get("required", []) == source["inputSchema"].get("required", [])
+
+
+def test_the_embedded_policy_is_policies_mission_control() -> None:
+    embedded = ROOT / "src" / "mcp_preconditions" / "data" / "mission-control.toml"
+    assert embedded.read_bytes() == (ROOT / "policies" / "mission-control.toml").read_bytes()
+    assert default_policy().source == "(embedded) mission-control.toml"

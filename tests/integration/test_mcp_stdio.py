@@ -1,0 +1,162 @@
+"""`mcp-preconditions serve --transport stdio` as a subprocess, driven by the MCP SDK's client on both
+protocol versions; the caller comes from --claims or a real token in $MCP_PRECONDITIONS_TOKEN.
+Bad `serve` input exits 2 with a message naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from mcp_preconditions.cli import main
+from mcp_preconditions.examples_server import LAUNCH_REQUIREMENTS
+from mcp_preconditions.resolvers.base import load_entry_point_resolvers
+from mcp_preconditions.wire import META_KEY
+from tests.fixtures.mcp_servers import (
+    CLI,
+    MISSION_POLICY,
+    MODES,
+    ROOT,
+    VERSIONS,
+    oidc_policy,
+    raw_tools,
+    server_env,
+)
+from tests.fixtures.oidc import OidcServer
+
+pytestmark = pytest.mark.integration
+
+CLAIMS = ROOT / "examples" / "claims" / "mission-control.json"
+
+
+@asynccontextmanager
+async def stdio(policy: Path, *args: str, version: str = "2025-11-25",
+                env: dict[str, str] | None = None) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=CLI[0], args=[*CLI[1:], "serve", "--policy", str(policy),
+                                                         "--transport", "stdio", *args],
+                                   env=env or server_env(), cwd=ROOT)
+    async with Client(params, mode=MODES[version]) as client:
+        assert client.protocol_version == version
+        yield client
+
+
+def text_of(result: Any) -> str:
+    return " ".join(c.text for c in result.content)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_stdio_serve_puts_requirements_on_the_wire_and_guards_calls(version: str) -> None:
+    async with stdio(MISSION_POLICY, version=version) as client:
+        wire = {t["name"]: t for t in await raw_tools(client.session)}
+        weather = await client.call_tool("get_weather", {})
+        denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
+    assert list(wire) == ["launch_rocket", "abort_launch", "read_telemetry", "schedule_maintenance",
+                          "stream_telemetry_v2", "fuel_status", "get_weather"]
+    assert wire["launch_rocket"]["execution"]["requirements"] == list(LAUNCH_REQUIREMENTS)
+    assert wire["launch_rocket"]["_meta"][META_KEY] == list(LAUNCH_REQUIREMENTS)
+    assert "execution" not in wire["get_weather"] and "_meta" not in wire["get_weather"]
+    assert weather.is_error is False
+    assert denied.structured_content == {
+        "error": "unmet_requirements", "tool": "launch_rocket",
+        "unmet": ["auth:oauth2", "auth:claim:role:mission_control", "capability:rocket.launch"],
+        "withheld": 0}
+
+
+async def test_stdio_caller_from_claims() -> None:
+    async with stdio(MISSION_POLICY, "--claims", str(CLAIMS)) as client:
+        launched = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
+        maintenance = await client.call_tool("schedule_maintenance", {"day": "Tuesday"})
+    assert text_of(launched) == "Falcon 9 has cleared the tower."
+    assert maintenance.structured_content is not None
+    assert maintenance.structured_content["unmet"] == ["env:staging"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_stdio_caller_from_a_verified_token_in_the_environment(
+        oidc_server: OidcServer, tmp_path: Path, version: str) -> None:
+    policy = oidc_policy(tmp_path, oidc_server)
+    env = server_env(MCP_PRECONDITIONS_TOKEN=oidc_server.token())
+    async with stdio(policy, version=version, env=env) as client:
+        launched = await client.call_tool("launch_rocket", {"vehicle": "Soyuz"})
+    assert text_of(launched) == "Soyuz has cleared the tower."
+    env = server_env(MCP_PRECONDITIONS_TOKEN="not-a-jwt")
+    async with stdio(policy, version=version, env=env) as client:
+        denied = await client.call_tool("launch_rocket", {"vehicle": "Soyuz"})
+    assert denied.structured_content is not None
+    assert denied.structured_content["unmet"][0] == "auth:oauth2"
+
+
+# --- bad input ------------------------------------------------------------------------------------
+def test_serve_refuses_claims_over_http(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["serve", "--policy", str(MISSION_POLICY), "--transport", "http",
+                 "--claims", str(CLAIMS)])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "mcp-preconditions: error: --claims is for --transport stdio only; over HTTP each call's "
+        "bearer token decides who is calling\n")
+
+
+def test_serve_refuses_step_up_over_stdio(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--policy", str(MISSION_POLICY), "--step-up"]) == 2
+    assert capsys.readouterr().err == ("mcp-preconditions: error: --step-up is for --transport http "
+                                       "only: the 403 challenge is an HTTP answer\n")
+
+
+@pytest.mark.parametrize(("value", "shown"), [("-1", "-1"), ("nan", "nan"), ("inf", "inf")])
+def test_serve_refuses_a_bad_refresh(value: str, shown: str,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--policy", str(MISSION_POLICY), "--refresh-seconds", value]) == 2
+    assert capsys.readouterr().err == (
+        f"mcp-preconditions: error: --refresh-seconds must be a finite number, 0 or more, got "
+        f"{shown}\n")
+
+
+def test_serve_refuses_a_policy_with_a_bad_requirement(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "bad.toml"
+    policy.write_text('[tools.launch_rocket]\nrequirements = ["env"]\n', encoding="utf-8")
+    assert main(["serve", "--policy", str(policy)]) == 2
+    namespaces = ["auth", "capability", "env", "feature", "state",
+                  *(r.namespace for r in load_entry_point_resolvers())]  # serve loads plugins too
+    known = ", ".join(f"'{n}'" for n in namespaces)
+    assert capsys.readouterr().err == (
+        "mcp-preconditions: error: tool 'launch_rocket': requirement 'env' has no namespace "
+        f"(expected NAMESPACE:..., known namespaces: {known})\n")
+
+
+def test_serve_refuses_a_missing_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.toml"
+    assert main(["serve", "--policy", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"mcp-preconditions: error: {missing}: invalid policy (1 problem(s)):\n"
+        "  (file): cannot read: No such file or directory\n")
+
+
+def test_serve_refuses_bad_claims(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    claims = tmp_path / "claims.json"
+    claims.write_text(json.dumps(["alice"]), encoding="utf-8")
+    assert main(["serve", "--policy", str(MISSION_POLICY), "--claims", str(claims)]) == 2
+    assert capsys.readouterr().err == (
+        f"mcp-preconditions: error: {claims}: expected a JSON object of claims, got array\n")
+
+
+def test_serve_refuses_a_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--policy", str(MISSION_POLICY), "--transport", "http",
+                     "--port", str(port), "--refresh-seconds", "0"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"mcp-preconditions: error: --host/--port: cannot listen on 127.0.0.1:{port}: "
+        "Address already in use\n")
