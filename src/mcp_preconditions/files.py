@@ -31,6 +31,17 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Refuse duplicate keys: the later value would silently replace the earlier one (a second
+    `"execution": {}` would erase a tool's requirements)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {json.dumps(key, ensure_ascii=False)} in one object")
+        out[key] = value
+    return out
+
+
 def read_json(path: str | Path) -> Any:
     """The parsed contents of a JSON file (UTF-8, an optional byte-order mark is ignored)."""
     try:
@@ -42,7 +53,7 @@ def read_json(path: str | Path) -> Any:
     except UnicodeDecodeError as exc:
         raise ToolsFileError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ToolsFileError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
                              f"{exc.msg}") from None

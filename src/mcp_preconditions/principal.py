@@ -5,6 +5,7 @@ Token verification (auth/) produces a Principal; the guard and resolvers only ev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -25,6 +26,17 @@ def scopes_from_claims(claims: Mapping[str, Any]) -> frozenset[str]:
     elif isinstance(scp, str):
         found.update(s for s in scp.split(" ") if s)
     return frozenset(found)
+
+
+def _finite_number(value: Any) -> float | None:
+    """A NumericDate as a float; None for anything else (incl. integers too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +60,7 @@ class Principal:
     def from_claims(cls, claims: Mapping[str, Any], kind: TokenKind = "claims",
                     scopes: frozenset[str] | None = None) -> Principal:
         frozen = MappingProxyType(dict(claims))
-        exp = claims.get("exp")
-        expires = float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+        expires = _finite_number(claims.get("exp"))
         return cls(frozen, scopes if scopes is not None else scopes_from_claims(claims), kind, expires)
 
 
@@ -57,7 +68,7 @@ class Principal:
 class Credentials:
     """What a call carried: a raw bearer token, an already-verified principal, or nothing."""
 
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # never shown in a repr or a log
     principal: Principal | None = None
 
     @property

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from .wire import MalformedExecution
+
 Severity = Literal["error", "warning"]
 
 
@@ -67,6 +69,9 @@ def check_shape(tool: str, raw: Any) -> tuple[list[str], list[Finding]]:
     """Split a raw `requirements` value into the usable strings and shape errors."""
     if raw is None:
         return [], []
+    if isinstance(raw, MalformedExecution):
+        return [], [Finding("error", tool, "execution must be an object holding 'requirements', got "
+                                           f"{raw.found}")]
     if not isinstance(raw, list):
         return [], [Finding("error", tool, f"requirements must be a list of strings, got "
                                            f"{type(raw).__name__}")]

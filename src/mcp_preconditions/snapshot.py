@@ -16,7 +16,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from .errors import RequirementError
 from .outcomes import Outcome, Status
@@ -104,6 +104,11 @@ class Snapshot:
     # -- compile ---------------------------------------------------------------------------------
     def _check_grants(self, strict: bool) -> None:
         for i, grant in enumerate(self.source.policy.capabilities.grants):
+            if not grant.when:
+                self.findings.append(Finding(
+                    "warning", f"(policy capabilities.grants[{i}])",
+                    f"grant of {', '.join(grant.capabilities)} has no 'when' conditions: it applies to "
+                    "every caller, anonymous ones included", None, self.source.source))
             for req in grant.when:
                 problem = self.registry.check_form(req)
                 self._check(req)
@@ -239,7 +244,7 @@ def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
     steps = tuple(fast)
 
     def plan(identity: Identity) -> tuple[tuple[Outcome, ...], bool] | None:
-        outcomes = template.copy()
+        outcomes: list[Any] = template.copy()  # no cast() here: it costs a call per decision
         allowed = static_ok
         try:
             for i, check in steps:
@@ -251,5 +256,5 @@ def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
                 outcomes[i] = outcome
         except Exception:  # the full evaluation decides, turning the failure into an `error` outcome
             return None
-        return cast(tuple[Outcome, ...], tuple(outcomes)), allowed
+        return tuple(outcomes), allowed
     return plan

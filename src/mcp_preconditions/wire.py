@@ -5,10 +5,18 @@ mirrored under one `_meta` key for clients whose typed models drop unknown field
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 META_KEY = "io.github.mcp-preconditions/requirements"
 _ABSENT = object()
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedExecution:
+    """A tool's `execution` that is present but not an object: never read as "no requirements"."""
+
+    found: str  # the JSON type that was there instead
 
 
 def raw_requirements(tool: Mapping[str, Any]) -> Any:
@@ -16,6 +24,8 @@ def raw_requirements(tool: Mapping[str, Any]) -> Any:
 
     The value is returned as found (it may be garbage); callers validate it."""
     execution = tool.get("execution")
+    if execution is not None and not isinstance(execution, Mapping):
+        return MalformedExecution(type(execution).__name__)
     if isinstance(execution, Mapping):
         value = execution.get("requirements", _ABSENT)
         if value is not _ABSENT:

@@ -37,8 +37,8 @@ def test_claim_rules_alone_need_no_verifier() -> None:
     {"issuer": ISSUER, "audience": AUDIENCE, "jwks_uri": "https://issuer.test/jwks"},
     {"issuer": ISSUER, "audience": AUDIENCE, "discovery": True},
     {"issuer": ISSUER, "audience": AUDIENCE, "keys": [RSA.public_jwk()]},
-    {"introspection": {"endpoint": "https://issuer.test/introspect", "client_id_env": "A",
-                       "client_secret_env": "B"}},
+    {"audience": AUDIENCE, "introspection": {"endpoint": "https://issuer.test/introspect",
+                                             "client_id_env": "A", "client_secret_env": "B"}},
 ])
 def test_verification_settings_give_a_token_authenticator(auth: dict[str, Any]) -> None:
     assert isinstance(build_authenticator(policy_with(auth)), TokenAuthenticator)
@@ -100,7 +100,7 @@ async def test_missing_introspection_credentials_warn_at_start_and_fail_closed_o
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TEST_INTROSPECT_ID", raising=False)
     monkeypatch.delenv("TEST_INTROSPECT_SECRET", raising=False)
-    auth = {"introspection": {"endpoint": "http://127.0.0.1:9/introspect",
+    auth = {"audience": AUDIENCE, "introspection": {"endpoint": "http://127.0.0.1:9/introspect",
                               "client_id_env": "TEST_INTROSPECT_ID",
                               "client_secret_env": "TEST_INTROSPECT_SECRET"}}
     with caplog.at_level(logging.WARNING, logger="mcp_preconditions.auth"):

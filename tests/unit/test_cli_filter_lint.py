@@ -144,14 +144,13 @@ def test_lint_lists_errors_and_warnings_by_file_and_tool(capsys: pytest.CaptureF
         "t.json: warning: tool 'typo': requirement 'env:production' is listed more than once",
         "t.json: warning: tool 'mirror': the _meta mirror 'io.github.mcp-preconditions/requirements' "
         "differs from execution.requirements (clients see different lists)",
-        "t.json: warning: tool 'odd': 'execution' must be an object, got string; requirements in it "
-        "are ignored",
+        "t.json: error: tool 'odd': execution must be an object holding 'requirements', got str",
         "t.json: error: tool 'garbage': requirement #1 must be a string, got int 7",
         "t.json: error: tool 'hinted': capabilityHints.tiers.small.inputSchema has property 'x' that "
         "the full inputSchema lacks",
         "t.json: error: tool 'hinted': capabilityHints.tiers.small.inputSchema does not require 'q', "
         "which the full inputSchema requires",
-        "4 error(s), 6 warning(s) in 6 tool(s)",
+        "5 error(s), 5 warning(s) in 6 tool(s)",
     ]
 
 

@@ -80,6 +80,11 @@ def settings_problems(auth: Auth) -> list[str]:
     elif auth.introspection is None:
         problems.append("auth: issuer is set but nothing verifies tokens: set jwks_uri, "
                         "discovery = true, keys or public_keys_pem, or [auth.introspection]")
+    if auth.introspection is not None and auth.audience is None:
+        # Without it, any active token of the authorization server would do, whatever it was
+        # issued for (token passthrough, confused deputy).
+        problems.append("auth.audience: required with auth.introspection (the token's 'aud' must "
+                        "name this server)")
     urls = {"auth.jwks_uri": auth.jwks_uri,
             "auth.issuer": auth.issuer if auth.discovery else None,
             "auth.introspection.endpoint": auth.introspection.endpoint if auth.introspection else None}

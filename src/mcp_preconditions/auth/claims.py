@@ -20,9 +20,15 @@ def number(claims: Mapping[str, Any], name: str) -> float | None:
     value = claims.get(name)
     if value is None and name not in claims:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise TokenError(f"token claim '{name}' is not a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise TokenError(f"token claim '{name}' is not a number") from None
+    if not math.isfinite(number):
+        raise TokenError(f"token claim '{name}' is not a number")
+    return number
 
 
 def check_times(claims: Mapping[str, Any], now: float, leeway: float) -> float | None:

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..files import json_type, read_tools
+from ..files import read_tools
 from ..guard import EMPTY_POLICY, Guard
 from ..policy import PolicySource, load_policy
 from ..requirements import Finding
@@ -32,10 +32,7 @@ def _tier_lint() -> TierLint | None:
 def _wire_findings(tool: dict[str, Any], source: str) -> list[Finding]:
     """Suspicious wire shapes the guard cannot see: it only reads the requirements value itself."""
     name: str = tool["name"]
-    execution = tool.get("execution")
-    if execution is not None and not isinstance(execution, dict):
-        return [Finding("warning", name, f"'execution' must be an object, got {json_type(execution)}; "
-                                         "requirements in it are ignored", None, source)]
+    execution = tool.get("execution")  # a non-object `execution` is a validation error already
     meta = tool.get("_meta")
     if isinstance(execution, dict) and "requirements" in execution and isinstance(meta, dict) \
             and META_KEY in meta and meta[META_KEY] != execution["requirements"]:

@@ -35,6 +35,8 @@ class Grant(Section):
     """`[[capabilities.grants]]`: these capabilities apply when every `when` requirement holds."""
 
     capabilities: list[NonEmpty] = Field(min_length=1)
+    # An empty `when` gives the capabilities to every caller, anonymous ones too: allowed, but the
+    # guard reports it as a lint warning at start-up.
     when: list[NonEmpty] = Field(default_factory=list)
 
     @field_validator("capabilities")
@@ -133,7 +135,7 @@ class Auth(Section):
     jwks_refetch_interval_seconds: Seconds = Field(
         default=10.0, description="minimum time between JWKS refetches triggered by an unknown kid")
     introspection: Introspection | None = None
-    claim_aliases: dict[NonEmpty, NonEmpty | list[NonEmpty]] = Field(
+    claim_aliases: dict[NonEmpty, NonEmpty | Annotated[list[NonEmpty], Field(min_length=1)]] = Field(
         default_factory=dict,
         description="alias -> claim name (string) or nested path (list of keys)")
     scope_implications: dict[NonEmpty, list[NonEmpty]] = Field(

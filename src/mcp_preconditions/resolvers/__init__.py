@@ -35,7 +35,7 @@ def import_callable(spec: str, where: str) -> StateCallable:
     module, _, attr = spec.partition(":")
     try:
         obj = getattr(importlib.import_module(module), attr) if attr else None
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # also ValueError/TypeError for ':fn' or '.relative:fn'
         raise RequirementError([f"{where}: cannot import {spec!r}: {exc}"]) from None
     if not callable(obj):
         raise RequirementError([f"{where}: {spec!r} is not a callable ('module:function')"])

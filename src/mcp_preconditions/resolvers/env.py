@@ -20,7 +20,9 @@ def environment_labels(policy_labels: Iterable[str], variable: str | None,
     spaces around the commas (list syntax); the labels themselves are then compared exactly."""
     env = os.environ if environ is None else environ
     if variable and variable in env:
-        return frozenset(item.strip() for item in env[variable].split(",") if item.strip())
+        # Only ASCII spaces and tabs around the commas are list syntax; any other character,
+        # NBSP and zero-width ones included, belongs to the label and is compared exactly.
+        return frozenset(item.strip(" \t") for item in env[variable].split(",") if item.strip(" \t"))
     return frozenset(policy_labels)
 
 
