@@ -20,10 +20,14 @@ from .outcomes import Verdict
 from .requirements import check_shape, namespace_of
 from .wire import raw_requirements
 
-__all__ = ["ClientResolver", "FilterMode", "FilterResult", "Knowledge", "ToolVerdict", "filter_tools",
-           "verdict_for"]
+__all__ = ["DENIAL_ERRORS_META_KEY", "ClientResolver", "FilterMode", "FilterResult", "Knowledge",
+           "ToolVerdict", "filter_tools", "verdict_for"]
 
 log = logging.getLogger(__name__)
+
+# The `_meta` key under which a denial lists the unmet requirements that ended as `error` (resolver
+# failed, backend down): the server could not decide them, so they are not learned unsatisfiable.
+DENIAL_ERRORS_META_KEY = "io.github.mcp-preconditions/errors"
 
 KnownState = Literal["satisfied", "unsatisfiable"]
 _KEYS = ("satisfied", "unsatisfiable")
@@ -137,17 +141,24 @@ class Knowledge:
         return {"satisfied": [r for r, s in self._declared.items() if s == _SAT],
                 "unsatisfiable": [r for r, s in self._declared.items() if s == _UNSAT]}
 
-    def learn_denial(self, payload: Any) -> tuple[str, ...]:
-        """Remember each string of a denial's `unmet` list as unsatisfiable, for the TTL.
+    def learn_denial(self, payload: Any, errors: Any = None) -> tuple[str, ...]:
+        """Remember each string of a denial's `unmet` list as unsatisfiable, for the TTL, except
+        those that ended as `error` on the server: they may hold next time (SPEC §6 soundness).
 
-        `payload` is the SPEC §3 structuredContent `{"error": "unmet_requirements", "tool", "unmet",
-        "withheld"}`. Returns the requirements learned. A malformed payload is ignored as a whole
-        and logged as a warning (see `denial_problem`); it never raises."""
+        `payload`: the SPEC §3 structuredContent (or a JSON-RPC denial's `data`, whose `_meta` may
+        list the `error` ones too); `errors`: the list under the result's `_meta` key
+        `DENIAL_ERRORS_META_KEY`. Returns the requirements learned. A malformed payload or errors
+        list is ignored as a whole and logged as a warning; it never raises."""
+        meta = payload.get("_meta") if isinstance(payload, Mapping) else None
+        found = (errors, meta.get(DENIAL_ERRORS_META_KEY) if isinstance(meta, Mapping) else None)
         problem = denial_problem(payload)
+        if problem is None and not all(v is None or _strings(v) for v in found):
+            problem = f"the {DENIAL_ERRORS_META_KEY!r} list must be a list of non-empty strings"
         if problem is not None:
             log.warning("ignored a server denial: %s", problem)
             return ()
-        learned = tuple(dict.fromkeys(payload["unmet"]))
+        skip = {r for value in found if value for r in value}
+        learned = tuple(r for r in dict.fromkeys(payload["unmet"]) if r not in skip)
         with self._lock:
             for req in learned:
                 self._learned[req] = True
@@ -183,6 +194,10 @@ def denial_problem(payload: Any) -> str | None:
         if not isinstance(item, str) or item == "":
             return f"'unmet[{i}]' must be a non-empty string, got {item!r}"
     return None
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(r, str) and r for r in value)
 
 
 class _View:

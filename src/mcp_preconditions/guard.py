@@ -8,21 +8,24 @@ compiles a new Snapshot and swaps the reference atomically.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from time import perf_counter_ns
 from typing import Any
 
 from .auth import Authenticator, build_authenticator
-from .decisions import DecisionRecorder, LoggingRecorder
+from .decision_sinks import build_recorder
+from .decisions import DecisionRecorder
 from .outcomes import Decision, Outcome, new_decision
 from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity
 from .requirements import Finding
 from .resolvers import LiveSources, Resolver
 from .resolvers.base import CallContext
-from .snapshot import CompiledTool, Snapshot
+from .snapshot import CompiledTool, Snapshot, being_cancelled
 
 _NO_IDENTITY = Identity(failure="not needed")
+_State = tuple[Snapshot, Authenticator]
 EMPTY_POLICY = parse_policy(b"", "(empty policy)")
 
 
@@ -46,10 +49,12 @@ class Guard:
         self._entry_points = entry_points
         self._strict = strict
         self._own_authenticator = authenticator is None
-        self.authenticator = authenticator or build_authenticator(source)
-        self.recorder = recorder if recorder is not None else LoggingRecorder(
-            source.policy.decision_log.logger)
-        self._snapshot = self._compile(source, self._tools)
+        self._lock = threading.Lock()  # guards the swap of (_state, _tools); never held to compile
+        self.recorder = recorder if recorder is not None else build_recorder(source)
+        # The snapshot and the authenticator built from the same policy travel together: a decision
+        # reads the pair once, so it never verifies under one policy and decides under another.
+        self._state: _State = (
+            self._compile(source, self._tools), authenticator or build_authenticator(source))
 
     def _compile(self, source: PolicySource, tools: Mapping[str, Any]) -> Snapshot:
         return Snapshot(source, tools, custom=self._custom, live=self._live,
@@ -57,8 +62,16 @@ class Guard:
 
     # -- introspection ---------------------------------------------------------------------------
     @property
+    def _snapshot(self) -> Snapshot:
+        return self._state[0]
+
+    @property
     def snapshot(self) -> Snapshot:
-        return self._snapshot
+        return self._state[0]
+
+    @property
+    def authenticator(self) -> Authenticator:
+        return self._state[1]
 
     @property
     def revision(self) -> str:
@@ -74,30 +87,53 @@ class Guard:
         compiled = self._snapshot.tools.get(tool)
         return compiled.requirements if compiled else ()
 
+    def own_requirements(self, tool: str) -> tuple[str, ...]:
+        """The requirements a tool declared in code (without the policy's), as registered."""
+        raw = self._tools.get(tool)
+        return tuple(r for r in raw if isinstance(r, str)) if isinstance(raw, list | tuple) else ()
+
     def tool_names(self) -> list[str]:
         return list(self._tools)
 
     # -- changes ---------------------------------------------------------------------------------
     def add_tool(self, name: str, requirements: Sequence[str] | None = None) -> None:
         """Register (or replace) a tool's own requirements; validates them now."""
-        tools = {**self._tools, name: list(requirements or [])}
-        self._snapshot = self._compile(self._snapshot.source, tools)
-        self._tools = tools
+        reqs = list(requirements or [])
+
+        def make(state: _State, tools: dict[str, Any]) -> tuple[_State, dict[str, Any]]:
+            new_tools = {**tools, name: reqs}
+            return (self._compile(state[0].source, new_tools), state[1]), new_tools
+        self._swap(make)
 
     def reload(self, source: PolicySource) -> None:
         """Compile `source` and swap it in atomically. On any error the old snapshot stays."""
-        snapshot = self._compile(source, self._tools)
-        if self._own_authenticator:
-            self.authenticator = build_authenticator(source)
-        self._snapshot = snapshot
+        def make(state: _State, tools: dict[str, Any]) -> tuple[_State, dict[str, Any]]:
+            authenticator = build_authenticator(source) if self._own_authenticator else state[1]
+            return (self._compile(source, tools), authenticator), tools
+        self._swap(make)
+
+    def _swap(self, make: Callable[[_State, dict[str, Any]], tuple[_State, dict[str, Any]]]) -> None:
+        """Compile outside the lock (it may take a while; the event loop must not wait on it), then
+        swap only if nothing changed meanwhile, else compile again: a reload never drops a tool
+        added concurrently, and an added tool never reverts a reload."""
+        while True:
+            state, tools = self._state, self._tools
+            new_state, new_tools = make(state, tools)
+            with self._lock:
+                if self._state is state and self._tools is tools:
+                    self._state, self._tools = new_state, new_tools
+                    return
 
     # -- decisions -------------------------------------------------------------------------------
-    async def authenticate(self, credentials: Credentials) -> Identity:
+    async def authenticate(self, credentials: Credentials,
+                           authenticator: Authenticator | None = None) -> Identity:
         """The caller's identity; a failing authenticator yields an `error` identity (fail closed)."""
         try:
-            identity = await self.authenticator.authenticate(credentials)
+            identity = await (authenticator or self._state[1]).authenticate(credentials)
         except asyncio.CancelledError:
-            raise
+            if being_cancelled():
+                raise
+            return Identity(failure="authentication failed: the authenticator was cancelled", error=True)
         except Exception as exc:
             return Identity(failure=f"authentication failed: {type(exc).__name__}", error=True)
         if not isinstance(identity, Identity):  # a broken authenticator must not crash the call
@@ -108,13 +144,13 @@ class Guard:
     async def check(self, tool: str, credentials: Credentials = ANONYMOUS,
                     arguments: Mapping[str, Any] | None = None, *, record: bool = True) -> Decision:
         """Decide one call. The handler may run only if `decision.allowed`."""
-        snap = self._snapshot
+        snap, authenticator = self._state
         compiled = snap.tools.get(tool)
         if compiled is None:
             return self._done(Decision(tool, True, revision=snap.revision), record)
         start = perf_counter_ns()
         if compiled.dynamic:
-            identity = await self.authenticate(credentials)
+            identity = await self.authenticate(credentials, authenticator)
         elif credentials.principal is not None:  # already verified by the host: free to record who
             identity = Identity(principal=credentials.principal)
         else:
@@ -157,10 +193,10 @@ class Guard:
     async def callable_tools(self, credentials: Credentials, tools: Iterable[str] | None = None
                              ) -> list[str]:
         """Which of `tools` (default: every known tool) this caller may call now, in order."""
-        names = list(tools) if tools is not None else list(dict.fromkeys([*self._tools,
-                                                                          *self._snapshot.tools]))
-        identity = await self.authenticate(credentials)
-        decisions = await asyncio.gather(*(self.check_identity(n, identity, record=False)
+        snap, authenticator = self._state
+        names = list(tools) if tools is not None else list(dict.fromkeys([*self._tools, *snap.tools]))
+        identity = await self.authenticate(credentials, authenticator)
+        decisions = await asyncio.gather(*(self.check_identity(n, identity, record=False, _snap=snap)
                                            for n in names))
         return [d.tool for d in decisions if d.allowed]
 

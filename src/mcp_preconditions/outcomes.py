@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """How one requirement ended for one call."""
 
     SATISFIED = "satisfied"
@@ -144,7 +144,7 @@ new_decision: Callable[[str, bool, tuple[Outcome, ...], str | None, str, int, fr
                        Decision] = _DecisionFields  # type: ignore[assignment]
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     """The client's strict SEP-2487 verdict for one tool."""
 
     PROCEED = "proceed"

@@ -203,11 +203,16 @@ class Snapshot:
 
     async def _guarded(self, requirement: str, namespace: str, pending: Awaitable[Any]) -> Outcome:
         try:
-            result = await asyncio.wait_for(pending, self.timeout)
+            async with asyncio.timeout(self.timeout):  # no extra task per lookup, unlike wait_for
+                result = await pending
         except TimeoutError:
             return Outcome.error(requirement, f"resolver '{namespace}' timed out after {self.timeout:g} s")
         except asyncio.CancelledError:
-            raise
+            if being_cancelled():
+                raise  # the call itself is being cancelled: let it go
+            # A resolver's own CancelledError (a backend client cancelling its work) is a failure
+            # of this lookup, not of the call: it must still end in a decision, a denial.
+            return Outcome.error(requirement, f"resolver '{namespace}' was cancelled")
         except Exception as exc:
             return Outcome.error(requirement, f"resolver '{namespace}' raised {_short(exc)}")
         return coerce(requirement, result, namespace)
@@ -225,6 +230,13 @@ class Snapshot:
         pending = [r for r in results if not isinstance(r, Outcome)]
         done = iter(await asyncio.gather(*pending))
         return [r if isinstance(r, Outcome) else next(done) for r in results]
+
+
+def being_cancelled() -> bool:
+    """True when the current task has been asked to cancel (as opposed to an awaited callee raising
+    CancelledError of its own accord)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def fast_plan(checks: tuple[Check, ...]) -> Plan | None:

@@ -9,11 +9,15 @@ from typing import Any
 
 import pytest
 from fastmcp import Client as FastMCPClient
+from fastmcp import FastMCP
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from mcp_preconditions.client import Knowledge
+from mcp_preconditions import CallContext, Guard, parse_policy
+from mcp_preconditions.client import DENIAL_ERRORS_META_KEY, Knowledge
 from mcp_preconditions.integrations.client_mcp import RequirementsClient, denial_of, missing_scopes_of
+from mcp_preconditions.integrations.fastmcp import guard_fastmcp
+from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
 from mcp_preconditions.outcomes import Verdict
 from tests.fixtures.mcp_servers import (
     DENIED,
@@ -95,3 +99,75 @@ async def test_the_wrapper_works_over_fastmcps_client() -> None:
     assert denial_of(denied) is not None
     assert flavour.calls == ["open_door"]
     assert wrapped.learned() == ["auth:scope:mission:write", "env:staging"]
+
+
+# --- requirements that ended as `error` are named in `_meta`, and never learned -------------------
+class Down:
+    """`zz:` resolver whose backend is down."""
+
+    namespace = "zz"
+
+    def validate(self, requirement: str) -> str | None:
+        return None
+
+    def resolve(self, requirement: str, context: CallContext) -> bool:
+        raise ConnectionError("backend down")
+
+
+PROBE = ["zz:down", "zz:secret", "env:staging"]
+ERRORS_POLICY = b'environment = ["production"]\nconfidential = ["zz:secret"]\n'
+
+
+def probe_server(flavour: str, denial: str, ran: list[str]) -> Any:
+    guard = Guard(parse_policy(ERRORS_POLICY + f'[guard]\ndenial = "{denial}"\n'.encode(), "p.toml"),
+                  resolvers=[Down()], entry_points=False)
+
+    def probe() -> str:
+        ran.append("probe")
+        return "ran"
+
+    if flavour == "MCPServer":
+        server = GuardedMCPServer("s", guard=guard)
+        server.tool(requirements=PROBE, structured_output=False)(probe)
+        return server
+    app: FastMCP[Any] = FastMCP("s")
+    app.tool(output_schema=None)(guard_fastmcp(app, guard).requires(*PROBE)(probe))
+    return app._mcp_server
+
+
+@pytest.mark.parametrize("flavour", ["MCPServer", "fastmcp"])
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_denial_names_its_error_requirements_in_meta(flavour: str, version: str) -> None:
+    ran: list[str] = []
+    async with Client(probe_server(flavour, "result", ran), mode=MODES[version]) as client:
+        wrapped = RequirementsClient(client, knowing())
+        denied = await wrapped.call_tool("probe")
+    assert denied.structured_content == {"error": "unmet_requirements", "tool": "probe",
+                                         "unmet": ["zz:down", "env:staging"], "withheld": 1}
+    assert denied.meta is not None
+    assert denied.meta[DENIAL_ERRORS_META_KEY] == ["zz:down"]  # zz:secret is confidential
+    assert wrapped.learned() == ["env:staging"]
+    assert ran == []
+
+
+@pytest.mark.parametrize("flavour", ["MCPServer", "fastmcp"])
+async def test_a_jsonrpc_denial_carries_the_same_meta_in_data(flavour: str) -> None:
+    ran: list[str] = []
+    async with Client(probe_server(flavour, "jsonrpc", ran)) as client:
+        wrapped = RequirementsClient(client, knowing())
+        with pytest.raises(MCPError) as raised:
+            await wrapped.call_tool("probe")
+    assert raised.value.data == {"error": "unmet_requirements", "tool": "probe",
+                                 "unmet": ["zz:down", "env:staging"], "withheld": 1,
+                                 "_meta": {DENIAL_ERRORS_META_KEY: ["zz:down"]}}
+    assert missing_scopes_of(raised.value) == []
+    assert wrapped.learned() == ["env:staging"]
+    assert ran == []
+
+
+async def test_missing_scopes_are_read_from_a_jsonrpc_denial() -> None:
+    flavour = mcpserver_flavour(small_guard(POLICY + b'\n[guard]\ndenial = "jsonrpc"\n'))
+    async with Client(flavour.target) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("closed_door", {})
+    assert missing_scopes_of(raised.value) == ["mission:write"]

@@ -99,7 +99,9 @@ async def test_jsonrpc_denial_mode_answers_with_an_error_carrying_the_payload(
         assert (await client.call_tool("open_door", {})).is_error is False
     assert raised.value.code == DENIAL_CODE
     assert raised.value.message == DENIAL_TEXT
-    assert raised.value.data == {**DENIAL, "missingScopes": ["mission:write"]}
+    # `data` is the structuredContent, plus the result's `_meta` (here the step-up hint).
+    assert raised.value.data == {**DENIAL, "_meta": {
+        STEP_UP_META_KEY: {"error": "insufficient_scope", "scope": "mission:write"}}}
     assert flavour.calls == ["open_door"]
 
 

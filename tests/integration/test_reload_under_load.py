@@ -96,6 +96,10 @@ async def test_reloads_from_a_thread_never_mix_snapshots(tmp_path: Path) -> None
         while not done.is_set():
             path.write_bytes(B if guard.revision == revision_of(A) else A)
             swaps += reloader.reload() is not None
+            # Yield the GIL now and then: a reload loop that never sleeps starves the event loop's
+            # thread on 2 cores, and the lookups then time out (denied, never mixed, but not the
+            # point of this test).
+            time.sleep(0.002)
 
     flipper = threading.Thread(target=flip)
     flipper.start()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mcp_preconditions.client import (
+    DENIAL_ERRORS_META_KEY,
     ClientResolver,
     FilterMode,
     FilterResult,
@@ -248,6 +249,31 @@ def test_malformed_denial_is_ignored_with_a_warning(payload: Any, problem: str,
     with caplog.at_level(logging.WARNING, logger="mcp_preconditions.client"):
         assert kn.learn_denial(payload) == ()
     assert [r.getMessage() for r in caplog.records] == [f"ignored a server denial: {problem}"]
+    assert kn.learned() == frozenset()
+
+
+def test_requirements_that_ended_as_error_are_not_learned() -> None:
+    # The server could not decide them (backend down): they may hold on the next call (SPEC §6).
+    kn = Knowledge()
+    assert kn.learn_denial(denial("state:door", "zz:backend"), ["zz:backend"]) == ("state:door",)
+    assert kn.learned() == frozenset({"state:door"})
+
+
+def test_a_json_rpc_denial_names_its_errors_in_data_meta() -> None:
+    kn = Knowledge()
+    data = {**denial("state:door", "zz:backend"), "_meta": {DENIAL_ERRORS_META_KEY: ["zz:backend"]}}
+    assert kn.learn_denial(data) == ("state:door",)
+
+
+@pytest.mark.parametrize("errors", ["zz:backend", [""], [3], {"zz:backend": 1}])
+def test_a_malformed_error_list_ignores_the_denial(errors: Any,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    kn = Knowledge()
+    with caplog.at_level(logging.WARNING, logger="mcp_preconditions.client"):
+        assert kn.learn_denial(denial("state:door", "zz:backend"), errors) == ()
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignored a server denial: the 'io.github.mcp-preconditions/errors' list must be a list of "
+        "non-empty strings"]
     assert kn.learned() == frozenset()
 
 

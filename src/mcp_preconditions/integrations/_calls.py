@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from ..auth.header import credentials_from_authorization_header
+from ..client import DENIAL_ERRORS_META_KEY
 from ..outcomes import Decision, Status
 from ..principal import ANONYMOUS, Credentials, Principal
 
@@ -75,26 +76,39 @@ def denial_text(decision: Decision) -> str:
     return f"{text} Missing scopes: {' '.join(scopes)}." if scopes else text
 
 
-def step_up_meta(decision: Decision) -> dict[str, Any] | None:
+def disclosed_errors(decision: Decision) -> tuple[str, ...]:
+    """The unmet requirements that ended as `error` (backend down, timeout), confidential ones
+    left out: a client must not learn these as unsatisfiable (SPEC §6)."""
+    return tuple(r for r in decision.errors if r not in decision.confidential)
+
+
+def denial_meta(decision: Decision) -> dict[str, Any] | None:
+    """The denial's `_meta`: the step-up hint and the requirements that ended as `error`, each only
+    when there are some. Kept out of structuredContent, which stays exactly SPEC §3."""
+    meta: dict[str, Any] = {}
     scopes = missing_scopes(decision)
-    if not scopes:
-        return None
-    return {STEP_UP_META_KEY: {"error": "insufficient_scope", "scope": " ".join(scopes)}}
+    if scopes:
+        meta[STEP_UP_META_KEY] = {"error": "insufficient_scope", "scope": " ".join(scopes)}
+    errors = disclosed_errors(decision)
+    if errors:
+        meta[DENIAL_ERRORS_META_KEY] = list(errors)
+    return meta or None
 
 
 def denial_result(decision: Decision) -> CallToolResult:
     """SPEC §3: an `isError` result whose structuredContent is exactly the denial payload."""
     return CallToolResult(content=[TextContent(type="text", text=denial_text(decision))],
                           structured_content=decision.denial_payload(), is_error=True,
-                          _meta=step_up_meta(decision))
+                          _meta=denial_meta(decision))
 
 
 def denial_error(decision: Decision) -> MCPError:
-    """The JSON-RPC error form of a denial: the same payload as `data`."""
+    """The JSON-RPC error form of a denial: `data` is the same payload, plus the result's `_meta`
+    (step-up hint, `error` requirements) under `data["_meta"]` when there is one."""
     data = decision.denial_payload()
-    scopes = missing_scopes(decision)
-    if scopes:
-        data = {**data, "missingScopes": list(scopes)}
+    meta = denial_meta(decision)
+    if meta:
+        data["_meta"] = meta
     return MCPError(DENIAL_CODE, denial_text(decision), data)
 
 

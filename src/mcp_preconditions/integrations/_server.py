@@ -3,27 +3,30 @@
 It decides calls (through `Guard.check`), shapes denials, rewrites `tools/list` so requirements are on
 the wire for every protocol version (and filters it per principal when the policy asks), and tells
 connected sessions when what they may call has changed. Flavour adapters (mcp_sdk.py, fastmcp.py)
-only hook it in.
+only hook it in, and tell it which requirements each tool's function carries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.subscriptions import ToolsListChanged
-from mcp_types import CallToolResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from ..errors import RequirementError
 from ..guard import Guard
 from ..outcomes import Decision
 from ..policy.load import PolicySource
 from ..principal import Credentials
-from ..requirements import merge
+from ..requirements import merge, validate
 from ..wire import with_requirements
 from ._calls import credentials_from_request, denial_error, denial_result
 from ._sessions import LISTENER, TargetedBus, Watch, Watches
@@ -31,6 +34,9 @@ from ._sessions import LISTENER, TargetedBus, Watch, Watches
 log = logging.getLogger(__name__)
 
 REQUIREMENTS_ATTR = "__mcp_requirements__"  # where decorators leave a tool function's requirements
+# The (Preconditions, tool name) pairs a function is already registered as, so that a `requires`
+# stacked *above* the tool decorator still reaches the guard.
+TOOLS_ATTR = "__mcp_preconditions_tools__"
 
 # Maps the call's HTTP request (a Starlette Request; None on stdio and in-process) to credentials.
 CredentialsHook = Callable[[Any], Credentials]
@@ -42,6 +48,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 def requirements_of(fn: Callable[..., Any]) -> tuple[str, ...]:
     """The requirements `@requires` decorators attached to a tool function (empty when none)."""
     return tuple(getattr(fn, REQUIREMENTS_ATTR, ()))
+
+
+def mark_requirements(fn: Callable[..., Any], requirements: Sequence[str]) -> tuple[str, ...]:
+    """Attach `requirements` to a tool function (added to those already there) and register them
+    for every tool the function is already registered as. Returns the function's whole list."""
+    merged = merge(requirements, requirements_of(fn))
+    for pre, name in getattr(fn, TOOLS_ATTR, ()):
+        pre.attach(name, merged)  # validated here: a bad one raises RequirementError now
+    setattr(fn, REQUIREMENTS_ATTR, merged)
+    return merged
+
+
+def register_function(fn: Callable[..., Any], preconditions: Preconditions, tool: str) -> None:
+    """Remember that `fn` is the function of `tool` on a guarded server (see `mark_requirements`)."""
+    # A bound method takes no attributes; the call-time check still reads its function's list.
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(fn, TOOLS_ATTR, (*getattr(fn, TOOLS_ATTR, ()), (preconditions, tool)))
+
+
+def own_requirements(guard: Guard, tool: str) -> tuple[str, ...] | None:
+    """A tool's own (code) requirements without the policy's (None is kept in the signature for
+    callers that fall back to the effective list, failing closed)."""
+    return guard.own_requirements(tool)
 
 
 def as_wire_dict(result: HandlerResult) -> dict[str, Any] | None:
@@ -60,12 +89,24 @@ class Preconditions:
     (None on stdio) to the caller's credentials (default: the token the SDK's auth verified, else
     the raw `Authorization: Bearer` token for the guard's own verifier, else anonymous). `bus` is
     the `subscriptions/listen` bus used to reach 2026-07-28 sessions.
+
+    Adapter settings: `tool_functions` says the adapter reads the requirements each tool's function
+    carries (so `requires` without `name` only marks the function); `guard_calls` makes this
+    middleware decide every `tools/call` itself (the lowlevel Server, whose handler may be
+    registered at any time).
     """
 
     def __init__(self, guard: Guard, *, list_filtering: bool | None = None,
                  denial: DenialMode | None = None, credentials: CredentialsHook | None = None,
-                 notify_list_changed: bool = True, bus: TargetedBus | None = None) -> None:
+                 notify_list_changed: bool = True, bus: TargetedBus | None = None,
+                 tool_functions: bool = False, guard_calls: bool = False) -> None:
         self.guard = guard
+        self.tool_functions = tool_functions
+        self.guard_calls = guard_calls
+        self.declared: set[str] = set()  # tool names given requirements by name, in code
+        self._attached: dict[str, tuple[str, ...]] = {}  # requirements `attach` added, per tool
+        # Set by an adapter that can register every tool's function requirements up front.
+        self.sync: Callable[[], Awaitable[None]] | None = None
         self._list_filtering = list_filtering
         self._denial = denial
         self.credentials: CredentialsHook = credentials or credentials_from_request
@@ -87,16 +128,55 @@ class Preconditions:
     def add_tool(self, name: str, requirements: Sequence[str]) -> None:
         """Declare a tool's own requirements; raises RequirementError now if one is invalid."""
         self.guard.add_tool(name, list(requirements))
+        self.declared.add(name)
+
+    def attach(self, name: str, requirements: Sequence[str]) -> bool:
+        """Make sure tool `name` has at least `requirements` (added to its own; never removes one).
+        Returns whether the guard changed. Raises RequirementError if one is invalid."""
+        # Compared with the tool's own list, not the effective one: a requirement the policy also
+        # lists must still be the tool's own, or a reload dropping it from the policy would open it.
+        own = own_requirements(self.guard, name)
+        if own is None:  # the guard cannot say: keep everything in effect now (fail closed)
+            if all(r in self._attached.get(name, ()) for r in requirements):
+                return False
+            own = self.guard.requirements_for(name)
+        elif all(r in own for r in requirements):
+            return False
+        self.guard.add_tool(name, list(merge(own, requirements)))
+        self._attached[name] = merge(self._attached.get(name, ()), requirements)
+        return True
+
+    def validate(self, tool: str, requirements: Sequence[str]) -> None:
+        """Raise RequirementError, naming `tool`, if a requirement cannot be enforced (SPEC §3)."""
+        errors = [str(f) for f in validate(tool, list(requirements), self.guard.snapshot.registry)
+                  if f.severity == "error"]
+        if errors:
+            raise RequirementError(errors)
+
+    def verify(self, tools: Collection[str]) -> None:
+        """Raise RequirementError for each tool given requirements by name that is not among
+        `tools` (the server's tool names): a rename or a typo must not leave a tool unguarded."""
+        known = ", ".join(f"'{t}'" for t in sorted(tools)) or "none"
+        errors = [f"tool '{name}': requirements are declared for it, but the server has no tool "
+                  f"of that name (its tools: {known})" for name in sorted(self.declared - set(tools))]
+        if errors:
+            raise RequirementError(errors)
 
     def requires(self, *requirements: str, name: str | None = None) -> Callable[[F], F]:
-        """Decorator declaring a tool function's requirements (validated at once); stack it under
-        the framework's tool decorator. The tool name is `name`, else the function's name. Stacked
-        decorators add up, top to bottom."""
+        """Decorator declaring a tool function's requirements (validated at once). Stacked decorators
+        add up, top to bottom. The requirements follow the function to whatever name the server
+        lists it under (fastmcp, GuardedMCPServer); `name` also declares them for that tool name
+        (for a lowlevel Server, where the function's name is used when `name` is not given)."""
 
         def declare(fn: F) -> F:
             merged = merge(requirements, requirements_of(fn))
-            self.add_tool(name or fn.__name__, merged)
-            setattr(fn, REQUIREMENTS_ATTR, merged)
+            self.validate(name or fn.__name__, merged)
+            if name is not None:
+                self.attach(name, merged)
+                self.declared.add(name)
+            elif not self.tool_functions:
+                self.attach(fn.__name__, merged)
+            mark_requirements(fn, merged)
             return fn
 
         return declare
@@ -125,12 +205,29 @@ class Preconditions:
         """`ServerMiddleware`: put requirements on the `tools/list` wire (after the SDK's
         per-version filter), filter it per principal, and track sessions for list_changed."""
         method = ctx.method
+        if method == "tools/call" and self.guard_calls:
+            return await self._call_tool(ctx, call_next)
         if method == "tools/list":
             return await self._list_tools(ctx, call_next)
         if method == "subscriptions/listen" and self.notify_list_changed:
             return await self._listen(ctx, call_next)
         if method == "initialize" and self.notify_list_changed:
             return self._advertise_list_changed(await call_next(ctx))
+        return await call_next(ctx)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        # Decided here, above the handler lookup, so a handler registered after guard_server (or
+        # replaced later) is guarded all the same. The raw params are what the handler will get.
+        params = ctx.params or {}
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise MCPError(INVALID_PARAMS, "Invalid request parameters: tools/call needs a string "
+                                           "'name'")
+        arguments = params.get("arguments")
+        decision = await self.guard.check(name, self.credentials(ctx.request),
+                                          arguments if isinstance(arguments, Mapping) else None)
+        if not decision.allowed:
+            return self.refusal(decision)
         return await call_next(ctx)
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -196,6 +293,8 @@ class Preconditions:
     async def view(self, credentials: Credentials) -> Hashable:
         """What a session's tool list depends on: every guarded tool's requirements, and (with list
         filtering) which of them this caller may call now."""
+        if self.sync is not None:
+            await self.sync()
         snapshot = self.guard.snapshot
         names = sorted(set(self.guard.tool_names()) | set(snapshot.tools))
         requirements = tuple(self.guard.requirements_for(n) for n in names)

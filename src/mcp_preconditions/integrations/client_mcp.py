@@ -15,7 +15,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams
 
-from ..client import FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
+from ..client import DENIAL_ERRORS_META_KEY, FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
 from ..wire import raw_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 
@@ -61,9 +61,15 @@ def denial_of(result: CallToolResult) -> dict[str, Any] | None:
     return None
 
 
-def missing_scopes_of(result: CallToolResult) -> list[str]:
-    """The scopes a step-up should ask for, from a denial's `_meta` hint (empty when none)."""
-    hint = (result.meta or {}).get(STEP_UP_META_KEY)
+def missing_scopes_of(denial: CallToolResult | MCPError) -> list[str]:
+    """The scopes a step-up should ask for, from a denial's `_meta` hint (empty when none): the
+    result's `_meta`, or `data["_meta"]` of a JSON-RPC denial."""
+    if isinstance(denial, MCPError):
+        data = denial.data if denial.code == DENIAL_CODE else None
+        meta = data.get("_meta") if isinstance(data, Mapping) else None
+    else:
+        meta = denial.meta
+    hint = meta.get(STEP_UP_META_KEY) if isinstance(meta, Mapping) else None
     scope = hint.get("scope") if isinstance(hint, Mapping) else None
     return scope.split(" ") if isinstance(scope, str) and scope else []
 
@@ -108,12 +114,12 @@ class RequirementsClient:
             else:
                 result = await self.client.call_tool(name, args)
         except MCPError as exc:
-            if exc.code == DENIAL_CODE:
+            if exc.code == DENIAL_CODE:  # `data["_meta"]` names the `error` ones, not learned
                 self.knowledge.learn_denial(exc.data)
             raise
         payload = denial_of(result)
-        if payload is not None:
-            self.knowledge.learn_denial(payload)
+        if payload is not None:  # requirements that ended as `error` are not learned (SPEC §6)
+            self.knowledge.learn_denial(payload, (result.meta or {}).get(DENIAL_ERRORS_META_KEY))
         return result
 
     def learned(self) -> Sequence[str]:

@@ -6,8 +6,10 @@
     @pre.requires("auth:oauth2", "env:production")
     def launch_rocket(vehicle: str) -> str: ...
 
-Calls are guarded in fastmcp middleware (`on_call_tool`); `tools/list` is rewritten in the SDK's
-middleware underneath, since fastmcp's typed tools drop `execution.requirements` too.
+Calls are guarded in fastmcp middleware (`on_call_tool`) under the name of the tool fastmcp will
+actually run (a rename, a mount prefix or an app's hashed alias changes the name, not the function,
+so the requirements a function carries follow it); `tools/list` is rewritten in the SDK's middleware
+underneath, since fastmcp's typed tools drop `execution.requirements` too.
 """
 
 from __future__ import annotations
@@ -17,17 +19,25 @@ from typing import Any
 
 import mcp_types as mt
 from fastmcp import FastMCP
+from fastmcp.exceptions import NotFoundError, ToolError
 from fastmcp.server.dependencies import fastmcp_request_ctx
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
-from fastmcp.tools.base import ToolResult
+from fastmcp.server.providers.addressing import parse_hashed_backend_name
+from fastmcp.server.providers.base import Provider
+from fastmcp.server.providers.fastmcp_provider import FastMCPProviderTool
+from fastmcp.tools.base import Tool, ToolResult
+from fastmcp.tools.tool_transform import TransformedTool
+from fastmcp.utilities.versions import VersionSpec
 from mcp.server.subscriptions import ListenHandler
 from mcp_types import SubscriptionsListenRequestParams
 
 from ..guard import Guard
-from ._calls import denial_error, denial_text, step_up_meta
-from ._server import CredentialsHook, DenialMode, Preconditions
+from ..requirements import merge
+from ._calls import denial_error, denial_meta, denial_text
+from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
 
-__all__ = ["Preconditions", "PreconditionsMiddleware", "guard_fastmcp"]
+__all__ = ["Preconditions", "PreconditionsMiddleware", "guard_fastmcp", "requirements_of_tool",
+           "resolve_tool"]
 
 
 def _http_request() -> Any:
@@ -36,23 +46,117 @@ def _http_request() -> Any:
     return ctx.request if ctx is not None else None
 
 
-class PreconditionsMiddleware(Middleware):
-    """fastmcp middleware running the guard before every tool; a denial never reaches the tool."""
+def requested_version(meta: Mapping[str, Any] | None) -> VersionSpec | None:
+    """The version a `tools/call` asks for: fastmcp 4.1.2 mirrors it in the middleware message's
+    `_meta["fastmcp"]["version"]` (a string, or `{"gte", "lt", "eq"}`). Anything else there raises
+    ToolError: the guard must not judge one version while another runs."""
+    fastmcp_meta = (meta or {}).get("fastmcp")
+    version = fastmcp_meta.get("version") if isinstance(fastmcp_meta, Mapping) else None
+    if version is None:
+        return None
+    if isinstance(version, str):
+        return VersionSpec(eq=version)
+    if (isinstance(version, Mapping) and set(version) <= {"gte", "lt", "eq"}
+            and all(isinstance(v, str | None) for v in version.values())):
+        return VersionSpec(gte=version.get("gte"), lt=version.get("lt"), eq=version.get("eq"))
+    raise ToolError("the call's requested version is malformed; the tool was not run")
 
-    def __init__(self, preconditions: Preconditions) -> None:
+
+async def resolve_tool(server: FastMCP[Any], name: str, version: VersionSpec | None) -> Tool | None:
+    """The tool `server.call_tool(name)` will run, looked up exactly as fastmcp 4.1.2 does: by listed
+    name, else as a `<hash>_<name>` backend alias of an app tool. None: fastmcp would not run any."""
+    tool = await server.get_tool(name, version=version)
+    if tool is None:
+        hashed = parse_hashed_backend_name(name)
+        if hashed is not None:
+            tool = await server.get_tool_by_hash(*hashed)
+    return tool
+
+
+async def requirements_of_tool(tool: Tool) -> tuple[str, ...]:
+    """The requirements `requires` attached to the function behind a tool, through tool transforms
+    (the parent tool) and mounted servers (the child server's tool)."""
+    fn = getattr(tool, "fn", None)
+    found = requirements_of(fn) if callable(fn) else ()
+    if isinstance(tool, TransformedTool):
+        return merge(found, await requirements_of_tool(tool.parent_tool))
+    if isinstance(tool, FastMCPProviderTool):
+        # fastmcp 4.1.2 keeps the child server and the tool's name there on these private fields.
+        child, original = getattr(tool, "_server", None), getattr(tool, "_original_name", None)
+        if isinstance(child, FastMCP) and isinstance(original, str):
+            version = VersionSpec(eq=tool.version) if tool.version else None
+            inner = await child.get_tool(original, version=version)
+            if inner is not None:
+                return merge(found, await requirements_of_tool(inner))
+    return found
+
+
+async def _all_tools(server: FastMCP[Any]) -> Sequence[Tool]:
+    """Every tool of the server, before per-caller auth, visibility and enabled filtering."""
+    return await Provider.list_tools(server)
+
+
+class PreconditionsMiddleware(Middleware):
+    """fastmcp middleware running the guard before every tool; a denial never reaches the tool.
+
+    It registers the requirements each listed or called tool's function carries under the tool's
+    listed name, and refuses to list or call anything while a tool name given requirements in code
+    is not one of the server's tools."""
+
+    def __init__(self, preconditions: Preconditions, server: FastMCP[Any] | None = None) -> None:
         self.preconditions = preconditions
+        self.server = server
+        self._verified: frozenset[str] = frozenset()
+
+    def _server_of(self, context: MiddlewareContext[Any]) -> FastMCP[Any]:
+        ctx = context.fastmcp_context
+        server = ctx.fastmcp if ctx is not None else self.server
+        if server is None:  # fail closed: without the server we cannot tell which tool would run
+            raise ToolError("the guard cannot see the server; the tool was not run")
+        return server
+
+    async def _verify(self, server: FastMCP[Any]) -> None:
+        declared = frozenset(self.preconditions.declared)
+        if not declared <= self._verified:
+            self.preconditions.verify({t.name for t in await _all_tools(server)})
+            self._verified = declared
+
+    async def sync(self) -> None:
+        """Register the requirements of every tool of the server (not only those a caller has
+        listed or called), so session views for list_changed see them; verify declared names."""
+        if self.server is None:
+            return
+        tools = await _all_tools(self.server)
+        await self._verify(self.server)
+        for tool in tools:
+            self.preconditions.attach(tool.name, await requirements_of_tool(tool))
+
+    async def on_list_tools(self, context: MiddlewareContext[mt.ListToolsRequest],
+                            call_next: CallNext[mt.ListToolsRequest, Sequence[Tool]]
+                            ) -> Sequence[Tool]:
+        tools = await call_next(context)
+        await self._verify(self._server_of(context))
+        for tool in tools:
+            self.preconditions.attach(tool.name, await requirements_of_tool(tool))
+        return tools
 
     async def on_call_tool(self, context: MiddlewareContext[mt.CallToolRequestParams],
                            call_next: CallNext[mt.CallToolRequestParams, ToolResult]) -> ToolResult:
         params = context.message
-        decision = await self.preconditions.decide(_http_request(), params.name, params.arguments)
+        server = self._server_of(context)
+        await self._verify(server)
+        tool = await resolve_tool(server, params.name, requested_version(params.meta))
+        if tool is None:  # fastmcp's own answer for a name it cannot resolve; nothing runs
+            raise NotFoundError(f"Unknown tool: {params.name!r}")
+        self.preconditions.attach(tool.name, await requirements_of_tool(tool))
+        decision = await self.preconditions.decide(_http_request(), tool.name, params.arguments)
         if decision.allowed:
             return await call_next(context)
         if self.preconditions.denial == "jsonrpc":
             raise denial_error(decision)
         # A ToolError would lose structuredContent; an isError ToolResult keeps the SPEC §3 payload.
         return ToolResult(content=denial_text(decision), structured_content=decision.denial_payload(),
-                          meta=step_up_meta(decision), is_error=True)
+                          meta=denial_meta(decision), is_error=True)
 
 
 def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
@@ -62,12 +166,15 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
                   notify_list_changed: bool = True) -> Preconditions:
     """Guard `app` in place and return its `Preconditions` (use `.requires(...)` on tools).
 
-    `requirements` maps tool names to their own requirements (validated now)."""
+    `requirements` maps tool names to their own requirements (validated now; each name must be
+    one of the app's tools by the first `tools/list` or `tools/call`)."""
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
-                        notify_list_changed=notify_list_changed)
+                        notify_list_changed=notify_list_changed, tool_functions=True)
     for name, reqs in (requirements or {}).items():
         pre.add_tool(name, reqs)
-    app.add_middleware(PreconditionsMiddleware(pre))
+    middleware = PreconditionsMiddleware(pre, app)
+    app.add_middleware(middleware)
+    pre.sync = middleware.sync
     # fastmcp 4.1.2 serves through an SDK lowlevel Server kept as `_mcp_server`. Outermost, so the
     # wire form we write is what leaves (fastmcp's own root middleware re-types results).
     lowlevel = app._mcp_server

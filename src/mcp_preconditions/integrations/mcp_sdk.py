@@ -6,6 +6,7 @@
     def launch_rocket(vehicle: str) -> str: ...
 
 A bad requirement raises RequirementError at registration, naming the tool and the requirement.
+`@requires` works above or below `@server.tool()`: the guard reads each tool's function.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from ..guard import Guard
 from ..requirements import merge
 from ..wire import META_KEY
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
-from ._server import REQUIREMENTS_ATTR, CredentialsHook, DenialMode, Preconditions, requirements_of
+from ._server import (
+    CredentialsHook,
+    DenialMode,
+    Preconditions,
+    mark_requirements,
+    register_function,
+    requirements_of,
+)
 from ._sessions import TargetedBus
 
 __all__ = ["DENIAL_CODE", "EXTENSION_ID", "STEP_UP_META_KEY", "GuardedMCPServer", "Preconditions",
@@ -35,11 +43,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def requires(*requirements: str) -> Callable[[F], F]:
-    """Attach SEP-2487 requirements to a tool function; stack it under `@server.tool()`.
-    Several `@requires` add up, top to bottom."""
+    """Attach SEP-2487 requirements to a tool function. Several `@requires` add up, top to bottom.
+    Under `@server.tool()` they are validated when the tool is registered; above it (the function
+    is already a tool), right away."""
 
     def mark(fn: F) -> F:
-        setattr(fn, REQUIREMENTS_ATTR, (*requirements, *getattr(fn, REQUIREMENTS_ATTR, ())))
+        mark_requirements(fn, requirements)
         return fn
 
     return mark
@@ -50,8 +59,10 @@ class PreconditionsExtension(Extension):
 
     identifier = EXTENSION_ID
 
-    def __init__(self, preconditions: Preconditions) -> None:
+    def __init__(self, preconditions: Preconditions,
+                 functions: Callable[[str], Callable[..., Any] | None] | None = None) -> None:
         self.preconditions = preconditions
+        self.functions = functions  # tool name -> the function that will run (None: unknown)
 
     def settings(self) -> dict[str, Any]:
         # Tells clients where the requirements are mirrored when their typed models drop the field.
@@ -60,6 +71,9 @@ class PreconditionsExtension(Extension):
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: Callable[[ServerRequestContext[Any, Any]], Any]
                                   ) -> HandlerResult:
+        fn = self.functions(params.name) if self.functions is not None else None
+        if fn is not None:  # requirements put on the function after registration count too
+            self.preconditions.attach(params.name, requirements_of(fn))
         result: HandlerResult = await self.preconditions.call(ctx.request, params.name, params.arguments,
                                                               lambda: call_next(ctx))
         return result
@@ -81,16 +95,21 @@ class GuardedMCPServer(MCPServer[Any]):
         self.preconditions = Preconditions(
             guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
             notify_list_changed=notify_list_changed,
-            bus=bus if isinstance(bus, TargetedBus) else None)
+            bus=bus if isinstance(bus, TargetedBus) else None, tool_functions=True)
         if bus is None:
             kwargs["subscriptions"] = self.preconditions.bus
-        kwargs["extensions"] = [*kwargs.get("extensions", ()), PreconditionsExtension(self.preconditions)]
+        kwargs["extensions"] = [*kwargs.get("extensions", ()),
+                                PreconditionsExtension(self.preconditions, self._function_of)]
         super().__init__(name, **kwargs)
         self.middleware.append(self.preconditions)
 
     @property
     def guard(self) -> Guard:
         return self.preconditions.guard
+
+    def _function_of(self, name: str) -> Callable[..., Any] | None:
+        tool = self._tool_manager.get_tool(name)
+        return tool.fn if tool is not None else None
 
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, title: str | None = None,
                  description: str | None = None, annotations: ToolAnnotations | None = None,
@@ -105,6 +124,7 @@ class GuardedMCPServer(MCPServer[Any]):
             self.preconditions.add_tool(tool_name, reqs)
         super().add_tool(fn, name=name, title=title, description=description, annotations=annotations,
                          icons=icons, meta=meta, structured_output=structured_output)
+        register_function(fn, self.preconditions, tool_name)
 
     def tool(self, name: str | None = None, title: str | None = None, description: str | None = None,
              annotations: ToolAnnotations | None = None, icons: list[Icon] | None = None,
@@ -129,26 +149,15 @@ def guard_server(server: Server[Any], guard: Guard, *,
                  list_filtering: bool | None = None, denial: DenialMode | None = None,
                  credentials: CredentialsHook | None = None,
                  notify_list_changed: bool = True) -> Preconditions:
-    """Guard a lowlevel `Server` in place: wrap its `tools/call` handler, add the `tools/list`
-    middleware, and serve `subscriptions/listen` (2026-07-28 list_changed) if it does not yet.
+    """Guard a lowlevel `Server` in place: add the middleware that decides every `tools/call`
+    before its handler (whenever that handler is registered) and rewrites `tools/list`, and serve
+    `subscriptions/listen` (2026-07-28 list_changed) if it does not yet.
 
-    `requirements` maps tool names to their own requirements (validated now). Call this after
-    the server is constructed with its handlers."""
+    `requirements` maps tool names to their own requirements (validated now)."""
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
-                        notify_list_changed=notify_list_changed)
+                        notify_list_changed=notify_list_changed, guard_calls=True)
     for tool_name, reqs in (requirements or {}).items():
         pre.add_tool(tool_name, reqs)
-    entry = server.get_request_handler("tools/call")
-    if entry is not None:
-        handler = entry.handler
-
-        async def guarded(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
-                          ) -> HandlerResult:
-            result: HandlerResult = await pre.call(ctx.request, params.name, params.arguments,
-                                                   lambda: handler(ctx, params))
-            return result
-
-        server.add_request_handler("tools/call", CallToolRequestParams, guarded)
     server.middleware.append(pre)
     if notify_list_changed and server.get_request_handler("subscriptions/listen") is None:
         server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams,

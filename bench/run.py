@@ -1,0 +1,135 @@
+"""`make bench`: every benchmark in one process run, a table on stdout, bench/results.json (regenerated,
+not committed) and the charts bench/latency.png and bench/scale.png.
+
+The other issues' benches (bench_auth, bench_live, bench_mcp) join when present: each module's
+`run() -> dict[str, float]` is merged into the results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import machine
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results.json"
+OTHERS = ("bench_auth", "bench_live", "bench_mcp")
+
+# metric -> (goal text, test); the issue's goals, plus "flat" read as at most 1.5x from 10 to 100k.
+GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "guard_p50_us": ("<= 2 µs", lambda v: v <= 2),
+    "guard_p99_us": ("<= 10 µs", lambda v: v <= 10),
+    "speedup_vs_cedarpy": (">= 25x", lambda v: v >= 25),
+    "speedup_vs_casbin": (">= 25x", lambda v: v >= 25),
+    "filter_10k_ms": ("<= 20 ms", lambda v: v <= 20),
+    "decide_flatness": ("<= 1.5x", lambda v: v <= 1.5),
+}
+SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
+         "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
+         "guard_recorded_p50_us", "guard_denied_p50_us", "cedarpy_internal_p50_us",
+         "timer_overhead_ns", "agreement_cases", "compile_10_s", "compile_1k_s", "compile_100k_s",
+         "memory_1k_mb", "memory_100k_mb", "decide_10_p50_us", "decide_1k_p50_us",
+         "decide_100k_p50_us", "decide_mixed_100k_p50_us", "decide_flatness", "filter_10k_ms",
+         "cached_token_p50_us", "mcp_call_overhead_pct")
+
+
+def need(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise SystemExit(f"bench: {module} is missing; install the bench extra: "
+                         f"pip install -e '.[bench]'") from None
+
+
+def others() -> tuple[dict[str, float], list[str]]:
+    """The other issues' results, and one line per bench on how it went."""
+    merged: dict[str, float] = {}
+    lines: list[str] = []
+    for name in OTHERS:
+        try:
+            module = importlib.import_module(f"bench.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"bench.{name}":
+                lines.append(f"{name}: not available (needs {exc.name})")
+            else:
+                lines.append(f"{name}: not available (bench/{name}.py is not there yet)")
+            continue
+        except Exception as exc:  # a half-finished module elsewhere must not lose our results
+            lines.append(f"{name}: not available (import failed: {type(exc).__name__}: {exc})")
+            continue
+        run = getattr(module, "run", None)
+        if not callable(run):
+            lines.append(f"{name}: not available (no run() function)")
+            continue
+        started = time.perf_counter()
+        try:
+            found = run()
+        except (Exception, SystemExit) as exc:  # one broken bench must not lose the others
+            lines.append(f"{name}: failed: {type(exc).__name__}: {exc}")
+            continue
+        for key, value in dict(found).items():
+            merged[key if key not in merged else f"{name}.{key}"] = float(value)
+        lines.append(f"{name}: {len(found)} result(s) in {time.perf_counter() - started:.1f} s")
+    return merged, lines
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [("metric", "value", "goal", "")]
+    for key in SHOWN:
+        if key not in results:
+            continue
+        value = results[key]
+        goal, test = GOALS.get(key, ("", None))
+        verdict = "" if test is None else ("met" if test(value) else "MISSED")
+        rows.append((key, f"{value:,.3f}", goal, verdict))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}"
+                     for r in rows)
+
+
+def charts(raw: dict[str, list[int]], rows: dict[int, dict[str, float]], where: str) -> list[str]:
+    try:
+        from .plot import latency_chart, scale_chart
+    except ImportError as exc:
+        return [f"charts: not drawn ({exc}); install the bench extra"]
+    drawn = [latency_chart(raw, HERE / "latency.png", where), scale_chart(rows, HERE / "scale.png", where)]
+    return [f"chart: {p.relative_to(HERE.parent)}" for p in drawn]
+
+
+def main() -> int:
+    for module in ("cedarpy", "casbin", "matplotlib"):
+        need(module)
+    from . import bench_engines, bench_scale  # after the check: they import cedarpy and casbin
+
+    info = machine()
+    where = (f"{info['cpu_model']}, {info['cpu_count']} CPU(s), Python {info['python']}, "
+             f"{info['platform']}")
+    print(f"machine: {where}", flush=True)
+    print("engines: guard vs cedarpy vs casbin (agreement first) ...", flush=True)
+    engines, raw = bench_engines.measure()
+    print("scale: 10 / 1,000 / 100,000 tools, client filtering of 10,000 ...", flush=True)
+    scale, rows = bench_scale.measure()
+    print("other benches ...", flush=True)
+    extra, lines = others()
+    results: dict[str, Any] = {**engines, **scale, **{k: v for k, v in extra.items()
+                                                      if k not in engines and k not in scale}}
+    results["machine"] = info
+    results["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results["goals"] = {k: g for k, (g, _) in GOALS.items()}
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print()
+    print(table(results))
+    print()
+    for line in [*lines, *charts(raw, rows, where), f"results: {RESULTS.relative_to(HERE.parent)}"]:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

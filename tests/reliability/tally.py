@@ -1,0 +1,61 @@
+"""The reliability suite's counts (cases tried, calls made, calls wrongly allowed, tracebacks), kept
+for the run and written to `.run/reliability.json` and the terminal summary for the README.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ARTEFACT = Path(__file__).resolve().parents[2] / ".run" / "reliability.json"
+
+
+@dataclass
+class Counts:
+    cases: int = 0
+    calls: int = 0
+    wrongly_allowed: int = 0
+    tracebacks: int = 0
+
+
+@dataclass
+class Tally:
+    suites: dict[str, Counts] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, suite: str, *, cases: int = 0, calls: int = 0, wrongly_allowed: int = 0,
+            tracebacks: int = 0) -> None:
+        with self._lock:
+            counts = self.suites.setdefault(suite, Counts())
+            counts.cases += cases
+            counts.calls += calls
+            counts.wrongly_allowed += wrongly_allowed
+            counts.tracebacks += tracebacks
+
+    def total(self) -> Counts:
+        out = Counts()
+        for c in self.suites.values():
+            out.cases += c.cases
+            out.calls += c.calls
+            out.wrongly_allowed += c.wrongly_allowed
+            out.tracebacks += c.tracebacks
+        return out
+
+    def lines(self) -> list[str]:
+        rows = [f"{name}: {c.cases} cases, {c.calls} calls, {c.wrongly_allowed} wrongly allowed, "
+                f"{c.tracebacks} tracebacks" for name, c in sorted(self.suites.items())]
+        t = self.total()
+        rows.append(f"total: {t.cases} cases, {t.calls} calls, {t.wrongly_allowed} wrongly allowed, "
+                    f"{t.tracebacks} tracebacks")
+        return rows
+
+    def write(self, path: Path = ARTEFACT) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"suites": {k: asdict(v) for k, v in sorted(self.suites.items())},
+                   "total": asdict(self.total())}
+        path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+TALLY = Tally()

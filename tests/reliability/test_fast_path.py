@@ -1,0 +1,95 @@
+"""The guard's fast path (identity-only plans compiled per tool) must decide exactly as the full
+evaluation does: the same outcomes, reasons included, and the same verdict, for random policies
+(grants, aliases, scope implications, a capability claim) and random callers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mcp_preconditions import CallContext, Guard, Identity, Principal, parse_policy
+from mcp_preconditions.principal import ANONYMOUS_IDENTITY
+
+from .tally import TALLY
+
+ROLES = ["ops", "admin", "Ops", "42", "true", "urn:org:ops"]
+SCOPES = ["files:read", "files:write", "files:admin", "mail"]
+CAPS = ["deploy", "read", "nuke"]
+CONDITIONS = ["auth:oauth2", "env:prod", "env:dev", "feature:on", "feature:off", "state:up",
+              "state:down", *(f"auth:claim:role:{r}" for r in ROLES),
+              *(f"auth:scope:{s}" for s in SCOPES), "auth:claim:groups:urn:org:ops",
+              "auth:claim:deep:x"]
+REQUIREMENTS = [*CONDITIONS, *(f"capability:{c}" for c in CAPS), "capability:unknown"]
+
+claim_values = st.one_of(st.sampled_from(ROLES), st.lists(st.sampled_from(ROLES), max_size=3),
+                         st.integers(40, 43), st.booleans(), st.none(), st.floats(0, 1),
+                         st.dictionaries(st.sampled_from(["roles"]), st.lists(st.just("x"))))
+claims = st.fixed_dictionaries({"sub": st.sampled_from(["alice", "bob"])}, optional={
+    "role": claim_values, "groups": claim_values, "caps": claim_values,
+    "scope": st.lists(st.sampled_from(SCOPES), max_size=3).map(" ".join),
+    "realm": st.fixed_dictionaries({}, optional={"roles": claim_values})})
+identities = st.one_of(
+    st.builds(lambda c, kind: Identity(principal=Principal.from_claims(c, kind=kind)), claims,
+              st.sampled_from(["jwt", "opaque", "sdk", "claims"])),
+    st.just(ANONYMOUS_IDENTITY), st.just(Identity(failure="JWKS down", error=True)))
+grants = st.lists(st.tuples(st.lists(st.sampled_from(CAPS), min_size=1, max_size=2, unique=True),
+                            st.lists(st.sampled_from(CONDITIONS), max_size=3)), max_size=4)
+
+
+def policy(grant_list: list[tuple[list[str], list[str]]], claim: bool, implications: bool) -> str:
+    lines = ['environment = ["prod"]', 'environment_variable = "FAST_PATH_UNSET"',
+             "[features.flags]", "on = true", "off = false", "[state.values]", "up = true",
+             "down = false"]
+    if claim:
+        lines += ["[capabilities]", 'claim = "caps"']
+    for caps, when in grant_list:
+        lines += ["[[capabilities.grants]]", f"capabilities = {json.dumps(caps)}",
+                  f"when = {json.dumps(when)}"]
+    lines += ["[auth]", 'claim_aliases = { deep = ["realm", "roles"] }']
+    if implications:
+        lines.append('scope_implications = { "files:admin" = ["files:write"], '
+                     '"files:write" = ["files:read"] }')
+    return "\n".join(lines) + "\n"
+
+
+def full_evaluation(guard: Guard, tool: str, identity: Identity) -> tuple[Any, bool]:
+    """The path without plans: every requirement through its resolver, with a CallContext."""
+    snap = guard.snapshot
+    compiled = snap.tools[tool]
+    outcomes = snap.evaluate(compiled, CallContext(tool, identity, {}, snap.evaluate_one))  # type: ignore[arg-type]
+    assert isinstance(outcomes, list)  # everything here is sync
+    return tuple(outcomes), bool(outcomes) and all(o.ok for o in outcomes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(grant_list=grants, claim=st.booleans(), implications=st.booleans(),
+       requirements=st.lists(st.sampled_from(REQUIREMENTS), min_size=1, max_size=6, unique=True),
+       identity=identities)
+def test_the_fast_path_decides_exactly_as_the_full_evaluation(
+        grant_list: list[tuple[list[str], list[str]]], claim: bool, implications: bool,
+        requirements: list[str], identity: Identity) -> None:
+    source = parse_policy(policy(grant_list, claim, implications).encode(), "fast.toml")
+    guard = Guard(source, {"t": requirements}, entry_points=False)
+    fast = guard.decide("t", identity, record=False)
+    outcomes, allowed = full_evaluation(guard, "t", identity)
+    TALLY.add("fast path = full evaluation", cases=1, calls=2,
+              wrongly_allowed=int(fast.allowed and not allowed))
+    assert fast.outcomes == outcomes
+    assert fast.allowed is allowed
+
+
+def test_the_plan_is_used_where_it_applies() -> None:
+    source = parse_policy(policy([(["deploy"], ["auth:claim:role:ops", "env:prod"])], True, True)
+                          .encode(), "fast.toml")
+    guard = Guard(source, {"t": ["auth:oauth2", "capability:deploy", "feature:on"]},
+                  entry_points=False)
+    assert guard.snapshot.tools["t"].plan is not None
+    who = Identity(principal=Principal.from_claims({"sub": "a", "role": ["x", "ops"]}))
+    decision = guard.decide("t", who, record=False)
+    assert decision.allowed
+    assert [o.reason for o in decision.outcomes] == [
+        "access token verified (claims)", "grant #0 gives 'deploy'", "flag 'on' is true (policy)"]
