@@ -39,6 +39,14 @@ def _finite_number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _subject_of(claims: Mapping[str, Any]) -> str | None:
+    sub = claims.get("sub")
+    if isinstance(sub, str):
+        return sub
+    client = claims.get("client_id")
+    return client if isinstance(client, str) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """A caller whose token was verified (or whose claims were supplied for an offline check)."""
@@ -47,14 +55,12 @@ class Principal:
     scopes: frozenset[str] = frozenset()
     kind: TokenKind = "claims"
     expires_at: float | None = None
+    # Who the caller is (`sub`, else `client_id`): derived from the claims once, here, because
+    # every decision records it. Not a constructor argument; excluded from equality and repr.
+    subject: str | None = field(init=False, repr=False, compare=False)
 
-    @property
-    def subject(self) -> str | None:
-        sub = self.claims.get("sub")
-        if isinstance(sub, str):
-            return sub
-        client = self.claims.get("client_id")
-        return client if isinstance(client, str) else None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "subject", _subject_of(self.claims))
 
     @classmethod
     def from_claims(cls, claims: Mapping[str, Any], kind: TokenKind = "claims",

@@ -4,6 +4,11 @@ A allows t1 and denies t2, B the reverse, and every requirement's outcome differ
 static part (env labels, compiled per snapshot) and the live part (a state callable imported per
 snapshot, which awaits mid-decision). A decision that mixed two snapshots has an outcome tuple that
 matches neither policy, or not the revision it reports.
+
+Lookups get a generous deadline: on a loaded 2-core box a full garbage collection of this test
+process freezes the event loop for 0.1-0.6 s, and every lookup in flight then times out (denied,
+never mixed). Decisions are checked as they come, not kept, so the heap those collections walk
+does not grow with the run.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from mcp_preconditions.policy.reload import PolicyReloader
 NOBODY = Identity()
 S, U = Status.SATISFIED, Status.UNSATISFIED
 ROUNDS, CONCURRENT, MIN_SWAPS = 30, 200, 10
+LOOKUP_TIMEOUT = 10  # far above any stall of the loop, far below the test's own timeout
 
 
 async def gate_a() -> bool:
@@ -40,6 +46,8 @@ async def gate_b() -> bool:
 def policy(label: str, gate: str) -> bytes:
     return f"""
 environment = ["{label}"]
+[guard]
+lookup_timeout_seconds = {LOOKUP_TIMEOUT}
 [state]
 ttl_seconds = 0
 [state.callables]
@@ -64,23 +72,37 @@ def _no_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
 
 
-def check(decisions: list[Decision]) -> Counter[str]:
-    wrong = [d for d in decisions
-             if EXPECTED.get((d.revision, d.tool)) != (d.allowed, tuple(o.status for o in d.outcomes))]
-    assert not wrong, f"{len(wrong)} mixed decisions, e.g. {wrong[:3]}"
-    return Counter(d.revision for d in decisions)
+class Tally:
+    """Revisions seen and decisions matching neither policy (a few kept as examples)."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+        self.wrong = 0
+        self.examples: list[Decision] = []
+
+    def add(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            self.seen[d.revision] += 1
+            if EXPECTED.get((d.revision, d.tool)) != (d.allowed, tuple(o.status for o in d.outcomes)):
+                self.wrong += 1
+                if len(self.examples) < 3:
+                    self.examples.append(d)
+
+    def check(self) -> Counter[str]:
+        assert not self.wrong, f"{self.wrong} mixed decisions, e.g. {self.examples}"
+        return self.seen
 
 
-async def load(guard: Guard, swaps: Callable[[], int]) -> list[Decision]:
+async def load(guard: Guard, swaps: Callable[[], int]) -> Tally:
     """ROUNDS rounds of CONCURRENT decisions, and more until several swaps happened under load."""
-    decisions: list[Decision] = []
+    tally = Tally()
     end = time.monotonic() + 60
     rounds = 0
     while rounds < ROUNDS or (swaps() < MIN_SWAPS and time.monotonic() < end):
         calls = [guard.check_identity(random.choice(["t1", "t2"]), NOBODY) for _ in range(CONCURRENT)]
-        decisions.extend(await asyncio.gather(*calls))
+        tally.add(await asyncio.gather(*calls))
         rounds += 1
-    return decisions
+    return tally
 
 
 async def test_reloads_from_a_thread_never_mix_snapshots(tmp_path: Path) -> None:
@@ -104,11 +126,11 @@ async def test_reloads_from_a_thread_never_mix_snapshots(tmp_path: Path) -> None
     flipper = threading.Thread(target=flip)
     flipper.start()
     try:
-        decisions = await load(guard, lambda: swaps)
+        tally = await load(guard, lambda: swaps)
     finally:
         done.set()
         flipper.join()
-    seen = check(decisions)
+    seen = tally.check()
     assert reloader.last_error is None
     assert swaps >= MIN_SWAPS and set(seen) == {revision_of(A), revision_of(B)}, (swaps, seen)
 
@@ -131,9 +153,9 @@ async def test_reloads_inside_the_loop_between_awaits_never_mix_snapshots(tmp_pa
 
     flipper = asyncio.create_task(flip())
     try:
-        decisions = await load(guard, lambda: swaps)
+        tally = await load(guard, lambda: swaps)
     finally:
         stop.set()
     await flipper
-    seen = check(decisions)
+    seen = tally.check()
     assert swaps >= MIN_SWAPS and set(seen) == {revision_of(A), revision_of(B)}, (swaps, seen)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Hashable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, cast
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -105,6 +105,9 @@ class Preconditions:
         self.guard_calls = guard_calls
         self.declared: set[str] = set()  # tool names given requirements by name, in code
         self._attached: dict[str, tuple[str, ...]] = {}  # requirements `attach` added, per tool
+        # Per tool: the function's requirement tuple and the guard's registration token with which
+        # `attach` last found nothing to add (see `attach_function`).
+        self._settled: dict[str, tuple[object, object]] = {}
         # Set by an adapter that can register every tool's function requirements up front.
         self.sync: Callable[[], Awaitable[None]] | None = None
         self._list_filtering = list_filtering
@@ -145,6 +148,18 @@ class Preconditions:
         self.guard.add_tool(name, list(merge(own, requirements)))
         self._attached[name] = merge(self._attached.get(name, ()), requirements)
         return True
+
+    def attach_function(self, name: str, fn: Callable[..., Any]) -> None:
+        """`attach` the requirements tool `name`'s function carries now; run before every call.
+        Skipped while neither the function's (immutable) requirement tuple nor the guard's own
+        requirements changed since `attach` last found nothing to add."""
+        raw = getattr(fn, REQUIREMENTS_ATTR, ())
+        token = self.guard.registration  # read before attach: a change meanwhile means re-check
+        settled = self._settled.get(name)
+        if settled is not None and settled[0] is raw and settled[1] is token:
+            return
+        if not self.attach(name, tuple(raw)) and type(raw) is tuple:
+            self._settled[name] = (raw, token)  # holds both: identities are never reused
 
     def validate(self, tool: str, requirements: Sequence[str]) -> None:
         """Raise RequirementError, naming `tool`, if a requirement cannot be enforced (SPEC §3)."""
@@ -201,9 +216,17 @@ class Preconditions:
         return await handler()
 
     # -- the lowlevel middleware: tools/list, initialize, subscriptions/listen -------------------
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+                 ) -> Coroutine[Any, Any, HandlerResult]:
         """`ServerMiddleware`: put requirements on the `tools/list` wire (after the SDK's
         per-version filter), filter it per principal, and track sessions for list_changed."""
+        if ctx.method == "tools/call" and not self.guard_calls:
+            # Decided by the adapter's tool-call interceptor: hand the call on without a coroutine
+            # of our own (this sits on every call's path). The SDK only awaits what we return.
+            return cast(Coroutine[Any, Any, HandlerResult], call_next(ctx))
+        return self._middleware(ctx, call_next)
+
+    async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         method = ctx.method
         if method == "tools/call" and self.guard_calls:
             return await self._call_tool(ctx, call_next)

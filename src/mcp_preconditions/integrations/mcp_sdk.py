@@ -73,9 +73,13 @@ class PreconditionsExtension(Extension):
                                   ) -> HandlerResult:
         fn = self.functions(params.name) if self.functions is not None else None
         if fn is not None:  # requirements put on the function after registration count too
-            self.preconditions.attach(params.name, requirements_of(fn))
-        result: HandlerResult = await self.preconditions.call(ctx.request, params.name, params.arguments,
-                                                              lambda: call_next(ctx))
+            self.preconditions.attach_function(params.name, fn)
+        # `Preconditions.call`, inlined: one coroutine and one closure less on every call.
+        pre = self.preconditions
+        decision = await pre.guard.check(params.name, pre.credentials(ctx.request), params.arguments)
+        if not decision.allowed:
+            return pre.refusal(decision)
+        result: HandlerResult = await call_next(ctx)
         return result
 
 
