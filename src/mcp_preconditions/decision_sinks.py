@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
-from .decisions import DecisionRecorder, FanOutRecorder, LoggingRecorder, decision_record
+from .decisions import (
+    DEFAULT_LOGGER,
+    DecisionRecorder,
+    FanOutRecorder,
+    LoggingRecorder,
+    decision_record,
+)
 from .errors import PolicyError
 from .outcomes import Decision
 from .policy.load import PolicySource
@@ -74,6 +81,31 @@ class OpenTelemetryRecorder:
         span.set_attributes(span_attributes(decision))
 
 
+class LoggingAndSpanRecorder(LoggingRecorder):
+    """`LoggingRecorder` and `OpenTelemetryRecorder` in one call (the default pair): the same
+    records, without a fan-out and two more calls on every decision. A failure of either part is
+    logged and never affects the decision or the other part."""
+
+    def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER) -> None:
+        super().__init__(logger)
+        from opentelemetry import trace
+
+        self._current_span = trace.get_current_span
+
+    def record(self, decision: Decision) -> None:
+        try:
+            if self.logger.isEnabledFor(logging.INFO):
+                self.logger.info(json.dumps(decision_record(decision), ensure_ascii=False))
+        except Exception:
+            logging.getLogger(DEFAULT_LOGGER).exception("decision log sink failed")
+        try:
+            span = self._current_span()
+            if span.is_recording():
+                span.set_attributes(span_attributes(decision))
+        except Exception:
+            logging.getLogger(DEFAULT_LOGGER).exception("decision span sink failed")
+
+
 def span_attributes(decision: Decision) -> dict[str, Any]:
     """The decision record as OpenTelemetry attribute values (strings, booleans, numbers, lists)."""
     record = decision_record(decision)
@@ -103,7 +135,9 @@ def build_recorder(source: PolicySource) -> DecisionRecorder:
     file (`jsonl_path`, relative to the policy file) and span attributes (`opentelemetry`, when
     `opentelemetry-api` is installed). Raises PolicyError when the file cannot be opened."""
     settings = source.policy.decision_log
-    sinks: list[DecisionRecorder] = [LoggingRecorder(settings.logger)]
+    spans = settings.opentelemetry and opentelemetry_available()
+    sinks: list[DecisionRecorder] = [
+        LoggingAndSpanRecorder(settings.logger) if spans else LoggingRecorder(settings.logger)]
     if settings.jsonl_path is not None:
         path = source.resolve_path(settings.jsonl_path)
         try:
@@ -111,6 +145,4 @@ def build_recorder(source: PolicySource) -> DecisionRecorder:
         except OSError as exc:
             raise PolicyError(source.source, [f"decision_log.jsonl_path: cannot open '{path}' for "
                                               f"appending: {exc.strerror or exc}"]) from None
-    if settings.opentelemetry and opentelemetry_available():
-        sinks.append(OpenTelemetryRecorder())
     return sinks[0] if len(sinks) == 1 else FanOutRecorder(*sinks)

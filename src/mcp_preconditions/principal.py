@@ -6,7 +6,7 @@ Token verification (auth/) produces a Principal; the guard and resolvers only ev
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -99,3 +99,21 @@ class Identity:
 
 
 ANONYMOUS_IDENTITY = Identity(failure="no access token")
+
+
+class _VerifiedIdentity:
+    """`Identity(principal=p)` without the frozen-dataclass setattr cost (built on every call of a
+    caller the host verified): same slots, plain stores, then the instance becomes an Identity
+    (`__class__` assignment between layout-identical classes; see outcomes.py)."""
+
+    __slots__ = Identity.__slots__
+
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+        self.failure = None
+        self.error = False
+        self.__class__ = Identity  # type: ignore[assignment]
+
+
+# `Identity(principal=principal)`, ~4x cheaper; an ordinary, immutable, equal Identity.
+verified_identity: Callable[[Principal], Identity] = _VerifiedIdentity  # type: ignore[assignment]

@@ -253,6 +253,8 @@ def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
     if not fast:
         fixed = (tuple(o for o in template if o is not None), bool(template) and static_ok)
         return lambda identity: fixed
+    if len(fast) <= _UNROLL_MAX:
+        return _unrolled_plan(template, fast, static_ok)
     steps = tuple(fast)
 
     def plan(identity: Identity) -> tuple[tuple[Outcome, ...], bool] | None:
@@ -261,7 +263,7 @@ def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
         try:
             for i, check in steps:
                 outcome = check(identity)
-                if outcome is None:
+                if outcome.__class__ is not Outcome:  # None (undecided here), or not an Outcome
                     return None
                 if outcome.status is not _SATISFIED:
                     allowed = False
@@ -269,4 +271,34 @@ def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
         except Exception:  # the full evaluation decides, turning the failure into an `error` outcome
             return None
         return tuple(outcomes), allowed
+    return plan
+
+
+_UNROLL_MAX = 8  # tools with more identity checks than this use the loop above
+
+
+def _unrolled_plan(template: list[Outcome | None], fast: list[tuple[int, FastCheck]],
+                   static_ok: bool) -> Plan:
+    """The plan above without its loop, list and per-step bookkeeping: one straight function per
+    tool shape, built from check positions only (`f3` is the fast check at position 3, `s1` the
+    static outcome at position 1; no requirement text enters the source). Same results, the same
+    exceptions turned into None. A decision runs this on every call, between much other work, so
+    fewer objects and frames touched is what makes it cheap."""
+    body = ["def plan(identity):", "    try:"]
+    for i, _ in fast:
+        body += [f"        o{i} = f{i}(identity)", f"        if o{i}.__class__ is not Outcome:",
+                 "            return None"]
+    items = ", ".join(f"s{i}" if outcome is not None else f"o{i}" for i, outcome in enumerate(template))
+    allowed = " and ".join(["True" if static_ok else "False",
+                            *(f"o{i}.status is SATISFIED" for i, _ in fast)])
+    body += [f"        return ({items},), {allowed}", "    except Exception:", "        return None"]
+    names = ["SATISFIED", "Outcome", *(f"f{i}" for i, _ in fast),
+             *(f"s{i}" for i, outcome in enumerate(template) if outcome is not None)]
+    factory = "\n".join([f"def make({', '.join(names)}):", *("    " + line for line in body),
+                         "    return plan"])
+    namespace: dict[str, Any] = {}
+    exec(compile(factory, "<mcp-preconditions plan>", "exec"), namespace)
+    values = [_SATISFIED, Outcome, *(check for _, check in fast),
+              *(outcome for outcome in template if outcome is not None)]
+    plan: Plan = namespace["make"](*values)
     return plan

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_preconditions import CallContext, Guard, Identity, Principal, parse_policy
+from mcp_preconditions import CallContext, Guard, Identity, Outcome, Principal, parse_policy
 from mcp_preconditions.principal import ANONYMOUS_IDENTITY
 
 from .tally import TALLY
@@ -67,7 +68,7 @@ def full_evaluation(guard: Guard, tool: str, identity: Identity) -> tuple[Any, b
 
 @settings(max_examples=300, deadline=None)
 @given(grant_list=grants, claim=st.booleans(), implications=st.booleans(),
-       requirements=st.lists(st.sampled_from(REQUIREMENTS), min_size=1, max_size=6, unique=True),
+       requirements=st.lists(st.sampled_from(REQUIREMENTS), min_size=1, max_size=12, unique=True),
        identity=identities)
 def test_the_fast_path_decides_exactly_as_the_full_evaluation(
         grant_list: list[tuple[list[str], list[str]]], claim: bool, implications: bool,
@@ -93,3 +94,42 @@ def test_the_plan_is_used_where_it_applies() -> None:
     assert decision.allowed
     assert [o.reason for o in decision.outcomes] == [
         "access token verified (claims)", "grant #0 gives 'deploy'", "flag 'on' is true (policy)"]
+
+
+class Fickle:
+    """A custom `zz:` resolver whose fast check returns what each test picks (its `resolve` says
+    no): whatever is not an Outcome must send the call to the full evaluation."""
+
+    namespace = "zz"
+
+    def __init__(self, fast: Any) -> None:
+        self.fast = fast
+
+    def validate(self, requirement: str) -> str | None:
+        return None
+
+    def resolve(self, requirement: str, context: CallContext) -> Outcome:
+        return Outcome.unsatisfied(requirement, "resolve said no")
+
+    def fast_check(self, requirement: str, condition: Any) -> Any:
+        return lambda identity: self.fast
+
+
+@pytest.mark.parametrize("fast", [True, "satisfied", None, Outcome.satisfied("zz:a", "fast")])
+@pytest.mark.parametrize("claims_before", [1, 9], ids=["unrolled", "loop"])
+def test_a_fast_check_that_returns_no_outcome_defers_to_resolve(fast: Any, claims_before: int) -> None:
+    # 1 or 9 identity checks before the custom one: the straight-line plan, and the looping plan
+    # used past 8 identity checks.
+    requirements = [f"auth:claim:c{i}:v" for i in range(claims_before)] + ["zz:a"]
+    guard = Guard(parse_policy(b"", "fast.toml"), {"t": requirements}, resolvers=[Fickle(fast)],
+                  entry_points=False)
+    assert guard.snapshot.tools["t"].plan is not None
+    who = Identity(principal=Principal.from_claims(
+        {"sub": "a", **{f"c{i}": "v" for i in range(claims_before)}}))
+    decision = guard.decide("t", who, record=False)
+    last = decision.outcomes[-1]
+    if isinstance(fast, Outcome):  # a real Outcome from the fast check is the answer
+        assert (decision.allowed, last) == (True, fast)
+    else:
+        assert (decision.allowed, last) == (False, Outcome.unsatisfied("zz:a", "resolve said no"))
+    assert all(o.ok for o in decision.outcomes[:-1])

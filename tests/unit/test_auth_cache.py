@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from mcp_preconditions import Credentials, Identity, Principal
+from mcp_preconditions import Credentials, Guard, Identity, Principal, parse_policy
 from mcp_preconditions.auth import IdentityCache, Introspector, TokenAuthenticator
 from mcp_preconditions.auth.cache import token_key
 from mcp_preconditions.errors import TokenError
@@ -168,4 +168,32 @@ async def test_an_introspection_only_policy_introspects_jwt_shaped_tokens_too() 
     auth = TokenAuthenticator(introspector=double)
     jwt_shaped = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"
     assert (await auth.authenticate(Credentials(token=jwt_shaped))).subject == "svc"
+    assert double.calls == 1
+
+
+async def test_authenticate_now_answers_only_what_needs_no_verification() -> None:
+    double = CountingIntrospector()
+    double.release.set()
+    auth = TokenAuthenticator(introspector=double, cache=IdentityCache(10, 60), max_token_bytes=64)
+    host = Principal.from_claims({"sub": "host-verified"})
+    assert auth.authenticate_now(Credentials(principal=host)) == Identity(principal=host)
+    assert auth.authenticate_now(Credentials()) == Identity(failure="no access token")
+    assert auth.authenticate_now(Credentials(token="x" * 65)) == Identity(
+        failure="token is larger than 64 bytes")
+    assert auth.authenticate_now(Credentials(token="opaque-3")) is None  # needs introspection
+    assert double.calls == 0
+    verified = await auth.authenticate(Credentials(token="opaque-3"))
+    assert auth.authenticate_now(Credentials(token="opaque-3")) is verified  # now cached
+    assert double.calls == 1
+
+
+async def test_the_guard_uses_a_cached_identity_without_verifying_again() -> None:
+    double = CountingIntrospector()
+    double.release.set()
+    auth = TokenAuthenticator(introspector=double, cache=IdentityCache(10, 60))
+    guard = Guard(parse_policy(b"", "p.toml"), {"t": ["auth:claim:sub:svc"]}, authenticator=auth,
+                  entry_points=False)
+    first = await guard.check("t", Credentials(token="opaque-4"))
+    second = await guard.check("t", Credentials(token="opaque-4"))
+    assert first.allowed and second.allowed and second.subject == "svc"
     assert double.calls == 1

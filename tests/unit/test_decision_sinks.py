@@ -29,6 +29,7 @@ from mcp_preconditions import (
 )
 from mcp_preconditions.decision_sinks import (
     JsonlRecorder,
+    LoggingAndSpanRecorder,
     OpenTelemetryRecorder,
     build_recorder,
     span_attributes,
@@ -127,12 +128,44 @@ def test_build_recorder_follows_the_decision_log_settings(tmp_path: Path) -> Non
     policy.write_text('[decision_log]\njsonl_path = "logs/decisions.jsonl"\n')
     recorder = build_recorder(load_policy(policy))
     assert isinstance(recorder, FanOutRecorder)
-    assert [type(s).__name__ for s in recorder.sinks] == [
-        "LoggingRecorder", "JsonlRecorder", "OpenTelemetryRecorder"]
+    assert [type(s).__name__ for s in recorder.sinks] == ["LoggingAndSpanRecorder", "JsonlRecorder"]
     recorder.record(DENIED)
     assert json.loads((tmp_path / "logs" / "decisions.jsonl").read_text())["tool"] == "launch_rocket"
     plain = build_recorder(parse_policy(b"[decision_log]\nopentelemetry = false\n", "p.toml"))
-    assert isinstance(plain, LoggingRecorder)
+    assert type(plain) is LoggingRecorder
+    assert type(build_recorder(parse_policy(b"", "p.toml"))) is LoggingAndSpanRecorder
+
+
+def test_the_default_recorder_logs_and_sets_span_attributes(
+        caplog: pytest.LogCaptureFixture, spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    with caplog.at_level(logging.INFO, logger="mcp_preconditions.decisions"), \
+            provider.get_tracer("test").start_as_current_span("tools/call"):
+        LoggingAndSpanRecorder().record(DENIED)
+    (span,) = exporter.get_finished_spans()
+    assert {k: list(v) if isinstance(v, tuple) else v  # OpenTelemetry keeps lists as tuples
+            for k, v in (span.attributes or {}).items()} == span_attributes(DENIED)
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records]
+    assert {k: v for k, v in line.items() if k != "time"} == {
+        "tool": "launch_rocket", "subject": "alice", "allowed": False,
+        "unmet": ["env:production", "state:weather.clear"],
+        "errors": {"state:weather.clear": "redis down"}, "revision": "abc123def456",
+        "duration_us": 12.3}
+
+
+def test_a_failing_part_of_the_default_recorder_spares_the_other(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = LoggingAndSpanRecorder()
+
+    def broken_span() -> None:
+        raise RuntimeError("tracing backend exploded")
+
+    monkeypatch.setattr(recorder, "_current_span", broken_span)
+    with caplog.at_level(logging.INFO, logger="mcp_preconditions.decisions"):
+        recorder.record(DENIED)  # no exception: a sink failure never reaches the decision
+    assert [(r.levelname, r.getMessage()[:9]) for r in caplog.records] == [
+        ("INFO", '{"time": '), ("ERROR", "decision ")]
+    assert caplog.records[1].getMessage() == "decision span sink failed"
 
 
 def test_build_recorder_names_an_unopenable_jsonl_path(tmp_path: Path) -> None:

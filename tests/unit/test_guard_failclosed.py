@@ -190,3 +190,48 @@ async def test_malformed_requirements_deny_the_tool(raw: object) -> None:
     assert not d.allowed
     assert d.outcome("(malformed requirements)") == Outcome.unsatisfied(
         "(malformed requirements)", "the tool's requirements are not a list of strings")
+
+
+class SyncPathAuthenticator:
+    """An authenticator with the optional synchronous fast path, whose behaviour each test picks;
+    `authenticate` (the slow path) counts its calls."""
+
+    def __init__(self, now: Any) -> None:
+        self.now = now
+        self.slow = 0
+
+    def authenticate_now(self, credentials: Credentials) -> Any:
+        return self.now(credentials)
+
+    async def authenticate(self, credentials: Credentials) -> Identity:
+        self.slow += 1
+        return Identity(principal=Principal.from_claims({"sub": "slow", "role": "x"}))
+
+
+def raise_runtime(credentials: Credentials) -> Any:
+    raise RuntimeError(f"cannot verify {credentials.token}")
+
+
+@pytest.mark.parametrize(("now", "reason"), [
+    (raise_runtime, "authentication failed: RuntimeError"),
+    (lambda c: "alice", "authentication failed: the authenticator returned str, not an Identity"),
+])
+async def test_a_failing_synchronous_authentication_denies_with_errors(now: Any, reason: str) -> None:
+    auth = SyncPathAuthenticator(now)
+    g = Guard(parse_policy(b"", "p.toml"), {"t": ["auth:oauth2", "auth:claim:role:x"]},
+              authenticator=auth, entry_points=False)
+    d = await g.check("t", Credentials(token="secret-token-value"))
+    assert not d.allowed
+    assert d.outcomes == (Outcome.error("auth:oauth2", reason),
+                          Outcome.error("auth:claim:role:x", reason))
+    assert auth.slow == 0
+    assert "secret-token-value" not in repr(d)
+
+
+async def test_the_synchronous_path_defers_to_authenticate_when_it_cannot_say() -> None:
+    auth = SyncPathAuthenticator(lambda c: None)
+    g = Guard(parse_policy(b"", "p.toml"), {"t": ["auth:claim:role:x"]}, authenticator=auth,
+              entry_points=False)
+    d = await g.check("t", Credentials(token="t"))
+    assert d.allowed and d.subject == "slow"
+    assert auth.slow == 1

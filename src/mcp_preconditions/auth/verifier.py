@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from ..errors import AuthBackendError, TokenError
-from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
+from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal, verified_identity
 from .cache import IdentityCache, token_key
 from .header import MalformedCredentials
 from .introspection import Introspector
@@ -41,9 +41,11 @@ class TokenAuthenticator:
         self._inflight: dict[bytes, asyncio.Task[Identity]] = {}
         self._lock = threading.Lock()
 
-    async def authenticate(self, credentials: Credentials) -> Identity:
+    def authenticate_now(self, credentials: Credentials) -> Identity | None:
+        """The Identity when no verification has to run (a principal the host verified, no token,
+        an oversized token, a cached token), else None: then `authenticate` verifies."""
         if credentials.principal is not None:
-            return Identity(principal=credentials.principal)
+            return verified_identity(credentials.principal)
         token = credentials.token
         if token is None:
             if isinstance(credentials, MalformedCredentials):
@@ -52,10 +54,16 @@ class TokenAuthenticator:
         if len(token) > self.max_token_bytes or (
                 not token.isascii() and len(token.encode("utf-8", "surrogatepass")) > self.max_token_bytes):
             return Identity(failure=f"token is larger than {self.max_token_bytes} bytes")
+        return self.cache.get(token_key(token))
+
+    async def authenticate(self, credentials: Credentials) -> Identity:
+        known = self.authenticate_now(credentials)
+        if known is not None:
+            return known
+        token = credentials.token
+        if token is None:  # unreachable: authenticate_now answers every token-less call
+            return ANONYMOUS_IDENTITY
         key = token_key(token)
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
         header = jwt_header(token)
         if header is not None and self.jwt is not None:
             return await self._settle(key, self.jwt.verify(token, header))
@@ -74,7 +82,7 @@ class TokenAuthenticator:
             # INFO, not WARNING: a down backend fails every call (JWKS fetches warn once per attempt).
             log.info("token not verified, backend failed: %s", exc)
             return Identity(failure=str(exc), error=True)
-        identity = Identity(principal=principal)
+        identity = verified_identity(principal)
         self.cache.put(key, identity, principal.expires_at)
         return identity
 

@@ -15,11 +15,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from mcp.server.context import HandlerResult, ServerRequestContext
-from mcp.server.extension import Extension
+from mcp.server.extension import Extension, compose_tool_call_handler
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import ListenHandler
-from mcp_types import CallToolRequestParams, Icon, SubscriptionsListenRequestParams, ToolAnnotations
+from mcp_types import (
+    CallToolRequestParams,
+    CallToolResult,
+    Icon,
+    InputRequiredResult,
+    SubscriptionsListenRequestParams,
+    ToolAnnotations,
+)
 
 from ..guard import Guard
 from ..requirements import merge
@@ -36,7 +43,8 @@ from ._server import (
 from ._sessions import TargetedBus
 
 __all__ = ["DENIAL_CODE", "EXTENSION_ID", "STEP_UP_META_KEY", "GuardedMCPServer", "Preconditions",
-           "PreconditionsExtension", "guard_server", "requirements_of", "requires"]
+           "PreconditionsExtension", "RequirementsExtension", "guard_server", "requirements_of",
+           "requires"]
 
 EXTENSION_ID = "io.github.mcp-preconditions/requirements"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,19 +62,24 @@ def requires(*requirements: str) -> Callable[[F], F]:
     return mark
 
 
-class PreconditionsExtension(Extension):
-    """The SEP-2133 extension that runs the guard before every tool handler of an `MCPServer`."""
+class RequirementsExtension(Extension):
+    """The SEP-2133 extension that tells clients where a tool's requirements are mirrored (the
+    `_meta` key), for clients whose typed models drop `execution.requirements`."""
 
     identifier = EXTENSION_ID
+
+    def settings(self) -> dict[str, Any]:
+        return {"metaKey": META_KEY}
+
+
+class PreconditionsExtension(RequirementsExtension):
+    """`RequirementsExtension` that also runs the guard before every tool handler of an `MCPServer`
+    (through `intercept_tool_call`): for a plain `MCPServer` built with `extensions=[...]`."""
 
     def __init__(self, preconditions: Preconditions,
                  functions: Callable[[str], Callable[..., Any] | None] | None = None) -> None:
         self.preconditions = preconditions
         self.functions = functions  # tool name -> the function that will run (None: unknown)
-
-    def settings(self) -> dict[str, Any]:
-        # Tells clients where the requirements are mirrored when their typed models drop the field.
-        return {"metaKey": META_KEY}
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: Callable[[ServerRequestContext[Any, Any]], Any]
@@ -102,10 +115,45 @@ class GuardedMCPServer(MCPServer[Any]):
             bus=bus if isinstance(bus, TargetedBus) else None, tool_functions=True)
         if bus is None:
             kwargs["subscriptions"] = self.preconditions.bus
-        kwargs["extensions"] = [*kwargs.get("extensions", ()),
-                                PreconditionsExtension(self.preconditions, self._function_of)]
+        # The guard runs in this class's own `tools/call` handler (see `_handle_call_tool`), the
+        # innermost layer, under any extension's interceptor: the handler the SDK wraps. On an SDK
+        # that does not register that method, an interceptor extension guards instead.
+        self._guard_in_handler = _HANDLER_HOOK
+        extension = (RequirementsExtension() if self._guard_in_handler
+                     else PreconditionsExtension(self.preconditions, self._function_of))
+        kwargs["extensions"] = [*kwargs.get("extensions", ()), extension]
         super().__init__(name, **kwargs)
+        if self._guard_in_handler:
+            self._check_call_handler()
         self.middleware.append(self.preconditions)
+
+    def _check_call_handler(self) -> None:
+        """Make sure every `tools/call` reaches `_handle_call_tool` (the guard): refuse to build a
+        server whose SDK registered something else, rather than serve it unguarded."""
+        lowlevel = self._lowlevel_server
+        entry = lowlevel.get_request_handler("tools/call")
+        if any(type(e).intercept_tool_call is not Extension.intercept_tool_call
+               for e in self._extensions):  # composed around the handler: compose it ourselves
+            lowlevel.add_request_handler("tools/call", CallToolRequestParams,
+                                         compose_tool_call_handler(self._extensions,
+                                                                   self._handle_call_tool))
+        elif entry is None or entry.handler != self._handle_call_tool:
+            raise RuntimeError("GuardedMCPServer: this mcp SDK does not route tools/call to "
+                               "MCPServer._handle_call_tool; refusing to serve tools unguarded")
+
+    async def _handle_call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+                                ) -> CallToolResult | InputRequiredResult:
+        """The SDK's `tools/call` handler, run only when the guard allows the call."""
+        if self._guard_in_handler:
+            pre = self.preconditions
+            name = params.name
+            tool = self._tool_manager.get_tool(name)
+            if tool is not None:  # requirements put on the function after registration count too
+                pre.attach_function(name, tool.fn)
+            decision = await pre.guard.check(name, pre.credentials(ctx.request), params.arguments)
+            if not decision.allowed:
+                return pre.refusal(decision)
+        return await super()._handle_call_tool(ctx, params)
 
     @property
     def guard(self) -> Guard:
@@ -146,6 +194,11 @@ class GuardedMCPServer(MCPServer[Any]):
             return fn
 
         return decorator
+
+
+# Whether the SDK registers `MCPServer._handle_call_tool` as the `tools/call` handler, so that a
+# subclass overriding it runs before every tool (checked again per server, in the constructor).
+_HANDLER_HOOK = callable(getattr(MCPServer, "_handle_call_tool", None))
 
 
 def guard_server(server: Server[Any], guard: Guard, *,
