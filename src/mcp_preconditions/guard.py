@@ -46,6 +46,10 @@ class Guard:
                  strict: bool = True) -> None:
         source = policy or EMPTY_POLICY
         self._tools: dict[str, Any] = dict(tools or {})
+        # A token replaced (a new object) whenever any tool's own requirements change: compare it
+        # by identity to know that `own_requirements` answers as before. Read-only; an attribute,
+        # not a property, because adapters read it on every call.
+        self.registration: object = self._tools
         self._custom = tuple(resolvers)
         self._live = live
         self._entry_points = entry_points
@@ -97,12 +101,6 @@ class Guard:
     def tool_names(self) -> list[str]:
         return list(self._tools)
 
-    @property
-    def registration(self) -> object:
-        """A token that is replaced (a new object) whenever any tool's own requirements change:
-        compare it by identity to know that `own_requirements` answers as before."""
-        return self._tools
-
     # -- changes ---------------------------------------------------------------------------------
     def add_tool(self, name: str, requirements: Sequence[str] | None = None) -> None:
         """Register (or replace) a tool's own requirements; validates them now."""
@@ -130,6 +128,7 @@ class Guard:
             with self._lock:
                 if self._state is state and self._tools is tools:
                     self._state, self._tools = new_state, new_tools
+                    self.registration = new_tools
                     return
 
     # -- decisions -------------------------------------------------------------------------------

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import planner
 from .errors import RequirementError
 from .outcomes import Outcome, Status
+from .planner import FastCheck, Plan
 from .policy.load import PolicySource
-from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
 from .resolvers import LiveSources, Registry, Resolver, build_registry
 from .resolvers.base import CallContext
@@ -30,9 +31,6 @@ _REASON_MAX = 300
 _SATISFIED = Status.SATISFIED
 _UNPLANNED: Any = object()
 
-FastCheck = Callable[[Identity], "Outcome | None"]
-# A tool's fast plan: (outcomes in tool order, allowed), or None when the full evaluation must decide.
-Plan = Callable[[Identity], "tuple[tuple[Outcome, ...], bool] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,65 +238,13 @@ def being_cancelled() -> bool:
 
 
 def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
-    """A tool's plan when every check is static or has a fast check, else None."""
-    template: list[Outcome | None] = []
+    """A tool's plan when every check is static or has a fast check, else None (planner.py)."""
+    statics: list[Outcome | None] = []
     fast: list[tuple[int, FastCheck]] = []
     for i, check in enumerate(checks):
         if check.static is None and check.fast is None:
             return None
-        template.append(check.static)
+        statics.append(check.static)
         if check.static is None and check.fast is not None:
             fast.append((i, check.fast))
-    static_ok = all(o.status is _SATISFIED for o in template if o is not None)
-    if not fast:
-        fixed = (tuple(o for o in template if o is not None), bool(template) and static_ok)
-        return lambda identity: fixed
-    if len(fast) <= _UNROLL_MAX:
-        return _unrolled_plan(template, fast, static_ok)
-    steps = tuple(fast)
-
-    def plan(identity: Identity) -> tuple[tuple[Outcome, ...], bool] | None:
-        outcomes: list[Any] = template.copy()  # no cast() here: it costs a call per decision
-        allowed = static_ok
-        try:
-            for i, check in steps:
-                outcome = check(identity)
-                if outcome.__class__ is not Outcome:  # None (undecided here), or not an Outcome
-                    return None
-                if outcome.status is not _SATISFIED:
-                    allowed = False
-                outcomes[i] = outcome
-        except Exception:  # the full evaluation decides, turning the failure into an `error` outcome
-            return None
-        return tuple(outcomes), allowed
-    return plan
-
-
-_UNROLL_MAX = 8  # tools with more identity checks than this use the loop above
-
-
-def _unrolled_plan(template: list[Outcome | None], fast: list[tuple[int, FastCheck]],
-                   static_ok: bool) -> Plan:
-    """The plan above without its loop, list and per-step bookkeeping: one straight function per
-    tool shape, built from check positions only (`f3` is the fast check at position 3, `s1` the
-    static outcome at position 1; no requirement text enters the source). Same results, the same
-    exceptions turned into None. A decision runs this on every call, between much other work, so
-    fewer objects and frames touched is what makes it cheap."""
-    body = ["def plan(identity):", "    try:"]
-    for i, _ in fast:
-        body += [f"        o{i} = f{i}(identity)", f"        if o{i}.__class__ is not Outcome:",
-                 "            return None"]
-    items = ", ".join(f"s{i}" if outcome is not None else f"o{i}" for i, outcome in enumerate(template))
-    allowed = " and ".join(["True" if static_ok else "False",
-                            *(f"o{i}.status is SATISFIED" for i, _ in fast)])
-    body += [f"        return ({items},), {allowed}", "    except Exception:", "        return None"]
-    names = ["SATISFIED", "Outcome", *(f"f{i}" for i, _ in fast),
-             *(f"s{i}" for i, outcome in enumerate(template) if outcome is not None)]
-    factory = "\n".join([f"def make({', '.join(names)}):", *("    " + line for line in body),
-                         "    return plan"])
-    namespace: dict[str, Any] = {}
-    exec(compile(factory, "<mcp-preconditions plan>", "exec"), namespace)
-    values = [_SATISFIED, Outcome, *(check for _, check in fast),
-              *(outcome for outcome in template if outcome is not None)]
-    plan: Plan = namespace["make"](*values)
-    return plan
+    return planner.fast_plan(statics, fast)

@@ -157,10 +157,10 @@ def test_a_failing_part_of_the_default_recorder_spares_the_other(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = LoggingAndSpanRecorder()
 
-    def broken_span() -> None:
+    def broken_context() -> None:
         raise RuntimeError("tracing backend exploded")
 
-    monkeypatch.setattr(recorder, "_current_span", broken_span)
+    monkeypatch.setattr(recorder, "_current_context", broken_context)
     with caplog.at_level(logging.INFO, logger="mcp_preconditions.decisions"):
         recorder.record(DENIED)  # no exception: a sink failure never reaches the decision
     assert [(r.levelname, r.getMessage()[:9]) for r in caplog.records] == [
@@ -228,3 +228,13 @@ async def test_no_sink_ever_sees_a_token_or_a_claim_value(
         for secret in (good, expired, garbage, good.split(".")[1], good.split(".")[2],
                        "hunter2-claim-secret"):
             assert secret not in text
+
+
+def test_the_default_recorder_skips_spans_that_never_record(caplog: pytest.LogCaptureFixture) -> None:
+    from opentelemetry import trace
+
+    with caplog.at_level(logging.INFO, logger="mcp_preconditions.decisions"), \
+            trace.use_span(trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)):
+        LoggingAndSpanRecorder().record(DENIED)  # the span a server without tracing has
+        LoggingAndSpanRecorder().record(DENIED)  # and none at all
+    assert [r.levelname for r in caplog.records] == ["INFO", "INFO"]

@@ -107,7 +107,7 @@ class Preconditions:
         self._attached: dict[str, tuple[str, ...]] = {}  # requirements `attach` added, per tool
         # Per tool: the function's requirement tuple and the guard's registration token with which
         # `attach` last found nothing to add (see `attach_function`).
-        self._settled: dict[str, tuple[object, object]] = {}
+        self.settled: dict[str, tuple[object, object]] = {}
         # Set by an adapter that can register every tool's function requirements up front.
         self.sync: Callable[[], Awaitable[None]] | None = None
         self._list_filtering = list_filtering
@@ -155,11 +155,11 @@ class Preconditions:
         requirements changed since `attach` last found nothing to add."""
         raw = getattr(fn, REQUIREMENTS_ATTR, ())
         token = self.guard.registration  # read before attach: a change meanwhile means re-check
-        settled = self._settled.get(name)
+        settled = self.settled.get(name)
         if settled is not None and settled[0] is raw and settled[1] is token:
             return
         if not self.attach(name, tuple(raw)) and type(raw) is tuple:
-            self._settled[name] = (raw, token)  # holds both: identities are never reused
+            self.settled[name] = (raw, token)  # holds both: identities are never reused
 
     def validate(self, tool: str, requirements: Sequence[str]) -> None:
         """Raise RequirementError, naming `tool`, if a requirement cannot be enforced (SPEC §3)."""

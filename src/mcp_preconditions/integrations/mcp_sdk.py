@@ -33,6 +33,7 @@ from ..requirements import merge
 from ..wire import META_KEY
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 from ._server import (
+    REQUIREMENTS_ATTR,
     CredentialsHook,
     DenialMode,
     Preconditions,
@@ -149,7 +150,11 @@ class GuardedMCPServer(MCPServer[Any]):
             name = params.name
             tool = self._tool_manager.get_tool(name)
             if tool is not None:  # requirements put on the function after registration count too
-                pre.attach_function(name, tool.fn)
+                fn = tool.fn  # `attach_function`'s "nothing changed" test, inlined (every call)
+                settled = pre.settled.get(name)
+                if (settled is None or settled[0] is not getattr(fn, REQUIREMENTS_ATTR, ())
+                        or settled[1] is not pre.guard.registration):
+                    pre.attach_function(name, fn)
             decision = await pre.guard.check(name, pre.credentials(ctx.request), params.arguments)
             if not decision.allowed:
                 return pre.refusal(decision)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, get_args
 
 from ..outcomes import Outcome
+from ..planner import ByKind, ClaimEquals, HasScope, describe
 from ..principal import Identity, TokenKind
 
 FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
@@ -114,7 +115,7 @@ class AuthResolver:
             def oauth2(identity: Identity) -> Outcome | None:
                 principal = identity.principal
                 return None if principal is None else by_kind.get(principal.kind)
-            return oauth2
+            return describe(oauth2, ByKind(by_kind))
         if requirement.startswith("auth:scope:"):
             return self._fast_scope(requirement, requirement[len("auth:scope:"):])
         parts = split_claim(requirement)
@@ -135,7 +136,7 @@ class AuthResolver:
             if implied_by and not implied_by.isdisjoint(scopes):
                 return None  # implied: `resolve` names the implying scope
             return lacks
-        return has_scope
+        return describe(has_scope, HasScope(scope, held, lacks, implied_by))
 
     def _fast_claim(self, requirement: str, name: str, expected: str) -> FastCheck:
         # The three possible outcomes, computed once by the same function `resolve` uses.
@@ -153,7 +154,10 @@ class AuthResolver:
             if value.__class__ is str:  # the common case, without claim_matches' type dispatch
                 return found if value == expected else lacks
             return found if claim_matches(value, expected) else lacks
-        return claim
+        if not plain:
+            return claim
+        return describe(claim, ClaimEquals(name, expected, found, missing, lacks, _MISSING,
+                                           claim_matches))
 
     def _lookup(self, claims: Mapping[str, Any], name: str) -> Any:
         """The claim's value (through an alias path when one is declared), or _MISSING."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..outcomes import Outcome, Status
+from ..planner import Capability, describe
 from ..principal import Identity
 from ..requirements import body_of
 from .base import CallContext
@@ -96,7 +97,13 @@ class CapabilityResolver:
                 else:
                     return granted
             return self._fast_denial(requirement, name, grants, conditions, identity)
-        return capability
+
+        def denial(identity: Identity) -> Outcome | None:
+            return self._fast_denial(requirement, name, grants, conditions, identity)
+        return describe(capability, Capability(
+            claim, name, by_claim, claim_lists,
+            tuple((granted, checks) for checks, granted in open_grants),
+            denial))
 
     def _fast_denial(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
                      conditions: list[tuple[Outcome | FastCheck, ...]], identity: Identity
