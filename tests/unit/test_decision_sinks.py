@@ -233,8 +233,8 @@ async def test_no_sink_ever_sees_a_token_or_a_claim_value(
 def test_the_default_recorder_skips_spans_that_never_record(caplog: pytest.LogCaptureFixture) -> None:
     from opentelemetry import trace
 
-    with caplog.at_level(logging.INFO, logger="mcp_preconditions.decisions"), \
-            trace.use_span(trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)):
-        LoggingAndSpanRecorder().record(DENIED)  # the span a server without tracing has
-        LoggingAndSpanRecorder().record(DENIED)  # and none at all
+    with caplog.at_level(logging.INFO, logger="mcp_preconditions.decisions"):
+        with trace.use_span(trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)):
+            LoggingAndSpanRecorder().record(DENIED)  # the span a server without tracing has
+        LoggingAndSpanRecorder().record(DENIED)  # and no span at all
     assert [r.levelname for r in caplog.records] == ["INFO", "INFO"]
