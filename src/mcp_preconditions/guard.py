@@ -26,6 +26,7 @@ from .resolvers.base import CallContext
 from .snapshot import CompiledTool, Snapshot, being_cancelled
 
 _NO_IDENTITY = Identity(failure="not needed")
+_NOTHING: frozenset[str] = frozenset()  # a tool without requirements has nothing confidential
 # A snapshot, the authenticator built from the same policy, and its synchronous fast path.
 _State = tuple[Snapshot, Authenticator, AuthenticateNow | None]
 EMPTY_POLICY = parse_policy(b"", "(empty policy)")
@@ -151,7 +152,7 @@ class Guard:
         snap, authenticator, now = self._state
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._done(Decision(tool, True, revision=snap.revision), record)
+            return self._done(new_decision(tool, True, (), None, snap.revision, 0, _NOTHING), record)
         start = perf_counter_ns()
         if compiled.dynamic:
             # `authenticate`, inlined, and without a coroutine when the answer needs no I/O: this
@@ -193,7 +194,7 @@ class Guard:
         start = _start or perf_counter_ns()
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._done(Decision(tool, True, revision=snap.revision), record)
+            return self._done(new_decision(tool, True, (), None, snap.revision, 0, _NOTHING), record)
         plan = compiled.plan
         verdict = plan(identity) if plan is not None else None
         if verdict is None:
@@ -209,7 +210,7 @@ class Guard:
         start = perf_counter_ns()
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._done(Decision(tool, True, revision=snap.revision), record)
+            return self._done(new_decision(tool, True, (), None, snap.revision, 0, _NOTHING), record)
         plan = compiled.plan  # set when every check is static or identity-only: no CallContext
         verdict = plan(identity) if plan is not None else None
         if verdict is None:

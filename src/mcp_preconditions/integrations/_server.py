@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Hashable, Mapping, Sequence
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -221,9 +221,10 @@ class Preconditions:
         """`ServerMiddleware`: put requirements on the `tools/list` wire (after the SDK's
         per-version filter), filter it per principal, and track sessions for list_changed."""
         if ctx.method == "tools/call" and not self.guard_calls:
-            # Decided by the adapter's tool-call interceptor: hand the call on without a coroutine
-            # of our own (this sits on every call's path). The SDK only awaits what we return.
-            return cast(Coroutine[Any, Any, HandlerResult], call_next(ctx))
+            # Decided below, in the adapter's tool-call handler (or interceptor): hand the call on
+            # without a coroutine of our own, nor a cast() call (this sits on every call's path).
+            # The SDK only awaits what we return.
+            return call_next(ctx)  # type: ignore[return-value]
         return self._middleware(ctx, call_next)
 
     async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
