@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from .outcomes import Decision
 from .policy.load import PolicySource
 
 ATTRIBUTE_PREFIX = "mcp.preconditions."
+_SPAN = object()  # the span's key when the API's own cannot be found (see LoggingAndSpanRecorder)
 
 
 class JsonlRecorder:
@@ -91,9 +93,12 @@ class LoggingAndSpanRecorder(LoggingRecorder):
         from opentelemetry import context, trace
 
         # The current span, read the way `trace.get_current_span` does, minus two calls and an
-        # ABC check: the key the API files it under is taken from the API itself.
-        (self._span_key,) = trace.set_span_in_context(trace.INVALID_SPAN, context.Context())
-        self._current_context = context.get_current
+        # ABC check: the key the API files it under is taken from the API itself. Should the API
+        # ever file more than one, `get_current_span` it is.
+        keys = list(trace.set_span_in_context(trace.INVALID_SPAN, context.Context()))
+        self._span_key: object = keys[0] if len(keys) == 1 else _SPAN
+        self._current_context: Callable[[], Mapping[Any, Any]] = (
+            context.get_current if len(keys) == 1 else lambda: {_SPAN: trace.get_current_span()})
         self._never_recording = trace.NonRecordingSpan  # what a server without tracing has
 
     def record(self, decision: Decision) -> None:

@@ -238,3 +238,20 @@ def test_the_default_recorder_skips_spans_that_never_record(caplog: pytest.LogCa
             LoggingAndSpanRecorder().record(DENIED)  # the span a server without tracing has
         LoggingAndSpanRecorder().record(DENIED)  # and no span at all
     assert [r.levelname for r in caplog.records] == ["INFO", "INFO"]
+
+
+def test_the_default_recorder_falls_back_to_get_current_span(
+        monkeypatch: pytest.MonkeyPatch, spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    from opentelemetry import context, trace
+
+    real = trace.set_span_in_context
+    # An API that files a span under two keys: the recorder cannot tell which one to read.
+    monkeypatch.setattr(trace, "set_span_in_context", lambda span, ctx=None: context.Context(
+        {**real(span, ctx), "another-key": span}))
+    recorder = LoggingAndSpanRecorder()
+    monkeypatch.undo()
+    provider, exporter = spans
+    with provider.get_tracer("test").start_as_current_span("tools/call"):
+        recorder.record(DENIED)
+    (span,) = exporter.get_finished_spans()
+    assert (span.attributes or {})["mcp.preconditions.tool"] == "launch_rocket"
