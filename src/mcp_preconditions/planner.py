@@ -15,13 +15,15 @@ gets a plan, which `Guard.check` runs on every call. The plan is built here, in 
 Every form returns exactly what calling the fast checks in order would: the same Outcome objects,
 None as soon as one check is undecided, and None when any check raises or returns something that
 is not an Outcome (the full evaluation then decides, and fails closed). The generated source holds
-generated names only (`o3`, `k7`); every value, requirement text included, is passed as an
-argument of the factory that builds the function. tests/reliability/test_fast_path.py checks the
-plans against the full evaluation.
+generated names only (`o3`, `k7`); every value, requirement text included, is bound as a default of
+the function's `k` arguments, so tools of the same shape share one code object.
+tests/reliability/test_fast_path.py checks the plans against the full evaluation.
 """
 
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -109,10 +111,8 @@ def fast_plan(statics: list[Outcome | None], fast: list[tuple[int, FastCheck]]) 
         return lambda identity: fixed
     if len(fast) > UNROLL_MAX:
         return _looping_plan(statics, fast, static_ok)
-    called = _generated_plan(statics, fast, static_ok, inline=False)
-    if not any(_spec_of(check) is not None for _, check in fast):
-        return called
-    return _generated_plan(statics, fast, static_ok, inline=True, anonymous=called)
+    inline = any(_spec_of(check) is not None for _, check in fast)
+    return _generated_plan(statics, fast, static_ok, inline=inline)
 
 
 def _looping_plan(statics: list[Outcome | None], fast: list[tuple[int, FastCheck]],
@@ -155,25 +155,35 @@ class _Source:
         self.lines.append("    " * depth + line)
 
     def build(self) -> Plan:
-        factory = "\n".join([f"def make({', '.join(f'k{i}' for i in range(len(self.values)))}):",
-                             *("    " + line for line in self.lines), "    return plan"])
-        namespace: dict[str, Any] = {}
-        exec(compile(factory, "<mcp-preconditions plan>", "exec"), namespace)
-        plan: Plan = namespace["make"](*self.values)
+        """The plan: one code object per shape (cached), the values as its argument defaults
+        (a tuple per tool: no closure cells, and locals are the fastest reads)."""
+        header = f"def plan(identity, {', '.join(f'k{i}=None' for i in range(len(self.values)))}):"
+        code, namespace = _compiled("\n".join([header, *self.lines]))
+        plan: Plan = types.FunctionType(code, namespace, "plan", tuple(self.values))
         return plan
 
 
+@functools.lru_cache(maxsize=4096)
+def _compiled(source: str) -> tuple[types.CodeType, dict[str, Any]]:
+    """The code of one plan shape, and the globals it runs with. The source names no value, so
+    every tool of the same shape (kinds of check, in order) shares it; only the defaults differ."""
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<mcp-preconditions plan>", "exec"), namespace)
+    code: types.CodeType = namespace.pop("plan").__code__
+    return code, namespace
+
+
 def _generated_plan(statics: list[Outcome | None], fast: list[tuple[int, FastCheck]],
-                    static_ok: bool, *, inline: bool, anonymous: Plan | None = None) -> Plan:
-    """One straight-line function. With `inline`, described checks are written in and the
-    function handles callers with a principal; `anonymous` decides the others."""
+                    static_ok: bool, *, inline: bool) -> Plan:
+    """One straight-line function; with `inline`, described checks are written in."""
     src = _Source()
     outcome, satisfied = src.bind(Outcome), src.bind(_SATISFIED)
-    src.emit(0, "def plan(identity):")
     if inline:
+        # Every described check defers a caller without a principal (returns None), and one None
+        # makes the whole plan None: so does this, at once.
         src.emit(1, "p = identity.principal")
         src.emit(1, "if p is None:")
-        src.emit(2, f"return {src.bind(anonymous)}(identity)")
+        src.emit(2, "return None")
     src.emit(1, "try:")
     if inline:
         src.emit(2, "claims = p.claims")

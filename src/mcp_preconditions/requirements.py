@@ -119,6 +119,20 @@ def _script(ch: str) -> str | None:
     return name.split(" ")[0] if name else "UNKNOWN"
 
 
+def _character_findings(tool: str, req: str) -> list[Finding]:
+    out: list[Finding] = []
+    odd = sorted({f"U+{ord(c):04X}" for c in req
+                  if unicodedata.category(c) in _INVISIBLE_CATEGORIES or c in _IGNORABLE})
+    if odd:
+        out.append(Finding("warning", tool, f"requirement {req!r} contains control or invisible "
+                                            f"characters: {', '.join(odd)}", req))
+    scripts = {s for s in map(_script, req) if s}
+    if len(scripts) > 1:
+        out.append(Finding("warning", tool, f"requirement {req!r} mixes scripts: "
+                                            f"{', '.join(sorted(scripts))}", req))
+    return out
+
+
 def lint(tool: str, requirements: Sequence[str]) -> list[Finding]:
     """Lint warnings (never errors): whitespace, control/invisible characters, mixed scripts, dupes."""
     out: list[Finding] = []
@@ -127,15 +141,8 @@ def lint(tool: str, requirements: Sequence[str]) -> list[Finding]:
         if req != req.strip():
             out.append(Finding("warning", tool, f"requirement {req!r} has leading or trailing "
                                                 "whitespace (it matches only itself, exactly)", req))
-        odd = sorted({f"U+{ord(c):04X}" for c in req
-                      if unicodedata.category(c) in _INVISIBLE_CATEGORIES or c in _IGNORABLE})
-        if odd:
-            out.append(Finding("warning", tool, f"requirement {req!r} contains control or invisible "
-                                                f"characters: {', '.join(odd)}", req))
-        scripts = {s for s in map(_script, req) if s}
-        if len(scripts) > 1:
-            out.append(Finding("warning", tool, f"requirement {req!r} mixes scripts: "
-                                                f"{', '.join(sorted(scripts))}", req))
+        if not (req.isascii() and req.isprintable()):  # printable ASCII: one script, nothing hidden
+            out.extend(_character_findings(tool, req))
         if req in seen:
             out.append(Finding("warning", tool, f"requirement {req!r} is listed more than once", req))
         seen.add(req)
