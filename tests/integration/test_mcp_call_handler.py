@@ -123,6 +123,21 @@ async def test_without_the_handler_hook_an_interceptor_guards_instead(
     assert denied.structured_content == UNMET
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_subclass_with_its_own_call_handler_is_still_guarded(version: str) -> None:
+    class Custom(GuardedMCPServer):
+        async def _handle_call_tool(self, ctx: Any, params: CallToolRequestParams) -> Any:
+            return await MCPServer._handle_call_tool(self, ctx, params)  # skips ours
+
+    ran: list[str] = []
+    server = Custom("s", guard=small_guard())
+    doors(server, ran)
+    assert any(isinstance(e, PreconditionsExtension) for e in server._extensions)
+    opened, denied, _ = await call_both(server, version)
+    assert (opened.is_error, denied.is_error, ran) == (False, True, ["open_door"])
+    assert denied.structured_content == UNMET
+
+
 def test_a_server_whose_sdk_routes_tools_call_elsewhere_refuses_to_start(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Server, "get_request_handler", lambda self, method: None)

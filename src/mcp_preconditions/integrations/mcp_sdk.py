@@ -119,7 +119,10 @@ class GuardedMCPServer(MCPServer[Any]):
         # The guard runs in this class's own `tools/call` handler (see `_handle_call_tool`), the
         # innermost layer, under any extension's interceptor: the handler the SDK wraps. On an SDK
         # that does not register that method, an interceptor extension guards instead.
-        self._guard_in_handler = _HANDLER_HOOK
+        # A subclass that overrides `_handle_call_tool` (it might not call ours) is guarded by the
+        # interceptor, which wraps whatever handler the SDK registers.
+        self._guard_in_handler = (_HANDLER_HOOK and type(self)._handle_call_tool
+                                  is GuardedMCPServer._handle_call_tool)
         extension = (RequirementsExtension() if self._guard_in_handler
                      else PreconditionsExtension(self.preconditions, self._function_of))
         kwargs["extensions"] = [*kwargs.get("extensions", ()), extension]
