@@ -106,7 +106,8 @@ class Preconditions:
         self.declared: set[str] = set()  # tool names given requirements by name, in code
         self._attached: dict[str, tuple[str, ...]] = {}  # requirements `attach` added, per tool
         # Per tool: the function's requirement tuple and the guard's registration token with which
-        # `attach` last found nothing to add (see `attach_function`).
+        # `attach` last found nothing to add (see `attach_function`; adapters read it on every call
+        # to skip that call when nothing changed). Written only by `attach_function`.
         self.settled: dict[str, tuple[object, object]] = {}
         # Set by an adapter that can register every tool's function requirements up front.
         self.sync: Callable[[], Awaitable[None]] | None = None
