@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import types
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,6 @@ FastCheck = Callable[[Identity], "Outcome | None"]
 # A tool's fast plan: (outcomes in tool order, allowed), or None when the full evaluation must decide.
 Plan = Callable[[Identity], "tuple[tuple[Outcome, ...], bool] | None"]
 UNROLL_MAX = 8  # tools with more fast checks than this use the loop
-INLINE_ATTR = "__mcp_preconditions_inline__"
 _SATISFIED = Status.SATISFIED
 
 
@@ -76,46 +76,62 @@ class HasScope:
 @dataclass(frozen=True, slots=True)
 class Capability:
     """`by_claim` when `claim` is set and `lists(claims, claim, name)`; else the first grant whose
-    conditions (fast checks, in order, stopping at the first not satisfied) all hold gives its
-    outcome; else `denial(identity)` (capability:NAME)."""
+    conditions (fast checks, in order, stopping at the first not satisfied; each must answer an
+    Outcome for its own requirement, else the plan is undecided) all hold gives its outcome; else
+    `denial(identity)` (capability:NAME)."""
 
     claim: str | None
     name: str
     by_claim: Outcome
     lists: Callable[[Any, str, str], bool]
-    grants: tuple[tuple[Outcome, tuple[FastCheck, ...]], ...]  # (granted outcome, conditions)
+    # (granted outcome, ((condition requirement, its fast check), ...)), per grant that can apply
+    grants: tuple[tuple[Outcome, tuple[tuple[str, FastCheck], ...]], ...]
     denial: FastCheck
 
 
 Inline = ByKind | ClaimEquals | HasScope | Capability
 
 
+# Fast check (by identity) -> (a weak reference to it, its spec). Kept here, not on the function:
+# a wrapper made with functools.wraps copies a function's attributes, and must not pass for the
+# check it wraps (its own logic would never run).
+_SPECS: dict[int, tuple[weakref.ref[FastCheck], Inline]] = {}
+
+
 def describe(check: FastCheck, spec: Inline) -> FastCheck:
-    """Attach `spec` to the fast check it mirrors, so that plans may write it inline."""
-    setattr(check, INLINE_ATTR, spec)
+    """Record that `spec` mirrors `check` exactly, so that plans may write it inline."""
+    key = id(check)
+
+    def forget(ref: weakref.ref[FastCheck]) -> None:
+        if _SPECS.get(key, (None,))[0] is ref:
+            del _SPECS[key]
+
+    _SPECS[key] = (weakref.ref(check, forget), spec)
     return check
 
 
 def _spec_of(check: FastCheck) -> Inline | None:
-    spec = getattr(check, INLINE_ATTR, None)
-    return spec if isinstance(spec, ByKind | ClaimEquals | HasScope | Capability) else None
+    """The spec `describe` recorded for this very object, else None (the check is called)."""
+    entry = _SPECS.get(id(check))
+    return entry[1] if entry is not None and entry[0]() is check else None
 
 
 # -- plans ----------------------------------------------------------------------------------------
-def fast_plan(statics: list[Outcome | None], fast: list[tuple[int, FastCheck]]) -> Plan:
+def fast_plan(statics: list[Outcome | None], fast: list[tuple[int, str, FastCheck]]) -> Plan:
     """The plan of a tool: `statics` holds each position's static outcome (None where a fast
-    check decides), `fast` the (position, fast check) pairs."""
+    check decides), `fast` the (position, requirement, fast check) triples. A called check must
+    answer an `Outcome` for its own requirement; anything else leaves the plan undecided."""
     static_ok = all(o.status is _SATISFIED for o in statics if o is not None)
     if not fast:
         fixed = (tuple(o for o in statics if o is not None), bool(statics) and static_ok)
         return lambda identity: fixed
     if len(fast) > UNROLL_MAX:
         return _looping_plan(statics, fast, static_ok)
-    inline = any(_spec_of(check) is not None for _, check in fast)
+    inline = any(_spec_of(check) is not None for _, _, check in fast)
     return _generated_plan(statics, fast, static_ok, inline=inline)
 
 
-def _looping_plan(statics: list[Outcome | None], fast: list[tuple[int, FastCheck]],
+def _looping_plan(statics: list[Outcome | None], fast: list[tuple[int, str, FastCheck]],
                   static_ok: bool) -> Plan:
     steps = tuple(fast)
 
@@ -123,9 +139,10 @@ def _looping_plan(statics: list[Outcome | None], fast: list[tuple[int, FastCheck
         outcomes: list[Any] = statics.copy()
         allowed = static_ok
         try:
-            for i, check in steps:
+            for i, requirement, check in steps:
                 outcome = check(identity)
-                if outcome.__class__ is not Outcome:  # None (undecided here), or not an Outcome
+                # None (undecided here), not an Outcome, or one for another requirement
+                if outcome.__class__ is not Outcome or outcome.requirement != requirement:
                     return None
                 if outcome.status is not _SATISFIED:
                     allowed = False
@@ -173,32 +190,33 @@ def _compiled(source: str) -> tuple[types.CodeType, dict[str, Any]]:
     return code, namespace
 
 
-def _generated_plan(statics: list[Outcome | None], fast: list[tuple[int, FastCheck]],
+def _generated_plan(statics: list[Outcome | None], fast: list[tuple[int, str, FastCheck]],
                     static_ok: bool, *, inline: bool) -> Plan:
     """One straight-line function; with `inline`, described checks are written in."""
     src = _Source()
     outcome, satisfied = src.bind(Outcome), src.bind(_SATISFIED)
+    src.emit(1, "try:")
     if inline:
         # Every described check defers a caller without a principal (returns None), and one None
         # makes the whole plan None: so does this, at once.
-        src.emit(1, "p = identity.principal")
-        src.emit(1, "if p is None:")
-        src.emit(2, "return None")
-    src.emit(1, "try:")
-    if inline:
+        src.emit(2, "p = identity.principal")
+        src.emit(2, "if p is None:")
+        src.emit(3, "return None")
         src.emit(2, "claims = p.claims")
     done: dict[int, str] = {}  # fast check (by id) -> the variable holding its outcome
-    for i, check in fast:
+    for i, requirement, check in fast:
         spec = _spec_of(check) if inline else None
-        if spec is None:
+        if spec is None:  # called: it must answer an Outcome for its own requirement
             src.emit(2, f"o{i} = {src.bind(check)}(identity)")
-        else:
+            src.emit(2, f"if o{i}.__class__ is not {outcome} or o{i}.requirement != "
+                        f"{src.bind(requirement)}:")
+        else:  # written in: its outcomes are the spec's own (None when undecided)
             _emit_spec(src, 2, f"o{i}", spec, done)
-        src.emit(2, f"if o{i}.__class__ is not {outcome}:")
+            src.emit(2, f"if o{i}.__class__ is not {outcome}:")
         src.emit(3, "return None")
         done[id(check)] = f"o{i}"
     items = ", ".join(f"o{i}" if o is None else src.bind(o) for i, o in enumerate(statics))
-    allowed = " and ".join([str(static_ok), *(f"o{i}.status is {satisfied}" for i, _ in fast)])
+    allowed = " and ".join([str(static_ok), *(f"o{i}.status is {satisfied}" for i, _, _ in fast)])
     src.emit(2, f"return ({items},), {allowed}")
     src.emit(1, "except Exception:")
     src.emit(2, "return None")
@@ -244,24 +262,27 @@ def _emit_capability(src: _Source, depth: int, target: str, spec: Capability,
         depth += 1
     src.emit(depth, f"{target} = None")
     satisfied = src.bind(_SATISFIED)
+    outcome = src.bind(Outcome)
     for granted, conditions in spec.grants:
         src.emit(depth, f"if {target} is None:")
         src.emit(depth + 1, "g = True")
-        for n, condition in enumerate(conditions):
+        for n, (requirement, condition) in enumerate(conditions):
             inner = depth + 1
             if n:  # a condition is checked only while the grant's earlier ones held
                 src.emit(inner, "if g:")
                 inner += 1
             known = done.get(id(condition))  # also a requirement of the tool: decided already
             if known is not None:
-                src.emit(inner, f"c = {known}")  # an Outcome: the plan returned on None
+                src.emit(inner, f"c = {known}")  # an Outcome: the plan returned on anything else
             else:
                 nested = _spec_of(condition)
                 if nested is None or isinstance(nested, Capability):
                     src.emit(inner, f"c = {src.bind(condition)}(identity)")
+                    src.emit(inner, f"if c.__class__ is not {outcome} or c.requirement != "
+                                    f"{src.bind(requirement)}:")
                 else:
                     _emit_spec(src, inner, "c", nested, done)
-                src.emit(inner, "if c is None:")
+                    src.emit(inner, "if c is None:")
                 src.emit(inner + 1, "return None")
             src.emit(inner, f"if c.status is not {satisfied}:")
             src.emit(inner + 1, "g = False")

@@ -240,11 +240,11 @@ def being_cancelled() -> bool:
 def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
     """A tool's plan when every check is static or has a fast check, else None (planner.py)."""
     statics: list[Outcome | None] = []
-    fast: list[tuple[int, FastCheck]] = []
+    fast: list[tuple[int, str, FastCheck]] = []
     for i, check in enumerate(checks):
         if check.static is None and check.fast is None:
             return None
         statics.append(check.static)
         if check.static is None and check.fast is not None:
-            fast.append((i, check.fast))
+            fast.append((i, check.requirement, check.fast))
     return planner.fast_plan(statics, fast)

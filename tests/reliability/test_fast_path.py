@@ -5,6 +5,7 @@ evaluation does: the same outcomes, reasons included, and the same verdict, for 
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -12,8 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_preconditions import CallContext, Guard, Identity, Outcome, Principal, parse_policy
+from mcp_preconditions import (
+    CallContext,
+    Guard,
+    Identity,
+    Outcome,
+    Principal,
+    Status,
+    parse_policy,
+)
 from mcp_preconditions.principal import ANONYMOUS_IDENTITY
+from mcp_preconditions.resolvers import AuthResolver
 
 from .tally import TALLY
 
@@ -133,3 +143,129 @@ def test_a_fast_check_that_returns_no_outcome_defers_to_resolve(fast: Any, claim
     else:
         assert (decision.allowed, last) == (False, Outcome.unsatisfied("zz:a", "resolve said no"))
     assert all(o.ok for o in decision.outcomes[:-1])
+
+
+# -- what a plan must not trust (found in review) ------------------------------------------------
+class TenantRole:
+    """`tenant:ROLE`: the `role` claim, for tenant 'acme' only. Its fast check wraps the built-in
+    claim check with functools.wraps, which copies the wrapped function's attributes."""
+
+    namespace = "tenant"
+
+    def __init__(self) -> None:
+        self.auth = AuthResolver()
+
+    def validate(self, requirement: str) -> str | None:
+        return None
+
+    def resolve(self, requirement: str, context: CallContext) -> Outcome:
+        principal = context.identity.principal
+        if principal is None or principal.claims.get("tenant") != "acme":
+            return Outcome.unsatisfied(requirement, "wrong tenant")
+        inner = self.auth.resolve("auth:claim:role:" + requirement.partition(":")[2], context)
+        return Outcome(requirement, inner.status, inner.reason)
+
+    def fast_check(self, requirement: str, condition: Any) -> Any:
+        inner = self.auth.fast_check("auth:claim:role:" + requirement.partition(":")[2], condition)
+        assert inner is not None
+        deny = Outcome.unsatisfied(requirement, "wrong tenant")
+
+        @functools.wraps(inner)
+        def check(identity: Identity) -> Outcome | None:
+            principal = identity.principal
+            if principal is None:
+                return None
+            if principal.claims.get("tenant") != "acme":
+                return deny
+            outcome = inner(identity)
+            return None if outcome is None else Outcome(requirement, outcome.status, outcome.reason)
+        return check
+
+
+@pytest.mark.parametrize("claims_before", [0, 9], ids=["unrolled", "loop"])
+def test_a_wrapped_builtin_check_runs_its_wrapper(claims_before: int) -> None:
+    requirements = [f"auth:claim:c{i}:v" for i in range(claims_before)] + ["tenant:admin"]
+    guard = Guard(parse_policy(b"", "fast.toml"), {"t": requirements}, resolvers=[TenantRole()],
+                  entry_points=False)
+    evil = Identity(principal=Principal.from_claims(
+        {"sub": "mallory", "tenant": "evil", "role": "admin",
+         **{f"c{i}": "v" for i in range(claims_before)}}))
+    decision = guard.decide("t", evil, record=False)
+    assert not decision.allowed
+    assert decision.outcomes[-1] == Outcome.unsatisfied("tenant:admin", "wrong tenant")
+
+
+class Liar:
+    """A `zz:` resolver whose answers (fast and full) are what each test picks."""
+
+    namespace = "zz"
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def validate(self, requirement: str) -> str | None:
+        return None
+
+    def resolve(self, requirement: str, context: CallContext) -> Any:
+        return self.answer
+
+    def fast_check(self, requirement: str, condition: Any) -> Any:
+        return lambda identity: self.answer
+
+
+class Fake:
+    """Looks satisfied, is not an Outcome."""
+
+    status = Status.SATISFIED
+    requirement = "zz:a"
+    reason = "fake"
+
+
+@pytest.mark.parametrize("claims_before", [0, 9], ids=["unrolled", "loop"])
+def test_a_fast_answer_for_another_requirement_is_an_error(claims_before: int) -> None:
+    requirements = [f"auth:claim:c{i}:v" for i in range(claims_before)] + ["zz:a"]
+    guard = Guard(parse_policy(b"", "fast.toml"), {"t": requirements},
+                  resolvers=[Liar(Outcome.satisfied("zz:other", "wrong requirement"))],
+                  entry_points=False)
+    who = Identity(principal=Principal.from_claims(
+        {"sub": "a", **{f"c{i}": "v" for i in range(claims_before)}}))
+    decision = guard.decide("t", who, record=False)
+    assert not decision.allowed
+    assert decision.outcomes[-1] == Outcome.error(
+        "zz:a", "resolver 'zz' returned an outcome for 'zz:other'")
+
+
+@pytest.mark.parametrize("answer", [Fake(), Outcome.satisfied("zz:other", "wrong requirement")],
+                         ids=["not-an-outcome", "another-requirement"])
+@pytest.mark.parametrize("tool", [["capability:deploy"], ["auth:oauth2", "capability:deploy"]],
+                         ids=["alone", "with-auth"])
+def test_a_grant_condition_must_answer_a_proper_outcome(answer: Any, tool: list[str]) -> None:
+    policy = b'[[capabilities.grants]]\ncapabilities = ["deploy"]\nwhen = ["zz:a"]\n'
+    guard = Guard(parse_policy(policy, "fast.toml"), {"t": tool}, resolvers=[Liar(answer)],
+                  entry_points=False)
+    who = Identity(principal=Principal.from_claims({"sub": "a"}))
+    decision = guard.decide("t", who, record=False)
+    assert not decision.allowed
+    assert decision.outcome("capability:deploy").status is Status.ERROR  # type: ignore[union-attr]
+
+
+class Unreadable:
+    """An identity-like object whose principal cannot be read."""
+
+    failure = None
+    error = False
+
+    @property
+    def principal(self) -> Any:
+        raise RuntimeError("no principal for you")
+
+
+@pytest.mark.parametrize("count", [1, 9], ids=["unrolled", "loop"])
+def test_a_plan_never_raises_for_an_odd_identity(count: int) -> None:
+    guard = Guard(parse_policy(b"", "fast.toml"),
+                  {"t": ["auth:oauth2", *(f"auth:claim:c{i}:v" for i in range(count - 1))]},
+                  entry_points=False)
+    plan = guard.snapshot.tools["t"].plan
+    assert plan is not None
+    odd: Any = Unreadable()
+    assert plan(odd) is None  # undecided: the full evaluation decides, and fails closed

@@ -20,6 +20,7 @@ from mcp_preconditions import (
     Status,
     parse_policy,
 )
+from mcp_preconditions.auth import PassThroughAuthenticator
 
 
 class Faulty:
@@ -235,3 +236,49 @@ async def test_the_synchronous_path_defers_to_authenticate_when_it_cannot_say() 
     d = await g.check("t", Credentials(token="t"))
     assert d.allowed and d.subject == "slow"
     assert auth.slow == 1
+
+
+class BansBob(PassThroughAuthenticator):
+    """Overrides `authenticate` alone: its inherited `authenticate_now` must not answer for it."""
+
+    async def authenticate(self, credentials: Credentials) -> Identity:
+        principal = credentials.principal
+        if principal is not None and principal.claims.get("sub") == "bob":
+            return Identity(failure="bob is banned")
+        return await super().authenticate(credentials)
+
+
+async def test_an_authenticator_overriding_authenticate_alone_is_asked_through_it() -> None:
+    bob = Credentials(principal=Principal.from_claims({"sub": "bob"}))
+    g = Guard(parse_policy(b"", "p.toml"), {"t": ["auth:oauth2"]}, authenticator=BansBob(),
+              entry_points=False)
+    d = await g.check("t", bob)
+    assert not d.allowed
+    assert d.outcomes == (Outcome.unsatisfied("auth:oauth2", "bob is banned"),)
+    assert await g.callable_tools(bob) == []
+
+
+async def test_an_instance_level_authenticate_is_asked_through_it() -> None:
+    auth = PassThroughAuthenticator()
+
+    async def refuse(credentials: Credentials) -> Identity:
+        return Identity(failure="closed today")
+
+    auth.authenticate = refuse  # type: ignore[method-assign]
+    g = Guard(parse_policy(b"", "p.toml"), {"t": ["auth:oauth2"]}, authenticator=auth,
+              entry_points=False)
+    d = await g.check("t", Credentials(principal=Principal.from_claims({"sub": "alice"})))
+    assert d.outcomes == (Outcome.unsatisfied("auth:oauth2", "closed today"),)
+
+
+async def test_a_subclass_overriding_both_keeps_the_synchronous_path() -> None:
+    class Both(BansBob):
+        def authenticate_now(self, credentials: Credentials) -> Identity | None:
+            return None  # always "ask authenticate"
+
+    auth = Both()
+    g = Guard(parse_policy(b"", "p.toml"), {"t": ["auth:oauth2"]}, authenticator=auth,
+              entry_points=False)
+    assert g._state[2] is not None  # the guard uses it
+    d = await g.check("t", Credentials(principal=Principal.from_claims({"sub": "bob"})))
+    assert d.outcomes == (Outcome.unsatisfied("auth:oauth2", "bob is banned"),)

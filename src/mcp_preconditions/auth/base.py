@@ -28,9 +28,30 @@ AuthenticateNow = Callable[[Credentials], "Identity | None"]
 
 
 def authenticate_now_of(authenticator: Authenticator) -> AuthenticateNow | None:
-    """`authenticator.authenticate_now` when it has a callable one, else None."""
-    now = getattr(authenticator, "authenticate_now", None)
-    return now if callable(now) else None
+    """`authenticator.authenticate_now`, when it mirrors the `authenticate` in effect; else None.
+
+    It does only when it is defined where that `authenticate` is, or further down: a subclass (or
+    an instance) that overrides `authenticate` alone must be asked through `authenticate`, never
+    answered by the `authenticate_now` it inherited from a class whose `authenticate` it replaced.
+    """
+    try:
+        now = getattr(authenticator, "authenticate_now", None)
+        if not callable(now):
+            return None
+        return now if _level("authenticate_now", authenticator) <= _level("authenticate",
+                                                                           authenticator) else None
+    except Exception:  # an odd authenticator: use `authenticate` alone
+        return None
+
+
+def _level(name: str, obj: object) -> float:
+    """Where `name` is defined for `obj`: -1 on the instance, else its class's index in the MRO."""
+    if name in getattr(obj, "__dict__", {}):
+        return -1
+    for index, cls in enumerate(type(obj).__mro__):
+        if name in vars(cls):
+            return index
+    return float("inf")
 
 
 class PassThroughAuthenticator:

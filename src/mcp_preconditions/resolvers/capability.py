@@ -71,8 +71,10 @@ class CapabilityResolver:
         if any(c is None for conds in compiled for c in conds):
             return None  # some condition needs the full call context
         conditions = cast(list[tuple[Outcome | FastCheck, ...]], compiled)
-        # Grants that can still apply (no failing static condition), with only their live checks.
-        open_grants = [(tuple(c for c in conds if not isinstance(c, Outcome)),
+        # Grants that can still apply (no failing static condition), with only their live checks
+        # (each with its requirement: it must answer an Outcome for that one).
+        open_grants = [(tuple((req, c) for req, c in zip(g.when, conds, strict=True)
+                              if not isinstance(c, Outcome)),
                         Outcome.satisfied(requirement, f"grant #{g.index} gives '{name}'"))
                        for g, conds in zip(grants, conditions, strict=True)
                        if all(c.status is _SATISFIED for c in conds if isinstance(c, Outcome))]
@@ -88,10 +90,11 @@ class CapabilityResolver:
                     principal.claims, claim, name):
                 return by_claim
             for checks, granted in open_grants:
-                for check in checks:
+                for cond, check in checks:
                     outcome = check(identity)
-                    if outcome is None:
-                        return None  # undecided here: an earlier grant might still apply
+                    if outcome.__class__ is not Outcome or outcome.requirement != cond:
+                        return None  # undecided here (an earlier grant might still apply), or no
+                                     # proper answer: the full evaluation decides
                     if outcome.status is not _SATISFIED:
                         break
                 else:
@@ -110,10 +113,11 @@ class CapabilityResolver:
                      ) -> Outcome | None:
         """No grant applies: the same detailed denial `resolve` gives, or None to let it decide."""
         results: list[list[Outcome]] = []
-        for conds in conditions:
+        for grant, conds in zip(grants, conditions, strict=True):
             outs = [c if isinstance(c, Outcome) else c(identity) for c in conds]
-            if any(o is None for o in outs):
-                return None
+            if any(o.__class__ is not Outcome or o.requirement != cond
+                   for cond, o in zip(grant.when, outs, strict=True)):
+                return None  # undecided, or not a proper answer: the full evaluation decides
             results.append(cast(list[Outcome], outs))
         return self._combine(requirement, name, grants, results)
 
