@@ -92,28 +92,31 @@ class Capability:
 Inline = ByKind | ClaimEquals | HasScope | Capability
 
 
-# Fast check (by identity) -> (a weak reference to it, its spec). Kept here, not on the function:
-# a wrapper made with functools.wraps copies a function's attributes, and must not pass for the
-# check it wraps (its own logic would never run).
-_SPECS: dict[int, tuple[weakref.ref[FastCheck], Inline]] = {}
+# Where `describe` leaves a spec: on the check itself (so it lives and dies with the check and its
+# snapshot), with a weak reference to that very check. A wrapper made with functools.wraps copies
+# the attribute, and must not pass for the check it wraps (its own logic would never run): the
+# reference does not point to it.
+INLINE_ATTR = "__mcp_preconditions_inline__"
 
 
 def describe(check: FastCheck, spec: Inline) -> FastCheck:
     """Record that `spec` mirrors `check` exactly, so that plans may write it inline."""
-    key = id(check)
-
-    def forget(ref: weakref.ref[FastCheck]) -> None:
-        if _SPECS.get(key, (None,))[0] is ref:
-            del _SPECS[key]
-
-    _SPECS[key] = (weakref.ref(check, forget), spec)
+    setattr(check, INLINE_ATTR, (weakref.ref(check), spec))
     return check
 
 
 def _spec_of(check: FastCheck) -> Inline | None:
     """The spec `describe` recorded for this very object, else None (the check is called)."""
-    entry = _SPECS.get(id(check))
-    return entry[1] if entry is not None and entry[0]() is check else None
+    try:
+        entry = getattr(check, INLINE_ATTR, None)
+        if (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], weakref.ref)
+                and entry[0]() is check
+                and isinstance(entry[1], ByKind | ClaimEquals | HasScope | Capability)):
+            spec: Inline = entry[1]
+            return spec
+    except Exception:  # an odd callable: it is simply called
+        pass
+    return None
 
 
 # -- plans ----------------------------------------------------------------------------------------

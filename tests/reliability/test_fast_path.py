@@ -6,7 +6,9 @@ evaluation does: the same outcomes, reasons included, and the same verdict, for 
 from __future__ import annotations
 
 import functools
+import gc
 import json
+import weakref
 from typing import Any
 
 import pytest
@@ -269,3 +271,18 @@ def test_a_plan_never_raises_for_an_odd_identity(count: int) -> None:
     assert plan is not None
     odd: Any = Unreadable()
     assert plan(odd) is None  # undecided: the full evaluation decides, and fails closed
+
+
+def test_replaced_snapshots_and_their_plans_are_freed() -> None:
+    # Plans and the checks written into them must not keep a snapshot alive after a reload (a
+    # capability check refers to its resolver, which refers to its snapshot).
+    source = parse_policy(policy([(["deploy"], ["auth:claim:role:ops"])], True, True).encode(),
+                          "fast.toml")
+    guard = Guard(source, {"t": ["auth:oauth2", "capability:deploy", "auth:scope:files:read"]},
+                  entry_points=False)
+    old = [weakref.ref(guard.snapshot)]
+    for _ in range(3):
+        guard.reload(source)
+        old.append(weakref.ref(guard.snapshot))
+    gc.collect()
+    assert [r() is not None for r in old] == [False, False, False, True]
