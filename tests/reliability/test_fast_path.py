@@ -286,3 +286,59 @@ def test_replaced_snapshots_and_their_plans_are_freed() -> None:
         old.append(weakref.ref(guard.snapshot))
     gc.collect()
     assert [r() is not None for r in old] == [False, False, False, True]
+
+
+class Behaving:
+    """A custom `zz:` resolver; each `zz:BEHAVIOUR` requirement answers the same way on the fast
+    path and in `resolve`: an Outcome, None (fast path: undecided), an exception, not an Outcome,
+    or an Outcome for another requirement."""
+
+    namespace = "zz"
+
+    def validate(self, requirement: str) -> str | None:
+        return None
+
+    def _answer(self, requirement: str, fast: bool) -> Any:
+        behaviour = requirement[3:]
+        if behaviour == "sat":
+            return Outcome.satisfied(requirement, "yes")
+        if behaviour == "unsat":
+            return Outcome.unsatisfied(requirement, "no")
+        if behaviour == "none":
+            return None if fast else Outcome.satisfied(requirement, "decided in full")
+        if behaviour == "raise":
+            raise RuntimeError("resolver bug")
+        if behaviour == "garbage":
+            return Fake()
+        return Outcome.satisfied("zz:elsewhere", "for another requirement")
+
+    def resolve(self, requirement: str, context: CallContext) -> Any:
+        return self._answer(requirement, fast=False)
+
+    def fast_check(self, requirement: str, condition: Any) -> Any:
+        return lambda identity: self._answer(requirement, fast=True)
+
+
+CUSTOM = [f"zz:{b}" for b in ("sat", "unsat", "none", "raise", "garbage", "other")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(grant_list=st.lists(st.tuples(st.lists(st.sampled_from(CAPS), min_size=1, max_size=2,
+                                              unique=True),
+                                     st.lists(st.sampled_from([*CONDITIONS, *CUSTOM]), max_size=3)),
+                           max_size=4),
+       claim=st.booleans(),
+       requirements=st.lists(st.sampled_from([*REQUIREMENTS, *CUSTOM]), min_size=1, max_size=12,
+                             unique=True),
+       identity=identities)
+def test_custom_fast_checks_never_change_a_decision(
+        grant_list: list[tuple[list[str], list[str]]], claim: bool, requirements: list[str],
+        identity: Identity) -> None:
+    source = parse_policy(policy(grant_list, claim, True).encode(), "fast.toml")
+    guard = Guard(source, {"t": requirements}, resolvers=[Behaving()], entry_points=False)
+    fast = guard.decide("t", identity, record=False)
+    outcomes, allowed = full_evaluation(guard, "t", identity)
+    TALLY.add("fast path = full evaluation", cases=1, calls=2,
+              wrongly_allowed=int(fast.allowed and not allowed))
+    assert fast.outcomes == outcomes
+    assert fast.allowed is allowed
