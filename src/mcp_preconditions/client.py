@@ -20,14 +20,18 @@ from .outcomes import Verdict
 from .requirements import check_shape, namespace_of
 from .wire import raw_requirements
 
-__all__ = ["DENIAL_ERRORS_META_KEY", "ClientResolver", "FilterMode", "FilterResult", "Knowledge",
-           "ToolVerdict", "filter_tools", "verdict_for"]
+__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "ClientResolver", "FilterMode",
+           "FilterResult", "Knowledge", "ToolVerdict", "filter_tools", "verdict_for"]
 
 log = logging.getLogger(__name__)
 
 # The `_meta` key under which a denial lists the unmet requirements that ended as `error` (resolver
 # failed, backend down): the server could not decide them, so they are not learned unsatisfiable.
 DENIAL_ERRORS_META_KEY = "io.github.mcp-preconditions/errors"
+# The `_meta` key under which a denial lists the unmet requirements whose outcome depended on the
+# call's arguments: another call of the same tool may be allowed, so they are never learned.
+ARGUMENT_DEPENDENT_META_KEY = "io.github.mcp-preconditions/argument-dependent"
+_NOT_LEARNED_KEYS = (DENIAL_ERRORS_META_KEY, ARGUMENT_DEPENDENT_META_KEY)
 
 KnownState = Literal["satisfied", "unsatisfiable"]
 _KEYS = ("satisfied", "unsatisfiable")
@@ -141,19 +145,26 @@ class Knowledge:
         return {"satisfied": [r for r, s in self._declared.items() if s == _SAT],
                 "unsatisfiable": [r for r, s in self._declared.items() if s == _UNSAT]}
 
-    def learn_denial(self, payload: Any, errors: Any = None) -> tuple[str, ...]:
+    def learn_denial(self, payload: Any, errors: Any = None, *,
+                     meta: Mapping[str, Any] | None = None) -> tuple[str, ...]:
         """Remember each string of a denial's `unmet` list as unsatisfiable, for the TTL, except
-        those that ended as `error` on the server: they may hold next time (SPEC §6 soundness).
+        those the server could not decide for good: the ones that ended as `error` (they may hold
+        next time) and the ones that depended on the call's arguments (another call may be
+        allowed). Learning either would be unsound (SPEC §6).
 
         `payload`: the SPEC §3 structuredContent (or a JSON-RPC denial's `data`, whose `_meta` may
-        list the `error` ones too); `errors`: the list under the result's `_meta` key
-        `DENIAL_ERRORS_META_KEY`. Returns the requirements learned. A malformed payload or errors
-        list is ignored as a whole and logged as a warning; it never raises."""
-        meta = payload.get("_meta") if isinstance(payload, Mapping) else None
-        found = (errors, meta.get(DENIAL_ERRORS_META_KEY) if isinstance(meta, Mapping) else None)
+        hold the lists too); `meta`: the result's `_meta`, whose keys `DENIAL_ERRORS_META_KEY` and
+        `ARGUMENT_DEPENDENT_META_KEY` list those requirements; `errors`: the errors list given
+        directly. Returns the requirements learned. A malformed payload or list is ignored as a
+        whole and logged as a warning; it never raises."""
+        inner = payload.get("_meta") if isinstance(payload, Mapping) else None
+        found: list[Any] = [errors]
+        for where in (meta, inner):
+            if isinstance(where, Mapping):
+                found += [where.get(key) for key in _NOT_LEARNED_KEYS]
         problem = denial_problem(payload)
         if problem is None and not all(v is None or _strings(v) for v in found):
-            problem = f"the {DENIAL_ERRORS_META_KEY!r} list must be a list of non-empty strings"
+            problem = "a list of requirements not to learn must be a list of non-empty strings"
         if problem is not None:
             log.warning("ignored a server denial: %s", problem)
             return ()

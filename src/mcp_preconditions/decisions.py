@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from .outcomes import Decision
@@ -16,9 +17,10 @@ from .outcomes import Decision
 DEFAULT_LOGGER = "mcp_preconditions.decisions"
 
 
-def decision_record(decision: Decision) -> dict[str, Any]:
-    """The decision as a JSON-ready record. Reasons are included only for failed requirements."""
-    return {
+def decision_record(decision: Decision, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The decision as a JSON-ready record. Reasons are included only for failed requirements.
+    `labels` (who recorded it: `replica`, `upstream`) are added as top-level keys."""
+    record: dict[str, Any] = {
         "time": time.time(),
         "tool": decision.tool,
         "subject": decision.subject,
@@ -28,6 +30,11 @@ def decision_record(decision: Decision) -> dict[str, Any]:
         "revision": decision.revision,
         "duration_us": round(decision.duration_ns / 1000, 1),
     }
+    if decision.argument_dependent:
+        record["argument_dependent"] = sorted(decision.argument_dependent)
+    if labels:
+        record.update(labels)
+    return record
 
 
 class DecisionRecorder(Protocol):
@@ -37,12 +44,14 @@ class DecisionRecorder(Protocol):
 class LoggingRecorder:
     """JSON lines through `logging`; costs one level check when the logger is disabled."""
 
-    def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER) -> None:
+    def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER,
+                 labels: Mapping[str, str] | None = None) -> None:
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        self.labels = dict(labels or {})
 
     def record(self, decision: Decision) -> None:
         if self.logger.isEnabledFor(logging.INFO):
-            self.logger.info(json.dumps(decision_record(decision), ensure_ascii=False))
+            self.logger.info(json.dumps(decision_record(decision, self.labels), ensure_ascii=False))
 
 
 class FanOutRecorder:

@@ -8,6 +8,7 @@ compiles a new Snapshot and swaps the reference atomically.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from time import perf_counter_ns
@@ -17,6 +18,8 @@ from .auth import Authenticator, build_authenticator
 from .auth.base import AuthenticateNow, authenticate_now_of
 from .decision_sinks import build_recorder
 from .decisions import DecisionRecorder
+from .errors import PolicyError
+from .names import check_tool_names, near_miss_message
 from .outcomes import Decision, Outcome, new_decision
 from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity, verified_identity
@@ -25,6 +28,7 @@ from .resolvers import LiveSources, Resolver
 from .resolvers.base import CallContext
 from .snapshot import CompiledTool, Snapshot, being_cancelled
 
+log = logging.getLogger("mcp_preconditions.policy")
 _NO_IDENTITY = Identity(failure="not needed")
 _NOTHING: frozenset[str] = frozenset()  # a tool without requirements has nothing confidential
 # A snapshot, the authenticator built from the same policy, and its synchronous fast path.
@@ -44,7 +48,7 @@ class Guard:
                  resolvers: Iterable[Resolver] = (), live: LiveSources | None = None,
                  authenticator: Authenticator | None = None,
                  recorder: DecisionRecorder | None = None, entry_points: bool = True,
-                 strict: bool = True) -> None:
+                 strict: bool = True, labels: Mapping[str, str] | None = None) -> None:
         source = policy or EMPTY_POLICY
         self._tools: dict[str, Any] = dict(tools or {})
         # A token replaced (a new object) whenever any tool's own requirements change: compare it
@@ -57,7 +61,11 @@ class Guard:
         self._strict = strict
         self._own_authenticator = authenticator is None
         self._lock = threading.Lock()  # guards the swap of (_state, _tools); never held to compile
-        self.recorder = recorder if recorder is not None else build_recorder(source)
+        # The tools the host actually has, once it says (`know_tools`): policy names are checked
+        # against them at every reload.
+        self._host_tools: tuple[str, ...] | None = None
+        # `labels` (replica, upstream) go into every decision record.
+        self.recorder = recorder if recorder is not None else build_recorder(source, labels)
         # The snapshot and the authenticator built from the same policy travel together: a decision
         # reads the pair once, so it never verifies under one policy and decides under another.
         self._state: _State = _state(self._compile(source, self._tools),
@@ -112,8 +120,28 @@ class Guard:
             return _state(self._compile(state[0].source, new_tools), state[1]), new_tools
         self._swap(make)
 
+    def know_tools(self, names: Iterable[str]) -> None:
+        """Tell the guard which tools the host actually has (a hosted server's registered tools,
+        a gateway's upstream list). From now on, and at every reload, a policy `[tools.NAME]` that
+        is a near miss of one of them (case, white space, look-alike letters, normalisation) is
+        refused with PolicyError naming both; a name that matches nothing is logged as a warning.
+        Decisions stay exact: this is a diagnostic. Raises PolicyError for the policy in force."""
+        self._host_tools = tuple(dict.fromkeys(names))
+        self._check_names(self._state[0].source)
+
+    def _check_names(self, source: PolicySource) -> None:
+        if self._host_tools is None:
+            return
+        found = check_tool_names(source.policy.tools, self._host_tools)
+        if found.near_misses:
+            raise PolicyError(source.source, [near_miss_message(p, t) for p, t in found.near_misses])
+        for name in found.unmatched:
+            log.warning("%s: tools.%s: names no tool of this server", source.source, name)
+
     def reload(self, source: PolicySource) -> None:
         """Compile `source` and swap it in atomically. On any error the old snapshot stays."""
+        self._check_names(source)
+
         def make(state: _State, tools: dict[str, Any]) -> tuple[_State, dict[str, Any]]:
             authenticator = build_authenticator(source) if self._own_authenticator else state[1]
             return _state(self._compile(source, tools), authenticator), tools

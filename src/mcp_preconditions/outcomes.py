@@ -59,6 +59,9 @@ class Decision:
     revision: str = ""
     duration_ns: int = 0
     confidential: frozenset[str] = field(default_factory=frozenset)
+    # Requirements whose outcome depended on the call's arguments (a capability grant with argument
+    # conditions): a client must never learn these from a denial (another call may be allowed).
+    argument_dependent: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def unmet(self) -> tuple[str, ...]:
@@ -122,6 +125,9 @@ class _OutcomeFields:
         self.__class__ = Outcome  # type: ignore[assignment]
 
 
+_NONE: frozenset[str] = frozenset()
+
+
 class _DecisionFields:
     __slots__ = Decision.__slots__
 
@@ -134,6 +140,7 @@ class _DecisionFields:
         self.revision = revision
         self.duration_ns = duration_ns
         self.confidential = confidential
+        self.argument_dependent = _NONE
         self.__class__ = Decision  # type: ignore[assignment]
 
 

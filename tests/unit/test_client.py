@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mcp_preconditions.client import (
+    ARGUMENT_DEPENDENT_META_KEY,
     DENIAL_ERRORS_META_KEY,
     ClientResolver,
     FilterMode,
@@ -272,8 +273,31 @@ def test_a_malformed_error_list_ignores_the_denial(errors: Any,
     with caplog.at_level(logging.WARNING, logger="mcp_preconditions.client"):
         assert kn.learn_denial(denial("state:door", "zz:backend"), errors) == ()
     assert [r.getMessage() for r in caplog.records] == [
-        "ignored a server denial: the 'io.github.mcp-preconditions/errors' list must be a list of "
-        "non-empty strings"]
+        "ignored a server denial: a list of requirements not to learn must be a list of non-empty "
+        "strings"]
+    assert kn.learned() == frozenset()
+
+
+def test_argument_dependent_requirements_are_never_learned() -> None:
+    # Another call of the same tool, with other arguments, may be allowed (SPEC §11).
+    kn = Knowledge()
+    meta = {ARGUMENT_DEPENDENT_META_KEY: ["capability:rocket.launch"],
+            DENIAL_ERRORS_META_KEY: ["zz:backend"]}
+    payload = denial("capability:rocket.launch", "zz:backend", "env:production")
+    assert kn.learn_denial(payload, meta=meta) == ("env:production",)
+    assert kn.learned() == frozenset({"env:production"})
+
+
+def test_argument_dependent_requirements_in_json_rpc_data_meta_are_not_learned() -> None:
+    kn = Knowledge()
+    data = {**denial("capability:x", "env:a"), "_meta": {ARGUMENT_DEPENDENT_META_KEY: ["capability:x"]}}
+    assert kn.learn_denial(data) == ("env:a",)
+
+
+@pytest.mark.parametrize("bad", ["capability:x", [None], 7])
+def test_a_malformed_argument_dependent_list_ignores_the_denial(bad: Any) -> None:
+    kn = Knowledge()
+    assert kn.learn_denial(denial("capability:x"), meta={ARGUMENT_DEPENDENT_META_KEY: bad}) == ()
     assert kn.learned() == frozenset()
 
 

@@ -22,6 +22,7 @@ from mcp_preconditions import (
     Credentials,
     Decision,
     Guard,
+    Identity,
     Outcome,
     PolicyError,
     load_policy,
@@ -255,3 +256,14 @@ def test_the_default_recorder_falls_back_to_get_current_span(
         recorder.record(DENIED)
     (span,) = exporter.get_finished_spans()
     assert (span.attributes or {})["mcp.preconditions.tool"] == "launch_rocket"
+
+
+def test_labels_go_into_every_record(tmp_path: Path) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text('[decision_log]\njsonl_path = "d.jsonl"\nopentelemetry = false\n'
+                      '[tools.t]\nrequirements = ["env:x"]\n', encoding="utf-8")
+    source = load_policy(policy)
+    guard = Guard(source, entry_points=False, labels={"replica": "r1", "upstream": "everything"})
+    guard.decide("t", Identity())
+    record = json.loads((tmp_path / "d.jsonl").read_text(encoding="utf-8"))
+    assert (record["replica"], record["upstream"], record["allowed"]) == ("r1", "everything", False)

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from ..auth.header import credentials_from_authorization_header
-from ..client import DENIAL_ERRORS_META_KEY
+from ..client import ARGUMENT_DEPENDENT_META_KEY, DENIAL_ERRORS_META_KEY
 from ..outcomes import Decision, Status
 from ..principal import ANONYMOUS, Credentials, Principal
 
@@ -83,8 +83,9 @@ def disclosed_errors(decision: Decision) -> tuple[str, ...]:
 
 
 def denial_meta(decision: Decision) -> dict[str, Any] | None:
-    """The denial's `_meta`: the step-up hint and the requirements that ended as `error`, each only
-    when there are some. Kept out of structuredContent, which stays exactly SPEC §3."""
+    """The denial's `_meta`: the step-up hint, the requirements that ended as `error` and those whose
+    outcome depended on the call's arguments, each only when there are some. Kept out of
+    structuredContent, which stays exactly SPEC §3."""
     meta: dict[str, Any] = {}
     scopes = missing_scopes(decision)
     if scopes:
@@ -92,6 +93,9 @@ def denial_meta(decision: Decision) -> dict[str, Any] | None:
     errors = disclosed_errors(decision)
     if errors:
         meta[DENIAL_ERRORS_META_KEY] = list(errors)
+    dependent = [r for r in decision.disclosed_unmet if r in decision.argument_dependent]
+    if dependent:
+        meta[ARGUMENT_DEPENDENT_META_KEY] = dependent
     return meta or None
 
 

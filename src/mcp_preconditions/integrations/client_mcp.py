@@ -15,7 +15,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams
 
-from ..client import DENIAL_ERRORS_META_KEY, FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
+from ..client import FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
 from ..wire import raw_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 
@@ -118,8 +118,8 @@ class RequirementsClient:
                 self.knowledge.learn_denial(exc.data)
             raise
         payload = denial_of(result)
-        if payload is not None:  # requirements that ended as `error` are not learned (SPEC §6)
-            self.knowledge.learn_denial(payload, (result.meta or {}).get(DENIAL_ERRORS_META_KEY))
+        if payload is not None:  # `error` and argument-dependent ones are not learned (SPEC §6)
+            self.knowledge.learn_denial(payload, meta=result.meta)
         return result
 
     def learned(self) -> Sequence[str]:
