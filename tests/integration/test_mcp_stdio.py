@@ -127,7 +127,7 @@ def test_serve_refuses_a_policy_with_a_bad_requirement(tmp_path: Path,
                   *(r.namespace for r in load_entry_point_resolvers())]  # serve loads plugins too
     known = ", ".join(f"'{n}'" for n in namespaces)
     assert capsys.readouterr().err == (
-        "mcp-preconditions: error: tool 'launch_rocket': requirement 'env' has no namespace "
+        f"mcp-preconditions: error: {policy}: tool 'launch_rocket': requirement 'env' has no namespace "
         f"(expected NAMESPACE:..., known namespaces: {known})\n")
 
 

@@ -80,7 +80,8 @@ def test_requirements_that_do_not_compile_keep_the_old_snapshot(policy_file: Pat
     assert reloader.reload() is None
     assert reloader.last_error is not None
     assert reloader.last_error.startswith(
-        "tool 'launch': requirement 'weather:clear': unknown namespace 'weather' (known namespaces: ")
+        f"{policy_file}: tool 'launch': requirement 'weather:clear': unknown namespace 'weather' "
+        "(known namespaces: ")
     assert guard.revision == revision_of(OPEN)
 
 

@@ -101,7 +101,9 @@ def policy_source(w: World, policy_tools: dict[str, list[str]], timeout: float =
         "environment_variable": "MCP_PRECONDITIONS_TEST_UNSET_VARIABLE",
         "features": {"flags": w.flags},
         "state": {"values": w.state},
-        "capabilities": {"grants": [{"capabilities": c, "when": when} for c, when in w.grants],
+        "capabilities": {"grants": [{"capabilities": g[0], "when": g[1],
+                                     **({"arguments": g[2]} if len(g) > 2 else {})}
+                                    for g in w.grants],
                          **({"claim": w.capability_claim} if w.capability_claim else {})},
         # a one-key path is given as a plain string, as a policy author would write it
         "auth": {"claim_aliases": {k: (v[0] if len(v) == 1 else v) for k, v in w.aliases.items()},

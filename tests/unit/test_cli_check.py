@@ -72,10 +72,43 @@ def test_the_json_lists_every_tool_in_file_order(capsys: pytest.CaptureFixture[s
 
 
 def test_mission_control_may_launch(capsys: pytest.CaptureFixture[str]) -> None:
-    tools = {t["name"]: t["allowed"] for t in check_json(capsys, "--claims", MISSION_CONTROL)["tools"]}
+    tools = {t["name"]: t["allowed"] for t in check_json(
+        capsys, "--claims", MISSION_CONTROL, "--arguments", '{"vehicle": "Falcon 9"}')["tools"]}
     assert tools == {"launch_rocket": True, "abort_launch": True, "read_telemetry": True,
                      "schedule_maintenance": False, "stream_telemetry_v2": False,
                      "fuel_status": False, "get_weather": True}
+
+
+def test_mission_control_may_not_launch_a_vehicle_the_policy_does_not_list(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", "--policy", POLICY, "--tools", TOOLS, "--claims",
+                         MISSION_CONTROL, "--tool", "launch_rocket", "--arguments",
+                         '{"vehicle": "saturn5"}')
+    assert (code, err) == (0, "")
+    assert "launch_rocket  DENIED    capability:rocket.launch\n" in out
+    assert ('capability \'rocket.launch\' not granted: token claim \'capabilities\' does not list '
+            'it; grant #0: argument /vehicle is "saturn5" (allowed: "Falcon 9", "Falcon Heavy", '
+            '"Starship")') in out
+    assert "weather.clear (confidential)  state" in out  # confidential: marked, never explained away
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("[1]", "--arguments: the call's arguments must be a JSON object, got array"),
+    ("{", "--arguments: not valid JSON: Expecting property name enclosed in double quotes: line 1 "
+          "column 2 (char 1)"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], value: str,
+                                              message: str) -> None:
+    code, out, err = run(capsys, "check", "--policy", POLICY, "--tools", TOOLS, "--arguments", value)
+    assert (code, out, err) == (2, "", f"mcp-preconditions: error: {message}\n")
+
+
+def test_arguments_from_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    path = tmp_path / "args.json"
+    path.write_text('{"vehicle": "Starship"}', encoding="utf-8")
+    tools = {t["name"]: t["allowed"] for t in check_json(
+        capsys, "--claims", MISSION_CONTROL, "--arguments", f"@{path}")["tools"]}
+    assert tools["launch_rocket"] is True
 
 
 def test_the_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,7 +139,7 @@ def test_one_tool_with_its_outcomes(capsys: pytest.CaptureFixture[str]) -> None:
              "reason": "access token verified (claims)"},
             {"requirement": "capability:rocket.abort", "status": "unsatisfied",
              "reason": "capability 'rocket.abort' not granted: token claim 'capabilities' does not "
-                       "list it; grant #0 needs auth:claim:role:mission_control (claim 'role' does "
+                       "list it; grant #1 needs auth:claim:role:mission_control (claim 'role' does "
                        "not have 'mission_control')"},
             {"requirement": "auth:scope:mission:write", "status": "unsatisfied",
              "reason": "token lacks scope 'mission:write'"},

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from typing import Any
 
 from ..client import FilterMode, FilterResult, ToolVerdict, filter_tools
 from ..errors import InputError
-from ..files import read_claims, read_knowledge, read_tools
+from ..files import json_type, read_claims, read_json, read_knowledge, read_tools
 from ..guard import Guard
 from ..outcomes import Decision
 from ..policy import load_policy
@@ -45,10 +46,28 @@ async def _identity(guard: Guard, args: argparse.Namespace) -> tuple[Identity, s
     return identity, f"{identity.subject or '(no sub)'} (verified {identity.principal.kind} token)"
 
 
+def _arguments(value: str | None) -> dict[str, Any] | None:
+    """`--arguments`: a JSON object given inline, or `@FILE` naming a file holding one."""
+    if value is None:
+        return None
+    if value.startswith("@"):
+        parsed, where = read_json(value[1:]), value[1:]
+    else:
+        where = "--arguments"
+        try:
+            parsed = json.loads(value)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InputError(f"--arguments: not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InputError(f"{where}: the call's arguments must be a JSON object, got {json_type(parsed)}")
+    return parsed
+
+
 async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
                   ) -> tuple[list[Decision], str]:
     identity, who = await _identity(guard, args)
-    decisions = [await guard.check_identity(n, identity, record=False) for n in names]
+    arguments = _arguments(args.arguments)
+    decisions = [await guard.check_identity(n, identity, arguments, record=False) for n in names]
     return decisions, who
 
 
@@ -169,6 +188,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      "says ('-' reads it from standard input); neither flag: anonymous")
     check.add_argument("--tool", metavar="NAME", help="only this tool, with every requirement's "
                        "outcome and reason")
+    check.add_argument("--arguments", metavar="JSON", help="the call's arguments, a JSON object "
+                       "(or @FILE): capability grants with argument conditions read them")
     add_format(check)
     check.set_defaults(func=run_check)
 

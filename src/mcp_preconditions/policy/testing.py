@@ -43,21 +43,23 @@ class Expectation(_Strict):
 
 
 class Case(_Strict):
-    """One principal (claims; none = anonymous) in one world (state, flags, environment)."""
+    """One principal (claims; none = anonymous) in one world (state, flags, environment), calling
+    every expected tool with the same `arguments` (for grants with argument conditions)."""
 
     name: NonEmpty
     claims: dict[str, Any] | None = None
+    arguments: dict[str, Any] | None = None
     state: dict[NonEmpty, bool] = Field(default_factory=dict)
     flags: dict[NonEmpty, FlagValue] = Field(default_factory=dict)
     environment: list[NonEmpty] | None = None
     expect: dict[str, Expectation] = Field(min_length=1)
 
-    @field_validator("claims")
+    @field_validator("claims", "arguments")
     @classmethod
-    def _json_claims(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _json_values(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         where = _toml_date(value)
         if where is not None:
-            raise ValueError(f"claims{where}: a TOML date or time is not a JSON claim value "
+            raise ValueError(f"{where.lstrip('.')}: a TOML date or time is not a JSON value "
                              "(use a number or a string)")
         return value
 
@@ -238,7 +240,8 @@ def run_case(tests: PolicyTests, case: Case) -> CaseResult:
     identity = _identity(case)
     found: list[str] = []
     for tool, expected in case.expect.items():
-        found += differences(tool, expected, guard.decide(tool, identity, record=False))
+        found += differences(tool, expected, guard.decide(tool, identity, case.arguments,
+                                                          record=False))
     return CaseResult(case.name, tuple(found))
 
 

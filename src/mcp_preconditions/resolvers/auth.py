@@ -7,16 +7,14 @@ produced. Claims compare as exact strings (booleans and integers by their JSON t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, get_args
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..outcomes import Outcome
-from ..planner import ByKind, ClaimEquals, HasScope, describe
-from ..principal import Identity, TokenKind
+from ..principal import Identity
 
 FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
 _MISSING = object()
-FastCheck = Callable[[Identity], "Outcome | None"]
 
 
 def split_claim(requirement: str) -> tuple[str, str] | None:
@@ -103,61 +101,6 @@ class AuthResolver:
             if scope in self.implied.get(held, ()):
                 return Outcome.satisfied(requirement, f"scope '{held}' implies '{scope}'")
         return Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
-
-    def fast_check(self, requirement: str, condition: Callable[[str], Any]) -> FastCheck | None:
-        """An identity-only check returning exactly what `resolve` would, precomputed Outcomes
-        included; it returns None (so `resolve` decides) when there is no principal or the answer
-        needs more than a lookup (scope implications)."""
-        if requirement == "auth:oauth2":
-            by_kind = {kind: Outcome.satisfied(requirement, f"access token verified ({kind})")
-                       for kind in get_args(TokenKind)}
-
-            def oauth2(identity: Identity) -> Outcome | None:
-                principal = identity.principal
-                return None if principal is None else by_kind.get(principal.kind)
-            return describe(oauth2, ByKind(by_kind))
-        if requirement.startswith("auth:scope:"):
-            return self._fast_scope(requirement, requirement[len("auth:scope:"):])
-        parts = split_claim(requirement)
-        return None if parts is None else self._fast_claim(requirement, *parts)
-
-    def _fast_scope(self, requirement: str, scope: str) -> FastCheck:
-        held = Outcome.satisfied(requirement, f"token has scope '{scope}'")
-        lacks = Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
-        implied_by = frozenset(h for h, implied in self.implied.items() if scope in implied)
-
-        def has_scope(identity: Identity) -> Outcome | None:
-            principal = identity.principal
-            if principal is None:
-                return None
-            scopes = principal.scopes
-            if scope in scopes:
-                return held
-            if implied_by and not implied_by.isdisjoint(scopes):
-                return None  # implied: `resolve` names the implying scope
-            return lacks
-        return describe(has_scope, HasScope(scope, held, lacks, implied_by))
-
-    def _fast_claim(self, requirement: str, name: str, expected: str) -> FastCheck:
-        # The three possible outcomes, computed once by the same function `resolve` uses.
-        found, missing, lacks = (self._claim_outcome(requirement, name, expected, value)
-                                 for value in (expected, _MISSING, None))
-        plain = name not in self.aliases
-
-        def claim(identity: Identity) -> Outcome | None:
-            principal = identity.principal
-            if principal is None:
-                return None
-            value = principal.claims.get(name, _MISSING) if plain else self._lookup(principal.claims, name)
-            if value is _MISSING:
-                return missing
-            if value.__class__ is str:  # the common case, without claim_matches' type dispatch
-                return found if value == expected else lacks
-            return found if claim_matches(value, expected) else lacks
-        if not plain:
-            return claim
-        return describe(claim, ClaimEquals(name, expected, found, missing, lacks, _MISSING,
-                                           claim_matches))
 
     def _lookup(self, claims: Mapping[str, Any], name: str) -> Any:
         """The claim's value (through an alias path when one is declared), or _MISSING."""
