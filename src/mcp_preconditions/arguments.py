@@ -67,22 +67,28 @@ def shown(value: Any) -> str:
         return type(value).__name__
 
 
+_SCALARS = (str, int, bool)
+
+
 @dataclass(frozen=True, slots=True)
 class ArgumentCondition:
-    """One `arguments` entry of a grant: the value at `pointer` must equal one of `values`."""
+    """One `arguments` entry of a grant: the value at `pointer` must equal one of `values`.
+    `typed` holds each value with its type, so that one set lookup is `same_scalar` against each."""
 
     pointer: str
     tokens: tuple[str, ...]
     values: tuple[Scalar, ...]
+    typed: frozenset[tuple[type, Scalar]]
 
     @classmethod
     def of(cls, pointer: str, values: Sequence[Scalar]) -> ArgumentCondition:
-        return cls(pointer, parse_pointer(pointer), tuple(values))
+        return cls(pointer, parse_pointer(pointer), tuple(values),
+                   frozenset((type(v), v) for v in values))
 
     def failure(self, arguments: Any) -> str | None:
         """None when the call's arguments meet this condition, else why not (pointer and value)."""
         value = resolve_pointer(arguments, self.tokens)
-        if value is not MISSING and any(same_scalar(value, v) for v in self.values):
+        if value.__class__ in _SCALARS and (value.__class__, value) in self.typed:
             return None
         allowed = ", ".join(shown(v) for v in self.values)
         return f"argument {self.pointer} is {shown(value)} (allowed: {allowed})"

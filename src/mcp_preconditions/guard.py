@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from time import perf_counter_ns
+from types import MappingProxyType
 from typing import Any
 
 from .auth import Authenticator, build_authenticator
@@ -30,6 +31,8 @@ from .snapshot import CompiledTool, Snapshot, being_cancelled
 
 log = logging.getLogger("mcp_preconditions.policy")
 _NO_IDENTITY = Identity(failure="not needed")
+_NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
+_SATISFIED = Status.SATISFIED
 _NOTHING: frozenset[str] = frozenset()  # a tool without requirements has nothing confidential
 # A snapshot, the authenticator built from the same policy, and its synchronous fast path.
 _State = tuple[Snapshot, Authenticator, AuthenticateNow | None]
@@ -247,7 +250,7 @@ class Guard:
     # -- internals -------------------------------------------------------------------------------
     def _context(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None,
                  snap: Snapshot) -> CallContext:
-        return CallContext(tool, identity, arguments or {}, snap.evaluate_one)  # type: ignore[arg-type]
+        return CallContext(tool, identity, arguments or _NO_ARGUMENTS, snap.evaluate_one)
 
     def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: list[Outcome],
                 snap: Snapshot, start: int, record: bool) -> Decision:
@@ -300,7 +303,10 @@ def _answered_now(now: AuthenticateNow | None, credentials: Credentials) -> Iden
 
 def _allows(outcomes: list[Outcome]) -> bool:
     """Only outcomes that are all satisfied allow a call, and only when there are some."""
-    return bool(outcomes) and all(o.ok for o in outcomes)
+    for outcome in outcomes:
+        if outcome.status is not _SATISFIED:
+            return False
+    return bool(outcomes)
 
 
 async def _await(pending: Any) -> Any:

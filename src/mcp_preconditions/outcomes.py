@@ -7,7 +7,7 @@ An Outcome is `satisfied`, `unsatisfied` (with a reason) or `error` (the resolve
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +159,23 @@ class _DecisionFields:
 new_outcome: Callable[[str, Status, str, bool], Outcome] = _OutcomeFields  # type: ignore[assignment]
 new_decision: Callable[[str, bool, tuple[Outcome, ...], str | None, str, int, frozenset[str]],
                        Decision] = _DecisionFields  # type: ignore[assignment]
+
+
+class OutcomeMemo:
+    """One immutable Outcome per (requirement, answer), reused across calls instead of building an
+    equal one each time: a resolver computes its answer, looks the outcome up, and `keep`s the one
+    it builds on a miss. Bounded: past `maxsize` keys, outcomes are built and not kept (requirement
+    strings first seen at call time are not remembered)."""
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self._items: dict[Hashable, Outcome] = {}
+        self._maxsize = maxsize
+        self.lookup = self._items.get  # the hot read: one dict lookup
+
+    def keep(self, key: Hashable, outcome: Outcome) -> Outcome:
+        if len(self._items) < self._maxsize:
+            self._items[key] = outcome
+        return outcome
 
 
 class Verdict(enum.StrEnum):

@@ -167,7 +167,7 @@ class Snapshot:
             # A sync resolver cannot be cancelled by the call: a CancelledError it raises is its own
             # failure, and must still end in a decision (a denial), like any other exception.
             return Outcome.error(check.requirement, f"resolver '{resolver.namespace}' raised {_short(exc)}")
-        if inspect.isawaitable(result):
+        if not isinstance(result, Outcome) and inspect.isawaitable(result):
             return self._guarded(check.requirement, resolver.namespace, result)
         return coerce(check.requirement, result, resolver.namespace)
 
@@ -191,11 +191,13 @@ class Snapshot:
 
     def evaluate(self, tool: CompiledTool, context: CallContext) -> list[Outcome] | Awaitable[list[Outcome]]:
         """Every requirement's outcome, in the tool's order; awaitable only if some lookup is async."""
-        results = [self._run(c, context) for c in tool.checks]
-        for r in results:
-            if not isinstance(r, Outcome):
-                return self._gather(results)
-        return results  # type: ignore[return-value]
+        results: list[Any] = []
+        pending = False
+        for check in tool.checks:
+            result = check.static if check.static is not None else self._run(check, context)
+            pending = pending or result.__class__ is not Outcome
+            results.append(result)
+        return self._gather(results) if pending else results
 
     @staticmethod
     async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> list[Outcome]:

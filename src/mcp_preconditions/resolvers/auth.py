@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..outcomes import Outcome
+from ..outcomes import Outcome, OutcomeMemo
 from ..principal import Identity
 
 FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
@@ -54,6 +54,14 @@ def scope_closure(implications: Mapping[str, Sequence[str]]) -> dict[str, frozen
     return closure
 
 
+def _scope_outcome(requirement: str, scope: str, held: str | None) -> Outcome:
+    if held == scope:
+        return Outcome.satisfied(requirement, f"token has scope '{scope}'")
+    if held is not None:
+        return Outcome.satisfied(requirement, f"scope '{held}' implies '{scope}'")
+    return Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
+
+
 class AuthResolver:
     namespace = "auth"
     forms = FORMS
@@ -63,6 +71,8 @@ class AuthResolver:
         self.aliases = {k: ((v,) if isinstance(v, str) else tuple(v))
                         for k, v in (claim_aliases or {}).items()}
         self.implied = scope_closure(scope_implications or {})
+        self._memo = OutcomeMemo()  # outcomes by (requirement, answer): the reason texts are fixed
+        self._parts: dict[str, tuple[str, str]] = {}  # auth:claim:NAME:VALUE -> (NAME, VALUE)
 
     def validate(self, requirement: str) -> str | None:
         if requirement == "auth:oauth2":
@@ -84,23 +94,41 @@ class AuthResolver:
                 return Outcome.error(requirement, reason)
             return Outcome.unsatisfied(requirement, reason)
         if requirement == "auth:oauth2":
-            return Outcome.satisfied(requirement, f"access token verified ({principal.kind})")
-        if requirement.startswith("auth:scope:"):
-            return self._scope(requirement, principal.scopes)
-        parts = split_claim(requirement)
-        if parts is None:
-            return Outcome.unsatisfied(requirement, "unknown auth form")
-        name, expected = parts
-        return self._claim_outcome(requirement, name, expected, self._lookup(principal.claims, name))
+            key: tuple[str, Any] = (requirement, principal.kind)
+        elif requirement.startswith("auth:scope:"):
+            key = (requirement, self._scope_held(requirement[len("auth:scope:"):], principal.scopes))
+        else:
+            parts = self._claim_parts(requirement)
+            if parts is None:
+                return Outcome.unsatisfied(requirement, "unknown auth form")
+            value = self._lookup(principal.claims, parts[0])
+            key = (requirement, "missing" if value is _MISSING
+                   else "found" if claim_matches(value, parts[1]) else "no")
+        return self._memo.lookup(key) or self._memo.keep(key, self._outcome(*key))
 
-    def _scope(self, requirement: str, scopes: frozenset[str]) -> Outcome:
-        scope = requirement[len("auth:scope:"):]
+    def _outcome(self, requirement: str, answer: Any) -> Outcome:
+        """The outcome of one answer (the principal's token kind, the held scope, or found/missing/
+        no for a claim): fixed texts, so each is built once and memoised."""
+        if requirement == "auth:oauth2":
+            return Outcome.satisfied(requirement, f"access token verified ({answer})")
+        if requirement.startswith("auth:scope:"):
+            return _scope_outcome(requirement, requirement[len("auth:scope:"):], answer)
+        name, expected = split_claim(requirement) or ("", "")
+        return self._claim_outcome(requirement, name, expected, answer)
+
+    def _claim_parts(self, requirement: str) -> tuple[str, str] | None:
+        parts = self._parts.get(requirement)
+        if parts is None:
+            parts = split_claim(requirement)
+            if parts is not None and len(self._parts) < 4096:
+                self._parts[requirement] = parts
+        return parts
+
+    def _scope_held(self, scope: str, scopes: frozenset[str]) -> str | None:
+        """The held scope that is or implies `scope` (itself first), or None."""
         if scope in scopes:
-            return Outcome.satisfied(requirement, f"token has scope '{scope}'")
-        for held in scopes:
-            if scope in self.implied.get(held, ()):
-                return Outcome.satisfied(requirement, f"scope '{held}' implies '{scope}'")
-        return Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
+            return scope
+        return next((held for held in scopes if scope in self.implied.get(held, ())), None)
 
     def _lookup(self, claims: Mapping[str, Any], name: str) -> Any:
         """The claim's value (through an alias path when one is declared), or _MISSING."""
@@ -114,12 +142,12 @@ class AuthResolver:
                 break
         return node
 
-    def _claim_outcome(self, requirement: str, name: str, expected: str, value: Any) -> Outcome:
+    def _claim_outcome(self, requirement: str, name: str, expected: str, answer: str) -> Outcome:
         path = self.aliases.get(name)
         where = name if path is None else ".".join(path)
         label = name if where == name else f"{name} (alias of {where})"
-        if value is _MISSING:
+        if answer == "missing":
             return Outcome.unsatisfied(requirement, f"token has no claim '{label}'")
-        if claim_matches(value, expected):
+        if answer == "found":
             return Outcome.satisfied(requirement, f"claim '{label}' has '{expected}'")
         return Outcome.unsatisfied(requirement, f"claim '{label}' does not have '{expected}'")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..arguments import ArgumentCondition
-from ..outcomes import Outcome, Status
+from ..outcomes import Outcome, OutcomeMemo, Status
 from ..requirements import body_of
 from .base import CallContext
 
@@ -48,6 +48,7 @@ class CapabilityResolver:
         self.claim = claim
         self._evaluate = evaluate
         self._confidential = frozenset(confidential)  # never named in an explanation
+        self._granted = OutcomeMemo()  # the satisfied outcomes, by (requirement, grant, consulted)
         self._by_name: dict[str, tuple[CompiledGrant, ...]] = {}
         for grant in grants:
             for cap in grant.capabilities:
@@ -94,16 +95,17 @@ class CapabilityResolver:
         failures: list[str] = []
         errored = consulted = False
         for grant, outs in zip(grants, results, strict=True):
-            bad = [o for o in outs if not o.ok]
+            bad = [o for o in outs if o.status is not Status.SATISFIED]
             if not bad and grant.arguments:
                 consulted = True
-                mismatch = next((f for c in grant.arguments if (f := c.failure(arguments))), None)
+                mismatch = _mismatch(grant.arguments, arguments)
                 if mismatch is not None:
                     failures.append(f"grant #{grant.index}: {mismatch}")
                     continue
             if not bad:
-                return Outcome.satisfied(requirement, f"grant #{grant.index} gives '{name}'",
-                                         argument_dependent=consulted)
+                key = (requirement, grant.index, consulted)
+                return self._granted.lookup(key) or self._granted.keep(key, Outcome.satisfied(
+                    requirement, f"grant #{grant.index} gives '{name}'", argument_dependent=consulted))
             errored = errored or any(o.status is Status.ERROR for o in bad)
             failures.append(f"grant #{grant.index} needs " + "; ".join(map(self._explain, bad)))
         where = f"token claim '{self.claim}' does not list it" if self.claim else ""
@@ -116,3 +118,12 @@ class CapabilityResolver:
         if outcome.requirement in self._confidential:
             return "a confidential requirement"
         return f"{outcome.requirement} ({outcome.reason})"
+
+
+def _mismatch(conditions: tuple[ArgumentCondition, ...], arguments: Any) -> str | None:
+    """Why the first failing argument condition fails, or None when all hold."""
+    for condition in conditions:
+        failure = condition.failure(arguments)
+        if failure is not None:
+            return failure
+    return None
