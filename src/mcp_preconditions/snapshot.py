@@ -149,6 +149,10 @@ class Snapshot:
                 return Check(requirement, coerce(requirement, pre, resolver.namespace), None)
         return Check(requirement, None, resolver)
 
+    def check_of(self, requirement: str) -> Check | None:
+        """The compiled check of a requirement some tool or grant of this snapshot names."""
+        return self._checks.get(requirement)
+
     # -- evaluate --------------------------------------------------------------------------------
     def evaluate_one(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
         """Decide one requirement for a call (used by capability grants for their conditions)."""
