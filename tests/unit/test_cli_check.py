@@ -268,19 +268,21 @@ def test_tools_failing_start_up_validation_exit_2_naming_them(capsys: pytest.Cap
         {"name": "garbage", "execution": {"requirements": "auth:oauth2"}},
     ]))
     assert run(capsys, "check", "--policy", POLICY, "--tools", tools) == (2, "", (
-        "mcp-preconditions: error: t.json: 2 tool(s) fail start-up validation: typo, garbage\n"
-        "  tool 'typo': requirement 'auth:clam:role:x': unknown auth form (accepted forms: "
-        "auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)\n"
-        "  tool 'typo': requirement 'env:': env: needs a label name (env:NAME) (accepted forms: env:NAME)\n"
-        "  tool 'garbage': requirements must be a list of strings, got str\n"))
+        "mcp-preconditions: error: t.json: tool 'typo': requirement 'auth:clam:role:x': unknown auth "
+        "form (accepted forms: auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)\n"
+        "mcp-preconditions: error: t.json: tool 'typo': requirement 'env:': env: needs a label name "
+        "(env:NAME) (accepted forms: env:NAME)\n"
+        "mcp-preconditions: error: t.json: tool 'garbage': requirements must be a list of strings, "
+        "got str\n"))
 
 
 @pytest.mark.parametrize(("files", "argv", "message"), [
     ({}, ["--policy", "p.toml", "--tools", "t.json"],
-     "p.toml: invalid policy (1 problem(s)):\n  (file): cannot read: No such file or directory"),
+     "p.toml: (file): cannot read: No such file or directory"),
     ({"p.toml": 'environment = "prod"\nenviroment = ["x"]\n'}, ["--policy", "p.toml", "--tools", "t.json"],
-     "p.toml: invalid policy (2 problem(s)):\n  environment: Input should be a valid list\n"
-     "  enviroment: unknown key (a typo here would silently weaken the policy)"),
+     "p.toml: environment: Input should be a valid list\n"
+     "mcp-preconditions: error: p.toml: enviroment: unknown key (a typo here would silently weaken "
+     "the policy)"),
     ({"p.toml": ""}, ["--policy", "p.toml", "--tools", "t.json"],
      "t.json: cannot read: No such file or directory"),
     ({"p.toml": "", "t.json": '{"tools": [{"name": "a"}, {"nam": "b"}]}'},
