@@ -38,6 +38,9 @@ class PolicyError(InputError):
 class ToolsFileError(InputError):
     """A tools, knowledge or claims file cannot be read or has the wrong shape."""
 
+    def lines(self) -> list[str]:
+        return [str(self)]  # one problem; a line break in it belongs to a file name
+
 
 class FileReadError(ToolsFileError):
     """Any input file cannot be read at all: missing, unreadable, too large. `problem` omits the

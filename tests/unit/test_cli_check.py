@@ -301,3 +301,19 @@ def test_bad_files_exit_2_with_one_message(capsys: pytest.CaptureFixture[str], t
     for name, text in files.items():
         write(tmp_path, name, text)
     assert run(capsys, "check", *argv) == (2, "", f"mcp-preconditions: error: {message}\n")
+
+
+@pytest.mark.xfail(strict=True, reason="needs the lead's Snapshot change: a start-up Finding's "
+                   "`source` is the policy file for a requirement from its [tools.X]")
+def test_a_bad_requirement_is_blamed_on_the_file_it_came_from(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "p.toml", '[tools.a]\nrequirements = ["env:"]\n')
+    write(tmp_path, "t.json", json.dumps([{"name": "a", "execution": {"requirements": ["auth:bogus"]}}]))
+    code, out, err = run(capsys, "check", "--policy", "p.toml", "--tools", "t.json")
+    assert (code, out) == (2, "")
+    assert sorted(err.splitlines()) == [
+        "mcp-preconditions: error: p.toml: tool 'a': requirement 'env:': env: needs a label name "
+        "(env:NAME) (accepted forms: env:NAME)",
+        "mcp-preconditions: error: t.json: tool 'a': requirement 'auth:bogus': unknown auth form "
+        "(accepted forms: auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)"]

@@ -165,3 +165,36 @@ def test_absurd_nesting_in_a_policy_is_one_line(capsys: pytest.CaptureFixture[st
     write(tmp_path, "p.toml", "environment = " + "[" * 5000 + "]" * 5000)
     assert run(capsys, "policy", "validate", "p.toml") == (
         2, "", "mcp-preconditions: error: p.toml: (file): not usable TOML: nested too deeply\n")
+
+
+# --- validate --format json ---------------------------------------------------------------------
+def test_validate_json_of_a_valid_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "p.toml", '[tools.t]\nrequirements = ["env:x", "env:x"]\n')
+    code, out, err = run(capsys, "policy", "validate", "p.toml", "--format", "json")
+    assert code == 0
+    assert json.loads(out) == {
+        "policy": "p.toml", "valid": True, "revision": load_policy(tmp_path / "p.toml").revision,
+        "errors": [], "warnings": ["tools.t.requirements[0]: requirement 'env:x' is listed more than once"]}
+    assert err == ("mcp-preconditions: warning: p.toml: tools.t.requirements[0]: requirement 'env:x' is "
+                   "listed more than once\n")
+
+
+@pytest.mark.parametrize(("content", "revision", "errors"), [
+    ('environment = "x"\n', False, ["environment: Input should be a valid list"]),
+    ('[tools.t]\nrequirements = ["env:"]\n', True,
+     ["tools.t.requirements[0]: requirement 'env:': env: needs a label name (env:NAME) (accepted "
+      "forms: env:NAME)"]),
+])
+def test_validate_json_of_an_invalid_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch, content: str,
+                                            revision: bool, errors: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "p.toml", content)
+    code, out, err = run(capsys, "policy", "validate", "p.toml", "--format", "json")
+    assert code == 2
+    assert json.loads(out) == {
+        "policy": "p.toml", "valid": False, "errors": errors, "warnings": [],
+        "revision": load_policy(tmp_path / "p.toml").revision if revision else None}
+    assert err == "".join(f"mcp-preconditions: error: p.toml: {e}\n" for e in errors)

@@ -8,6 +8,7 @@ traceback: 0 done, 1 findings, 2 bad input or usage.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ from . import core_cmds, demo_cmd, lint_cmd, policy_cmds, presentation_cmds, ser
 from ._output import BAD_INPUT, PROG, fail
 
 __all__ = ["build_parser", "main"]
+# What writing our output can fail with; the commands' own file reads name their file instead.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BrokenPipeError, ConnectionResetError) as exc:
         return _output_lost(exc)
     except OSError as exc:
-        if exc.filename is None and sys.stdout is not None and _is_stdout_error(exc):
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:  # stdout on a full disk, /dev/full
             return _output_lost(exc)
         # a file the libraries read themselves; their own errors name it
         where = f"{exc.filename}: " if exc.filename else ""
@@ -77,12 +80,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
-
-
-def _is_stdout_error(exc: OSError) -> bool:
-    """True when stdout itself fails (e.g. ENOSPC on /dev/full): a flush now fails too."""
-    try:
-        sys.stdout.flush()
-    except OSError:
-        return True
-    return False

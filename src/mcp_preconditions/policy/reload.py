@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -131,7 +132,8 @@ class PolicyReloader:
             why = f"{self.path}: {problem}"
             self._failed(f"unreadable: {why}", why)
             return None
-        if _signature(before) != _signature(after) or len(data) != after.st_size:
+        if _signature(before) != _signature(after) or (
+                stat.S_ISREG(after.st_mode) and len(data) != after.st_size):
             return None  # a write overlapped the read: the next poll sees the finished file
         return data
 
