@@ -48,6 +48,10 @@ def read_bounded(path: str | Path) -> bytes:
             data = f.read(bound + 1)
     except OSError as exc:
         raise FileReadError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeError:  # a lone surrogate that no file system encoding can spell
+        raise FileReadError(str(path), "cannot read: the file name is not valid Unicode") from None
+    except ValueError as exc:  # an embedded NUL
+        raise FileReadError(str(path), f"cannot read: {exc}") from None
     if len(data) > bound:
         raise FileReadError(str(path), too_large)
     return data

@@ -276,3 +276,13 @@ def test_read_line_problems(monkeypatch: pytest.MonkeyPatch, data: bytes | None,
     with pytest.raises(InputError) as info:
         read_line(stream, "--token -: standard input")
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("bad\ud800.json", "cannot read: the file name is not valid Unicode"),
+    ("nul\x00.json", "cannot read: embedded null byte"),
+])
+def test_an_unusable_file_name(name: str, problem: str) -> None:
+    with pytest.raises(FileReadError) as info:
+        read_bounded(name)
+    assert (info.value.source, info.value.problem) == (name, problem)

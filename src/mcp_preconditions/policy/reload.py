@@ -126,9 +126,9 @@ class PolicyReloader:
                 return None  # written moments ago: perhaps still being written
             data = read_bounded(self.path)
             after = os.stat(self.path)
-        except (OSError, FileReadError) as exc:
+        except (OSError, ValueError, FileReadError) as exc:  # ValueError: a NUL in the path
             problem = exc.problem if isinstance(exc, FileReadError) else \
-                f"cannot read: {exc.strerror or exc}"
+                f"cannot read: {getattr(exc, 'strerror', None) or exc}"
             why = f"{self.path}: {problem}"
             self._failed(f"unreadable: {why}", why)
             return None
