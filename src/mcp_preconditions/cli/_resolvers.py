@@ -1,6 +1,6 @@
-"""`--resolver SPEC` (repeatable): custom resolvers for one run, without packaging them.
+"""`--resolver MODULE:ATTR` (repeatable): custom resolvers for one run, without packaging them.
 
-SPEC is `path/to/file.py:attribute` (the file is loaded by its path; its folder need not be on
+The value is `path/to/file.py:attribute` (the file is loaded by its path; its folder need not be on
 sys.path) or `package.module:attribute` (imported from sys.path). The attribute is a resolver, a
 resolver class, or a zero-argument factory, as for the `mcp_preconditions.resolvers` entry points.
 """
@@ -25,7 +25,7 @@ _HELP = ("a custom resolver, 'path/to/file.py:attribute' or 'module:attribute': 
 
 def add_resolver_option(parser: argparse.ArgumentParser) -> None:
     """Add `--resolver SPEC` (repeatable) to a subcommand."""
-    parser.add_argument("--resolver", action="append", default=[], metavar="SPEC", help=_HELP)
+    parser.add_argument("--resolver", action="append", default=[], metavar="MODULE:ATTR", help=_HELP)
 
 
 def resolvers_from(args: argparse.Namespace) -> list[Resolver]:
