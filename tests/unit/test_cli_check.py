@@ -96,6 +96,7 @@ def test_mission_control_may_not_launch_a_vehicle_the_policy_does_not_list(
     ("[1]", "--arguments: the call's arguments must be a JSON object, got array"),
     ("{", "--arguments: not valid JSON: Expecting property name enclosed in double quotes: line 1 "
           "column 2 (char 1)"),
+    ('{"vehicle": ["\\ud800"]}', "--arguments: vehicle[0]: lone surrogate \\ud800: not Unicode text"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], value: str,
                                               message: str) -> None:
@@ -303,8 +304,6 @@ def test_bad_files_exit_2_with_one_message(capsys: pytest.CaptureFixture[str], t
     assert run(capsys, "check", *argv) == (2, "", f"mcp-preconditions: error: {message}\n")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the lead's Snapshot change: a start-up Finding's "
-                   "`source` is the policy file for a requirement from its [tools.X]")
 def test_a_bad_requirement_is_blamed_on_the_file_it_came_from(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
