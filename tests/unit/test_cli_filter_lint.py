@@ -191,8 +191,7 @@ def test_lint_of_the_shipped_examples_is_clean(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(("argv", "message"), [
     (["--tools", "none.json"], "none.json: cannot read: No such file or directory"),
     (["--tools", "t.json", "--policy", "p.toml"],
-     "p.toml: invalid policy (1 problem(s)):\n  tols: unknown key (a typo here would silently weaken "
-     "the policy)"),
+     "p.toml: tols: unknown key (a typo here would silently weaken the policy)"),
 ])
 def test_lint_bad_input_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                 monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str) -> None:

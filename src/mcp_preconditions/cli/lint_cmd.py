@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..files import read_tools
 from ..guard import EMPTY_POLICY, Guard
 from ..policy import PolicySource, load_policy
 from ..requirements import Finding
+from ..resolvers import Resolver
 from ..wire import META_KEY, raw_requirements
-from ._output import FINDINGS, OK, add_format, print_json
+from ._output import FINDINGS, OK, add_format, escape, print_json
+from ._resolvers import add_resolver_option, resolvers_from
 
 TierLint = Callable[[list[dict[str, Any]], str], list[Finding]]
 
@@ -53,11 +55,11 @@ def _attributed(finding: Finding, code: Any, policy: PolicySource | None, tools_
     return dataclasses.replace(finding, source=source)
 
 
-def lint_findings(tools: list[dict[str, Any]], tools_path: str,
-                  policy: PolicySource | None) -> list[Finding]:
+def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySource | None,
+                  resolvers: Iterable[Resolver] = ()) -> list[Finding]:
     """Every error and warning about the tools' requirements (and the policy's, when given)."""
     raw = {t["name"]: raw_requirements(t) for t in tools}
-    guard = Guard(policy or EMPTY_POLICY, raw, strict=False)
+    guard = Guard(policy or EMPTY_POLICY, raw, strict=False, resolvers=resolvers)
     found = [_attributed(f, raw.get(f.tool), policy, tools_path) for f in guard.findings]
     for tool in tools:
         found += _wire_findings(tool, tools_path)
@@ -75,14 +77,14 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str,
 
 
 def _line(finding: Finding) -> str:
-    return f"{finding.source}: {finding.severity}: tool '{finding.tool}': {finding.message}"
+    return escape(f"{finding.source}: {finding.severity}: tool '{finding.tool}': {finding.message}")
 
 
 def run_lint(args: argparse.Namespace) -> int:
     """`lint`: exit 1 when any error-severity finding; warnings alone exit 0."""
     policy = load_policy(args.policy) if args.policy is not None else None
     tools = read_tools(args.tools)
-    findings = lint_findings(tools, args.tools, policy)
+    findings = lint_findings(tools, args.tools, policy, resolvers_from(args))
     errors = sum(1 for f in findings if f.severity == "error")
     warnings = len(findings) - errors
     if args.format == "json":
@@ -107,5 +109,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help='tools file: a tools/list result {"tools": [...]} or an array of tools')
     lint.add_argument("--policy", metavar="P", help="policy file: its namespaces, forms and [tools] "
                       "requirements (default: the built-in namespaces, an empty policy)")
+    add_resolver_option(lint)
     add_format(lint)
     lint.set_defaults(func=run_lint)

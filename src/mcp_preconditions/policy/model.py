@@ -107,7 +107,7 @@ class OpenFeature(Section):
 
 
 class Features(Section):
-    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    flags: dict[str, StrictBool] = Field(default_factory=dict)  # "no" is not `false`: a load error
     openfeature: OpenFeature | None = None
 
 
