@@ -58,10 +58,15 @@ class Built:
     """A guarded server, which registration's function runs per name, and the calls that ran."""
 
     target: Any
-    runs: dict[str, Registration]
+    runs: dict[str, Registration] = field(default_factory=dict)
     ran: list[str] = field(default_factory=list)
+    ran_by: list[Registration] = field(default_factory=list)  # whose function ran, per call
     by_name: dict[str, tuple[str, ...]] = field(default_factory=dict)
     extra: dict[str, tuple[str, ...]] = field(default_factory=dict)  # e.g. every listed mirror
+    register: Callable[[Registration], None] = lambda reg: None  # one more registration, any time
+
+    def declare(self, reg: Registration) -> None:
+        self.by_name[reg.name] = merge(self.by_name.get(reg.name, ()), reg.code)
 
 
 def policy_bytes(policy: Mapping[str, tuple[str, ...]]) -> bytes:
@@ -76,6 +81,7 @@ def guard_for(case: Case) -> Guard:
 def function(built: Built, reg: Registration) -> Callable[[], str]:
     def tool() -> str:
         built.ran.append(reg.name)
+        built.ran_by.append(reg)
         return "ran"
 
     tool.__name__ = reg.name
@@ -86,45 +92,49 @@ def meta_of(reg: Registration) -> dict[str, Any] | None:
     return {META_KEY: list(reg.mirror)} if reg.mirror is not None else None
 
 
-def build_mcpserver(case: Case) -> Built:
+def start_mcpserver(case: Case) -> Built:
     server = GuardedMCPServer("s", guard=guard_for(case))
-    built = Built(server, {})
-    for reg in case.registrations:
+    built = Built(server)
+
+    def register(reg: Registration) -> None:
         fn = function(built, reg)
         if reg.how == "by_name":
             server.preconditions.requires(*reg.code, name=reg.name)(fn)
-            built.by_name[reg.name] = merge(built.by_name.get(reg.name, ()), reg.code)
+            built.declare(reg)
         try:  # the SDK keeps the first function of a name: a second one raises
             server.add_tool(fn, name=reg.name, meta=meta_of(reg),
                             requirements=reg.code if reg.how == "argument" else None)
         except ValueError:
             assert reg.name in built.runs
-            continue
+            return
         built.runs[reg.name] = reg
+
+    built.register = register
     return built
 
 
-def build_fastmcp(case: Case) -> Built:
+def start_fastmcp(case: Case) -> Built:
     app: FastMCP[Any] = FastMCP("s", on_duplicate="replace")
     pre = guard_fastmcp(app, guard_for(case))
-    built = Built(app._mcp_server, {})
-    for reg in case.registrations:
+    built = Built(app._mcp_server)
+
+    def register(reg: Registration) -> None:
         fn = function(built, reg)
         if reg.how == "by_name":
             pre.requires(*reg.code, name=reg.name)(fn)
-            built.by_name[reg.name] = merge(built.by_name.get(reg.name, ()), reg.code)
+            built.declare(reg)
         elif reg.how == "argument":
             pre.requires(*reg.code)(fn)
         app.tool(name=reg.name, meta=meta_of(reg))(fn)
         built.runs[reg.name] = reg  # "replace": the last function of a name runs
+
+    built.register = register
     return built
 
 
-def build_lowlevel(case: Case) -> Built:
-    built = Built(None, {})
-    entries = [{"name": r.name, "inputSchema": {"type": "object"},
-                **({"_meta": meta_of(r)} if r.mirror is not None else {})}
-               for r in case.registrations]
+def start_lowlevel(case: Case) -> Built:
+    built = Built(None)
+    entries: list[dict[str, Any]] = []  # read by the list handler on every request
 
     async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
         return mcp_types.ListToolsResult(tools=[mcp_types.Tool.model_validate(e) for e in entries])
@@ -135,15 +145,27 @@ def build_lowlevel(case: Case) -> Built:
 
     built.target = Server("s", on_list_tools=list_tools, on_call_tool=call_tool)
     pre = guard_server(built.target, guard_for(case))
-    for reg in case.registrations:  # a lowlevel server's code requirements are given by name
+
+    def register(reg: Registration) -> None:  # code requirements are given by name here
         pre.requires(*reg.code, name=reg.name)(function(built, reg))
-        built.by_name[reg.name] = merge(built.by_name.get(reg.name, ()), reg.code)
+        built.declare(reg)
+        entries.append({"name": reg.name, "inputSchema": {"type": "object"},
+                        **({"_meta": meta_of(reg)} if reg.mirror is not None else {})})
         built.extra[reg.name] = merge(built.extra.get(reg.name, ()), reg.mirror or ())
         built.runs.setdefault(reg.name, reg)
+
+    built.register = register
     return built
 
 
-BUILDERS = {"MCPServer": build_mcpserver, "lowlevel": build_lowlevel, "fastmcp": build_fastmcp}
+def build(case: Case, flavour: str) -> Built:
+    built = STARTS[flavour](case)
+    for reg in case.registrations:
+        built.register(reg)
+    return built
+
+
+STARTS = {"MCPServer": start_mcpserver, "lowlevel": start_lowlevel, "fastmcp": start_fastmcp}
 
 
 def expected(case: Case, built: Built, name: str) -> set[str]:
@@ -172,7 +194,7 @@ async def call(client: Client, name: str) -> set[str] | None:
 
 
 async def observe(case: Case, flavour: str) -> tuple[Built, Observed]:
-    built = BUILDERS[flavour](case)
+    built = build(case, flavour)
     async with Client(built.target) as client:
         before = {n: await call(client, n) for n in case.names()}
         tools = await raw_tools(client.session)
