@@ -233,6 +233,33 @@ async def test_a_lowlevel_tool_with_a_malformed_mirror_is_never_run() -> None:
     assert ran == []
 
 
+def failing_list(ran: list[str], how: str) -> Server[Any]:
+    """A lowlevel Server whose list handler raises, or whose cursors never end."""
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        if how == "raises":
+            raise RuntimeError("the tool registry is down")
+        return mcp_types.ListToolsResult(tools=[], next_cursor="again")
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        ran.append(params.name)
+        return mcp_types.CallToolResult(content=[])
+
+    return Server("s", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("raises", "Internal"), ("never ends", "the server's tools/list has over 1000 pages")])
+async def test_a_lowlevel_list_that_cannot_be_read_refuses_the_call(how: str, message: str) -> None:
+    ran: list[str] = []
+    server = failing_list(ran, how)
+    guard_server(server, staging_guard())
+    async with Client(server) as client:
+        with pytest.raises(MCPError, match=message):
+            await client.call_tool("launch_rocket", {})
+    assert ran == []
+
+
 async def test_a_plain_mcpserver_guarded_by_hand_enforces_its_mirror_before_any_list() -> None:
     ran: list[str] = []
     pre = Preconditions(staging_guard())

@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -30,7 +29,7 @@ from ..principal import Credentials
 from ..requirements import merge, validate
 from ..wire import META_KEY, with_requirements
 from ._calls import credentials_from_request, denial_error, denial_result
-from ._sessions import LISTENER, TargetedBus, Watch, Watches
+from ._sessions import TargetedBus, Watches
 
 log = logging.getLogger(__name__)
 
@@ -100,12 +99,6 @@ def wire_requirements(tool: Mapping[str, Any]) -> tuple[str, ...]:
     return merge(own, meta_requirements(name, meta) if isinstance(meta, Mapping) else ())
 
 
-def own_requirements(guard: Guard, tool: str) -> tuple[str, ...] | None:
-    """A tool's own (code) requirements without the policy's (None is kept in the signature for
-    callers that fall back to the effective list, failing closed)."""
-    return guard.own_requirements(tool)
-
-
 def as_wire_dict(result: HandlerResult) -> dict[str, Any] | None:
     if isinstance(result, dict):
         return result
@@ -138,7 +131,6 @@ class Preconditions:
         self.tool_functions = tool_functions
         self.guard_calls = guard_calls
         self.declared: set[str] = set()  # tool names given requirements by name, in code
-        self._attached: dict[str, tuple[str, ...]] = {}  # requirements `attach` added, per tool
         # Per tool: the function's requirement tuple and the guard's registration token with which
         # `attach` last found nothing to add (see `attach_function`; adapters read it on every call
         # to skip that call when nothing changed). Written only by `attach_function`.
@@ -189,15 +181,10 @@ class Preconditions:
         Returns whether the guard changed. Raises RequirementError if one is invalid."""
         # Compared with the tool's own list, not the effective one: a requirement the policy also
         # lists must still be the tool's own, or a reload dropping it from the policy would open it.
-        own = own_requirements(self.guard, name)
-        if own is None:  # the guard cannot say: keep everything in effect now (fail closed)
-            if all(r in self._attached.get(name, ()) for r in requirements):
-                return False
-            own = self.guard.requirements_for(name)
-        elif all(r in own for r in requirements):
+        own = self.guard.own_requirements(name)
+        if all(r in own for r in requirements):
             return False
         self.guard.add_tool(name, list(merge(own, requirements)))
-        self._attached[name] = merge(self._attached.get(name, ()), requirements)
         return True
 
     def attach_function(self, name: str, fn: Callable[..., Any],
@@ -319,6 +306,7 @@ class Preconditions:
         meta = (ctx.params or {}).get("_meta")  # 2026-07-28 requests carry their version there
         base = {"_meta": meta} if meta is not None else {}
         cursor: object = None
+        listing: list[object] = []
         for _ in range(MAX_LIST_PAGES):
             page = dataclasses.replace(ctx, method="tools/list", params=base if cursor is None
                                        else {**base, "cursor": cursor})
@@ -326,9 +314,10 @@ class Preconditions:
             tools = result.get("tools") if result is not None else None
             if result is None or not isinstance(tools, list):
                 raise MCPError(INTERNAL_ERROR, "the guard could not read the server's tools/list")
-            self.adopt(tools)
+            listing += tools
             cursor = result.get("nextCursor")
             if cursor is None:
+                self.adopt(listing)
                 return
         raise MCPError(INTERNAL_ERROR, f"the server's tools/list has over {MAX_LIST_PAGES} pages")
 
@@ -371,33 +360,11 @@ class Preconditions:
 
     async def _watch_connection(self, ctx: ServerRequestContext[Any, Any],
                                 credentials: Credentials) -> None:
-        # The SDK hands middleware a per-request session; the connection behind it is the session
-        # a client holds (mcp 2.3.0 keeps it as `ServerSession._connection`).
-        connection = getattr(ctx.session, "_connection", None)
-        if connection is None or not getattr(connection, "has_standalone_channel", False):
-            return
-        view = await self.view(credentials)
-        watch = self._watches.get(connection)
-        if watch is not None:
-            watch.credentials, watch.view = credentials, view
-            return
-        self._watches.put(connection, Watch(credentials, view, connection.send_tool_list_changed))
-        connection.exit_stack.callback(self._watches.drop, connection)
+        await self._watches.watch_connection(ctx.session, credentials, self.view)
 
     async def _listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        key = object()
-        credentials = self.credentials(ctx.request)
-
-        async def notify() -> None:
-            await self.bus.publish_to(key, ToolsListChanged())
-
-        self._watches.put(key, Watch(credentials, await self.view(credentials), notify))
-        token = LISTENER.set(key)
-        try:
-            return await call_next(ctx)
-        finally:
-            LISTENER.reset(token)
-            self._watches.drop(key)
+        return await self._watches.listen(self.credentials(ctx.request), self.view, self.bus,
+                                          lambda: call_next(ctx))
 
     @staticmethod
     def _advertise_list_changed(result: HandlerResult) -> HandlerResult:
