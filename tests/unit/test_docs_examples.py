@@ -47,14 +47,15 @@ def fenced_blocks(text: str) -> list[tuple[str, int, str]]:
         if opening is None:
             continue
         indent, fence = len(opening["indent"]), opening["fence"]
-        info = opening["info"].split()[0] if opening["info"].split() else ""
+        words = opening["info"].split()
+        info = words[0] if words else ""
         start, body = index + 1, []
         while index < len(lines):
-            stripped = lines[index].strip()
+            line = lines[index]
             index += 1
-            if stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0]):
+            stripped = line.strip()
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
                 break
-            line = lines[index - 1]
             # A block inside a list item is indented as a whole: drop the fence's indentation.
             body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
         blocks.append((info, start, "\n".join(body) + "\n"))
