@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..analysis import never_match_findings
 from ..files import read_tools
 from ..guard import EMPTY_POLICY, Guard
 from ..policy import PolicySource, load_policy
@@ -67,6 +68,7 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
         found += [Finding("warning", name, f"the policy's [tools.{name}] names a tool that is not in "
                                            f"{tools_path}", None, policy.source)
                   for name in policy.policy.tools if name not in raw]
+        found += never_match_findings(guard.snapshot, tools)
     tier_lint = _tier_lint()
     if tier_lint is not None:
         found += tier_lint(tools, tools_path)
@@ -81,7 +83,7 @@ def _line(finding: Finding) -> str:
 
 
 def run_lint(args: argparse.Namespace) -> int:
-    """`lint`: exit 1 when any error-severity finding; warnings alone exit 0."""
+    """`lint`: exit 1 when any error-severity finding (with --strict, any finding at all)."""
     policy = load_policy(args.policy) if args.policy is not None else None
     tools = read_tools(args.tools)
     findings = lint_findings(tools, args.tools, policy, resolvers_from(args))
@@ -94,7 +96,7 @@ def run_lint(args: argparse.Namespace) -> int:
         for finding in findings:
             print(_line(finding))
         print(f"{errors} error(s), {warnings} warning(s) in {len(tools)} tool(s)")
-    return FINDINGS if errors else OK
+    return FINDINGS if errors or (args.strict and warnings) else OK
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,12 +105,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "lint", help="report malformed or suspicious requirements, with file and tool",
         description="Report requirements that would refuse start-up (errors: shape, namespace, form) "
                     "and suspicious ones (warnings: whitespace, invisible characters, mixed scripts, "
-                    "duplicates), policy entries for unknown tools, and tier schemas that are not "
-                    "callable against the full schema. Exit 1 when there is any error.")
+                    "duplicates), policy entries for unknown tools, rules that can never match "
+                    "(tools no caller can be allowed, grants that never apply, argument conditions "
+                    "the inputSchema rules out), and tier schemas that are not callable against the "
+                    "full schema. Exit 1 when there is any error (with --strict, any warning too).")
     lint.add_argument("--tools", required=True, metavar="T",
                       help='tools file: a tools/list result {"tools": [...]} or an array of tools')
     lint.add_argument("--policy", metavar="P", help="policy file: its namespaces, forms and [tools] "
                       "requirements (default: the built-in namespaces, an empty policy)")
+    lint.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     add_resolver_option(lint)
     add_format(lint)
     lint.set_defaults(func=run_lint)
