@@ -85,7 +85,7 @@ async def test_tools_list_has_the_union_of_requirements_on_the_wire(
     assert tools["echo"]["_meta"][META_KEY] == ["auth:claim:role:observer"]
     assert "execution" not in tools["slow"] and "_meta" not in tools["slow"]
     assert tools["slow"]["inputSchema"]["properties"]["seconds"] == {"type": "number"}
-    assert sorted(tools) == ["crash", "echo", "flip", "garbage", "secret", "slow"]
+    assert sorted(tools) == ["ask", "crash", "echo", "env", "flip", "garbage", "secret", "slow"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

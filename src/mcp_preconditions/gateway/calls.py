@@ -50,9 +50,7 @@ class ToolCalls:
         if self._tools.problem is not None:
             return bridge.downstream_result("tools/call", _fault(f"the gateway's policy is unusable: "
                                                    f"{self._tools.problem}"), version)
-        if not self._tools.has(name):  # perhaps added upstream since the last list: look again
-            await self._tools.reload_quietly()
-        if not self._tools.has(name):
+        if not await self._tools.find(name, self._policy().gateway.call_timeout_seconds):
             return self._unlisted(name, version, "the upstream has no tool of that name")
         if name in self._tools.broken:
             return self._refuse(self._broken(name), version)

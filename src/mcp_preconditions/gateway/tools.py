@@ -39,6 +39,16 @@ class UpstreamTools:
     def has(self, name: str) -> bool:
         return name in self._tools
 
+    async def find(self, name: str, wait: float) -> bool:
+        """Whether the upstream has tool `name`. A name not seen yet is looked up again (it may be
+        new), waiting up to `wait` seconds for an upstream that is still starting."""
+        if name in self._tools:
+            return True
+        if not self.loaded:
+            await self._upstream.wait_connected(wait)
+        await self.reload_quietly()
+        return name in self._tools
+
     async def current(self, wait: float) -> dict[str, dict[str, Any]]:
         """The tools now. Before any upstream session has delivered them, waits up to `wait`
         seconds for one; then UpstreamUnavailable (an empty list would read as "no tools")."""
