@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import PreconditionsError
-from . import core_cmds, demo_cmd, lint_cmd, policy_cmds, presentation_cmds, server_cmds
+from . import core_cmds, demo_cmd, gateway_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds
 from ._output import BAD_INPUT, PROG, fail
 
 __all__ = ["build_parser", "main"]
@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
                "2 bad input or usage.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd):
+    for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd,
+                   gateway_cmds):
         module.register(subparsers)
     return parser
 
