@@ -87,16 +87,20 @@ def test_every_decision_matches_exactly_one_revision(
                   recorder=NoRecords())
     reloader = BundleReloader(guard, published, public_key=signer.public_file, timeout=5.0)
     in_force = served = revision_of(POLICIES[0])  # the model: what polls must converge to
+    good = True  # the bundle served now is valid and validly signed
     for op, a, b in ops:
         if op == "publish":
             body = POLICIES[a] if isinstance(a, int) and a < len(POLICIES) else BROKEN
             _publish(server, signer, body, signed=bool(b))
-            served = revision_of(body) if body is not BROKEN and b else in_force
+            good = body is not BROKEN and bool(b)
+            served = revision_of(body) if good else in_force
         elif op == "poll":
             reloader.reload()
             in_force = served
-            assert guard.revision == in_force and (reloader.last_error is None) == (
-                revision_of(server.files["/policy.toml"]) == in_force)
+            assert guard.revision == in_force
+            if good or revision_of(server.files["/policy.toml"]) != in_force:
+                # (a bad signature on the body in force may go unseen: a 304 needs no signature)
+                assert (reloader.last_error is None) == good
         elif op == "decide":
             decision = guard.decide(str(a), WHO[int(b)])
             assert decision.revision == in_force and matches_its_revision(decision, WHO[int(b)])
