@@ -24,6 +24,7 @@ from mcp_preconditions.errors import InputError, PolicyError
 from mcp_preconditions.policy.bundle import (
     BundleReloader,
     is_policy_url,
+    load_policy_source,
     load_policy_url,
     load_public_key,
     policy_reloader,
@@ -370,3 +371,21 @@ def test_policy_specs_pick_a_bundle_or_a_file(server: BundleServer, tmp_path: Pa
     local.write_bytes(OPEN)
     file_reloader = policy_reloader(guard, str(local), interval=1.0)
     assert type(file_reloader) is PolicyReloader
+    assert load_policy_source(str(local)).revision == revision_of(OPEN)
+    assert load_policy_source(url).source == url
+    with pytest.raises(InputError) as error:
+        load_policy_source(str(local), tmp_path / "key.pem")
+    assert str(error.value) == (f"{local}: a policy public key applies to a policy URL (http:// or "
+                                f"https://) only")
+
+
+def test_a_signature_server_error_is_not_taken_for_unsigned(
+        server: BundleServer, signer: Signer) -> None:
+    url = publish(server, OPEN, signer)
+    guard = Guard(load_policy_url(url, signer.public_file), entry_points=False)
+    reloader = BundleReloader(guard, url, public_key=signer.public_file)
+    publish(server, CLOSED, signer)
+    server.faults["/policy.toml.sig"] = "500"
+    assert reloader.reload() is None
+    assert reloader.last_error == f"{url}: signature: {url}.sig: answered HTTP 500"
+    assert guard.revision == revision_of(OPEN)

@@ -44,6 +44,10 @@ class BundleError(PolicyError):
         InputError.__init__(self, f"{source}: {problem}")  # one line, unlike an invalid-policy list
 
 
+class _NotFound(BundleError):
+    """The server answered 404: for a signature, the bundle is unsigned."""
+
+
 @dataclass(frozen=True, slots=True)
 class Bundle:
     """A verified, validated bundle and the ETag it was served with (None when the server sent none)."""
@@ -96,10 +100,10 @@ def _verify(url: str, body: bytes, key: Ed25519PublicKey, timeout: float) -> Non
     sig_url = url + SIGNATURE_SUFFIX
     try:
         fetched = _get(sig_url, None, timeout)
+    except _NotFound:
+        raise BundleError(url, f"unsigned: {sig_url} answered HTTP 404, and a signature is "
+                               f"required (a public key is configured)") from None
     except BundleError as exc:
-        if exc.problems[0] == "answered HTTP 404":
-            raise BundleError(url, f"unsigned: {sig_url} answered HTTP 404, and a signature is "
-                                   f"required (a public key is configured)") from None
         raise BundleError(url, f"signature: {exc}") from None
     signature = signature_bytes(fetched.body or b"")
     if signature is None:
@@ -119,8 +123,8 @@ class _Fetched:
 
 
 def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
-    """GET with an optional If-None-Match; the whole exchange within `timeout` seconds. Every
-    failure is a BundleError naming the URL; httpx's exceptions never escape."""
+    """GET with an optional If-None-Match: each network wait, and the whole body, within `timeout`
+    seconds. Every failure is a BundleError naming the URL; httpx's exceptions never escape."""
     headers = {"Accept": "application/toml, text/plain;q=0.9, */*;q=0.1", "Cache-Control": "no-cache"}
     if etag is not None:
         headers["If-None-Match"] = etag
@@ -131,7 +135,8 @@ def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
             if response.status_code == 304 and etag is not None:
                 return _Fetched(None, etag)
             if response.status_code != 200:
-                raise BundleError(url, f"answered HTTP {response.status_code}")
+                error = _NotFound if response.status_code == 404 else BundleError
+                raise error(url, f"answered HTTP {response.status_code}")
             body = _read_body(url, response, deadline, timeout)
             return _Fetched(body, response.headers.get("etag"))
     except httpx.RemoteProtocolError as exc:
