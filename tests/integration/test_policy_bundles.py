@@ -20,7 +20,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from mcp_preconditions import Guard, Identity
+from mcp_preconditions.decision_sinks import JsonlRecorder
 from mcp_preconditions.errors import InputError, PolicyError
+from mcp_preconditions.logsummary import summarize
 from mcp_preconditions.policy.bundle import (
     BundleReloader,
     is_policy_url,
@@ -31,6 +33,7 @@ from mcp_preconditions.policy.bundle import (
 )
 from mcp_preconditions.policy.load import revision_of
 from mcp_preconditions.policy.reload import PolicyChange, PolicyReloader
+from mcp_preconditions.replica import replica_labels
 from tests.fixtures.flagd import eventually, eventually_async
 
 NOBODY = Identity()
@@ -205,29 +208,26 @@ def test_a_tampered_bundle_is_refused_and_the_old_revision_stays(
     assert reloader.last_error is None and not allowed(guard)
 
 
-def test_an_unsigned_bundle_is_refused_when_a_key_is_configured(
+def test_unsigned_garbled_or_unfetchable_signatures_are_refused(
         server: BundleServer, signer: Signer) -> None:
     url = publish(server, OPEN, signer)
     guard = Guard(load_policy_url(url, signer.public_file), entry_points=False)
     reloader = BundleReloader(guard, url, public_key=signer.public_file)
-    del server.files["/policy.toml.sig"]
     publish(server, CLOSED)
-    assert reloader.reload() is None
-    assert reloader.last_error == (f"{url}: unsigned: {url}.sig answered HTTP 404, and a signature "
-                                   f"is required (a public key is configured)")
-    assert guard.revision == revision_of(OPEN) and allowed(guard)
-
-
-def test_a_garbled_signature_is_refused(server: BundleServer, signer: Signer) -> None:
-    url = publish(server, OPEN, signer)
-    guard = Guard(load_policy_url(url, signer.public_file), entry_points=False)
-    reloader = BundleReloader(guard, url, public_key=signer.public_file)
-    publish(server, CLOSED)
-    server.files["/policy.toml.sig"] = b"not a signature\n"
-    assert reloader.reload() is None
-    assert reloader.last_error == (f"{url}: signature {url}.sig is neither 64 raw bytes nor their "
-                                   f"base64")
-    assert guard.revision == revision_of(OPEN)
+    for signature, fault, problem in [
+            (None, None, f"unsigned: {url}.sig answered HTTP 404, and a signature is required (a "
+                         f"public key is configured)"),
+            (b"not a signature\n", None, f"signature {url}.sig is neither 64 raw bytes nor their base64"),
+            (signer.sign(CLOSED), "500", f"signature: {url}.sig: answered HTTP 500")]:
+        server.files.pop("/policy.toml.sig", None)
+        if signature is not None:
+            server.files["/policy.toml.sig"] = signature
+        server.faults.pop("/policy.toml.sig", None)
+        if fault is not None:
+            server.faults["/policy.toml.sig"] = fault
+        assert reloader.reload() is None
+        assert reloader.last_error == f"{url}: {problem}"
+        assert guard.revision == revision_of(OPEN) and allowed(guard)
 
 
 def test_a_truncated_body_is_never_applied(server: BundleServer) -> None:
@@ -379,13 +379,32 @@ def test_policy_specs_pick_a_bundle_or_a_file(server: BundleServer, tmp_path: Pa
                                 f"https://) only")
 
 
-def test_a_signature_server_error_is_not_taken_for_unsigned(
-        server: BundleServer, signer: Signer) -> None:
+def test_three_replicas_converge_as_their_decision_logs_show(
+        server: BundleServer, signer: Signer, tmp_path: Path) -> None:
+    """Three guards (replicas r1..r3) poll one signed bundle and log to one JSONL file; after a
+    publication, `log summarize` shows every replica's latest record on the new revision."""
     url = publish(server, OPEN, signer)
-    guard = Guard(load_policy_url(url, signer.public_file), entry_points=False)
-    reloader = BundleReloader(guard, url, public_key=signer.public_file)
-    publish(server, CLOSED, signer)
-    server.faults["/policy.toml.sig"] = "500"
-    assert reloader.reload() is None
-    assert reloader.last_error == f"{url}: signature: {url}.sig: answered HTTP 500"
-    assert guard.revision == revision_of(OPEN)
+    log_file = tmp_path / "decisions.jsonl"
+    recorders = [JsonlRecorder(log_file, replica_labels(replica=f"r{i}")) for i in (1, 2, 3)]
+    guards = [Guard(load_policy_url(url, signer.public_file), entry_points=False, recorder=r)
+              for r in recorders]
+    reloaders = [BundleReloader(g, url, interval=0.05, public_key=signer.public_file) for g in guards]
+    for guard in guards:
+        assert allowed(guard)
+    for reloader in reloaders:
+        reloader.start()
+    try:
+        publish(server, CLOSED, signer)
+        for guard in guards:
+            assert eventually(lambda g=guard: g.revision, revision_of(CLOSED)) == revision_of(CLOSED)
+            assert not allowed(guard)
+    finally:
+        for reloader in reloaders:
+            reloader.stop()
+        for recorder in recorders:
+            recorder.close()
+    summary = summarize([str(log_file)], on_bad=lambda *bad: pytest.fail(f"bad line {bad}"))
+    assert {name: r.last_revision for name, r in summary.replicas.items()} == {
+        "r1": revision_of(CLOSED), "r2": revision_of(CLOSED), "r3": revision_of(CLOSED)}
+    assert list(summary.revisions) == [revision_of(OPEN), revision_of(CLOSED)]
+    assert (summary.tools["launch"].allowed, summary.tools["launch"].denied) == (3, 3)
