@@ -345,6 +345,8 @@ async def test_polling_in_an_event_loop_runs_callbacks_there(server: BundleServe
     guard = Guard(load_policy_url(url), entry_points=False)
     seen: list[str] = []
 
+    threads: list[int] = []
+
     async def on_change(change: PolicyChange) -> None:
         await asyncio.sleep(0)
         seen.append(change.new_revision)
@@ -353,12 +355,14 @@ async def test_polling_in_an_event_loop_runs_callbacks_there(server: BundleServe
         return seen
 
     reloader = BundleReloader(guard, url, interval=0.05, on_change=on_change)
+    reloader.add_listener(lambda _change: threads.append(threading.get_ident()))
     reloader.start()
     try:
         publish(server, CLOSED)
         assert await eventually_async(probe, [revision_of(CLOSED)]) == [revision_of(CLOSED)]
     finally:
         reloader.stop()
+    assert threads == [threading.get_ident()]  # a plain callback runs on the loop's thread too
 
 
 def test_policy_specs_pick_a_bundle_or_a_file(server: BundleServer, tmp_path: Path) -> None:

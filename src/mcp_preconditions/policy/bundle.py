@@ -218,6 +218,13 @@ class BundleReloader(PolicyReloader):
     def reload(self, *, force: bool = False) -> PolicyChange | None:
         """Fetch once; compile and swap when the bundle changed (or `force`). Returns the change, or
         None when nothing was swapped (unchanged, or refused: see last_error)."""
+        change = self._swap_in(force)
+        if change is not None:
+            self._notify(change)
+        return change
+
+    def _swap_in(self, force: bool) -> PolicyChange | None:
+        """`reload()` without the callbacks: safe on a worker thread."""
         with self._lock:
             old = self.guard.revision
             try:
@@ -240,13 +247,16 @@ class BundleReloader(PolicyReloader):
             self._tried = bundle.source.revision
             change = PolicyChange(self.url, old, self.guard.revision)
         log.info("policy %s reloaded: revision %s -> %s", self.url, old, change.new_revision)
-        self._notify(change)
         return change
 
     async def _poll_task(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            await asyncio.to_thread(self.reload)  # an HTTP exchange never blocks the event loop
+            # The exchange and the compile run on a worker thread, so the event loop never waits
+            # on them; callbacks run here, on the loop, as the file reloader's do.
+            change = await asyncio.to_thread(self._swap_in, False)
+            if change is not None:
+                self._notify(change)
 
 
 def policy_reloader(guard: Guard, spec: str, *, interval: float,
