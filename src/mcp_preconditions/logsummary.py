@@ -93,9 +93,10 @@ class Summary:
             rep.records += 1
             if isinstance(revision, str):
                 rep.revisions.setdefault(revision, None)
-                if rep.last_revision is None or (when is not None and (
-                        rep.last_time is None or when >= rep.last_time)):
-                    rep.last_time, rep.last_revision = when, revision
+                # The latest by record time; records without a time count in reading order.
+                if when is None or rep.last_time is None or when >= rep.last_time:
+                    rep.last_revision = revision
+                    rep.last_time = when if when is not None else rep.last_time
 
     def to_json(self, top: int = 3) -> dict[str, Any]:
         """The summary as JSON: tools by name, revisions by first appearance, replicas by name."""

@@ -168,3 +168,23 @@ def test_standard_input_is_read_with_a_dash(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr("sys.stdin", Stdin())
     code, out, _ = run(capsys, "-", "--format", "json")
     assert code == 0 and json.loads(out)["records"] == 1
+
+
+def test_the_latest_revision_is_by_record_time_not_file_order(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def line(revision: str, when: float | None) -> str:
+        record: dict[str, Any] = {"tool": "t", "allowed": True, "unmet": [], "revision": revision,
+                                  "replica": "r1"}
+        if when is not None:
+            record["time"] = when
+        return json.dumps(record) + "\n"
+
+    newer, older = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    newer.write_text(line("new", 200.0))
+    older.write_text(line("old", 100.0))
+    code, out, _ = run(capsys, str(newer), str(older), "--format", "json")
+    assert code == 0 and json.loads(out)["replicas"][0]["last_revision"] == "new"
+    untimed = tmp_path / "c.jsonl"
+    untimed.write_text(line("first", None) + line("second", None))
+    code, out, _ = run(capsys, str(untimed), "--format", "json")
+    assert json.loads(out)["replicas"][0]["last_revision"] == "second"
