@@ -381,6 +381,10 @@ def test_policy_specs_pick_a_bundle_or_a_file(server: BundleServer, tmp_path: Pa
         load_policy_source(str(local), tmp_path / "key.pem")
     assert str(error.value) == (f"{local}: a policy public key applies to a policy URL (http:// or "
                                 f"https://) only")
+    for bad, problem in [("http://", "no host"), ("http://[::1", "Invalid port: ':1'")]:
+        with pytest.raises(PolicyError) as error:
+            load_policy_source(bad)
+        assert str(error.value) == f"{bad}: not a usable URL: {problem}"
 
 
 def test_three_replicas_converge_as_their_decision_logs_show(

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import httpx
 from cryptography.exceptions import InvalidSignature
@@ -59,7 +58,7 @@ class Bundle:
 # -- keys and signatures ---------------------------------------------------------------------------
 def is_policy_url(spec: str) -> bool:
     """True when a `--policy` value names a bundle (http:// or https://) rather than a file."""
-    return urlsplit(spec).scheme.lower() in ("http", "https") and "://" in spec
+    return spec[:8].lower().startswith(("http://", "https://"))  # a URL scheme has no case
 
 
 def load_public_key(path: str | Path) -> Ed25519PublicKey:
@@ -128,6 +127,11 @@ def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
     headers = {"Accept": "application/toml, text/plain;q=0.9, */*;q=0.1", "Cache-Control": "no-cache"}
     if etag is not None:
         headers["If-None-Match"] = etag
+    try:
+        if not httpx.URL(url).host:
+            raise BundleError(url, "not a usable URL: no host")
+    except httpx.InvalidURL as exc:
+        raise BundleError(url, f"not a usable URL: {exc}") from None
     deadline = time.monotonic() + timeout
     try:
         with httpx.Client(timeout=timeout, verify=ssl_context(), follow_redirects=False) as client, \
