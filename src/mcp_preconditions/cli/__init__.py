@@ -15,7 +15,16 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import PreconditionsError
-from . import core_cmds, demo_cmd, gateway_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds
+from . import (
+    core_cmds,
+    demo_cmd,
+    gateway_cmds,
+    lint_cmd,
+    log_cmds,
+    policy_cmds,
+    presentation_cmds,
+    server_cmds,
+)
 from ._output import BAD_INPUT, PROG, fail
 
 __all__ = ["build_parser", "main"]
@@ -31,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd,
-                   gateway_cmds):
+                   gateway_cmds, log_cmds):
         module.register(subparsers)
     return parser
 
