@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import PreconditionsError
-from . import core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds
+from . import core_cmds, gateway_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds
 from ._output import BAD_INPUT, PROG, fail
 
 __all__ = ["build_parser", "main"]
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
                "2 bad input or usage.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds):
+    for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, gateway_cmds):
         module.register(subparsers)
     return parser
 

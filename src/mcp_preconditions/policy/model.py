@@ -181,6 +181,15 @@ class GuardSettings(Section):
         return value
 
 
+class Gateway(Section):
+    """`[gateway]`: how `mcp-preconditions gateway` treats the server it guards (SPEC §10)."""
+
+    unlisted_tools: Literal["allow", "deny"] = Field(
+        default="allow", description='"deny" refuses every tool with no requirements anywhere')
+    call_timeout_seconds: PositiveSeconds = Field(
+        default=30.0, description="an upstream call still running after this is cut off")
+
+
 class DecisionLog(Section):
     logger: NonEmpty = "mcp_preconditions.decisions"
     jsonl_path: NonEmpty | None = None
@@ -202,3 +211,4 @@ class Policy(Section):
     auth: Auth = Field(default_factory=Auth)
     guard: GuardSettings = Field(default_factory=GuardSettings)
     decision_log: DecisionLog = Field(default_factory=DecisionLog)
+    gateway: Gateway = Field(default_factory=Gateway)

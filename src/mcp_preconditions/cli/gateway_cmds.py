@@ -1,0 +1,173 @@
+"""The `gateway` subcommand: put the guard in front of an MCP server this library did not build
+(SPEC §10). Argument checking, wiring and starting only; the gateway itself lives in gateway/.
+
+Exit codes: 0 done, 2 bad input (one line on stderr as `mcp-preconditions: error: ...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import anyio
+
+from ..errors import InputError, PreconditionsError
+from ..files import read_claims
+from ..guard import Guard
+from ..policy.load import PolicySource, load_policy
+from ..principal import ANONYMOUS, Credentials, Principal
+from ._output import PROG
+
+if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
+    from ..gateway.upstream import Target
+
+_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)=env:([A-Za-z_][A-Za-z0-9_]*)")
+_LISTEN = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):([0-9]+)")
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    """`gateway`: check the command line, load the policy, serve until the listener ends."""
+    from ..gateway import Gateway, Upstream
+    from ..gateway.run import serve_http, serve_stdio
+    from ..integrations._calls import credentials_from_request
+
+    listen = _listen(args.listen)
+    if listen is not None and args.claims is not None:
+        raise InputError("--claims is for --listen stdio only; over HTTP each call's bearer token "
+                         "decides who is calling")
+    source = load_policy(args.policy)
+    target = _target(args, source)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
+    guard = Guard(source, labels={"upstream": target.label})
+    if listen is None:
+        fixed = _stdio_credentials(args.claims)
+        gateway = Gateway(guard, Upstream(target), lambda _ctx: fixed)
+        anyio.run(serve_stdio, gateway)
+        return 0
+    gateway = Gateway(guard, Upstream(target), lambda ctx: credentials_from_request(ctx.request))
+    sock = _bind(*listen)
+    try:
+        anyio.run(serve_http, gateway, sock,
+                  f"{PROG}: gateway for {target.label} on {{url}} (policy {args.policy}, "
+                  f"revision {guard.revision})")
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        sock.close()
+    return 0
+
+
+def _target(args: argparse.Namespace, source: PolicySource) -> Target:
+    from ..gateway.upstream import HttpTarget, StdioTarget
+
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.upstream_url is None and not command:
+        raise InputError("no upstream: give --upstream-url URL or a command after --")
+    if args.upstream_url is not None and command:
+        raise InputError("two upstreams: give --upstream-url URL or a command after --, not both")
+    if args.upstream_url is None:
+        if args.upstream_header:
+            raise InputError("--upstream-header is for --upstream-url only")
+        if shutil.which(command[0]) is None:
+            raise InputError(f"cannot start the upstream: command not found: {command[0]}")
+        return StdioTarget(command[0], tuple(command[1:]), _upstream_environment(source))
+    url = args.upstream_url
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"--upstream-url: not an http(s) URL: {url!r}")
+    try:
+        parts.port  # noqa: B018  (a port out of range raises here)
+    except ValueError:
+        raise InputError(f"--upstream-url: port out of range: {url!r}") from None
+    return HttpTarget(url, dict(_header(h) for h in args.upstream_header))
+
+
+def _header(spec: str) -> tuple[str, str]:
+    match = _HEADER.fullmatch(spec)
+    if match is None:
+        raise InputError(f"--upstream-header: expected NAME=env:VAR, got {spec!r}")
+    name, var = match.groups()
+    value = os.environ.get(var)
+    if value is None:
+        raise InputError(f"--upstream-header {name}: environment variable {var} is not set")
+    return name, value
+
+
+def _listen(value: str) -> tuple[str, int] | None:
+    """None for stdio, else (host, port)."""
+    if value == "stdio":
+        return None
+    match = _LISTEN.fullmatch(value)
+    if match is None:
+        raise InputError(f"--listen: expected 'stdio' or 'http://HOST:PORT', got {value!r}")
+    host, port = match.group(1).strip("[]"), int(match.group(2))
+    if port > 65535:
+        raise InputError(f"--listen: port out of range (0-65535): {port}")
+    return host, port
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket, before anything is announced: early clients queue instead of failing."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise PreconditionsError(f"--listen: cannot listen on {host}:{port}: "
+                                 f"{exc.strerror or exc}") from None
+    return sock
+
+
+def _upstream_environment(source: PolicySource) -> dict[str, str]:
+    """The gateway's environment minus the variables the policy names as its own secrets."""
+    policy = source.policy
+    secrets = {policy.state.redis.url_env if policy.state.redis else None}
+    if policy.auth.introspection is not None:
+        secrets |= {policy.auth.introspection.client_id_env,
+                    policy.auth.introspection.client_secret_env}
+    return {k: v for k, v in os.environ.items() if k not in secrets}
+
+
+def _stdio_credentials(claims: str | None) -> Credentials:
+    """Over stdio the caller is whoever started the gateway: trusted --claims, else anonymous."""
+    if claims is None:
+        return ANONYMOUS
+    return Credentials(principal=Principal.from_claims(read_claims(claims)))
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `gateway` to the main parser."""
+    parser = subparsers.add_parser(
+        "gateway", help="guard an MCP server you did not write (stdio command or HTTP URL)",
+        usage=f"{PROG} gateway --policy P [--listen stdio | --listen http://HOST:PORT] [--claims C]\n"
+              "        (--upstream-url URL [--upstream-header NAME=env:VAR ...] | -- COMMAND [ARG ...])",
+        description="Serve the upstream MCP server's tools, resources and prompts with every tool call "
+                    "decided by the policy first. tools/list shows each tool's requirements (its own "
+                    "plus the policy's). The caller's token is never sent upstream.")
+    parser.add_argument("--policy", required=True, metavar="P", help="policy file (TOML)")
+    parser.add_argument("--listen", default="stdio", metavar="stdio|http://HOST:PORT",
+                        help="stdio (default) or streamable HTTP at /mcp on HOST:PORT")
+    parser.add_argument("--claims", metavar="C",
+                        help="stdio only: JSON claims of the local caller (default: anonymous)")
+    parser.add_argument("--upstream-url", metavar="URL", help="a streamable-HTTP MCP server")
+    parser.add_argument("--upstream-header", action="append", default=[], metavar="NAME=env:VAR",
+                        help="an HTTP header for the upstream, its value read from $VAR")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
+                        help="the stdio MCP server to start, watch and restart")
+    parser.set_defaults(func=run_gateway)
+
+
+__all__ = ["register", "run_gateway"]

@@ -1,0 +1,135 @@
+"""The gateway's downstream clients, as the upstream needs them: where its notifications go
+(2025-11-25 connections directly, 2026-07-28 clients through `subscriptions/listen`), which
+resource URIs each client subscribed to, and who can answer the upstream's own requests
+(sampling, elicitation, roots).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any, cast
+
+import anyio
+import mcp_types as types
+from mcp.server.connection import Connection
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.subscriptions import event_from_wire
+from mcp_types.methods import MONOLITH_REQUESTS
+from pydantic import BaseModel
+
+from . import bridge
+from .upstream import Upstream
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+_RESULTS: dict[str, type[BaseModel]] = {"sampling/createMessage": types.CreateMessageResultWithTools,
+                                        "elicitation/create": types.ElicitResult,
+                                        "roots/list": types.ListRootsResult}
+
+
+class Downstream:
+    """Connected clients and their in-flight requests."""
+
+    def __init__(self, bus: InMemorySubscriptionBus) -> None:
+        self._bus = bus
+        self._connections: dict[int, Connection] = {}  # handshake-era connections with a channel
+        self._subscribed: dict[int, set[str]] = {}  # connection -> resource URIs it subscribed to
+        self._active: list[ServerRequestContext[Any, Any]] = []  # newest last
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def seen(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Remember a handshake-era connection, to send it the upstream's notifications."""
+        # The SDK hands middleware a per-request session; the connection behind it is what the
+        # client holds (mcp 2.3.0 keeps it as `ServerSession._connection`; see integrations/_server).
+        connection = getattr(ctx.session, "_connection", None)
+        if (not isinstance(connection, Connection) or bridge.is_modern(ctx.protocol_version)
+                or not connection.has_standalone_channel or id(connection) in self._connections):
+            return
+        key = id(connection)
+        self._connections[key] = connection
+        connection.exit_stack.callback(self._drop, key)
+
+    def _drop(self, key: int) -> None:
+        self._connections.pop(key, None)
+        self._subscribed.pop(key, None)
+
+    @contextlib.contextmanager
+    def in_flight(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
+        self._active.append(ctx)
+        try:
+            yield
+        finally:
+            self._active.remove(ctx)
+
+    def subscription(self, ctx: ServerRequestContext[Any, Any], subscribe: bool) -> None:
+        uri = (ctx.params or {}).get("uri")
+        connection = getattr(ctx.session, "_connection", None)
+        if not isinstance(uri, str) or connection is None:
+            return
+        uris = self._subscribed.setdefault(id(connection), set())
+        if subscribe:
+            uris.add(uri)
+        else:
+            uris.discard(uri)
+
+    # -- from the upstream -----------------------------------------------------------------------
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Pass an upstream notification to every client that should see it."""
+        event = event_from_wire(method, params)
+        if event is not None:
+            await self._bus.publish(event)
+        uri = params.get("uri") if method == "notifications/resources/updated" else None
+        for key, connection in list(self._connections.items()):
+            if uri is not None and uri not in self._subscribed.get(key, ()):
+                continue
+            await connection.notify(method, params)
+
+    async def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Put an upstream's request to a client: on the stream of the newest request in flight
+        that can carry it, else on a connection's standalone stream."""
+        result_type = _RESULTS.get(method)
+        if result_type is None:
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found", method)
+        request = MONOLITH_REQUESTS[method].model_validate({"method": method, "params": params})
+        for ctx in reversed(self._active):
+            if ctx.session.can_send_request and not bridge.is_modern(ctx.protocol_version):
+                with anyio.fail_after(timeout):
+                    answer = await ctx.session.send_request(
+                        cast(Any, request), result_type,
+                        metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+                dumped: dict[str, Any] = answer.model_dump(by_alias=True, mode="json",
+                                                           exclude_none=True)
+                return dumped
+        for connection in reversed(list(self._connections.values())):
+            raw: dict[str, Any] = await connection.send_raw_request(method, params,
+                                                                     {"timeout": timeout})
+            return raw
+        raise MCPError(types.INVALID_REQUEST, f"no connected client can answer {method}")
+
+    # -- 2026-07-28 listen streams ---------------------------------------------------------------
+    async def listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext,
+                     upstream: Upstream) -> HandlerResult:
+        """Serve a listen stream; the resources it asks about are subscribed upstream meanwhile."""
+        notifications = (ctx.params or {}).get("notifications")
+        uris = notifications.get("resourceSubscriptions") if isinstance(notifications, dict) else None
+        uris = [u for u in uris if isinstance(u, str)] if isinstance(uris, list) else []
+        for uri in uris:
+            await _quietly(upstream, "resources/subscribe", uri)
+        try:
+            return await call_next(ctx)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                for uri in uris:
+                    await _quietly(upstream, "resources/unsubscribe", uri)
+
+
+async def _quietly(upstream: Upstream, method: str, uri: str) -> None:
+    try:
+        await upstream.request(method, {"uri": uri}, timeout=5.0)
+    except Exception as exc:  # the stream is still served; updates may just not come
+        log.warning("upstream %s: %s %s failed: %s", upstream.label, method, uri, exc)

@@ -1,0 +1,40 @@
+"""Running a gateway: the upstream's supervisor and one listener (stdio, or streamable HTTP on a
+socket that is already bound) in one task group; when the listener ends, everything ends.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Any
+
+import anyio
+from mcp.server.stdio import stdio_server
+
+from .http import build_app
+from .server import Gateway
+
+
+async def serve_stdio(gateway: Gateway) -> None:
+    """Serve one client on this process's stdin/stdout until it closes them."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gateway.upstream.run)
+        async with stdio_server() as (read, write):
+            await gateway.server.run(read, write, gateway.server.create_initialization_options())
+        tg.cancel_scope.cancel()
+
+
+async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None = None) -> None:
+    """Serve streamable HTTP on `sock` until cancelled."""
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    app: Any = build_app(gateway, host, f"http://{shown}:{port}")
+    if announce is not None:
+        print(announce.format(url=f"http://{shown}:{port}/mcp"), file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gateway.upstream.run)
+        await uvicorn.Server(config).serve(sockets=[sock])
+        tg.cancel_scope.cancel()

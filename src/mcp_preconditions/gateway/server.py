@@ -1,0 +1,189 @@
+"""The downstream side of the gateway: an MCP SDK lowlevel `Server` whose one middleware forwards
+every request to the upstream, decides `tools/call` with the guard first, and rewrites `tools/list`
+so each tool carries its effective requirements.
+
+Forwarded results are returned from the middleware as the upstream's own wire dicts (only the
+envelope bridged), so the SDK's per-version result sieve never re-models or drops a field.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods as _methods
+from pydantic import ValidationError
+
+from .. import __version__
+from ..guard import Guard
+from ..policy.model import Policy
+from ..principal import Credentials
+from ..wire import with_requirements
+from . import bridge
+from .calls import ToolCalls
+from .clients import Downstream
+from .tools import UpstreamTools
+from .upstream import Upstream, UpstreamUnavailable
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+# Client requests passed through as they are (tools/* and the handshake are handled below).
+FORWARDED = frozenset({"prompts/list", "prompts/get", "resources/list", "resources/templates/list",
+                       "resources/read", "resources/subscribe", "resources/unsubscribe",
+                       "completion/complete", "logging/setLevel"})
+# Client notifications the upstream must see (progress for its requests, a client's roots).
+FORWARDED_NOTIFICATIONS = frozenset({"notifications/roots/list_changed", "notifications/progress"})
+SERVER_NAME = "mcp-preconditions-gateway"
+# How long `initialize` waits for an upstream that is still starting before answering without it.
+CONNECT_WAIT_SECONDS = 10.0
+
+CredentialsOf = Callable[[ServerRequestContext[Any, Any]], Credentials]
+
+
+class Gateway:
+    """The guard in front of one upstream, served to any number of downstream clients."""
+
+    def __init__(self, guard: Guard, upstream: Upstream, credentials: CredentialsOf) -> None:
+        self.guard = guard
+        self.upstream = upstream
+        self.credentials = credentials
+        self.bus = InMemorySubscriptionBus()
+        self.downstream = Downstream(self.bus)
+        self.tools = UpstreamTools(guard, upstream, self.policy)
+        self.calls = ToolCalls(guard, upstream, self.tools, self.policy)
+        self.server: Server[Any] = Server(SERVER_NAME, version=__version__,
+                                          on_subscriptions_listen=ListenHandler(self.bus))
+        self.server.middleware.append(self)
+        upstream.on_connect = self.on_connect
+        upstream.on_notification = self.on_notification
+        upstream.on_request = self.on_request
+
+    def policy(self) -> Policy:
+        """The policy in force (a reload swaps it)."""
+        return self.guard.snapshot.source.policy
+
+    # -- the upstream's side ---------------------------------------------------------------------
+    async def on_connect(self) -> None:
+        """A new upstream session: learn its tools (the guard needs their own requirements)."""
+        await self.tools.reload()
+
+    async def on_notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == "notifications/tools/list_changed":
+            await self.tools.reload()
+        await self.downstream.notify(method, params)
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.downstream.ask(method, params, self.policy().gateway.call_timeout_seconds)
+
+    # -- the downstream's side: the ServerMiddleware ---------------------------------------------
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        method = ctx.method
+        if method == "tools/call":
+            return await self._tracked(ctx, self._call_tool)
+        if method == "tools/list":
+            return await self._list_tools(ctx)
+        if method in FORWARDED:
+            return await self._tracked(ctx, self._forward)
+        if method == "initialize":
+            return await self._initialize(ctx, call_next)
+        if method == "server/discover":
+            return await self._discover(ctx, call_next)
+        if method == "subscriptions/listen":
+            return await self.downstream.listen(ctx, call_next, self.upstream)
+        if method in FORWARDED_NOTIFICATIONS:
+            await self.upstream.notify(method, bridge.upstream_params(ctx.params))
+        return await call_next(ctx)
+
+    async def _tracked(self, ctx: ServerRequestContext[Any, Any],
+                       handle: Callable[[ServerRequestContext[Any, Any]], Any]) -> HandlerResult:
+        self.downstream.seen(ctx)
+        with self.downstream.in_flight(ctx):
+            result: HandlerResult = await handle(ctx)
+            return result
+
+    async def _forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        _check_request(ctx)
+        result = await self.request(ctx, ctx.method, ctx.params)
+        if ctx.method in ("resources/subscribe", "resources/unsubscribe"):
+            self.downstream.subscription(ctx, ctx.method == "resources/subscribe")
+        return bridge.downstream_result(ctx.method, result, ctx.protocol_version)
+
+    async def request(self, ctx: ServerRequestContext[Any, Any], method: str,
+                      params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Forward one request upstream, progress mapped back to the caller; upstream faults become
+        JSON-RPC errors (never a crash, never a result the upstream did not send)."""
+        token = bridge.progress_token(params)
+        on_progress = None
+        if token is not None:
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                await ctx.session.send_progress_notification(
+                    token, progress, total, message,
+                    related_request_id=cast(Any, ctx.request_id))
+        try:
+            return await self.upstream.request(
+                method, bridge.upstream_params(params),
+                timeout=self.policy().gateway.call_timeout_seconds, on_progress=on_progress)
+        except UpstreamUnavailable as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"upstream unavailable: {exc}") from None
+        except ValidationError:
+            raise MCPError(types.INTERNAL_ERROR, "the upstream sent an invalid result") from None
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
+        _check_request(ctx)
+        params = ctx.params or {}
+        return await self.calls.call(ctx, params["name"], params.get("arguments"),
+                                     self.credentials(ctx), self.request)
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        _check_request(ctx)
+        self.downstream.seen(ctx)
+        tools = await self.tools.current()
+        names = list(tools)
+        if self.policy().guard.list_filtering:
+            allowed = set(await self.guard.callable_tools(self.credentials(ctx), names))
+            names = [n for n in names if n in allowed and self.calls.listed(n)]
+        requirements_for = self.guard.requirements_for
+        result = {"tools": [with_requirements(tools[n], requirements_for(n)) for n in names]}
+        return bridge.downstream_result(ctx.method, result, ctx.protocol_version)
+
+    # -- the handshake: the upstream's capabilities, the gateway's own session --------------------
+    async def _initialize(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if not isinstance(result, dict):
+            return result
+        connected = await self.upstream.wait_connected(CONNECT_WAIT_SECONDS)
+        if connected is not None:
+            version = str(result.get("protocolVersion", ctx.protocol_version))
+            result["capabilities"] = bridge.downstream_capabilities(connected.capabilities, version)
+            if connected.server_info is not None:
+                result["serverInfo"] = connected.server_info
+            if connected.instructions is not None:
+                result["instructions"] = connected.instructions
+        return result
+
+    async def _discover(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        connected = await self.upstream.wait_connected(CONNECT_WAIT_SECONDS)
+        if isinstance(result, dict) and connected is not None:
+            result["capabilities"] = bridge.downstream_capabilities(connected.capabilities,
+                                                                    ctx.protocol_version)
+            if connected.instructions is not None:
+                result["instructions"] = connected.instructions
+        return result
+
+
+def _check_request(ctx: ServerRequestContext[Any, Any]) -> None:
+    """The SDK's own per-version check of a client request (it runs in the handler step, which
+    forwarded requests never reach): unknown at this version, or malformed, is refused here."""
+    try:
+        _methods.validate_client_request(ctx.method, ctx.protocol_version, ctx.params)
+    except KeyError:
+        raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method) from None
+    except ValidationError:
+        raise MCPError(types.INVALID_PARAMS, "Invalid request parameters", "") from None

@@ -1,0 +1,313 @@
+"""The gateway's session to the server it guards: a stdio command that it starts, watches and restarts
+with backoff, or a streamable-HTTP URL. Requests go out through the MCP SDK's own `Client`, and
+results come back as the wire dicts the upstream sent (validated, never re-modelled).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TextIO, cast
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client._transport import Transport, TransportStreams
+from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types.methods import MONOLITH_REQUESTS
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from .. import __version__
+from ._streams import WatchedReadStream
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+CLIENT_INFO = types.Implementation(name="mcp-preconditions-gateway", version=__version__)
+_RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+_TOOL_PAGES = 100  # a paginator that never ends cannot hang a reload
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+# Notifications the upstream session sends that are its own business, not the client's.
+_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged"})
+
+# Raw (method, params) -> raw result: how the gateway answers requests the upstream sends.
+RequestHook = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+NotificationHook = Callable[[str, dict[str, Any]], Awaitable[None]]
+ProgressHook = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream is not connected (starting, restarting, or unreachable)."""
+
+
+@dataclass(frozen=True)
+class StdioTarget:
+    """A command to run; `env` is the whole environment it gets (secrets already removed)."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return " ".join((self.command, *self.args))
+
+
+@dataclass(frozen=True)
+class HttpTarget:
+    """A streamable-HTTP endpoint; `headers` carry the upstream's own credentials."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.url
+
+
+Target = StdioTarget | HttpTarget
+
+
+@dataclass
+class Connected:
+    """What the upstream said about itself when this connection was made."""
+
+    client: Client
+    protocol_version: str
+    capabilities: dict[str, Any]
+    server_info: dict[str, Any] | None
+    instructions: str | None
+    lost: anyio.Event
+
+
+class Upstream:
+    """One supervised session to the upstream, shared by every downstream client.
+
+    `run()` keeps it connected: it connects, and when the stdio process exits (or an HTTP session
+    is lost) it reconnects after a backoff that doubles up to 5 s. `request()` forwards one request
+    and returns the raw result; with no live session it raises UpstreamUnavailable at once, and a
+    request in flight when the process exits fails as soon as the exit is seen.
+    """
+
+    def __init__(self, target: Target, *, errlog: TextIO = sys.stderr) -> None:
+        self.target = target
+        self.label = target.label
+        # Set by the gateway that serves this upstream's clients.
+        self.on_request: RequestHook = _no_client
+        self.on_notification: NotificationHook = _ignore
+        self.on_connect: Callable[[], Awaitable[None]] = _nothing
+        self._errlog = errlog
+        self.current: Connected | None = None
+        self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
+        self.attempts = 0
+        self.last_error: str | None = None
+
+    # -- supervision -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Connect, and reconnect with backoff whenever the session is lost; runs until cancelled."""
+        delay = BACKOFF_FIRST
+        while True:
+            self.attempts += 1
+            async with AsyncExitStack() as stack:
+                try:
+                    connected = await self._connect(stack)
+                except Exception as exc:  # anything the upstream or transport does: retry later
+                    self.last_error = _describe(exc)
+                    log.warning("upstream %s: cannot connect: %s", self.label, self.last_error)
+                else:
+                    delay = BACKOFF_FIRST
+                    await self._serve(connected)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _serve(self, connected: Connected) -> None:
+        self.current = connected
+        self.last_error = None
+        self._signal()
+        try:
+            await self.on_connect()
+            await connected.lost.wait()
+            log.warning("upstream %s: session lost; reconnecting", self.label)
+        finally:
+            self.current = None
+            self._signal()
+
+    def _signal(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def wait_connected(self, timeout: float) -> Connected | None:
+        """The live session, waiting up to `timeout` seconds for one."""
+        with anyio.move_on_after(timeout):
+            while self.current is None:
+                await self.changed.wait()
+        return self.current
+
+    async def _connect(self, stack: AsyncExitStack) -> Connected:
+        lost = anyio.Event()
+        client = await self._open(stack, lost, "legacy")
+        session = client.session
+        init = session.initialize_result
+        caps = init.capabilities if init is not None else session.server_capabilities
+        info = session.server_info
+        return Connected(
+            client=client, protocol_version=client.protocol_version,
+            capabilities=caps.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if caps is not None else {},
+            server_info=info.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if info is not None else None,
+            instructions=session.instructions, lost=lost)
+
+    async def _open(self, stack: AsyncExitStack, lost: anyio.Event, mode: str) -> Client:
+        # The handshake era (2025-11-25) is asked for first: it carries everything clients of
+        # either version may need (subscriptions, server-to-client requests, logging). A server
+        # that only speaks 2026-07-28 is then reached with the SDK's own negotiation.
+        callbacks: dict[str, Any] = {  # typed by the SDK as Protocols; these match them
+            "sampling_callback": self._sampling, "elicitation_callback": self._elicitation,
+            "list_roots_callback": self._roots}
+        client = Client(self._transport(lost), mode=mode, cache=None, client_info=CLIENT_INFO,
+                        message_handler=cast(Any, self._message(lost)), **callbacks)
+        try:
+            return await stack.enter_async_context(client)
+        except MCPError:
+            if mode != "legacy" or lost.is_set():
+                raise
+        retry = Client(self._transport(lost), mode="auto", cache=None, client_info=CLIENT_INFO,
+                       message_handler=cast(Any, self._message(lost)))
+        return await stack.enter_async_context(retry)
+
+    def _transport(self, lost: anyio.Event) -> Transport:
+        target = self.target
+        if isinstance(target, StdioTarget):
+            params = StdioServerParameters(command=target.command, args=list(target.args),
+                                           env=dict(target.env))
+            return cast(Transport, _watched(stdio_client(params, errlog=self._errlog), lost))
+        http = httpx2.AsyncClient(headers=dict(target.headers),
+                                  timeout=httpx2.Timeout(30.0, read=300.0))
+        return cast(Transport, _watched(streamable_http_client(target.url, http_client=http), lost,
+                                        http))
+
+    # -- requests to the upstream ----------------------------------------------------------------
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_progress: ProgressHook | None = None) -> dict[str, Any]:
+        """Forward one request; the upstream's raw result. Raises MCPError (the upstream's error,
+        a timeout, a lost connection), UpstreamUnavailable, or ValidationError (a malformed
+        request or result)."""
+        connected = self.current
+        if connected is None:
+            raise UpstreamUnavailable(self.last_error or "not connected")
+        request = MONOLITH_REQUESTS[method].model_validate(
+            {"method": method, **({"params": params} if params is not None else {})}, by_name=False)
+        try:
+            result: dict[str, Any] = await connected.client.session.send_request(
+                request, cast(Any, _RAW), request_read_timeout_seconds=timeout,
+                progress_callback=cast(Any, on_progress))
+            return result
+        except MCPError as exc:
+            if exc.error.code == types.CONNECTION_CLOSED:
+                connected.lost.set()
+            raise
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        """Pass a client notification on (progress, roots list_changed); dropped when down."""
+        connected = self.current
+        if connected is None:
+            return
+        from mcp_types.methods import MONOLITH_NOTIFICATIONS
+
+        model = MONOLITH_NOTIFICATIONS.get(method)
+        if model is None:
+            return
+        try:
+            notification = model.model_validate(
+                {"method": method, **({"params": params} if params is not None else {})})
+        except ValidationError:
+            return
+        await connected.client.session.send_notification(cast(Any, notification))
+
+    async def list_tools(self, timeout: float) -> list[dict[str, Any]]:
+        """Every tool the upstream has now (all pages), as raw definitions."""
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(_TOOL_PAGES):
+            result = await self.request("tools/list", {"cursor": cursor} if cursor else None,
+                                        timeout=timeout)
+            page = result.get("tools")
+            if isinstance(page, list):
+                tools.extend(t for t in page if isinstance(t, dict))
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+        return tools
+
+    # -- requests and notifications from the upstream --------------------------------------------
+    async def _sampling(self, _ctx: ClientRequestContext, params: types.CreateMessageRequestParams
+                        ) -> Any:
+        return await self._ask("sampling/createMessage", params, types.CreateMessageResult)
+
+    async def _elicitation(self, _ctx: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        return await self._ask("elicitation/create", params, types.ElicitResult)
+
+    async def _roots(self, _ctx: ClientRequestContext) -> Any:
+        return await self._ask("roots/list", None, types.ListRootsResult)
+
+    async def _ask(self, method: str, params: BaseModel | None, result: type[BaseModel]) -> Any:
+        raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params else {}
+        try:
+            return result.model_validate(await self.on_request(method, raw), by_name=False)
+        except MCPError as exc:
+            return exc.error
+        except (ValidationError, Exception) as exc:  # the client's answer is not the upstream's fault
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"gateway: {_describe(exc)}")
+
+    def _message(self, lost: anyio.Event) -> Callable[[IncomingMessage], Awaitable[None]]:
+        async def handle(message: IncomingMessage) -> None:
+            if isinstance(message, Exception):  # a garbage line: logged, the session goes on
+                log.warning("upstream %s: unreadable message: %s", self.label, _describe(message))
+                return
+            data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+            method = data.get("method")
+            if isinstance(method, str) and method not in _SESSION_ONLY:
+                await self.on_notification(method, data.get("params") or {})
+        return handle
+
+
+@asynccontextmanager  # a transport whose read stream sets `lost` when it ends
+async def _watched(transport: Transport, lost: anyio.Event,
+                   http: httpx2.AsyncClient | None = None) -> AsyncIterator[TransportStreams]:
+    async with AsyncExitStack() as stack:
+        if http is not None:
+            await stack.enter_async_context(http)
+        read, write = await stack.enter_async_context(transport)
+        yield WatchedReadStream(read, lost), write
+
+
+async def _no_client(method: str, _params: dict[str, Any]) -> dict[str, Any]:
+    raise MCPError(types.INVALID_REQUEST, f"no client can answer {method}")
+
+
+async def _ignore(_method: str, _params: dict[str, Any]) -> None:
+    return None
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def backoff_delays(count: int) -> list[float]:
+    """The first `count` reconnect delays (for the docs and tests): doubling, capped."""
+    return [min(BACKOFF_FIRST * math.pow(2, i), BACKOFF_MAX) for i in range(count)]
