@@ -87,6 +87,7 @@ def test_the_gateway_loses_no_conformance_check(
         through = conformance(gateway.url, tmp_path)
     summary = [counts("server-everything alone", alone),
                counts(f"through the gateway ({upstream} upstream)", through)]
+    print(f"passing through the gateway only: {sorted(passing(through) - passing(alone))}")
     lost = sorted(passing(alone) - passing(through))
     assert lost == [], f"lost through the gateway: {lost}\n" + "\n".join(summary)
 
