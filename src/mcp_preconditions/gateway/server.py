@@ -143,7 +143,10 @@ class Gateway:
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         _check_request(ctx)
         self.downstream.seen(ctx)
-        tools = await self.tools.current()
+        try:
+            tools = await self.tools.current(CONNECT_WAIT_SECONDS)
+        except UpstreamUnavailable as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"upstream unavailable: {exc}") from None
         names = list(tools)
         if self.policy().guard.list_filtering:
             allowed = set(await self.guard.callable_tools(self.credentials(ctx), names))

@@ -16,7 +16,7 @@ from ..errors import PolicyError, RequirementError
 from ..guard import Guard
 from ..policy.model import Policy
 from ..wire import raw_requirements
-from .upstream import Upstream
+from .upstream import Upstream, UpstreamUnavailable
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -39,10 +39,14 @@ class UpstreamTools:
     def has(self, name: str) -> bool:
         return name in self._tools
 
-    async def current(self) -> dict[str, dict[str, Any]]:
-        """The tools now; loaded first if no upstream session has delivered them yet."""
+    async def current(self, wait: float) -> dict[str, dict[str, Any]]:
+        """The tools now. Before any upstream session has delivered them, waits up to `wait`
+        seconds for one; then UpstreamUnavailable (an empty list would read as "no tools")."""
         if not self.loaded:
+            await self._upstream.wait_connected(wait)
             await self.reload_quietly()
+        if not self.loaded:
+            raise UpstreamUnavailable(self._upstream.last_error or "not connected")
         return self._tools
 
     async def reload_quietly(self) -> None:

@@ -1,0 +1,131 @@
+"""The gateway over stdio, in front of a real upstream subprocess, driven by the MCP SDK's own client
+on both protocol versions: the guard decides before anything goes upstream, allowed results are the
+upstream's own, tools/list carries the union of requirements, `[gateway] unlisted_tools = "deny"`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+import pytest
+from mcp import Client
+from pydantic import TypeAdapter
+
+from mcp_preconditions.wire import META_KEY
+from tests.fixtures.gateway_upstream import (
+    ECHO_RESULT,
+    SECRET_REQUIREMENTS,
+    gateway_stdio,
+    read_log,
+    tool_calls,
+)
+
+VERSIONS = {"2025-11-25": "legacy", "2026-07-28": "auto"}
+POLICY = """
+[tools.echo]
+requirements = ["auth:claim:role:observer"]
+[tools.secret]
+requirements = ["auth:claim:tenant:acme"]
+"""
+OBSERVER = '{"sub": "olga", "role": "observer", "tenant": "acme"}'
+RAW: Any = TypeAdapter(dict[str, Any])  # typed by the SDK for its models; a dict passes
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    policy, claims = tmp_path / "policy.toml", tmp_path / "observer.json"
+    policy.write_text(POLICY, encoding="utf-8")
+    claims.write_text(OBSERVER, encoding="utf-8")
+    return policy, claims, tmp_path / "upstream.jsonl"
+
+
+async def raw_call(client: Client, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A tools/call result exactly as it came over the connection (before the typed models)."""
+    request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(
+        name=name, arguments=arguments or {}))
+    result: dict[str, Any] = await client.session.send_request(request, RAW)
+    return result
+
+
+async def raw_tools(client: Client) -> dict[str, dict[str, Any]]:
+    result = await client.session.send_request(mcp_types.ListToolsRequest(), RAW)
+    return {t["name"]: t for t in result["tools"]}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_denied_never_reaches_upstream_and_allowed_result_is_the_upstreams(
+        files: tuple[Path, Path, Path], version: str) -> None:
+    policy, claims, log = files
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)),
+                      mode=VERSIONS[version]) as client:
+        assert client.protocol_version == version
+        denied = await raw_call(client, "secret")
+        allowed = await raw_call(client, "echo", {"text": "hi"})
+    assert denied["isError"] is True
+    assert denied["structuredContent"] == {"error": "unmet_requirements", "tool": "secret",
+                                           "unmet": SECRET_REQUIREMENTS, "withheld": 0}
+    assert tool_calls(log) == ["echo"]  # the denied call never reached the upstream
+    # Exactly what the upstream sent; at 2026-07-28 the envelope adds resultType, nothing else.
+    expected = {**ECHO_RESULT, "resultType": "complete"} if version == "2026-07-28" else ECHO_RESULT
+    assert allowed == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_tools_list_has_the_union_of_requirements_on_the_wire(
+        files: tuple[Path, Path, Path], version: str) -> None:
+    policy, _claims, log = files
+    async with Client(gateway_stdio(policy, log), mode=VERSIONS[version]) as client:
+        tools = await raw_tools(client)
+    union = [*SECRET_REQUIREMENTS, "auth:claim:tenant:acme"]  # the upstream's own, then the policy's
+    assert tools["secret"]["execution"]["requirements"] == union
+    assert tools["secret"]["_meta"][META_KEY] == union
+    assert tools["echo"]["execution"]["requirements"] == ["auth:claim:role:observer"]
+    assert tools["echo"]["_meta"][META_KEY] == ["auth:claim:role:observer"]
+    assert "execution" not in tools["slow"] and "_meta" not in tools["slow"]
+    assert tools["slow"]["inputSchema"]["properties"]["seconds"] == {"type": "number"}
+    assert sorted(tools) == ["crash", "echo", "flip", "garbage", "secret", "slow"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_unlisted_tools_deny_refuses_tools_without_requirements_and_unknown_names(
+        files: tuple[Path, Path, Path], version: str) -> None:
+    policy, claims, log = files
+    policy.write_text(POLICY + '[gateway]\nunlisted_tools = "deny"\n', encoding="utf-8")
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)),
+                      mode=VERSIONS[version]) as client:
+        unlisted = await raw_call(client, "slow", {"seconds": 0})
+        unknown = await raw_call(client, "no_such_tool")
+        allowed = await raw_call(client, "echo")
+    assert unlisted["isError"] is True
+    assert unlisted["structuredContent"] == {"error": "unlisted_tool", "tool": "slow",
+                                             "unmet": [], "withheld": 0}
+    assert unknown["structuredContent"] == {"error": "unlisted_tool", "tool": "no_such_tool",
+                                            "unmet": [], "withheld": 0}
+    assert allowed["structuredContent"] == ECHO_RESULT["structuredContent"]
+    assert tool_calls(log) == ["echo"]
+
+
+async def test_a_name_the_upstream_does_not_have_is_never_forwarded_even_when_unlisted_are_allowed(
+        files: tuple[Path, Path, Path]) -> None:
+    policy, _claims, log = files
+    async with Client(gateway_stdio(policy, log), mode="legacy") as client:
+        unknown = await raw_call(client, "no_such_tool")
+        anyone = await raw_call(client, "slow", {"seconds": 0})
+    assert unknown["structuredContent"]["error"] == "unlisted_tool"
+    assert anyone == {"content": [{"type": "text", "text": "slow done"}]}
+    assert tool_calls(log) == ["slow"]
+
+
+async def test_anonymous_caller_over_stdio_is_denied_with_the_exact_unmet_list(
+        files: tuple[Path, Path, Path]) -> None:
+    policy, _claims, log = files
+    async with Client(gateway_stdio(policy, log), mode="legacy") as client:
+        denied = await raw_call(client, "echo")
+    assert denied["structuredContent"]["unmet"] == ["auth:claim:role:observer"]
+    assert not tool_calls(log)
+    # The gateway lists tools from its own session to the upstream: the log shows the upstream's
+    # handshake and tools/list, never a tools/call.
+    assert {e["method"] for e in read_log(log)} <= {"initialize", "notifications/initialized",
+                                                   "tools/list"}
