@@ -28,17 +28,23 @@ $(VENV)/.all: $(PY) pyproject.toml examples/custom_resolver/pyproject.toml
 install-core: $(VENV)/.core
 install: $(VENV)/.all node services
 
-# npm oidc-provider (real signed tokens) and the MCP Inspector CLI, pinned in package-lock.json.
+# npm, pinned in package-lock.json: oidc-provider (real signed tokens), the MCP Inspector CLI, the
+# third-party servers the gateway is tested in front of (server-everything, -filesystem, -memory), and
+# the MCP conformance suite with the Node 22 it needs (npm `node`, used only when running the suite).
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 node: node_modules/.package-lock.json
 
-# Debian's redis-server; the tests start and stop their own instances on 127.0.0.1.
+# Debian's redis-server and haproxy; the tests start and stop their own instances on 127.0.0.1.
+SERVICES := redis-server haproxy
 services:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server (Debian)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@missing=""; for s in $(SERVICES); do command -v $$s >/dev/null 2>&1 || missing="$$missing $$s"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 	@redis-server --version
+	@haproxy -v | head -1
 
 demo: install-core
 	$(VENV)/bin/mcp-preconditions demo

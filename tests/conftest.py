@@ -1,4 +1,4 @@
 """Root test configuration: fixture plugins for the real services the integration tests start."""
 
 pytest_plugins: list[str] = ["tests.fixtures.redis", "tests.fixtures.flagd", "tests.fixtures.oidc",
-                             "tests.fixtures.mcp_servers"]
+                             "tests.fixtures.mcp_servers", "tests.fixtures.upstreams"]
