@@ -98,13 +98,14 @@ async def test_demote_offers_failures_last_and_annotate_describes_them(
     await run(script, KNOWS_TWO_FAIL, mode=mode)
     assert script.names() == expected
     descriptions = {t.name: t.description for t in script.offered[-1]}
-    note = ("[Will fail: the client knows these requirements are not met: env:staging, "
-            "auth:claim:realm_roles:engineer]")
+    note = "\n\n[Will fail: the client knows these requirements are not met: "
     if mode == FilterMode.ANNOTATE:
-        assert descriptions["schedule_maintenance"] == "Book a maintenance window on the pad.\n\n" + note
-        assert descriptions["stream_telemetry_v2"] == ("Stream telemetry over the v2 protocol.\n\n[Will fail: "
-                                                       "the client knows these requirements are not met: "
-                                                       "feature:telemetry.v2]")
+        assert descriptions["schedule_maintenance"] == (
+            "Book a maintenance window on the pad." + note + "env:staging, auth:claim:realm_roles:engineer]")
+        assert descriptions["stream_telemetry_v2"] == (
+            "Stream telemetry over the v2 protocol." + note + "feature:telemetry.v2]")
+    else:
+        assert descriptions["schedule_maintenance"] == "Book a maintenance window on the pad."
     assert descriptions["get_weather"] == "Current weather at the launch site. Anyone may call it."
 
 
