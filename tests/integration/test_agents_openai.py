@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, RunConfig, Runner
-from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
+from agents.mcp import MCPServerStdio, MCPServerStreamableHttp
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from mcp_preconditions.client import Knowledge
@@ -24,6 +24,7 @@ from tests.integration.test_agents_servers import ALL_TOOLS, STATE_KEY, redis_do
 
 pytestmark = pytest.mark.integration
 TRANSPORTS = ["stdio", "http"]
+Server = MCPServerStdio | MCPServerStreamableHttp
 NO_TRACES = RunConfig(tracing_disabled=True)
 
 
@@ -42,7 +43,7 @@ def answer() -> ModelStep:
 
 @contextmanager
 def guarded(transport: str, policy: Path, oidc: OidcServer | None) -> Iterator[Callable[
-        [RequirementsFilter], MCPServer]]:
+        [RequirementsFilter], Server]]:
     """A factory of Agents SDK MCP servers (with the filter's options) for the guarded server as the
     observer: a stdio subprocess, or `serve --transport http` verifying the observer's OIDC token."""
     if transport == "stdio":
@@ -56,7 +57,7 @@ def guarded(transport: str, policy: Path, oidc: OidcServer | None) -> Iterator[C
 
 
 @asynccontextmanager
-async def agent_for(server: MCPServer, steps: Sequence[ModelStep]) -> AsyncIterator[
+async def agent_for(server: Server, steps: Sequence[ModelStep]) -> AsyncIterator[
         tuple[Agent[Any], ScriptedModel]]:
     model = ScriptedModel(steps)
     async with server:
@@ -71,7 +72,7 @@ def transport(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def oidc(transport: str, request: pytest.FixtureRequest) -> OidcServer | None:
     """The session's OIDC provider, for the HTTP transport only (stdio callers are --claims)."""
-    return request.getfixturevalue("oidc_server") if transport == "http" else None  # type: ignore[no-any-return]
+    return request.getfixturevalue("oidc_server") if transport == "http" else None
 
 
 def policy_for(directory: Path, oidc: OidcServer | None, extra: str = "") -> Path:
