@@ -6,6 +6,7 @@ requirements of each denied call. Thin: verdicts are `verdict_for`'s, learning `
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ from ..wire import META_KEY
 from ._calls import DENIAL_CODE
 
 __all__ = ["RequirementsFilter", "wire_form"]
+
+log = logging.getLogger(__name__)
 
 
 def wire_form(tool: Tool) -> dict[str, Any]:
@@ -49,7 +52,10 @@ class RequirementsFilter:
 
     def __call__(self, context: ToolFilterContext, tool: Tool) -> bool:
         """The `tool_filter`: offer the tool unless the strict verdict is will-fail."""
-        return not verdict_for(wire_form(tool), self.knowledge).will_fail
+        verdict = verdict_for(wire_form(tool), self.knowledge)
+        for warning in verdict.warnings:  # malformed requirements, failing client resolvers
+            log.warning("%s", warning)
+        return not verdict.will_fail
 
     def learn(self, context: MCPToolCustomDataContext) -> None:
         """The `custom_data_extractor`: learn a denied call's unmet requirements from its raw

@@ -5,6 +5,7 @@ Thin: the verdicts are `filter_tools`'s, the learning is `Knowledge.learn_denial
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,6 +25,8 @@ from ._calls import DENIAL_CODE
 from .client_mcp import denial_of
 
 __all__ = ["LearningClient", "RequirementsToolset", "mcp_toolset", "wire_form"]
+
+log = logging.getLogger(__name__)
 
 
 def wire_form(tool_def: ToolDefinition) -> dict[str, Any]:
@@ -70,6 +73,8 @@ class RequirementsToolset(WrapperToolset[AgentDepsT]):
         tools = await super().get_tools(ctx)
         keys = list(tools)
         result = filter_tools([wire_form(tools[k].tool_def) for k in keys], self.knowledge, self.mode)
+        for warning in result.warnings:  # malformed requirements, failing client resolvers
+            log.warning("%s", warning)
         kept: dict[str, ToolsetTool[AgentDepsT]] = {}
         for i in result.kept_index:
             tool, verdict = tools[keys[i]], result.verdicts[i]
