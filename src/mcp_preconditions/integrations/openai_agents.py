@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from agents import RunContextWrapper, default_tool_error_function
@@ -17,7 +16,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import Tool
 
 from ..client import Knowledge, verdict_for
-from ..wire import META_KEY
 from ._calls import DENIAL_CODE
 
 __all__ = ["RequirementsFilter", "wire_form"]
@@ -28,10 +26,7 @@ log = logging.getLogger(__name__)
 def wire_form(tool: Tool) -> dict[str, Any]:
     """The part of a typed MCP tool the strict verdict reads: its name and its `_meta` (the
     requirements mirror; the SDK's typed model drops `execution.requirements` itself)."""
-    meta = tool.meta
-    if isinstance(meta, Mapping) and META_KEY in meta:
-        return {"name": tool.name, "_meta": meta}
-    return {"name": tool.name}
+    return {"name": tool.name, "_meta": tool.meta}
 
 
 class RequirementsFilter:

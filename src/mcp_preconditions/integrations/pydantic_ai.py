@@ -6,7 +6,6 @@ Thin: the verdicts are `filter_tools`'s, the learning is `Knowledge.learn_denial
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +19,6 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from ..client import FilterMode, Knowledge, ToolVerdict, filter_tools
 from ..errors import InputError
-from ..wire import META_KEY
 from ._calls import DENIAL_CODE
 from .client_mcp import denial_of
 
@@ -33,10 +31,8 @@ def wire_form(tool_def: ToolDefinition) -> dict[str, Any]:
     """The part of a tool definition the strict verdict reads: its name and its `_meta` (where
     `MCPToolset` keeps the server's `_meta`, with the requirements mirror; the typed MCP models drop
     `execution.requirements` itself)."""
-    meta = (tool_def.metadata or {}).get("meta")
-    if isinstance(meta, Mapping) and META_KEY in meta:
-        return {"name": tool_def.name, "_meta": meta}
-    return {"name": tool_def.name}
+    metadata = tool_def.metadata
+    return {"name": tool_def.name, "_meta": metadata.get("meta") if metadata else None}
 
 
 def annotated(description: str | None, verdict: ToolVerdict) -> str:
