@@ -219,9 +219,11 @@ class BundleReloader(PolicyReloader):
         self.base_dir = base_dir
         self.etag: str | None = None  # of the bundle in force, once one was fetched here
 
-    def reload(self, *, force: bool = False) -> PolicyChange | None:
+    def reload(self, *, force: bool = False, settle: float = 0.0) -> PolicyChange | None:
         """Fetch once; compile and swap when the bundle changed (or `force`). Returns the change, or
-        None when nothing was swapped (unchanged, or refused: see last_error)."""
+        None when nothing was swapped (unchanged, or refused: see last_error). `settle` is the file
+        reloader's guard against torn files; a bundle is whole when its body matches its length
+        (and its signature), so it has no use here."""
         change = self._swap_in(force)
         if change is not None:
             self._notify(change)
