@@ -166,9 +166,12 @@ def test_lint_with_a_policy_json(capsys: pytest.CaptureFixture[str], tmp_path: P
         {"severity": "warning", "tool": "clean", "requirement": "feature:beta ", "source": "p.toml",
          "message": "requirement 'feature:beta ' has leading or trailing whitespace (it matches only "
                     "itself, exactly)"},
+        {"severity": "warning", "tool": "clean", "requirement": None, "source": "p.toml",
+         "message": "no caller can ever be allowed: feature:beta  (flag 'beta ' is not defined "
+                    "(policy))"},
         {"severity": "warning", "tool": "gone", "requirement": None, "source": "p.toml",
          "message": "the policy's [tools.gone] names a tool that is not in t.json"},
-    ], "errors": 0, "warnings": 2}
+    ], "errors": 0, "warnings": 3}
 
 
 def test_lint_uses_the_policy_namespaces(capsys: pytest.CaptureFixture[str], tmp_path: Path,
