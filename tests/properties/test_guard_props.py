@@ -82,8 +82,7 @@ def worlds(draw: st.DrawFn, custom: list[str] | None = None) -> World:
     condition = requirement(custom, capabilities=False)
     return World(
         labels=set(draw(st.lists(st.sampled_from(NAMES)))),
-        flags=draw(st.dictionaries(st.sampled_from(NAMES), st.one_of(st.booleans(), st.sampled_from(
-            [1, 0, "true", 1.0])))),
+        flags=draw(st.dictionaries(st.sampled_from(NAMES), st.booleans())),  # a policy takes booleans
         state=draw(st.dictionaries(st.sampled_from(NAMES), st.booleans())),
         grants=draw(st.lists(st.tuples(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3),
                                        st.lists(condition, max_size=3)), max_size=4)),
