@@ -5,6 +5,7 @@ that raises, and a namespace without a resolver each end as a non-satisfied outc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -319,10 +320,8 @@ async def test_an_answer_after_the_lookup_timeout_is_an_error_even_if_it_says_ye
             super().__init__(None)
 
         async def resolve(self, requirement: str, context: CallContext) -> Any:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(5)
-            except asyncio.CancelledError:
-                pass
             return True
 
     guard = make_guard(Stubborn(), 'environment = ["x"]\n[guard]\nlookup_timeout_seconds = 0.05\n')
