@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from time import perf_counter_ns
 from types import MappingProxyType
 from typing import Any
@@ -193,10 +193,8 @@ class Guard:
             identity = _answered_now(now, credentials)
             if identity is None:
                 identity = await self.authenticate(credentials, authenticator)
-        outcomes = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
-        if not isinstance(outcomes, list):
-            outcomes = await outcomes
-        return self._finish(compiled, identity, outcomes, snap, start, record)
+        decided = self._evaluate(snap, compiled, identity, arguments, start, record)
+        return decided if isinstance(decided, Decision) else await decided
 
     async def check_identity(self, tool: str, identity: Identity,
                              arguments: Mapping[str, Any] | None = None, *,
@@ -206,11 +204,8 @@ class Guard:
         compiled = snap.tools.get(tool)
         if compiled is None:
             return self._unguarded(tool, snap, record)
-        start = perf_counter_ns()
-        outcomes = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
-        if not isinstance(outcomes, list):
-            outcomes = await outcomes
-        return self._finish(compiled, identity, outcomes, snap, start, record)
+        decided = self._evaluate(snap, compiled, identity, arguments, perf_counter_ns(), record)
+        return decided if isinstance(decided, Decision) else await decided
 
     def decide(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None = None, *,
                record: bool = True) -> Decision:
@@ -220,11 +215,8 @@ class Guard:
         compiled = snap.tools.get(tool)
         if compiled is None:
             return self._unguarded(tool, snap, record)
-        start = perf_counter_ns()
-        outcomes = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
-        if not isinstance(outcomes, list):
-            outcomes = asyncio.run(_await(outcomes))
-        return self._finish(compiled, identity, outcomes, snap, start, record)
+        decided = self._evaluate(snap, compiled, identity, arguments, perf_counter_ns(), record)
+        return decided if isinstance(decided, Decision) else asyncio.run(decided)
 
     async def callable_tools(self, credentials: Credentials, tools: Iterable[str] | None = None
                              ) -> list[str]:
@@ -251,6 +243,21 @@ class Guard:
     def _context(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None,
                  snap: Snapshot) -> CallContext:
         return CallContext(tool, identity, arguments or _NO_ARGUMENTS, snap.evaluate_one)
+
+    def _evaluate(self, snap: Snapshot, compiled: CompiledTool, identity: Identity,
+                  arguments: Mapping[str, Any] | None, start: int, record: bool
+                  ) -> Decision | Coroutine[Any, Any, Decision]:
+        """The one path from a call to its Decision: made at once when every lookup answered
+        synchronously, else a coroutine that awaits them (concurrently) first."""
+        outcomes = snap.evaluate(compiled, self._context(compiled.name, identity, arguments, snap))
+        if isinstance(outcomes, list):
+            return self._finish(compiled, identity, outcomes, snap, start, record)
+        return self._finish_later(compiled, identity, outcomes, snap, start, record)
+
+    async def _finish_later(self, compiled: CompiledTool, identity: Identity,
+                            pending: Awaitable[list[Outcome]], snap: Snapshot, start: int,
+                            record: bool) -> Decision:
+        return self._finish(compiled, identity, await pending, snap, start, record)
 
     def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: list[Outcome],
                 snap: Snapshot, start: int, record: bool) -> Decision:
@@ -309,5 +316,3 @@ def _allows(outcomes: list[Outcome]) -> bool:
     return bool(outcomes)
 
 
-async def _await(pending: Any) -> Any:
-    return await pending
