@@ -19,6 +19,7 @@ from tests.fixtures.gateway_upstream import (
     free_port,
     gateway_http,
     gateway_stdio,
+    read_log,
     tool_calls,
     upstream_http,
 )
@@ -81,6 +82,7 @@ async def test_a_tool_hanging_past_the_timeout_gets_a_tool_error_and_the_gateway
     assert after["structuredContent"] == ECHO_RESULT["structuredContent"]
     assert denied["structuredContent"]["error"] == "unmet_requirements"
     assert tool_calls(log) == ["slow", "echo"]
+    assert "notifications/cancelled" in [e["method"] for e in read_log(log)]  # the upstream was told
 
 
 async def test_a_non_json_line_from_the_upstream_is_skipped_and_traffic_goes_on(
