@@ -6,7 +6,6 @@ results come back as the wire dicts the upstream sent (validated, never re-model
 from __future__ import annotations
 
 import logging
-import math
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -22,7 +21,7 @@ from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import MONOLITH_REQUESTS
+from mcp_types.methods import MONOLITH_NOTIFICATIONS, MONOLITH_REQUESTS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -253,8 +252,6 @@ class Upstream:
         connected = self.current
         if connected is None:
             return
-        from mcp_types.methods import MONOLITH_NOTIFICATIONS
-
         model = MONOLITH_NOTIFICATIONS.get(method)
         if model is None:
             return
@@ -346,7 +343,3 @@ def _describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 300 else text[:299] + "…"
 
-
-def backoff_delays(count: int) -> list[float]:
-    """The first `count` reconnect delays (for the docs and tests): doubling, capped."""
-    return [min(BACKOFF_FIRST * math.pow(2, i), BACKOFF_MAX) for i in range(count)]
