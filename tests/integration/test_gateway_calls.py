@@ -169,3 +169,16 @@ async def test_a_near_miss_policy_name_refuses_every_call(files: tuple[Path, Pat
     assert refused["isError"] is True and also["isError"] is True
     assert "Echo" in refused["content"][0]["text"] and "echo" in refused["content"][0]["text"]
     assert not tool_calls(log)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_list_filtering_hides_what_the_caller_cannot_call(
+        files: tuple[Path, Path, Path], version: str) -> None:
+    policy, claims, log = files
+    policy.write_text(POLICY + '[guard]\nlist_filtering = true\n[gateway]\nunlisted_tools = "deny"\n',
+                      encoding="utf-8")
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)),
+                      mode=VERSIONS[version]) as client:
+        tools = await raw_tools(client)
+    # echo: the observer meets its requirement; secret needs admin; the rest have none ("deny").
+    assert sorted(tools) == ["echo"]
