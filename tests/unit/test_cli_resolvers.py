@@ -1,5 +1,5 @@
-"""`--resolver SPEC` on check, lint, policy validate, policy test and serve: a resolver in a plain .py file (or
-an importable module) for one run, and one error line, exit 2, for every bad SPEC."""
+"""`--resolver SPEC` on check, lint, policy validate, policy test and serve: a resolver in a plain .py
+file (or an importable module) for one run, and one error line, exit 2, for every bad SPEC."""
 
 from __future__ import annotations
 
