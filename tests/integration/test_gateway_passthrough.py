@@ -64,16 +64,28 @@ async def test_the_upstreams_sampling_request_is_answered_by_the_client(
     assert result["content"] == [{"type": "text", "text": "4"}]
 
 
-async def test_progress_reaches_the_client(tmp_path: Path, policy: Path) -> None:
+async def test_progress_reaches_the_caller_only(tmp_path: Path, policy: Path) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         seen.append((value, total, message))
 
-    async with Client(gateway_stdio(policy, tmp_path / "log.jsonl"), mode="legacy") as client:
-        result = await client.call_tool("slow", {"seconds": 0.2}, progress_callback=progress)
+    others: list[Any] = []
+
+    async def bystander(message: Any) -> None:
+        if isinstance(message, mcp_types.ProgressNotification):
+            others.append(message)
+
+    log = tmp_path / "log.jsonl"
+    with gateway_http(policy, log, wait="/readyz") as gw:
+        async with Client(gw.url + "/mcp", mode="legacy", message_handler=bystander) as other, \
+                Client(gw.url + "/mcp", mode="legacy") as client:
+            await other.list_tools()
+            result = await client.call_tool("slow", {"seconds": 0.2}, progress_callback=progress)
+            await other.list_tools()
     assert result.content == [mcp_types.TextContent(type="text", text="slow done")]
     assert seen == [(0.5, 1.0, "half way")]
+    assert others == []  # another client's progress is not broadcast
 
 
 async def test_tools_list_changed_reloads_and_reaches_a_2025_client(tmp_path: Path, policy: Path) -> None:
