@@ -18,6 +18,8 @@ from mcp_preconditions.integrations._calls import DENIAL_CODE
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.gateway_upstream import (
     ECHO_RESULT,
+    MIRROR_META,
+    MIRROR_WIRE,
     SECRET_REQUIREMENTS,
     gateway_stdio,
     read_log,
@@ -64,11 +66,13 @@ async def test_denied_never_reaches_upstream_and_allowed_result_is_the_upstreams
                       mode=VERSIONS[version]) as client:
         assert client.protocol_version == version
         denied = await raw_call(client, "secret")
+        mirrored = await raw_call(client, "mirror")
         allowed = await raw_call(client, "echo", {"text": "hi"})
     assert denied["isError"] is True
     assert denied["structuredContent"] == {"error": "unmet_requirements", "tool": "secret",
                                            "unmet": SECRET_REQUIREMENTS, "withheld": 0}
     assert tool_calls(log) == ["echo"]  # the denied call never reached the upstream
+    assert mirrored["structuredContent"]["unmet"] == MIRROR_META
     # Exactly what the upstream sent; at 2026-07-28 the envelope adds resultType, nothing else.
     expected = {**ECHO_RESULT, "resultType": "complete"} if version == "2026-07-28" else ECHO_RESULT
     assert allowed == expected
@@ -87,7 +91,10 @@ async def test_tools_list_has_the_union_of_requirements_on_the_wire(
     assert tools["echo"]["_meta"][META_KEY] == ["auth:claim:role:observer"]
     assert "execution" not in tools["slow"] and "_meta" not in tools["slow"]
     assert tools["slow"]["inputSchema"]["properties"]["seconds"] == {"type": "number"}
-    assert sorted(tools) == ["ask", "bad", "crash", "echo", "env", "flip", "garbage", "secret", "slow"]
+    assert sorted(tools) == ["ask", "bad", "crash", "echo", "env", "flip", "garbage", "mirror",
+                             "secret", "slow"]
+    # An upstream's execution.requirements and its _meta mirror are both read: neither hides the other.
+    assert tools["mirror"]["execution"]["requirements"] == [*MIRROR_WIRE, *MIRROR_META]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -34,8 +34,11 @@ CLIENT_INFO = types.Implementation(name="mcp-preconditions-gateway", version=__v
 _RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _TOOL_PAGES = 100  # a paginator that never ends cannot hang a reload
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
-# Notifications the upstream session sends that are its own business, not the client's.
-_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged"})
+# Notifications the upstream session sends that are its own business, not every client's: progress
+# reaches the one caller through the request's own progress callback (the SDK also tees it here,
+# where broadcasting it would show one client's call to all the others).
+_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged",
+                           "notifications/progress"})
 
 # Raw (method, params) -> raw result: how the gateway answers requests the upstream sends.
 RequestHook = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
