@@ -1,7 +1,7 @@
 """`make bench`: every benchmark in one process run, a table on stdout, bench/results.json (regenerated,
 not committed) and the charts bench/latency.png and bench/scale.png.
 
-The other issues' benches (bench_auth, bench_live, bench_mcp) join when present: each module's
+The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway) join when present: each module's
 `run() -> dict[str, float]` is merged into the results.
 """
 
@@ -19,7 +19,7 @@ from . import machine
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
-OTHERS = ("bench_auth", "bench_live", "bench_mcp")
+OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway")
 
 # metric -> (goal text, test); the issue's goals, plus "flat" read as at most 1.5x from 10 to 100k.
 GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
@@ -29,6 +29,9 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "speedup_vs_casbin": (">= 25x", lambda v: v >= 25),
     "filter_10k_ms": ("<= 20 ms", lambda v: v <= 20),
     "decide_flatness": ("<= 1.5x", lambda v: v <= 1.5),
+    "gateway_http_ratio": ("<= 1.3x", lambda v: v <= 1.3),
+    "gateway_stdio_ratio": ("<= 1.3x", lambda v: v <= 1.3),
+    "gateway_vs_fastmcp_throughput": (">= 3x", lambda v: v >= 3),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -36,7 +39,11 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "timer_overhead_ns", "agreement_cases", "compile_10_s", "compile_1k_s", "compile_100k_s",
          "memory_1k_mb", "memory_100k_mb", "decide_10_p50_us", "decide_1k_p50_us",
          "decide_100k_p50_us", "decide_mixed_100k_p50_us", "decide_flatness", "filter_10k_ms",
-         "cached_token_p50_us", "mcp_call_overhead_pct")
+         "cached_token_p50_us", "mcp_call_overhead_pct",
+         "direct_http_p50_ms", "gateway_http_p50_ms", "gateway_http_p99_ms", "fastmcp_http_p50_ms",
+         "gateway_http_ratio", "direct_stdio_p50_ms", "gateway_stdio_p50_ms", "fastmcp_stdio_p50_ms",
+         "gateway_stdio_ratio", "direct_http_50_clients_per_s", "gateway_http_50_clients_per_s",
+         "fastmcp_http_50_clients_per_s", "gateway_vs_fastmcp_throughput")
 
 
 def need(module: str) -> None:
