@@ -116,7 +116,7 @@ def run() -> dict[str, float]:
         stdio: dict[str, Target] = {"direct": everything_stdio(),
                                     "gateway": gateway_stdio(policy, everything_stdio()),
                                     "fastmcp": fastmcp_proxy_stdio(everything_stdio())}
-        results = summarise("http", anyio.run(latency, http))
+        results = summarise("http", anyio.run(latency, dict[str, Target](http)))
         results.update(summarise("stdio", anyio.run(latency, stdio)))
         for clients in CLIENTS:  # the three ways interleaved at each level
             for name, url in http.items():

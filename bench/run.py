@@ -1,8 +1,8 @@
 """`make bench`: every benchmark in one process run, a table on stdout, bench/results.json (regenerated,
 not committed) and the charts bench/latency.png and bench/scale.png.
 
-The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway) join when present: each module's
-`run() -> dict[str, float]` is merged into the results.
+The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway) join when present: each
+module's `run() -> dict[str, float]` is merged into the results.
 """
 
 from __future__ import annotations
