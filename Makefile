@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-EXTRAS := mcp,fastmcp,redis,openfeature,otel,bench,dev
+EXTRAS := mcp,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
 
 .PHONY: all install install-core node services demo test check lint typecheck pytest bench clean
 

@@ -30,6 +30,11 @@ TOOL = "launch_rocket"
 REQUIREMENTS = ("auth:oauth2", "auth:claim:role:mission_control", "capability:rocket.launch",
                 "env:production", "state:weather.clear", "feature:launch_window.open")
 SAMPLES = 50_000  # per engine, in 50 interleaved rounds (the issue asks for >= 20,000)
+# The shipped policy's rocket.launch grant has an argument condition on the vehicle. The engines are
+# compared on the plain decision (the condition removed, as Cedar and Casbin model it); the same
+# decision with the condition, called with a listed vehicle, is timed next to it.
+CONDITION = 'arguments = { "/vehicle" = ["Falcon 9", "Falcon Heavy", "Starship"] }\n'
+ARGUMENTS = {"vehicle": "Falcon 9"}
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,12 @@ def expected(caller: Caller, world: World) -> bool:
 
 
 # -- the guard -----------------------------------------------------------------------------------
-def guard_for(world: World) -> Guard:
+def guard_for(world: World, condition: bool = False) -> Guard:
     text = POLICY.read_text(encoding="utf-8")
+    if CONDITION not in text:
+        raise SystemExit(f"bench_engines: {POLICY} no longer contains {CONDITION!r}")
+    if not condition:
+        text = text.replace(CONDITION, "")
     edits = {'environment = ["production", "eu-west-1"]':
              f'environment = ["{world.environment}", "eu-west-1"]',
              '"weather.clear" = true': f'"weather.clear" = {str(world.weather_clear).lower()}',
@@ -163,9 +172,12 @@ def check_agreement() -> int:
     cases = 0
     for world in WORLDS:
         guard, (policies, entities), enforcer = guard_for(world), cedar_for(world), casbin_for(world)
+        conditioned = guard_for(world, condition=True)
         for caller in CALLERS:
             truth = expected(caller, world)
             answers = {"guard": guard.decide(TOOL, identity_of(caller), record=False).allowed,
+                       "guard_arguments": conditioned.decide(TOOL, identity_of(caller), ARGUMENTS,
+                                                             record=False).allowed,
                        "cedarpy": cedar_allows(policies, entities, caller),
                        "casbin": bool(enforcer.enforce(caller.name, TOOL, casbin_authn(caller)))}
             cases += 1
@@ -180,7 +192,7 @@ def check_agreement() -> int:
 def timed_calls() -> dict[str, Callable[[], object]]:
     """The calls timed, all for alice (allowed) in the nominal world, each yielding allow/deny."""
     world, alice, bob = WORLDS[0], CALLERS[0], CALLERS[2]
-    guard = guard_for(world)
+    guard, conditioned = guard_for(world), guard_for(world, condition=True)
     who, denied = identity_of(alice), identity_of(bob)
     policies, entities = cedar_for(world)
     request = cedar_request(alice)
@@ -195,6 +207,7 @@ def timed_calls() -> dict[str, Callable[[], object]]:
         # extras: the default recorder (logging, disabled level), and a denial (full evaluation)
         "guard_recorded": lambda: guard.decide(TOOL, who).allowed,
         "guard_denied": lambda: guard.decide(TOOL, denied, record=False).allowed,
+        "guard_arguments": lambda: conditioned.decide(TOOL, who, ARGUMENTS, record=False).allowed,
     }
     internal = getattr(cedarpy, "_internal", None)
     if internal is not None and hasattr(internal, "is_authorized_batch"):
@@ -217,6 +230,7 @@ def measure(samples: int = SAMPLES) -> tuple[dict[str, float], dict[str, list[in
     out["speedup_vs_cedarpy"] = out["cedarpy_p50_us"] / guard
     out["speedup_vs_casbin"] = out["casbin_p50_us"] / guard
     out["guard_vs_floor"] = guard / out["floor_p50_us"]
+    out["arguments_vs_plain"] = out["guard_arguments_p50_us"] / guard
     if "cedarpy_internal_p50_us" in out:
         out["speedup_vs_cedarpy_internal"] = out["cedarpy_internal_p50_us"] / guard
     out["samples_per_engine"] = float(len(raw["guard"]))

@@ -1,265 +1,32 @@
-"""Client side (SPEC §6): what the client knows about requirement strings, SEP-2487's strict verdict
-per tool, and filtering a `tools/list` result (hide, demote, annotate) without ever hiding a tool on
-the strength of unknown requirements or garbage.
+"""Client side: SEP-2487's strict verdict per tool, and filtering a `tools/list` result (hide, demote,
+annotate) without ever hiding a tool on the strength of unknown requirements or garbage. What the
+client knows lives in knowledge.py.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple
 
-from cachetools import TTLCache
-
-from .errors import InputError, RegistryError, ToolsFileError
+from .errors import InputError
+from .knowledge import (
+    ARGUMENT_DEPENDENT_META_KEY,
+    DENIAL_ERRORS_META_KEY,
+    SAT,
+    UNKNOWN,
+    UNSAT,
+    ClientResolver,
+    Knowledge,
+    KnowledgeView,
+)
 from .outcomes import Verdict
-from .requirements import check_shape, namespace_of
+from .requirements import check_shape
 from .wire import raw_requirements
 
 __all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "ClientResolver", "FilterMode",
            "FilterResult", "Knowledge", "ToolVerdict", "filter_tools", "verdict_for"]
-
-log = logging.getLogger(__name__)
-
-# The `_meta` key under which a denial lists the unmet requirements that ended as `error` (resolver
-# failed, backend down): the server could not decide them, so they are not learned unsatisfiable.
-DENIAL_ERRORS_META_KEY = "io.github.mcp-preconditions/errors"
-# The `_meta` key under which a denial lists the unmet requirements whose outcome depended on the
-# call's arguments: another call of the same tool may be allowed, so they are never learned.
-ARGUMENT_DEPENDENT_META_KEY = "io.github.mcp-preconditions/argument-dependent"
-_NOT_LEARNED_KEYS = (DENIAL_ERRORS_META_KEY, ARGUMENT_DEPENDENT_META_KEY)
-
-KnownState = Literal["satisfied", "unsatisfiable"]
-_KEYS = ("satisfied", "unsatisfiable")
-# Per-requirement states inside a view; small ints keep the hot loop to one dict lookup.
-_UNKNOWN, _SAT, _UNSAT, _BAD = 0, 1, 2, 3
-_CODE: dict[object, int] = {"satisfied": _SAT, "unsatisfiable": _UNSAT, None: _UNKNOWN}
-
-
-@runtime_checkable
-class ClientResolver(Protocol):
-    """Decides requirements of one namespace the client can judge by itself (e.g. its own token).
-
-    `knows` returns "satisfied", "unsatisfiable", or None for "I don't know". An exception or any
-    other value counts as unknown (with a warning): a broken resolver can only make a tool proceed."""
-
-    namespace: str
-
-    def knows(self, requirement: str) -> KnownState | None: ...
-
-
-def _check_list(key: str, value: Any) -> tuple[list[tuple[int, str]], list[str]]:
-    """((index, string) pairs, problems by key path) of one knowledge list."""
-    if not isinstance(value, list | tuple):
-        return [], [f"{key}: must be a list of strings, got {type(value).__name__}"]
-    good: list[tuple[int, str]] = []
-    problems: list[str] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            problems.append(f"{key}[{i}]: must be a string, got {type(item).__name__}")
-        elif item == "":
-            problems.append(f"{key}[{i}]: must not be empty")
-        else:
-            good.append((i, item))
-    return good, problems
-
-
-def _as_list(value: Any) -> Any:
-    """Sets and generators as lists (for indexed messages); strings and the rest as given, so that
-    `_check_list` reports them instead of splitting a string into characters."""
-    if isinstance(value, str | bytes | list | tuple | Mapping) or not isinstance(value, Iterable):
-        return value
-    return list(value)
-
-
-def _declared(satisfied: Any, unsatisfiable: Any, source: str | None) -> dict[str, int]:
-    """Validated declared knowledge as requirement -> state; ToolsFileError lists every problem."""
-    sat, problems = _check_list("satisfied", satisfied)
-    unsat, more = _check_list("unsatisfiable", unsatisfiable)
-    problems += more
-    first_sat: dict[str, int] = {}
-    for i, req in sat:
-        first_sat.setdefault(req, i)
-    for i, req in unsat:
-        if req in first_sat:
-            problems.append(f"unsatisfiable[{i}]: {req!r} is also in satisfied[{first_sat[req]}]")
-    if problems:
-        where = f"{source}: " if source else ""
-        raise ToolsFileError(where + "invalid knowledge: " + "; ".join(problems))
-    out = {req: _UNSAT for _, req in unsat}
-    out.update((req, _SAT) for _, req in sat)
-    return out
-
-
-class Knowledge:
-    """What a client knows: requirement string -> satisfied | unsatisfiable; all else is unknown.
-
-    Precedence, strongest first: what the application declared; its client-side resolvers; what was
-    learned from a server's `unmet_requirements` denial (kept `learn_ttl` seconds, at most
-    `learn_maxsize` strings). Learned knowledge never overrides declared knowledge. Matching is
-    exact, code point for code point. Thread-safe: learning and filtering may run concurrently."""
-
-    def __init__(self, satisfied: Iterable[str] = (), unsatisfiable: Iterable[str] = (), *,
-                 resolvers: Iterable[ClientResolver] = (), learn_ttl: float = 300.0,
-                 learn_maxsize: int = 4096, clock: Callable[[], float] = time.monotonic,
-                 source: str | None = None) -> None:
-        self._declared = _declared(_as_list(satisfied), _as_list(unsatisfiable), source)
-        if learn_maxsize < 1 or not learn_ttl >= 0:
-            raise InputError(f"learn_maxsize must be >= 1 and learn_ttl >= 0, got {learn_maxsize} "
-                             f"and {learn_ttl}")
-        self._resolvers: dict[str, ClientResolver] = {}
-        for resolver in resolvers:
-            if resolver.namespace in self._resolvers:
-                raise RegistryError(f"two client resolvers for namespace {resolver.namespace!r}")
-            self._resolvers[resolver.namespace] = resolver
-        self._learned: TTLCache[str, bool] = TTLCache(learn_maxsize, learn_ttl, timer=clock)
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_dict(cls, data: Any, *, source: str | None = None,
-                  resolvers: Iterable[ClientResolver] = (), learn_ttl: float = 300.0,
-                  learn_maxsize: int = 4096, clock: Callable[[], float] = time.monotonic) -> Knowledge:
-        """Knowledge from the SPEC §8 file shape `{"satisfied": [...], "unsatisfiable": [...]}`.
-
-        Either key may be absent (an empty list); any other key, a non-list, a non-string or empty
-        element, or a string in both lists raises ToolsFileError naming every key path at fault
-        (prefixed with `source`, e.g. the file name, when given)."""
-        where = f"{source}: " if source else ""
-        if not isinstance(data, dict):
-            raise ToolsFileError(f"{where}invalid knowledge: must be a JSON object with keys "
-                                 f"'satisfied' and 'unsatisfiable', got {type(data).__name__}")
-        extra = [k for k in data if k not in _KEYS]
-        if extra:
-            names = ", ".join(repr(k) for k in extra)
-            raise ToolsFileError(f"{where}invalid knowledge: unknown key(s) {names} "
-                                 "(expected 'satisfied', 'unsatisfiable')")
-        return cls(data.get("satisfied", []), data.get("unsatisfiable", []), resolvers=resolvers,
-                   learn_ttl=learn_ttl, learn_maxsize=learn_maxsize, clock=clock, source=source)
-
-    def to_dict(self) -> dict[str, list[str]]:
-        """The declared knowledge in the SPEC §8 file shape (learned entries are not included)."""
-        return {"satisfied": [r for r, s in self._declared.items() if s == _SAT],
-                "unsatisfiable": [r for r, s in self._declared.items() if s == _UNSAT]}
-
-    def learn_denial(self, payload: Any, errors: Any = None, *,
-                     meta: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-        """Remember each string of a denial's `unmet` list as unsatisfiable, for the TTL, except
-        those the server could not decide for good: the ones that ended as `error` (they may hold
-        next time) and the ones that depended on the call's arguments (another call may be
-        allowed). Learning either would be unsound (SPEC §6).
-
-        `payload`: the SPEC §3 structuredContent (or a JSON-RPC denial's `data`, whose `_meta` may
-        hold the lists too); `meta`: the result's `_meta`, whose keys `DENIAL_ERRORS_META_KEY` and
-        `ARGUMENT_DEPENDENT_META_KEY` list those requirements; `errors`: the errors list given
-        directly. Returns the requirements learned. A malformed payload or list is ignored as a
-        whole and logged as a warning; it never raises."""
-        inner = payload.get("_meta") if isinstance(payload, Mapping) else None
-        found: list[Any] = [errors]
-        for where in (meta, inner):
-            if isinstance(where, Mapping):
-                found += [where.get(key) for key in _NOT_LEARNED_KEYS]
-        problem = denial_problem(payload)
-        if problem is None and not all(v is None or _strings(v) for v in found):
-            problem = "a list of requirements not to learn must be a list of non-empty strings"
-        if problem is not None:
-            log.warning("ignored a server denial: %s", problem)
-            return ()
-        skip = {r for value in found if value for r in value}
-        learned = tuple(r for r in dict.fromkeys(payload["unmet"]) if r not in skip)
-        with self._lock:
-            for req in learned:
-                self._learned[req] = True
-        return learned
-
-    def learned(self) -> frozenset[str]:
-        """The requirement strings currently learned unsatisfiable (expired ones dropped)."""
-        with self._lock:
-            self._learned.expire()
-            return frozenset(self._learned)
-
-    def forget(self) -> None:
-        """Drop everything learned from servers (e.g. after the user signs in again)."""
-        with self._lock:
-            self._learned.clear()
-
-    def state(self, requirement: str) -> KnownState | None:
-        """What the client knows about one requirement: "satisfied", "unsatisfiable" or None."""
-        code = _View(self).classify(requirement)
-        return "satisfied" if code == _SAT else "unsatisfiable" if code == _UNSAT else None
-
-
-def denial_problem(payload: Any) -> str | None:
-    """Why `payload` is not a usable `unmet_requirements` denial, or None when it is."""
-    if not isinstance(payload, Mapping):
-        return f"payload must be an object, got {type(payload).__name__}"
-    if payload.get("error") != "unmet_requirements":
-        return f"'error' must be 'unmet_requirements', got {payload.get('error')!r}"
-    unmet = payload.get("unmet")
-    if not isinstance(unmet, list):
-        return f"'unmet' must be a list of strings, got {type(unmet).__name__}"
-    for i, item in enumerate(unmet):
-        if not isinstance(item, str) or item == "":
-            return f"'unmet[{i}]' must be a non-empty string, got {item!r}"
-    return None
-
-
-def _strings(value: Any) -> bool:
-    return isinstance(value, list | tuple) and all(isinstance(r, str) and r for r in value)
-
-
-class _View:
-    """One consistent snapshot of a Knowledge for one verdict or filter call.
-
-    `memo` maps every requirement decided so far to its state; a miss goes through `classify`
-    (resolvers, learned), whose answer is memoised so each distinct string costs one lookup."""
-
-    __slots__ = ("learned", "memo", "resolvers", "warnings")
-
-    def __init__(self, knowledge: Knowledge) -> None:
-        self.learned = knowledge.learned()
-        self.resolvers = knowledge._resolvers
-        self.warnings: list[str] = []
-        if self.resolvers:
-            # A resolver outranks learned knowledge, so those strings must go through classify().
-            base: dict[object, int] = {
-                r: _UNSAT for r in self.learned if namespace_of(r) not in self.resolvers}
-        else:
-            base = dict.fromkeys(self.learned, _UNSAT)
-        base.update(knowledge._declared)
-        self.memo = base
-
-    def classify(self, requirement: object) -> int:
-        """The state of a requirement not yet in `memo` (memoised), or _BAD for a malformed one."""
-        if not isinstance(requirement, str) or requirement == "":
-            return _BAD
-        code = self.memo.get(requirement)
-        if code is None:
-            code = self._resolve(requirement)
-            if code == _UNKNOWN and requirement in self.learned:
-                code = _UNSAT
-            self.memo[requirement] = code
-        return code
-
-    def _resolve(self, requirement: str) -> int:
-        resolver = self.resolvers.get(namespace_of(requirement) or "") if self.resolvers else None
-        if resolver is None:
-            return _UNKNOWN
-        try:
-            answer = resolver.knows(requirement)
-        except Exception as exc:  # a broken resolver makes the requirement unknown, never a crash
-            self.warnings.append(f"client resolver {resolver.namespace!r} failed on {requirement!r}: "
-                                 f"{type(exc).__name__}: {exc}; treated as unknown")
-            return _UNKNOWN
-        code = _CODE.get(answer) if isinstance(answer, str | None) else None
-        if code is None:
-            self.warnings.append(f"client resolver {resolver.namespace!r} answered {answer!r} for "
-                                 f"{requirement!r}; treated as unknown")
-            return _UNKNOWN
-        return code
 
 
 class ToolVerdict(NamedTuple):
@@ -302,10 +69,10 @@ def _odd_tool(tool: Any, index: int) -> tuple[str, Any] | ToolVerdict:
     return (name if isinstance(name, str) else f"#{index}"), raw_requirements(tool)
 
 
-def _verdicts(tools: Iterable[Any], view: _View) -> list[ToolVerdict]:
+def _verdicts(tools: Iterable[Any], view: KnowledgeView) -> list[ToolVerdict]:
     """The hot path of filtering: per tool a few dict lookups, per requirement string one more."""
     memo_get, classify, new, tv = view.memo.get, view.classify, _new, ToolVerdict
-    sat, unsat_code, unknown_code, proceed, will_fail = _SAT, _UNSAT, _UNKNOWN, _PROCEED, _WILL_FAIL
+    sat, unsat_code, unknown_code, proceed, will_fail = SAT, UNSAT, UNKNOWN, _PROCEED, _WILL_FAIL
     out: list[ToolVerdict] = []
     for index, tool in enumerate(tools):
         if type(tool) is dict:  # wire.raw_requirements without its ABC checks, for plain JSON dicts
@@ -353,7 +120,7 @@ def _verdicts(tools: Iterable[Any], view: _View) -> list[ToolVerdict]:
 def verdict_for(tool: Mapping[str, Any], knowledge: Knowledge) -> ToolVerdict:
     """The strict SEP-2487 verdict for one tool definition (requirements read from the wire field,
     else its `_meta` mirror). Warnings from client resolvers are included in the verdict's."""
-    view = _View(knowledge)
+    view = KnowledgeView(knowledge)
     result = _verdicts((tool,), view)[0]
     if view.warnings:
         result = result._replace(warnings=result.warnings + tuple(view.warnings))
@@ -413,7 +180,12 @@ def filter_tools(tools: Sequence[Any], knowledge: Knowledge,
     `hide` drops WILL_FAIL tools; `demote` keeps all, WILL_FAIL ones last, relative order kept in
     both groups; `annotate` keeps all in order. The knowledge is read once, as one snapshot."""
     chosen = _mode(mode)
-    view = _View(knowledge)
+    if not isinstance(tools, list | tuple):
+        hint = (': pass its "tools" array' if isinstance(tools, Mapping) and "tools" in tools
+                else "")
+        raise InputError(f"filter_tools: tools must be a list of tool definitions, got "
+                         f"{type(tools).__name__}{hint}")
+    view = KnowledgeView(knowledge)
     verdicts = _verdicts(tools, view)
     warnings = [w for v in verdicts if v.warnings for w in v.warnings] + view.warnings
     will_fail = _WILL_FAIL  # a local: enum member access through the class is slow in a loop

@@ -10,6 +10,11 @@ from __future__ import annotations
 class PreconditionsError(Exception):
     """Base class of every exception this library raises."""
 
+    def lines(self) -> list[str]:
+        """One line per problem, each `<file>: <place>: <problem>` where the error knows them (the
+        command line prints each as its own `error:` line)."""
+        return str(self).split("\n")
+
 
 # --- bad input: the user's files and settings ---------------------------------------------------
 class InputError(PreconditionsError):
@@ -17,17 +22,34 @@ class InputError(PreconditionsError):
 
 
 class PolicyError(InputError):
-    """A policy file is invalid; `problems` lists every problem by key path."""
+    """A policy file (or a file like it: `what` says which) is invalid; `problems` lists every
+    problem by key path."""
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    def __init__(self, source: str, problems: list[str], what: str = "invalid policy") -> None:
         self.source = source
         self.problems = problems
         lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"{source}: invalid policy ({len(problems)} problem(s)):\n{lines}")
+        super().__init__(f"{source}: {what} ({len(problems)} problem(s)):\n{lines}")
+
+    def lines(self) -> list[str]:
+        return [f"{self.source}: {p}" for p in self.problems]
 
 
 class ToolsFileError(InputError):
     """A tools, knowledge or claims file cannot be read or has the wrong shape."""
+
+    def lines(self) -> list[str]:
+        return [str(self)]  # one problem; a line break in it belongs to a file name
+
+
+class FileReadError(ToolsFileError):
+    """Any input file cannot be read at all: missing, unreadable, too large. `problem` omits the
+    path, so a caller that reports by key path (a policy) can say `(file): <problem>`."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        self.source = source
+        self.problem = problem
+        super().__init__(f"{source}: {problem}")
 
 
 # --- start-up validation ------------------------------------------------------------------------
@@ -37,6 +59,9 @@ class RequirementError(PreconditionsError):
     def __init__(self, messages: list[str]) -> None:
         self.messages = messages
         super().__init__("\n".join(messages))
+
+    def lines(self) -> list[str]:
+        return list(self.messages)
 
 
 class RegistryError(PreconditionsError):

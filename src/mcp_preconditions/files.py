@@ -1,4 +1,5 @@
-"""Reading the JSON files the command line takes: tools lists, client knowledge and principal claims.
+"""Reading input files: every file is read through `read_bounded` (a size bound, checked before
+parsing), and the JSON ones (tools lists, client knowledge, claims, catalogs) through `read_json`.
 
 Every problem is a ToolsFileError whose message names the file and the place in it
 (`tools.json: tools[2]: missing "name"`); nothing from `json` or the OS leaks out.
@@ -7,11 +8,116 @@ Every problem is a ToolsFileError whose message names the file and the place in 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .client import Knowledge
-from .errors import ToolsFileError
+from .errors import FileReadError, InputError, ToolsFileError
+
+MAX_FILE_BYTES_ENV = "MCP_PRECONDITIONS_MAX_FILE_BYTES"
+DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+def max_file_bytes() -> int:
+    """The size bound on every input file: $MCP_PRECONDITIONS_MAX_FILE_BYTES, else 64 MiB."""
+    text = os.environ.get(MAX_FILE_BYTES_ENV)
+    if text is None:
+        return DEFAULT_MAX_FILE_BYTES
+    if not (text.isascii() and text.isdigit()):
+        raise InputError(f"${MAX_FILE_BYTES_ENV}: must be a whole number of bytes, got {text!r}")
+    return int(text)
+
+
+def read_bounded(path: str | Path) -> bytes:
+    """The bytes of a file, refused when larger than `max_file_bytes()`.
+
+    A regular file is refused by its size before reading; anything else (a pipe, /dev/zero) is
+    read for at most bound + 1 bytes, so memory stays bounded and an endless file cannot hang us."""
+    bound = max_file_bytes()
+    too_large = (f"larger than {bound} bytes, the input size bound (set ${MAX_FILE_BYTES_ENV} to "
+                 "raise it)")
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise FileReadError(str(path), "cannot read: Is a directory")
+            if stat.S_ISREG(info.st_mode) and info.st_size > bound:
+                raise FileReadError(str(path), too_large)
+            data = f.read(bound + 1)
+    except OSError as exc:
+        raise FileReadError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeError:  # a lone surrogate that no file system encoding can spell
+        raise FileReadError(str(path), "cannot read: the file name is not valid Unicode") from None
+    except ValueError as exc:  # an embedded NUL
+        raise FileReadError(str(path), f"cannot read: {exc}") from None
+    if len(data) > bound:
+        raise FileReadError(str(path), too_large)
+    return data
+
+
+def read_line(stream: TextIO | None, what: str) -> str:
+    """One line of a text stream (a token on stdin), bounded like a file; `what` names it."""
+    if stream is None:
+        raise InputError(f"{what}: closed")
+    bound = max_file_bytes()
+    try:
+        raw = stream.buffer.readline(bound + 1) if hasattr(stream, "buffer") else \
+            stream.readline(bound + 1).encode("utf-8", "surrogateescape")
+        if len(raw) > bound:
+            raise InputError(f"{what}: a line longer than {bound} bytes, the input size bound")
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except (OSError, ValueError) as exc:  # ValueError: the stream was closed under us
+        raise InputError(f"{what}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _place(parts: list[str | int]) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier() and part.isascii():
+            out += ("." if out else "") + part
+        else:  # ASCII-escaped, so the place itself never carries a surrogate or a bidi control
+            out += f"[{json.dumps(part)}]"
+    return out or "(top level)"
+
+
+def _surrogate(text: str) -> str | None:
+    """The first lone surrogate in `text`, escaped (`\\ud800`), or None."""
+    if text.isascii():
+        return None
+    for char in text:
+        if "\ud800" <= char <= "\udfff":
+            return f"\\u{ord(char):04x}"
+    return None
+
+
+def find_surrogate(value: Any) -> tuple[str, str] | None:
+    """(key path, escaped surrogate) of the first string, key or value, holding a lone surrogate.
+
+    JSON may spell one (`"\\ud800"`), but it is not Unicode text: it cannot be printed or encoded,
+    so such a file is refused where it is read rather than crash whoever prints it later."""
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        node, parts = stack.pop()
+        if isinstance(node, str):
+            found = _surrogate(node)
+            if found is not None:
+                return _place(parts), found
+        elif isinstance(node, dict):
+            for key in reversed(list(node)):  # reversed: the first problem in file order is found
+                found = _surrogate(key)
+                if found is not None:
+                    return _place([*parts, key]), found
+                stack.append((node[key], [*parts, key]))
+        elif isinstance(node, list):
+            stack.extend((item, [*parts, i]) for i, item in reversed(list(enumerate(node))))
+    return None
+
 
 _JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"),
@@ -44,16 +150,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def read_json(path: str | Path) -> Any:
     """The parsed contents of a JSON file (UTF-8, an optional byte-order mark is ignored)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ToolsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = read_bounded(path)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ToolsFileError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ToolsFileError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
                              f"{exc.msg}") from None
@@ -61,6 +164,10 @@ def read_json(path: str | Path) -> Any:
         raise ToolsFileError(f"{path}: not valid JSON: {exc}") from None
     except RecursionError:
         raise ToolsFileError(f"{path}: not usable JSON: nested too deeply") from None
+    found = find_surrogate(value)
+    if found is not None:
+        raise ToolsFileError(f"{path}: {found[0]}: lone surrogate {found[1]}: not Unicode text")
+    return value
 
 
 def tools_of(raw: Any, source: str) -> list[dict[str, Any]]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from time import perf_counter_ns
+from types import MappingProxyType
 from typing import Any
 
 from .auth import Authenticator, build_authenticator
@@ -20,7 +21,7 @@ from .decision_sinks import build_recorder
 from .decisions import DecisionRecorder
 from .errors import PolicyError
 from .names import check_tool_names, near_miss_message
-from .outcomes import Decision, Outcome, new_decision
+from .outcomes import Decision, Outcome, Status, new_decision
 from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity, verified_identity
 from .requirements import Finding
@@ -30,6 +31,8 @@ from .snapshot import CompiledTool, Snapshot, being_cancelled
 
 log = logging.getLogger("mcp_preconditions.policy")
 _NO_IDENTITY = Identity(failure="not needed")
+_NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
+_SATISFIED = Status.SATISFIED
 _NOTHING: frozenset[str] = frozenset()  # a tool without requirements has nothing confidential
 # A snapshot, the authenticator built from the same policy, and its synchronous fast path.
 _State = tuple[Snapshot, Authenticator, AuthenticateNow | None]
@@ -180,105 +183,98 @@ class Guard:
         snap, authenticator, now = self._state
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._done(new_decision(tool, True, (), None, snap.revision, 0, _NOTHING), record)
+            return self._unguarded(tool, snap, record)
         start = perf_counter_ns()
-        if compiled.dynamic:
-            # `authenticate`, inlined, and without a coroutine when the answer needs no I/O: this
-            # is the adapters' hot path.
-            try:
-                identity = now(credentials) if now is not None else None
-                if identity is None:
-                    identity = await authenticator.authenticate(credentials)
-            except asyncio.CancelledError:
-                if being_cancelled():
-                    raise
-                identity = _CANCELLED
-            except Exception as exc:
-                identity = _auth_failed(exc)
-            if type(identity) is not Identity and not isinstance(identity, Identity):
-                identity = _not_identity(identity)  # a broken authenticator must not crash the call
-        elif credentials.principal is not None:  # already verified by the host: free to record who
-            identity = verified_identity(credentials.principal)
+        identity: Identity | None
+        if not compiled.dynamic:  # every outcome is fixed for the snapshot: nobody to verify
+            identity = (verified_identity(credentials.principal)
+                        if credentials.principal is not None else _NO_IDENTITY)
         else:
-            identity = _NO_IDENTITY
-        plan = compiled.plan  # the plan first, here: `check_identity` is one coroutine more
-        verdict = plan(identity) if plan is not None else None
-        if verdict is None:
-            return await self.check_identity(tool, identity, arguments, record=record,
-                                             _snap=snap, _start=start)
-        principal = identity.principal  # `_finish`, inlined
-        decision = new_decision(compiled.name, verdict[1], verdict[0],
-                                principal.subject if principal is not None else None,
-                                snap.revision, perf_counter_ns() - start, snap.confidential)
-        if record:
-            self.recorder.record(decision)
-        return decision
+            identity = _answered_now(now, credentials)
+            if identity is None:
+                identity = await self.authenticate(credentials, authenticator)
+        decided = self._evaluate(snap, compiled, identity, arguments, start, record)
+        return decided if isinstance(decided, Decision) else await decided
 
     async def check_identity(self, tool: str, identity: Identity,
-                             arguments: Mapping[str, Any] | None = None, *, record: bool = True,
-                             _snap: Snapshot | None = None, _start: int | None = None) -> Decision:
+                             arguments: Mapping[str, Any] | None = None, *,
+                             record: bool = True) -> Decision:
         """Decide one call for an identity that is already established."""
-        snap = _snap or self._state[0]
-        start = _start or perf_counter_ns()
+        snap = self._state[0]
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._done(new_decision(tool, True, (), None, snap.revision, 0, _NOTHING), record)
-        plan = compiled.plan
-        verdict = plan(identity) if plan is not None else None
-        if verdict is None:
-            result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
-            verdict = _verdict(result if isinstance(result, list) else await result)
-        return self._finish(compiled, identity, verdict, snap, start, record)
+            return self._unguarded(tool, snap, record)
+        decided = self._evaluate(snap, compiled, identity, arguments, perf_counter_ns(), record)
+        return decided if isinstance(decided, Decision) else await decided
 
     def decide(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None = None, *,
                record: bool = True) -> Decision:
         """Synchronous decision for when no event loop runs (CLI, benchmarks); async lookups are run
         on a private event loop."""
         snap = self._state[0]
-        start = perf_counter_ns()
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._done(new_decision(tool, True, (), None, snap.revision, 0, _NOTHING), record)
-        plan = compiled.plan  # set when every check is static or identity-only: no CallContext
-        verdict = plan(identity) if plan is not None else None
-        if verdict is None:
-            result = snap.evaluate(compiled, self._context(tool, identity, arguments, snap))
-            verdict = _verdict(result if isinstance(result, list) else asyncio.run(_await(result)))
-        principal = identity.principal  # as in check_identity, inlined
-        decision = new_decision(compiled.name, verdict[1], verdict[0],
-                                principal.subject if principal is not None else None,
-                                snap.revision, perf_counter_ns() - start, snap.confidential)
-        if record:
-            self.recorder.record(decision)
-        return decision
+            return self._unguarded(tool, snap, record)
+        decided = self._evaluate(snap, compiled, identity, arguments, perf_counter_ns(), record)
+        return decided if isinstance(decided, Decision) else asyncio.run(decided)
 
     async def callable_tools(self, credentials: Credentials, tools: Iterable[str] | None = None
                              ) -> list[str]:
-        """Which of `tools` (default: every known tool) this caller may call now, in order."""
+        """Which of `tools` (default: every known tool) this caller may call now, in order. A tool
+        denied only by argument conditions counts as callable: some arguments may be allowed, and
+        each call is still decided with its own."""
         snap, authenticator, _ = self._state
         names = list(tools) if tools is not None else list(dict.fromkeys([*self._tools, *snap.tools]))
         identity = await self.authenticate(credentials, authenticator)
-        decisions = await asyncio.gather(*(self.check_identity(n, identity, record=False, _snap=snap)
-                                           for n in names))
-        return [d.tool for d in decisions if d.allowed]
+        callable_names = []
+        for name in names:  # one snapshot for the whole answer, never a mix
+            compiled = snap.tools.get(name)
+            outcomes: list[Outcome] | Awaitable[list[Outcome]] = []
+            if compiled is not None:
+                outcomes = snap.evaluate(compiled, self._context(name, identity, None, snap))
+            if not isinstance(outcomes, list):
+                outcomes = await outcomes
+            if all(o.ok or (o.argument_dependent and o.status is Status.UNSATISFIED)
+                   for o in outcomes):
+                callable_names.append(name)
+        return callable_names
 
     # -- internals -------------------------------------------------------------------------------
     def _context(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None,
                  snap: Snapshot) -> CallContext:
-        return CallContext(tool, identity, arguments or {}, snap.evaluate_one)  # type: ignore[arg-type]
+        return CallContext(tool, identity, arguments or _NO_ARGUMENTS, snap.evaluate_one)
 
-    def _finish(self, compiled: CompiledTool, identity: Identity,
-                verdict: tuple[tuple[Outcome, ...], bool], snap: Snapshot, start: int,
-                record: bool) -> Decision:
-        principal = identity.principal  # not identity.subject: one property call less
-        decision = new_decision(compiled.name, verdict[1], verdict[0],
+    def _evaluate(self, snap: Snapshot, compiled: CompiledTool, identity: Identity,
+                  arguments: Mapping[str, Any] | None, start: int, record: bool
+                  ) -> Decision | Coroutine[Any, Any, Decision]:
+        """The one path from a call to its Decision: made at once when every lookup answered
+        synchronously, else a coroutine that awaits them (concurrently) first."""
+        outcomes = snap.evaluate(compiled, self._context(compiled.name, identity, arguments, snap))
+        if isinstance(outcomes, list):
+            return self._finish(compiled, identity, outcomes, snap, start, record)
+        return self._finish_later(compiled, identity, outcomes, snap, start, record)
+
+    async def _finish_later(self, compiled: CompiledTool, identity: Identity,
+                            pending: Awaitable[list[Outcome]], snap: Snapshot, start: int,
+                            record: bool) -> Decision:
+        return self._finish(compiled, identity, await pending, snap, start, record)
+
+    def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: list[Outcome],
+                snap: Snapshot, start: int, record: bool) -> Decision:
+        """The one place a Decision is made from a tool's outcomes: allowed only when there are
+        some and every one is satisfied."""
+        principal = identity.principal
+        decision = new_decision(compiled.name, _allows(outcomes), tuple(outcomes),
                                 principal.subject if principal is not None else None,
                                 snap.revision, perf_counter_ns() - start, snap.confidential)
         if record:
             self.recorder.record(decision)
         return decision
 
-    def _done(self, decision: Decision, record: bool) -> Decision:
+    def _unguarded(self, tool: str, snap: Snapshot, record: bool) -> Decision:
+        """A tool with no requirements anywhere: allowed (the guard enforces declared requirements;
+        it is not a tool registry)."""
+        decision = new_decision(tool, True, (), None, snap.revision, 0, _NOTHING)
         if record:
             self.recorder.record(decision)
         return decision
@@ -300,10 +296,23 @@ def _state(snapshot: Snapshot, authenticator: Authenticator) -> _State:
     return snapshot, authenticator, authenticate_now_of(authenticator)
 
 
-def _verdict(outcomes: list[Outcome]) -> tuple[tuple[Outcome, ...], bool]:
-    """Outcomes and whether they allow the call: only when there are some and all are satisfied."""
-    return tuple(outcomes), bool(outcomes) and all(o.ok for o in outcomes)
+def _answered_now(now: AuthenticateNow | None, credentials: Credentials) -> Identity | None:
+    """The authenticator's synchronous answer (a host-verified, anonymous or cached caller), or None
+    when it must be awaited. A failing or lying fast path is an `error` identity (fail closed)."""
+    if now is None:
+        return None
+    try:
+        identity = now(credentials)
+    except Exception as exc:
+        return _auth_failed(exc)
+    return identity if identity is None or isinstance(identity, Identity) else _not_identity(identity)
 
 
-async def _await(pending: Any) -> Any:
-    return await pending
+def _allows(outcomes: list[Outcome]) -> bool:
+    """Only outcomes that are all satisfied allow a call, and only when there are some."""
+    for outcome in outcomes:
+        if outcome.status is not _SATISFIED:
+            return False
+    return bool(outcomes)
+
+

@@ -7,7 +7,7 @@ An Outcome is `satisfied`, `unsatisfied` (with a reason) or `error` (the resolve
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,25 +27,34 @@ class Outcome:
     requirement: str
     status: Status
     reason: str = ""
+    # True when the call's arguments decided it (a capability grant with argument conditions):
+    # another call of the same tool may end otherwise, so a client never learns it.
+    argument_dependent: bool = False
 
     @classmethod
-    def satisfied(cls, requirement: str, reason: str = "") -> Outcome:
-        return new_outcome(requirement, Status.SATISFIED, reason)
+    def satisfied(cls, requirement: str, reason: str = "", *, argument_dependent: bool = False
+                  ) -> Outcome:
+        return new_outcome(requirement, Status.SATISFIED, reason, argument_dependent)
 
     @classmethod
-    def unsatisfied(cls, requirement: str, reason: str) -> Outcome:
-        return new_outcome(requirement, Status.UNSATISFIED, reason)
+    def unsatisfied(cls, requirement: str, reason: str, *, argument_dependent: bool = False
+                    ) -> Outcome:
+        return new_outcome(requirement, Status.UNSATISFIED, reason, argument_dependent)
 
     @classmethod
-    def error(cls, requirement: str, reason: str) -> Outcome:
-        return new_outcome(requirement, Status.ERROR, reason)
+    def error(cls, requirement: str, reason: str, *, argument_dependent: bool = False) -> Outcome:
+        return new_outcome(requirement, Status.ERROR, reason, argument_dependent)
 
     @property
     def ok(self) -> bool:
         return self.status is Status.SATISFIED
 
-    def to_dict(self) -> dict[str, str]:
-        return {"requirement": self.requirement, "status": self.status.value, "reason": self.reason}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"requirement": self.requirement, "status": self.status.value,
+                               "reason": self.reason}
+        if self.argument_dependent:
+            out["argument_dependent"] = True
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +68,6 @@ class Decision:
     revision: str = ""
     duration_ns: int = 0
     confidential: frozenset[str] = field(default_factory=frozenset)
-    # Requirements whose outcome depended on the call's arguments (a capability grant with argument
-    # conditions): a client must never learn these from a denial (another call may be allowed).
-    argument_dependent: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def unmet(self) -> tuple[str, ...]:
@@ -72,6 +78,12 @@ class Decision:
     def errors(self) -> tuple[str, ...]:
         """The requirements whose resolver failed, timed out or found its backend down."""
         return tuple(o.requirement for o in self.outcomes if o.status is Status.ERROR)
+
+    @property
+    def argument_dependent(self) -> frozenset[str]:
+        """The requirements whose outcome the call's arguments decided: a client must never learn
+        these from a denial (the same tool with other arguments may be allowed)."""
+        return frozenset(o.requirement for o in self.outcomes if o.argument_dependent)
 
     @property
     def disclosed_unmet(self) -> tuple[str, ...]:
@@ -118,14 +130,13 @@ class Decision:
 class _OutcomeFields:
     __slots__ = Outcome.__slots__
 
-    def __init__(self, requirement: str, status: Status, reason: str) -> None:
+    def __init__(self, requirement: str, status: Status, reason: str,
+                 argument_dependent: bool = False) -> None:
         self.requirement = requirement
         self.status = status
         self.reason = reason
+        self.argument_dependent = argument_dependent
         self.__class__ = Outcome  # type: ignore[assignment]
-
-
-_NONE: frozenset[str] = frozenset()
 
 
 class _DecisionFields:
@@ -140,15 +151,31 @@ class _DecisionFields:
         self.revision = revision
         self.duration_ns = duration_ns
         self.confidential = confidential
-        self.argument_dependent = _NONE
         self.__class__ = Decision  # type: ignore[assignment]
 
 
 # `Outcome(requirement, status, reason)` / `Decision(...)` with every field given, built without the
 # frozen-dataclass setattr cost (same values; ~4x cheaper). Typed as the classes they build.
-new_outcome: Callable[[str, Status, str], Outcome] = _OutcomeFields  # type: ignore[assignment]
+new_outcome: Callable[[str, Status, str, bool], Outcome] = _OutcomeFields  # type: ignore[assignment]
 new_decision: Callable[[str, bool, tuple[Outcome, ...], str | None, str, int, frozenset[str]],
                        Decision] = _DecisionFields  # type: ignore[assignment]
+
+
+class OutcomeMemo:
+    """One immutable Outcome per (requirement, answer), reused across calls instead of building an
+    equal one each time: a resolver computes its answer, looks the outcome up, and `keep`s the one
+    it builds on a miss. Bounded: past `maxsize` keys, outcomes are built and not kept (requirement
+    strings first seen at call time are not remembered)."""
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self._items: dict[Hashable, Outcome] = {}
+        self._maxsize = maxsize
+        self.lookup = self._items.get  # the hot read: one dict lookup
+
+    def keep(self, key: Hashable, outcome: Outcome) -> Outcome:
+        if len(self._items) < self._maxsize:
+            self._items[key] = outcome
+        return outcome
 
 
 class Verdict(enum.StrEnum):

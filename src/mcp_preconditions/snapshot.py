@@ -1,13 +1,9 @@
 """Compile a policy plus tool definitions into an immutable Snapshot, and evaluate calls against it.
 
 Compiling validates every requirement once and pre-decides the ones fixed for the snapshot (env
-labels, static flags and state). Evaluating runs the rest: sync resolvers inline, async ones
-concurrently, each under a timeout. Anything but a clean `satisfied` never allows a call.
-
-Hot path: a resolver may offer `fast_check(requirement, condition)`, an identity-only function
-returning the very Outcome `resolve` would, or None to defer. A tool whose every check is static
-or fast gets a `plan` that decides it without a CallContext; whatever the plan cannot decide, or
-any exception in it, falls back to the full evaluation.
+labels, static flags and state, through each resolver's own `static_outcome`). Evaluating runs the
+rest, always through the resolver's `resolve`: sync resolvers inline, async ones concurrently, each
+under a timeout. Anything but a clean `satisfied` never allows a call.
 """
 
 from __future__ import annotations
@@ -15,33 +11,27 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from . import planner
 from .errors import RequirementError
 from .outcomes import Outcome, Status
-from .planner import FastCheck, Plan
 from .policy.load import PolicySource
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
 from .resolvers import LiveSources, Registry, Resolver, build_registry
 from .resolvers.base import CallContext
 
 _REASON_MAX = 300
-_SATISFIED = Status.SATISFIED
-_UNPLANNED: Any = object()
-
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One requirement of one tool: pre-decided (`static`) or decided per call by `resolver`
-    (through its identity-only `fast` check first, when it has one)."""
+    """One requirement of one tool: pre-decided for the snapshot (`static`) or decided per call by
+    `resolver`."""
 
     requirement: str
     static: Outcome | None
     resolver: Resolver | None
-    fast: FastCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +40,6 @@ class CompiledTool:
     requirements: tuple[str, ...]
     checks: tuple[Check, ...]
     dynamic: bool  # True when some check needs a resolver call (and so the caller's identity)
-    plan: Plan | None = None  # decides a call from the identity alone, when every check allows it
 
 
 def _short(exc: BaseException) -> str:
@@ -87,7 +76,6 @@ class Snapshot:
                                                  entry_points=entry_points)
         self.findings: list[Finding] = []
         self._checks: dict[str, Check] = {}  # one per distinct string: tools share them
-        self._plans: dict[tuple[str, ...], Any] = {}
         self._check_grants(strict)
         self.tools: dict[str, CompiledTool] = {}
         names = merge(tools, source.policy.tools)
@@ -118,22 +106,22 @@ class Snapshot:
     def _compile(self, name: str, raw: Any, strict: bool) -> CompiledTool:
         code, shape_errors = check_shape(name, raw)
         policy_reqs = self.source.policy.tools.get(name)
-        reqs = merge(code, policy_reqs.requirements if policy_reqs else ())
+        from_policy = [r for r in (policy_reqs.requirements if policy_reqs else ()) if r not in code]
+        reqs = merge(code, from_policy)
         self.findings.extend(shape_errors)
-        self.findings.extend(validate(name, list(reqs), self.registry))
+        self.findings.extend(validate(name, code, self.registry))
         self.findings.extend(lint(name, code))
-        if policy_reqs:
-            self.findings.extend(lint(name, policy_reqs.requirements))
+        if policy_reqs:  # a problem with a requirement the policy added is the policy file's
+            self.findings.extend(replace(f, source=self.source.source) for f in
+                                 [*validate(name, from_policy, self.registry),
+                                  *lint(name, policy_reqs.requirements)])
         if shape_errors and not strict:
             # Garbage in the tool's own field must never open it: deny the tool outright.
             bad = Check("(malformed requirements)", Outcome.unsatisfied(
                 "(malformed requirements)", "the tool's requirements are not a list of strings"), None)
             return CompiledTool(name, (*reqs, bad.requirement), (*map(self._check, reqs), bad), True)
         checks = tuple(self._check(r) for r in reqs)
-        plan = self._plans.get(reqs, _UNPLANNED)
-        if plan is _UNPLANNED:  # tools with the same requirement list share one plan
-            plan = self._plans[reqs] = fast_plan(checks)
-        return CompiledTool(name, reqs, checks, any(c.static is None for c in checks), plan)
+        return CompiledTool(name, reqs, checks, any(c.static is None for c in checks))
 
     def _check(self, requirement: str) -> Check:
         """The compiled check of a requirement string, built once per snapshot."""
@@ -159,25 +147,11 @@ class Snapshot:
                 pre = Outcome.error(requirement, f"resolver '{resolver.namespace}' raised {_short(exc)}")
             if pre is not None:
                 return Check(requirement, coerce(requirement, pre, resolver.namespace), None)
-        return Check(requirement, None, resolver, self._fast(requirement, resolver))
+        return Check(requirement, None, resolver)
 
-    def _fast(self, requirement: str, resolver: Resolver) -> FastCheck | None:
-        make = getattr(resolver, "fast_check", None)
-        if make is None:
-            return None
-        try:
-            fast = make(requirement, self._condition)
-        except Exception:  # no fast path then; `resolve` still decides (and maps any failure)
-            return None
-        return fast if callable(fast) else None
-
-    def _condition(self, requirement: str) -> Outcome | FastCheck | None:
-        """A grant condition's compiled form for `fast_check`: its static outcome, its fast check,
-        or None when only the full evaluation can decide it."""
-        check = self._checks.get(requirement)
-        if check is None:
-            return None
-        return check.static if check.static is not None else check.fast
+    def check_of(self, requirement: str) -> Check | None:
+        """The compiled check of a requirement some tool or grant of this snapshot names."""
+        return self._checks.get(requirement)
 
     # -- evaluate --------------------------------------------------------------------------------
     def evaluate_one(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
@@ -193,16 +167,20 @@ class Snapshot:
         assert resolver is not None
         try:
             result = resolver.resolve(check.requirement, context)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # A sync resolver cannot be cancelled by the call: a CancelledError it raises is its own
+            # failure, and must still end in a decision (a denial), like any other exception.
             return Outcome.error(check.requirement, f"resolver '{resolver.namespace}' raised {_short(exc)}")
-        if inspect.isawaitable(result):
+        if not isinstance(result, Outcome) and inspect.isawaitable(result):
             return self._guarded(check.requirement, resolver.namespace, result)
         return coerce(check.requirement, result, resolver.namespace)
 
     async def _guarded(self, requirement: str, namespace: str, pending: Awaitable[Any]) -> Outcome:
         try:
-            async with asyncio.timeout(self.timeout):  # no extra task per lookup, unlike wait_for
+            async with asyncio.timeout(self.timeout) as deadline:  # no extra task, unlike wait_for
                 result = await pending
+            if deadline.expired():  # it swallowed the cancellation and answered late: not trusted
+                raise TimeoutError
         except TimeoutError:
             return Outcome.error(requirement, f"resolver '{namespace}' timed out after {self.timeout:g} s")
         except asyncio.CancelledError:
@@ -217,11 +195,13 @@ class Snapshot:
 
     def evaluate(self, tool: CompiledTool, context: CallContext) -> list[Outcome] | Awaitable[list[Outcome]]:
         """Every requirement's outcome, in the tool's order; awaitable only if some lookup is async."""
-        results = [self._run(c, context) for c in tool.checks]
-        for r in results:
-            if not isinstance(r, Outcome):
-                return self._gather(results)
-        return results  # type: ignore[return-value]
+        results: list[Any] = []
+        pending = False
+        for check in tool.checks:
+            result = check.static if check.static is not None else self._run(check, context)
+            pending = pending or result.__class__ is not Outcome
+            results.append(result)
+        return self._gather(results) if pending else results
 
     @staticmethod
     async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> list[Outcome]:
@@ -235,16 +215,3 @@ def being_cancelled() -> bool:
     CancelledError of its own accord)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def fast_plan(checks: tuple[Check, ...]) -> Plan | None:
-    """A tool's plan when every check is static or has a fast check, else None (planner.py)."""
-    statics: list[Outcome | None] = []
-    fast: list[tuple[int, str, FastCheck]] = []
-    for i, check in enumerate(checks):
-        if check.static is None and check.fast is None:
-            return None
-        statics.append(check.static)
-        if check.static is None and check.fast is not None:
-            fast.append((i, check.requirement, check.fast))
-    return planner.fast_plan(statics, fast)

@@ -200,5 +200,5 @@ def test_a_policy_with_a_bad_tool_requirement_refuses_to_start() -> None:
     with pytest.raises(RequirementError) as raised:
         Guard(parse_policy(b'[tools.launch]\nrequirements = ["env"]\n', "p.toml"),
               entry_points=False)
-    assert str(raised.value) == (f"tool 'launch': requirement 'env' has no namespace "
+    assert str(raised.value) == (f"p.toml: tool 'launch': requirement 'env' has no namespace "
                                  f"(expected NAMESPACE:..., {KNOWN})")

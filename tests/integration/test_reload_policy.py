@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from mcp_preconditions import Decision, Guard, Identity, load_policy
+from mcp_preconditions.policy import reload as reload_module
 from mcp_preconditions.policy.load import revision_of
 from mcp_preconditions.policy.reload import PolicyChange, PolicyReloader
 from tests.fixtures.flagd import FlagFile, eventually, eventually_async
@@ -80,7 +82,8 @@ def test_requirements_that_do_not_compile_keep_the_old_snapshot(policy_file: Pat
     assert reloader.reload() is None
     assert reloader.last_error is not None
     assert reloader.last_error.startswith(
-        "tool 'launch': requirement 'weather:clear': unknown namespace 'weather' (known namespaces: ")
+        f"{policy_file}: tool 'launch': requirement 'weather:clear': unknown namespace 'weather' "
+        "(known namespaces: ")
     assert guard.revision == revision_of(OPEN)
 
 
@@ -202,3 +205,47 @@ def test_a_version_broken_by_a_missing_flag_file_is_retried_until_it_appears(
     flags.write_text('{"flags": {}}')
     assert reloader.reload() is not None  # the policy file did not change; its dependency did
     assert reloader.last_error is None and guard.revision == revision_of(policy_file.read_bytes())
+
+
+def test_a_poll_waits_until_the_file_has_settled(policy_file: Path) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    assert reloader.settle == 0.1
+    policy_file.write_bytes(CLOSED)
+    assert reloader.reload(settle=60) is None  # changed moments ago: perhaps still being written
+    assert reloader.last_error is None and launch_allowed(guard)
+    time.sleep(0.06)  # file timestamps lag the clock, never lead it: the file is now older
+    assert reloader.reload(settle=0.05) is not None
+    assert guard.revision == revision_of(CLOSED) and not launch_allowed(guard)
+
+
+def test_a_write_during_the_read_is_not_applied(policy_file: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    policy_file.write_bytes(b"")  # truncated by a writer that has not written yet
+    real_read = reload_module.read_bounded
+
+    def read_then_finish_writing(path: Path) -> bytes:
+        data = real_read(path)
+        policy_file.write_bytes(CLOSED)  # the writer finishes while we hold the empty read
+        return data
+
+    monkeypatch.setattr(reload_module, "read_bounded", read_then_finish_writing)
+    assert reloader.reload() is None  # the empty prefix (valid TOML: no [tools]) is never applied
+    assert guard.revision == revision_of(OPEN) and reloader.last_error is None
+    monkeypatch.setattr(reload_module, "read_bounded", real_read)
+    assert reloader.reload() is not None
+    assert guard.revision == revision_of(CLOSED)
+
+
+def test_an_oversized_policy_is_refused_and_the_old_one_kept(policy_file: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    monkeypatch.setenv("MCP_PRECONDITIONS_MAX_FILE_BYTES", "10")
+    policy_file.write_bytes(CLOSED)
+    assert reloader.reload() is None
+    assert reloader.last_error == (f"{policy_file}: larger than 10 bytes, the input size bound (set "
+                                   "$MCP_PRECONDITIONS_MAX_FILE_BYTES to raise it)")
+    assert guard.revision == revision_of(OPEN)

@@ -17,12 +17,14 @@ class World:
     labels: set[str] = field(default_factory=set)
     flags: dict[str, Any] = field(default_factory=dict)
     state: dict[str, bool] = field(default_factory=dict)
-    grants: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (capabilities, when)
+    # (capabilities, when) or (capabilities, when, {JSON Pointer: allowed values})
+    grants: list[tuple[Any, ...]] = field(default_factory=list)
     capability_claim: str | None = None
     aliases: dict[str, list[str]] = field(default_factory=dict)  # alias -> path of keys
     implications: dict[str, list[str]] = field(default_factory=dict)
     claims: dict[str, Any] | None = None
     custom: set[str] = field(default_factory=set)
+    arguments: dict[str, Any] = field(default_factory=dict)  # the call's arguments
 
 
 def listed(value: Any) -> list[Any]:
@@ -55,6 +57,38 @@ def scopes(claims: Mapping[str, Any], implications: dict[str, list[str]]) -> set
     return held - {""}
 
 
+_MISSING = object()
+
+
+def pointed(document: Any, pointer: str) -> Any:
+    """RFC 6901, read literally: '/'-separated tokens, `~1` is '/', `~0` is '~', array indexes in
+    plain decimal."""
+    node = document
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif (isinstance(node, list) and token.isascii() and token.isdigit()
+              and str(int(token)) == token and int(token) < len(node)):
+            node = node[int(token)]
+        else:
+            return _MISSING
+    return node
+
+
+def arguments_hold(conditions: dict[str, list[Any]], arguments: dict[str, Any]) -> bool:
+    """Each pointer's value is one of its listed values: same JSON type, same value."""
+    return all(any(type(pointed(arguments, p)) is type(v) and pointed(arguments, p) == v
+                   for v in values) for p, values in conditions.items())
+
+
+def grant_applies(grant: tuple[Any, ...], body: str, w: World) -> bool:
+    caps, when = grant[0], grant[1]
+    conditions = grant[2] if len(grant) > 2 else {}
+    return (body in caps and all(holds(c, w) for c in when)
+            and arguments_hold(conditions, w.arguments))
+
+
 def holds(requirement: str, w: World) -> bool:
     namespace, _, body = requirement.partition(":")
     if namespace == "env":
@@ -65,7 +99,7 @@ def holds(requirement: str, w: World) -> bool:
         if w.claims is not None and w.capability_claim is not None and body in [
                 v for v in listed(w.claims.get(w.capability_claim)) if isinstance(v, str)]:
             return True
-        return any(body in caps and all(holds(c, w) for c in when) for caps, when in w.grants)
+        return any(grant_applies(g, body, w) for g in w.grants)
     if namespace != "auth":
         return requirement in w.custom
     if w.claims is None:

@@ -82,8 +82,7 @@ def worlds(draw: st.DrawFn, custom: list[str] | None = None) -> World:
     condition = requirement(custom, capabilities=False)
     return World(
         labels=set(draw(st.lists(st.sampled_from(NAMES)))),
-        flags=draw(st.dictionaries(st.sampled_from(NAMES), st.one_of(st.booleans(), st.sampled_from(
-            [1, 0, "true", 1.0])))),
+        flags=draw(st.dictionaries(st.sampled_from(NAMES), st.booleans())),  # a policy takes booleans
         state=draw(st.dictionaries(st.sampled_from(NAMES), st.booleans())),
         grants=draw(st.lists(st.tuples(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3),
                                        st.lists(condition, max_size=3)), max_size=4)),
@@ -101,7 +100,9 @@ def policy_source(w: World, policy_tools: dict[str, list[str]], timeout: float =
         "environment_variable": "MCP_PRECONDITIONS_TEST_UNSET_VARIABLE",
         "features": {"flags": w.flags},
         "state": {"values": w.state},
-        "capabilities": {"grants": [{"capabilities": c, "when": when} for c, when in w.grants],
+        "capabilities": {"grants": [{"capabilities": g[0], "when": g[1],
+                                     **({"arguments": g[2]} if len(g) > 2 else {})}
+                                    for g in w.grants],
                          **({"claim": w.capability_claim} if w.capability_claim else {})},
         # a one-key path is given as a plain string, as a policy author would write it
         "auth": {"claim_aliases": {k: (v[0] if len(v) == 1 else v) for k, v in w.aliases.items()},

@@ -1,15 +1,20 @@
 """Fuzzing the inputs a user hands us: the policy loader (random bytes, TOML-ish text, random
 structured policies written as TOML) and the tools, knowledge and claims readers through the
-command line. Never a traceback: a policy is valid or a PolicyError listing its problems; the CLI
-exits 0/1 or 2 with one `mcp-preconditions: error:` message.
+command line, with lone surrogates, bidi controls and control characters in file contents and file
+names, and closed, full or broken standard streams. Never a traceback: a policy is valid or a
+PolicyError listing its problems; the CLI exits 0/1 or 2 with `mcp-preconditions: error:` lines,
+none of which shows a hidden character raw.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import math
+import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +49,15 @@ scalars = (st.text(max_size=24) | st.sampled_from(REQUIREMENTS) | st.booleans()
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                       | st.dictionaries(keys, inner, max_size=4), max_leaves=16)
 structured = st.dictionaries(keys, values, max_size=8)
+# Lone surrogates (valid JSON escapes, not Unicode), bidi controls, C0/C1 controls and separators.
+HOSTILE = ["\ud800", "\udfff", "\udc80", "\u202e", "\u202a", "\u2066", "\u2069", "\u200f", "\x1b",
+           "\x00", "\n", "\r", "\x85", "\u2028", "\ufeff"]
+hostile_text = st.lists(st.sampled_from(HOSTILE) | st.text(max_size=3), min_size=1, max_size=6).map(
+    "".join)
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                           | st.text(max_size=16) | st.sampled_from(REQUIREMENTS),
+                           | st.text(max_size=16) | st.sampled_from(REQUIREMENTS) | hostile_text,
                            lambda inner: st.lists(inner, max_size=4)
-                           | st.dictionaries(st.text(max_size=8) | st.sampled_from(
+                           | st.dictionaries(st.text(max_size=8) | hostile_text | st.sampled_from(
                                ["tools", "name", "execution", "requirements", "_meta",
                                 "satisfied", "unsatisfiable", "sub", "role"]), inner, max_size=4),
                            max_leaves=20)
@@ -127,11 +137,12 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def file_content(draw_value: Any) -> bytes:
     if isinstance(draw_value, bytes):
         return draw_value
-    return json.dumps(draw_value, ensure_ascii=False).encode()
+    # ASCII escapes: a lone surrogate can only be spelled so (`"\\ud800"`), as a real file would.
+    return json.dumps(draw_value, ensure_ascii=True).encode()
 
 
 tool_defs = st.lists(st.fixed_dictionaries(
-    {"name": st.text(max_size=6) | st.integers() | st.none()},
+    {"name": st.text(max_size=6) | hostile_text | st.integers() | st.none()},
     optional={"execution": st.fixed_dictionaries({}, optional={
         "requirements": st.lists(st.sampled_from(REQUIREMENTS) | st.integers() | st.none(), max_size=5)
         | json_values}),
@@ -146,22 +157,59 @@ claims_files = st.binary(max_size=40) | json_values | st.dictionaries(
     st.sampled_from(["sub", "role", "scope", "scp", "capabilities", "exp"]), json_values, max_size=4)
 
 
-def run_cli(argv: list[str], ok: frozenset[int]) -> None:
-    """One command: exit code in `ok` or 2 with the error line, never an exception or traceback."""
-    out, err = io.StringIO(), io.StringIO()
+class Failing(io.RawIOBase):
+    """A standard stream whose writes fail: a reader that went away, or a full disk."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raise OSError(self.code, "Broken pipe" if self.code == errno.EPIPE else
+                      "No space left on device")
+
+
+HOSTILE_SUITE = "fuzz: surrogates, bidi, closed streams"
+
+
+def stdout_for(state: str) -> io.TextIOWrapper | None:
+    """A real, strict UTF-8 text stdout (a StringIO would accept what a terminal refuses)."""
+    if state == "closed":
+        return None
+    raw: io.RawIOBase = io.BytesIO() if state == "open" else \
+        Failing(errno.EPIPE if state == "broken" else errno.ENOSPC)
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", errors="strict")
+
+
+def shows_nothing_hidden(line: str) -> bool:
+    return all(unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in line)
+
+
+def run_cli(argv: list[str], ok: frozenset[int], stdout: str = "open", suite: str = "fuzz") -> None:
+    """One command: exit code in `ok` or 2 with the error lines, never an exception or traceback.
+    With stdout closed, full or broken, the exit code is 2 whatever the input."""
+    out, err = stdout_for(stdout), io.StringIO()
+    saved = sys.stdout
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        sys.stdout = out  # type: ignore[assignment]
+        with contextlib.redirect_stderr(err):
             code = main(argv)
     except BaseException:
-        TALLY.add("fuzz", cases=1, calls=1, tracebacks=1)
+        TALLY.add(suite, cases=1, calls=1, tracebacks=1)
         raise
-    TALLY.add("fuzz", cases=1, calls=1)
+    finally:
+        sys.stdout = saved
+    TALLY.add(suite, cases=1, calls=1)
     stderr = err.getvalue()
     assert "Traceback" not in stderr
-    assert code in ok | {2}, (argv, code, stderr)
+    assert code in (ok | {2} if stdout == "open" else {2}), (argv, code, stderr)
+    assert all(shows_nothing_hidden(line) for line in stderr.splitlines()), stderr
     if code == 2:
-        assert any(line.startswith(PREFIX) and len(line) > len(PREFIX)
-                   for line in stderr.splitlines()), stderr
+        assert stderr.splitlines() and all(
+            line.startswith((PREFIX, "mcp-preconditions: warning: ")) and len(line) > len(PREFIX)
+            for line in stderr.splitlines()), stderr
 
 
 @FUZZ
@@ -190,3 +238,31 @@ def test_policy_validate_on_fuzzed_policies(workdir: Path, data: bytes) -> None:
         data = data.replace(b"callables", b"callable_")  # never import modules named by a fuzzer
     (workdir / "policy.toml").write_bytes(data)
     run_cli(["policy", "validate", str(workdir / "policy.toml")], frozenset({0}))
+
+
+@FUZZ
+@given(tools=tools_files, knowledge=knowledge_files, claims=claims_files,
+       stdout=st.sampled_from(["open", "closed", "broken", "full"]),
+       command=st.sampled_from(["check", "check-json", "filter", "filter-table", "lint", "present"]))
+def test_hostile_contents_and_closed_streams(workdir: Path, tools: Any, knowledge: Any, claims: Any,
+                                             stdout: str, command: str) -> None:
+    (workdir / "tools.json").write_bytes(file_content(tools))
+    (workdir / "knowledge.json").write_bytes(file_content(knowledge))
+    (workdir / "claims.json").write_bytes(file_content(claims))
+    t, k, c = (str(workdir / f) for f in ("tools.json", "knowledge.json", "claims.json"))
+    argv = {"check": ["check", "--policy", str(POLICY), "--tools", t, "--claims", c],
+            "check-json": ["check", "--policy", str(POLICY), "--tools", t, "--format", "json"],
+            "filter": ["filter", "--tools", t, "--knowledge", k],
+            "filter-table": ["filter", "--tools", t, "--knowledge", k, "--format", "table"],
+            "lint": ["lint", "--tools", t],
+            "present": ["present", "--tools", t, "--tier", "small"]}[command]
+    run_cli(argv, frozenset({0, 1}), stdout, suite=HOSTILE_SUITE)
+
+
+@FUZZ
+@given(name=hostile_text.filter(lambda n: "/" not in n))
+def test_hostile_file_names_are_escaped_in_messages(workdir: Path, name: str) -> None:
+    run_cli(["check", "--policy", str(POLICY), "--tools", str(workdir / f"missing-{name}.json")],
+            frozenset(), suite=HOSTILE_SUITE)
+    run_cli(["policy", "validate", str(workdir / f"missing-{name}.toml")], frozenset(),
+            suite=HOSTILE_SUITE)

@@ -91,7 +91,7 @@ def test_pem_keys_inline_or_from_a_file_next_to_the_policy(tmp_path: Path) -> No
     with pytest.raises(PolicyError) as caught:
         build_authenticator(source)
     assert caught.value.problems[0] == (
-        "auth.public_keys_pem[1]: cannot read 'missing.pem': No such file or directory")
+        "auth.public_keys_pem[1]: 'missing.pem': cannot read: No such file or directory")
     assert caught.value.problems[1].startswith("auth.public_keys_pem[2]: not a PEM public key (")
     assert len(caught.value.problems) == 2
 

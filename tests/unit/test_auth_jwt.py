@@ -23,6 +23,7 @@ from mcp_preconditions.auth import (
     build_authenticator,
 )
 from mcp_preconditions.auth.build import static_keys
+from mcp_preconditions.auth.jwt_verifier import base64url_decode
 from mcp_preconditions.auth.verifier import NO_INTROSPECTION, NO_JWT_KEYS
 from tests.fixtures.oidc import AUDIENCE, SigningKey, access_claims, policy_with
 
@@ -210,6 +211,28 @@ async def test_a_malformed_signature_or_payload() -> None:
     nested = b'{"a":' * 1500 + b"1" + b"}" * 1500
     deep_header = f"{b64(nested)}.{b64(b'{}')}.{b64(b'sig')}"
     assert await failure(deep_header) == NO_INTROSPECTION  # not a JWT header: an opaque token
+
+
+@pytest.mark.parametrize("part", [0, 1, 2], ids=["header", "payload", "signature"])
+@pytest.mark.parametrize("padding", ["=", "==", "==="])
+async def test_padding_anywhere_is_not_another_spelling_of_a_valid_token(part: int, padding: str) -> None:
+    token = RSA.sign(claims())
+    assert (await verify(token)).principal is not None
+    parts = token.split(".")
+    parts[part] += padding
+    expected = NO_INTROSPECTION if part == 0 else "token is not a well-formed JWT (a part is not base64url)"
+    assert await failure(".".join(parts)) == expected  # a padded header is no JWT header at all
+
+
+@pytest.mark.parametrize(("segment", "problem"), [
+    ("YQ", None), ("YWI", None), ("YQ==", "padding"), ("YWI=", "padding"), ("Y=Q", "padding"),
+    ("YR", "canonical"), ("Y+Q", "canonical"), ("Y/Q", "base64"), ("YQ\n", "base64")])
+def test_base64url_decode_is_strict(segment: str, problem: str | None) -> None:
+    if problem is None:
+        assert base64url_decode(segment) in (b"a", b"ab")
+        return
+    with pytest.raises(ValueError, match=problem):
+        base64url_decode(segment)
 
 
 async def test_a_public_key_given_as_pem() -> None:

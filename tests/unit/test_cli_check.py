@@ -72,10 +72,44 @@ def test_the_json_lists_every_tool_in_file_order(capsys: pytest.CaptureFixture[s
 
 
 def test_mission_control_may_launch(capsys: pytest.CaptureFixture[str]) -> None:
-    tools = {t["name"]: t["allowed"] for t in check_json(capsys, "--claims", MISSION_CONTROL)["tools"]}
+    tools = {t["name"]: t["allowed"] for t in check_json(
+        capsys, "--claims", MISSION_CONTROL, "--arguments", '{"vehicle": "Falcon 9"}')["tools"]}
     assert tools == {"launch_rocket": True, "abort_launch": True, "read_telemetry": True,
                      "schedule_maintenance": False, "stream_telemetry_v2": False,
                      "fuel_status": False, "get_weather": True}
+
+
+def test_mission_control_may_not_launch_a_vehicle_the_policy_does_not_list(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", "--policy", POLICY, "--tools", TOOLS, "--claims",
+                         MISSION_CONTROL, "--tool", "launch_rocket", "--arguments",
+                         '{"vehicle": "saturn5"}')
+    assert (code, err) == (0, "")
+    assert "launch_rocket  DENIED    capability:rocket.launch\n" in out
+    assert ('capability \'rocket.launch\' not granted: token claim \'capabilities\' does not list '
+            'it; grant #0: argument /vehicle is "saturn5" (allowed: "Falcon 9", "Falcon Heavy", '
+            '"Starship")') in out
+    assert "weather.clear (confidential)  state" in out  # confidential: marked, never explained away
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("[1]", "--arguments: the call's arguments must be a JSON object, got array"),
+    ("{", "--arguments: not valid JSON: Expecting property name enclosed in double quotes: line 1 "
+          "column 2 (char 1)"),
+    ('{"vehicle": ["\\ud800"]}', "--arguments: vehicle[0]: lone surrogate \\ud800: not Unicode text"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], value: str,
+                                              message: str) -> None:
+    code, out, err = run(capsys, "check", "--policy", POLICY, "--tools", TOOLS, "--arguments", value)
+    assert (code, out, err) == (2, "", f"mcp-preconditions: error: {message}\n")
+
+
+def test_arguments_from_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    path = tmp_path / "args.json"
+    path.write_text('{"vehicle": "Starship"}', encoding="utf-8")
+    tools = {t["name"]: t["allowed"] for t in check_json(
+        capsys, "--claims", MISSION_CONTROL, "--arguments", f"@{path}")["tools"]}
+    assert tools["launch_rocket"] is True
 
 
 def test_the_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,7 +140,7 @@ def test_one_tool_with_its_outcomes(capsys: pytest.CaptureFixture[str]) -> None:
              "reason": "access token verified (claims)"},
             {"requirement": "capability:rocket.abort", "status": "unsatisfied",
              "reason": "capability 'rocket.abort' not granted: token claim 'capabilities' does not "
-                       "list it; grant #0 needs auth:claim:role:mission_control (claim 'role' does "
+                       "list it; grant #1 needs auth:claim:role:mission_control (claim 'role' does "
                        "not have 'mission_control')"},
             {"requirement": "auth:scope:mission:write", "status": "unsatisfied",
              "reason": "token lacks scope 'mission:write'"},
@@ -235,19 +269,21 @@ def test_tools_failing_start_up_validation_exit_2_naming_them(capsys: pytest.Cap
         {"name": "garbage", "execution": {"requirements": "auth:oauth2"}},
     ]))
     assert run(capsys, "check", "--policy", POLICY, "--tools", tools) == (2, "", (
-        "mcp-preconditions: error: t.json: 2 tool(s) fail start-up validation: typo, garbage\n"
-        "  tool 'typo': requirement 'auth:clam:role:x': unknown auth form (accepted forms: "
-        "auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)\n"
-        "  tool 'typo': requirement 'env:': env: needs a label name (env:NAME) (accepted forms: env:NAME)\n"
-        "  tool 'garbage': requirements must be a list of strings, got str\n"))
+        "mcp-preconditions: error: t.json: tool 'typo': requirement 'auth:clam:role:x': unknown auth "
+        "form (accepted forms: auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)\n"
+        "mcp-preconditions: error: t.json: tool 'typo': requirement 'env:': env: needs a label name "
+        "(env:NAME) (accepted forms: env:NAME)\n"
+        "mcp-preconditions: error: t.json: tool 'garbage': requirements must be a list of strings, "
+        "got str\n"))
 
 
 @pytest.mark.parametrize(("files", "argv", "message"), [
     ({}, ["--policy", "p.toml", "--tools", "t.json"],
-     "p.toml: invalid policy (1 problem(s)):\n  (file): cannot read: No such file or directory"),
+     "p.toml: (file): cannot read: No such file or directory"),
     ({"p.toml": 'environment = "prod"\nenviroment = ["x"]\n'}, ["--policy", "p.toml", "--tools", "t.json"],
-     "p.toml: invalid policy (2 problem(s)):\n  environment: Input should be a valid list\n"
-     "  enviroment: unknown key (a typo here would silently weaken the policy)"),
+     "p.toml: environment: Input should be a valid list\n"
+     "mcp-preconditions: error: p.toml: enviroment: unknown key (a typo here would silently weaken "
+     "the policy)"),
     ({"p.toml": ""}, ["--policy", "p.toml", "--tools", "t.json"],
      "t.json: cannot read: No such file or directory"),
     ({"p.toml": "", "t.json": '{"tools": [{"name": "a"}, {"nam": "b"}]}'},
@@ -266,3 +302,17 @@ def test_bad_files_exit_2_with_one_message(capsys: pytest.CaptureFixture[str], t
     for name, text in files.items():
         write(tmp_path, name, text)
     assert run(capsys, "check", *argv) == (2, "", f"mcp-preconditions: error: {message}\n")
+
+
+def test_a_bad_requirement_is_blamed_on_the_file_it_came_from(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "p.toml", '[tools.a]\nrequirements = ["env:"]\n')
+    write(tmp_path, "t.json", json.dumps([{"name": "a", "execution": {"requirements": ["auth:bogus"]}}]))
+    code, out, err = run(capsys, "check", "--policy", "p.toml", "--tools", "t.json")
+    assert (code, out) == (2, "")
+    assert sorted(err.splitlines()) == [
+        "mcp-preconditions: error: p.toml: tool 'a': requirement 'env:': env: needs a label name "
+        "(env:NAME) (accepted forms: env:NAME)",
+        "mcp-preconditions: error: t.json: tool 'a': requirement 'auth:bogus': unknown auth form "
+        "(accepted forms: auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)"]

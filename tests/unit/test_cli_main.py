@@ -129,3 +129,15 @@ def test_the_console_script_runs_the_policy_tests() -> None:
     done = script("policy", "test", str(ROOT / "policies" / "mission-control.tests.toml"))
     assert done.returncode == 0
     assert done.stdout.splitlines()[-1].endswith(" passed, 0 failed")
+
+
+def test_docs_cli_md_covers_every_subcommand() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    headings = {line[4:].strip() for line in text.splitlines() if line.startswith("### ")}
+    for command in every_command():
+        if command[0] == "policy" and len(command) == 1:
+            continue  # its own subcommands share one section
+        name = "policy validate, schema, test" if command[0] == "policy" else command[0]
+        assert name in headings, f"docs/cli.md has no '### {name}' section"
+        assert f"mcp-preconditions {' '.join(command)}" in text, command
+    assert "draft" not in text.lower() and "SPEC §" not in text

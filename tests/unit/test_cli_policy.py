@@ -45,10 +45,11 @@ def test_every_schema_problem_by_key_path(capsys: pytest.CaptureFixture[str], tm
     write(tmp_path, "p.toml", 'environment = "production"\n[auth]\njwks_url = "https://x"\n'
                               '[tools.t]\nrequirements = [""]\n')
     assert run(capsys, "policy", "validate", "p.toml") == (2, "", (
-        "mcp-preconditions: error: p.toml: invalid policy (3 problem(s)):\n"
-        "  environment: Input should be a valid list\n"
-        "  tools.t.requirements[0]: String should have at least 1 character\n"
-        "  auth.jwks_url: unknown key (a typo here would silently weaken the policy)\n"))
+        "mcp-preconditions: error: p.toml: environment: Input should be a valid list\n"
+        "mcp-preconditions: error: p.toml: tools.t.requirements[0]: String should have at least 1 "
+        "character\n"
+        "mcp-preconditions: error: p.toml: auth.jwks_url: unknown key (a typo here would silently "
+        "weaken the policy)\n"))
 
 
 def test_requirements_no_resolver_accepts(capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -57,12 +58,11 @@ def test_requirements_no_resolver_accepts(capsys: pytest.CaptureFixture[str], tm
     write(tmp_path, "p.toml", '[tools."a.b"]\nrequirements = ["env:x", "auth:claim:role"]\n'
                               '[[capabilities.grants]]\ncapabilities = ["c"]\nwhen = ["auth:sope"]\n')
     assert run(capsys, "policy", "validate", "p.toml") == (2, "", (
-        "mcp-preconditions: error: p.toml: invalid policy (2 problem(s)):\n"
-        '  tools."a.b".requirements[1]: requirement \'auth:claim:role\': auth:claim: needs a claim name '
-        "and a value (auth:claim:NAME:VALUE) (accepted forms: auth:oauth2, auth:claim:NAME:VALUE, "
-        "auth:scope:SCOPE)\n"
-        "  capabilities.grants[0].when[0]: requirement 'auth:sope': unknown auth form (accepted forms: "
-        "auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)\n"))
+        'mcp-preconditions: error: p.toml: tools."a.b".requirements[1]: requirement '
+        "'auth:claim:role': auth:claim: needs a claim name and a value (auth:claim:NAME:VALUE) "
+        "(accepted forms: auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)\n"
+        "mcp-preconditions: error: p.toml: capabilities.grants[0].when[0]: requirement 'auth:sope': "
+        "unknown auth form (accepted forms: auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE)\n"))
 
 
 def test_lint_warnings_do_not_fail_validation(capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -93,7 +93,7 @@ def test_unreadable_policies(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     elif content is not None:
         write(tmp_path, "p.toml", content)
     assert run(capsys, "policy", "validate", "p.toml") == (2, "", (
-        f"mcp-preconditions: error: p.toml: invalid policy (1 problem(s)):\n  {problem}\n"))
+        f"mcp-preconditions: error: p.toml: {problem}\n"))
 
 
 # --- schema -------------------------------------------------------------------------------------
@@ -143,9 +143,12 @@ def test_a_bad_test_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: P
     write(tmp_path, "p.toml", "")
     write(tmp_path, "p.tests.toml", 'policy = "p.toml"\n[[cases]]\nname = "x"\nclaim = {}\n'
                                     'expect.t = { allowed = true }\n')
+    # A header line, until policy/testing.py raises its problems as a
+    # PolicyError(source, problems, what="invalid policy test file"): then `p.tests.toml: <problem>`.
     assert run(capsys, "policy", "test", "p.tests.toml") == (2, "", (
         "mcp-preconditions: error: p.tests.toml: invalid policy test file (1 problem(s)):\n"
-        "  cases[0].claim: unknown key (a typo here would silently skip a check)\n"))
+        "mcp-preconditions: error:   cases[0].claim: unknown key (a typo here would silently skip a "
+        "check)\n"))
 
 
 def test_policy_needs_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,5 +164,37 @@ def test_absurd_nesting_in_a_policy_is_one_line(capsys: pytest.CaptureFixture[st
     monkeypatch.chdir(tmp_path)
     write(tmp_path, "p.toml", "environment = " + "[" * 5000 + "]" * 5000)
     assert run(capsys, "policy", "validate", "p.toml") == (
-        2, "", "mcp-preconditions: error: p.toml: invalid policy (1 problem(s)):\n"
-               "  (file): not usable TOML: nested too deeply\n")
+        2, "", "mcp-preconditions: error: p.toml: (file): not usable TOML: nested too deeply\n")
+
+
+# --- validate --format json ---------------------------------------------------------------------
+def test_validate_json_of_a_valid_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "p.toml", '[tools.t]\nrequirements = ["env:x", "env:x"]\n')
+    code, out, err = run(capsys, "policy", "validate", "p.toml", "--format", "json")
+    assert code == 0
+    assert json.loads(out) == {
+        "policy": "p.toml", "valid": True, "revision": load_policy(tmp_path / "p.toml").revision,
+        "errors": [], "warnings": ["tools.t.requirements[0]: requirement 'env:x' is listed more than once"]}
+    assert err == ("mcp-preconditions: warning: p.toml: tools.t.requirements[0]: requirement 'env:x' is "
+                   "listed more than once\n")
+
+
+@pytest.mark.parametrize(("content", "revision", "errors"), [
+    ('environment = "x"\n', False, ["environment: Input should be a valid list"]),
+    ('[tools.t]\nrequirements = ["env:"]\n', True,
+     ["tools.t.requirements[0]: requirement 'env:': env: needs a label name (env:NAME) (accepted "
+      "forms: env:NAME)"]),
+])
+def test_validate_json_of_an_invalid_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch, content: str,
+                                            revision: bool, errors: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "p.toml", content)
+    code, out, err = run(capsys, "policy", "validate", "p.toml", "--format", "json")
+    assert code == 2
+    assert json.loads(out) == {
+        "policy": "p.toml", "valid": False, "errors": errors, "warnings": [],
+        "revision": load_policy(tmp_path / "p.toml").revision if revision else None}
+    assert err == "".join(f"mcp-preconditions: error: p.toml: {e}\n" for e in errors)

@@ -425,3 +425,15 @@ def test_learning_while_filtering_from_many_threads() -> None:
     assert errors == []
     assert filter_tools(tools, kn, "hide").to_json()["hidden"] == [
         {"name": f"t{i}", "unsatisfiable": [f"state:k{i % 50}"]} for i in range(200)]
+
+
+@pytest.mark.parametrize(("tools", "message"), [
+    ({"tools": []}, 'filter_tools: tools must be a list of tool definitions, got dict: pass its "tools" '
+                    "array"),
+    ("abc", "filter_tools: tools must be a list of tool definitions, got str"),
+    (None, "filter_tools: tools must be a list of tool definitions, got NoneType"),
+])
+def test_filter_tools_refuses_what_is_not_a_list_of_tools(tools: Any, message: str) -> None:
+    with pytest.raises(InputError) as err:
+        filter_tools(tools, Knowledge())
+    assert str(err.value) == message

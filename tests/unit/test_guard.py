@@ -244,7 +244,8 @@ async def test_reload_of_a_broken_policy_keeps_the_old_snapshot() -> None:
     with pytest.raises(RequirementError) as info:
         g.reload(broken)
     assert info.value.messages == [
-        "tool 'deploy2': requirement 'nonamespace' has no namespace (expected NAMESPACE:..., known "
+        "p2.toml: tool 'deploy2': requirement 'nonamespace' has no namespace (expected NAMESPACE:..., "
+        "known "
         "namespaces: 'auth', 'capability', 'env', 'feature', 'state')"]
     assert g.snapshot is old
     assert (await g.check("deploy")).allowed

@@ -5,6 +5,7 @@ that raises, and a namespace without a resolver each end as a non-satisfied outc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -282,3 +283,48 @@ async def test_a_subclass_overriding_both_keeps_the_synchronous_path() -> None:
     assert g._state[2] is not None  # the guard uses it
     d = await g.check("t", Credentials(principal=Principal.from_claims({"sub": "bob"})))
     assert d.outcomes == (Outcome.unsatisfied("auth:oauth2", "bob is banned"),)
+
+
+# -- issue 11, findings 5 and 6 -------------------------------------------------------------------
+class CancellingSync(Faulty):
+    """A sync resolver raising CancelledError of its own accord (a backend client giving up)."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def resolve(self, requirement: str, context: CallContext) -> Any:
+        raise asyncio.CancelledError
+
+
+def test_a_sync_resolver_raising_cancelled_error_is_an_error_outcome_and_recorded() -> None:
+    records: list[Any] = []
+
+    class Recorder:
+        def record(self, decision: Any) -> None:
+            records.append(decision)
+
+    guard = Guard(parse_policy(b'environment = ["x"]\n', "p.toml"), {"t": ["zz:a", "env:x"]},
+                  resolvers=[CancellingSync()], entry_points=False, recorder=Recorder())
+    for decision in (guard.decide("t", Identity(), record=True),
+                     asyncio.run(guard.check("t", ANONYMOUS))):
+        assert not decision.allowed
+        assert decision.outcome("zz:a") == Outcome.error("zz:a", "resolver 'zz' raised CancelledError")
+    assert len(records) == 2  # each call ended in a decision, and a record of it
+
+
+async def test_an_answer_after_the_lookup_timeout_is_an_error_even_if_it_says_yes() -> None:
+    class Stubborn(AsyncFaulty):
+        """Swallows the timeout's cancellation and answers True, late."""
+
+        def __init__(self) -> None:
+            super().__init__(None)
+
+        async def resolve(self, requirement: str, context: CallContext) -> Any:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(5)
+            return True
+
+    guard = make_guard(Stubborn(), 'environment = ["x"]\n[guard]\nlookup_timeout_seconds = 0.05\n')
+    decision = await guard.check("t", ANONYMOUS)
+    assert not decision.allowed
+    assert decision.outcome("zz:a") == Outcome.error("zz:a", "resolver 'zz' timed out after 0.05 s")

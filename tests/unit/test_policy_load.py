@@ -47,7 +47,7 @@ environment = ["production"]
 environment_variable = "DEPLOY_ENV"
 confidential = ["state:a"]
 [features]
-flags = { "a" = true, "b" = 1, "c" = "x", "d" = 0.5 }
+flags = { "a" = true, "b" = false }
 [features.openfeature]
 provider = "flagd"
 path = "flags.json"
@@ -124,8 +124,7 @@ def test_the_spec_example_parses() -> None:
 
 def test_every_key_parses() -> None:
     p = parse_policy(EVERY_KEY, "p.toml").policy
-    assert p.features.flags == {"a": True, "b": 1, "c": "x", "d": 0.5}
-    assert type(p.features.flags["b"]) is int
+    assert p.features.flags == {"a": True, "b": False}
     assert p.features.openfeature is not None and p.features.openfeature.path == "flags.json"
     assert p.state.redis is not None and p.state.redis.url_env == "REDIS_URL"
     assert p.auth.introspection is not None
@@ -236,6 +235,13 @@ def test_a_dotted_flag_key_without_quotes_is_reported_at_its_table() -> None:
         "state.values.weather: Input should be a valid boolean"]
     assert problems("[features.flags]\nlaunch_window.open = true")[0] == (
         "features.flags.launch_window: Input should be a valid boolean")
+
+
+@pytest.mark.parametrize("value", ['"no"', '"true"', "1", "0.5", "[true]"])
+def test_a_static_flag_must_be_a_boolean(value: str) -> None:
+    # As static state: a typo such as "no" must not load as a silently unsatisfied flag.
+    assert problems(f'[features.flags]\n"beta" = {value}') == [
+        "features.flags.beta: Input should be a valid boolean"]
 
 
 def test_quoted_keys_in_key_paths() -> None:

@@ -61,6 +61,7 @@ def test_differences_name_the_tool_and_what_differs(tmp_path: Path) -> None:
 [[cases]]
 name = "wrong on purpose"
 claims = {ALICE}
+arguments = {{ vehicle = "Starship" }}
 state = {{ "weather.clear" = false }}
 expect.launch_rocket = {{ allowed = false, unmet = ["env:production"], withheld = 0 }}
 expect.fuel_status = {{ allowed = true }}
@@ -203,7 +204,7 @@ expect.get_weather = { allowed = true }
 """)
     assert problems_of(path).splitlines() == [
         f"{path}: invalid policy test file (1 problem(s)):",
-        "  cases[0].claims: claims.nested.exp: a TOML date or time is not a JSON claim value "
+        "  cases[0].claims: nested.exp: a TOML date or time is not a JSON value "
         "(use a number or a string)",
     ]
 
@@ -272,11 +273,25 @@ def test_absurd_nesting_is_a_clean_error() -> None:
                                "  (file): not usable TOML: nested too deeply")
 
 
+def test_a_case_calls_with_its_arguments(tmp_path: Path) -> None:
+    path = write_tests(tmp_path, f"""
+[[cases]]
+name = "a vehicle the range does not fly"
+claims = {ALICE}
+arguments = {{ vehicle = "Saturn V" }}
+expect.launch_rocket = {{ allowed = true }}
+""")
+    [result] = run_tests(load_tests(path))
+    assert result.differences == (
+        "launch_rocket: expected allowed, got denied (unmet [capability:rocket.launch])",)
+
+
 def test_tools_that_fail_start_up_validation(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text('[tools.t]\nrequirements = ["auth:oauth3"]\n', encoding="utf-8")
     path = write_tests(tmp_path, '[[cases]]\nname = "x"\nexpect.t = { allowed = true }\n',
                        head='policy = "p.toml"\n')
     assert problems_of(path) == (
         f"{path}: the tools under test fail start-up validation:\n"
-        "  tool 't': requirement 'auth:oauth3': unknown auth form (accepted forms: auth:oauth2, "
+        f"  {tmp_path / 'p.toml'}: tool 't': requirement 'auth:oauth3': unknown auth form "
+        "(accepted forms: auth:oauth2, "
         "auth:claim:NAME:VALUE, auth:scope:SCOPE)")

@@ -209,7 +209,7 @@ def test_lint_of_policy_requirements_is_reported_too() -> None:
     source = parse_policy(b'[tools.t]\nrequirements = ["env:a "]\n', "p.toml")
     guard = Guard(source, {}, entry_points=False)
     assert [str(f) for f in guard.findings] == [
-        "tool 't': requirement 'env:a ' has leading or trailing whitespace (it matches only "
+        "p.toml: tool 't': requirement 'env:a ' has leading or trailing whitespace (it matches only "
         "itself, exactly)"]
 
 

@@ -16,9 +16,6 @@ FLAGS = """
 [features.flags]
 "launch_window.open" = true
 "telemetry.v2" = false
-"as_string" = "true"
-"as_int" = 1
-"as_float" = 1.0
 """
 
 
@@ -57,9 +54,6 @@ async def test_a_true_flag_is_satisfied() -> None:
 
 @pytest.mark.parametrize(("key", "reason"), [
     ("telemetry.v2", "flag 'telemetry.v2' is false (policy)"),
-    ("as_string", "flag 'as_string' is not a boolean (policy: str)"),
-    ("as_int", "flag 'as_int' is not a boolean (policy: int)"),
-    ("as_float", "flag 'as_float' is not a boolean (policy: float)"),
     ("missing", "flag 'missing' is not defined (policy)"),
     ("Launch_window.open", "flag 'Launch_window.open' is not defined (policy)"),
     ("launch_window.open ", "flag 'launch_window.open ' is not defined (policy)"),

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit
 
-from ..errors import PolicyError
+from ..errors import FileReadError, PolicyError
+from ..files import read_bounded
 from ..policy.load import PolicySource
 from ..policy.model import HMAC_ALGORITHMS, Auth
 from .base import Authenticator, PassThroughAuthenticator
@@ -115,9 +116,9 @@ def static_keys(source: PolicySource, problems: list[str]) -> list[VerificationK
             data = entry.encode()
         else:
             try:
-                data = source.resolve_path(entry).read_bytes()
-            except OSError as exc:
-                problems.append(f"{path}: cannot read {entry!r}: {exc.strerror or exc}")
+                data = read_bounded(source.resolve_path(entry))
+            except FileReadError as exc:
+                problems.append(f"{path}: {entry!r}: {exc.problem}")
                 continue
         try:
             keys.append((path, key_from_pem(data)))

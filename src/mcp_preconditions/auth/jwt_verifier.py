@@ -24,11 +24,12 @@ _REQUIRED = ("iss", "aud", "exp")  # RFC 9068 §2.2; the others are checked when
 
 
 def base64url_decode(segment: str) -> bytes:
-    """Strict base64url (RFC 7515 §2): characters outside the alphabet and non-canonical encodings
-    are errors (as in pyjwt 2.15), so one token has one spelling."""
-    stripped = segment.rstrip("=")
-    decoded = base64.b64decode(stripped + "=" * (-len(stripped) % 4), altchars=b"-_", validate=True)
-    if base64.urlsafe_b64encode(decoded).rstrip(b"=") != stripped.encode("ascii"):
+    """Strict base64url (RFC 7515 §2): `=` padding, characters outside the alphabet and
+    non-canonical encodings are errors, so one token has exactly one spelling (and one cache key)."""
+    if "=" in segment:  # JWS compact serialization is unpadded; `sig=` and `sig==` are other tokens
+        raise ValueError("base64url padding is not allowed in a JWT")
+    decoded = base64.b64decode(segment + "=" * (-len(segment) % 4), altchars=b"-_", validate=True)
+    if base64.urlsafe_b64encode(decoded).rstrip(b"=") != segment.encode("ascii"):
         raise ValueError("not canonical base64url")
     return decoded
 

@@ -8,14 +8,28 @@ traceback: 0 done, 1 findings, 2 bad input or usage.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import sys
 from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import PreconditionsError
-from . import core_cmds, gateway_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds
+from . import (
+    core_cmds,
+    demo_cmd,
+    gateway_cmds,
+    lint_cmd,
+    log_cmds,
+    policy_cmds,
+    presentation_cmds,
+    server_cmds,
+)
 from ._output import BAD_INPUT, PROG, fail
 
 __all__ = ["build_parser", "main"]
+# What writing our output can fail with; the commands' own file reads name their file instead.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,9 +39,27 @@ def build_parser() -> argparse.ArgumentParser:
                "2 bad input or usage.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, gateway_cmds):
+    for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd,
+                   gateway_cmds, log_cmds):
         module.register(subparsers)
     return parser
+
+
+def _needs_stdout(args: argparse.Namespace) -> bool:
+    """Every command prints its result on stdout but `serve` over HTTP (it announces on stderr)."""
+    return not (args.command == "serve" and args.transport == "http")
+
+
+def _output_lost(exc: OSError) -> int:
+    """stdout went away (a closed pipe, a full disk): say so once, and keep the interpreter's own
+    flush at exit from failing again with a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+    return fail(f"standard output: cannot write: {exc.strerror or exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,11 +69,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and usage errors: argparse has printed already
         return exc.code if isinstance(exc.code, int) else BAD_INPUT
+    if sys.stdout is None and _needs_stdout(args):  # started with stdout closed (`>&-`)
+        return fail("standard output is closed; there is nowhere to print the result")
     try:
         code: int = args.func(args)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a write error surfaces here, not in the interpreter's exit
     except PreconditionsError as exc:
-        return fail(str(exc))
-    except OSError as exc:  # a file the libraries read themselves; their own errors name it
+        return fail(exc.lines())
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        return _output_lost(exc)
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:  # stdout on a full disk, /dev/full
+            return _output_lost(exc)
+        # a file the libraries read themselves; their own errors name it
         where = f"{exc.filename}: " if exc.filename else ""
         return fail(f"{where}{exc.strerror or exc}")
     except RecursionError:  # a parser below us met absurd nesting; still bad input, not a crash

@@ -1,5 +1,7 @@
-"""Printing for the core subcommands: errors and warnings on stderr, JSON and aligned tables on stdout.
+"""Printing for the subcommands: errors and warnings on stderr, JSON and aligned tables on stdout.
 
+Every message is one line per problem with control, bidi and invisible characters escaped, so a
+hostile file name or tool name can neither forge a line nor reorder what a terminal shows.
 Exit codes: 0 done, 1 findings (lint errors, failing policy tests), 2 bad input or usage.
 """
 
@@ -8,21 +10,58 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 PROG = "mcp-preconditions"
 OK, FINDINGS, BAD_INPUT = 0, 1, 2
+# Characters a terminal does not show as themselves: controls (Cc), formats such as the bidi
+# overrides U+202A-U+202E and U+2066-U+2069 (Cf), lone surrogates (Cs), private-use and unassigned
+# code points (Co, Cn), and line/paragraph separators (Zl, Zp).
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
-def fail(message: str) -> int:
-    """Report bad input on stderr; returns the exit code 2."""
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+def hidden_characters(text: str) -> list[str]:
+    """The characters of `text` a terminal would not show as themselves, as `U+XXXX`, in order."""
+    if text.isascii() and text.isprintable():
+        return []
+    found = (f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in _HIDDEN)
+    return list(dict.fromkeys(found))
+
+
+def escape(text: str) -> str:
+    """`text` with every hidden character written as a Python escape (`\\n`, `\\u202e`)."""
+    if text.isascii() and text.isprintable():
+        return text
+    out: list[str] = []
+    for char in text:
+        if unicodedata.category(char) not in _HIDDEN:
+            out.append(char)
+        elif char in "\n\r\t":
+            out.append(repr(char)[1:-1])
+        else:
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+                       else f"\\U{code:08x}")
+    return "".join(out)
+
+
+def _say(kind: str, lines: Iterable[str]) -> None:
+    if sys.stderr is None:  # stderr closed: the exit code is all that is left to say it with
+        return
+    for line in lines:
+        print(f"{PROG}: {kind}: {escape(line)}", file=sys.stderr)
+
+
+def fail(message: str | Sequence[str]) -> int:
+    """Report bad input on stderr, one line per problem; returns the exit code 2."""
+    _say("error", [message] if isinstance(message, str) else message)
     return BAD_INPUT
 
 
 def warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr)
+    _say("warning", [message])
 
 
 def print_json(payload: Mapping[str, Any]) -> None:
@@ -30,9 +69,10 @@ def print_json(payload: Mapping[str, Any]) -> None:
 
 
 def table(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows as lines with every column but the last padded to its widest cell."""
+    """Rows as lines with every column but the last padded to its widest cell (cells escaped)."""
     if not rows:
         return []
+    rows = [[escape(cell) for cell in row] for row in rows]
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]) - 1)]
     return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
             for row in rows]

@@ -7,24 +7,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from typing import Any
 
 from ..client import FilterMode, FilterResult, ToolVerdict, filter_tools
 from ..errors import InputError
-from ..files import read_claims, read_knowledge, read_tools
+from ..files import find_surrogate, json_type, read_claims, read_json, read_knowledge, read_line, read_tools
 from ..guard import Guard
 from ..outcomes import Decision
 from ..policy import load_policy
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
 from ..wire import raw_requirements
 from ._output import OK, add_format, fail, print_json, table, warn
+from ._resolvers import add_resolver_option, resolvers_from
 
 
 # --- check --------------------------------------------------------------------------------------
 def _read_token(value: str) -> str:
     """The token argument; `-` reads it from standard input, keeping it out of the process list."""
-    token = sys.stdin.readline().strip() if value == "-" else value
+    token = read_line(sys.stdin, "--token -: standard input").strip() if value == "-" else value
     if not token:
         raise InputError("--token: the token is empty")
     return token
@@ -45,21 +47,39 @@ async def _identity(guard: Guard, args: argparse.Namespace) -> tuple[Identity, s
     return identity, f"{identity.subject or '(no sub)'} (verified {identity.principal.kind} token)"
 
 
+def _arguments(value: str | None) -> dict[str, Any] | None:
+    """`--arguments`: a JSON object given inline, or `@FILE` naming a file holding one."""
+    if value is None:
+        return None
+    if value.startswith("@"):
+        parsed, where = read_json(value[1:]), value[1:]
+    else:
+        where = "--arguments"
+        try:
+            parsed = json.loads(value)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InputError(f"--arguments: not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InputError(f"{where}: the call's arguments must be a JSON object, got {json_type(parsed)}")
+    found = find_surrogate(parsed)
+    if found is not None:
+        raise InputError(f"{where}: {found[0]}: lone surrogate {found[1]}: not Unicode text")
+    return parsed
+
+
 async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
                   ) -> tuple[list[Decision], str]:
     identity, who = await _identity(guard, args)
-    decisions = [await guard.check_identity(n, identity, record=False) for n in names]
+    arguments = _arguments(args.arguments)
+    decisions = [await guard.check_identity(n, identity, arguments, record=False) for n in names]
     return decisions, who
 
 
-def _start_up_errors(guard: Guard, tools_path: str) -> str | None:
-    """The message for tools that would refuse to start, or None when every tool compiles."""
-    errors = [f for f in guard.findings if f.severity == "error"]
-    if not errors:
-        return None
-    bad = list(dict.fromkeys(f.tool for f in errors))
-    lines = "\n".join(f"  {f}" for f in errors)
-    return f"{tools_path}: {len(bad)} tool(s) fail start-up validation: {', '.join(bad)}\n{lines}"
+def start_up_errors(guard: Guard, tools_path: str) -> list[str]:
+    """One line per requirement that would refuse to start, blamed on the file it came from: the
+    policy for a requirement its `[tools.X]` added (the finding's `source`), else the tools file."""
+    return [f"{f.source or tools_path}: tool '{f.tool}': {f.message}"
+            for f in guard.findings if f.severity == "error"]
 
 
 def _marked(decision: Decision, requirement: str) -> str:
@@ -102,10 +122,11 @@ def run_check(args: argparse.Namespace) -> int:
     names = [t["name"] for t in tools]
     if args.tool is not None and args.tool not in names:
         return fail(f"--tool: no tool named {args.tool!r} in {args.tools} (tools: {', '.join(names)})")
-    guard = Guard(source, {t["name"]: raw_requirements(t) for t in tools}, strict=False)
-    problem = _start_up_errors(guard, args.tools)
-    if problem is not None:
-        return fail(problem)
+    guard = Guard(source, {t["name"]: raw_requirements(t) for t in tools}, strict=False,
+                  resolvers=resolvers_from(args))
+    problems = start_up_errors(guard, args.tools)
+    if problems:
+        return fail(problems)
     selected = [args.tool] if args.tool is not None else names
     decisions, who = asyncio.run(_decide(guard, selected, args))
     outcomes = args.tool is not None
@@ -169,6 +190,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      "says ('-' reads it from standard input); neither flag: anonymous")
     check.add_argument("--tool", metavar="NAME", help="only this tool, with every requirement's "
                        "outcome and reason")
+    check.add_argument("--arguments", metavar="JSON", help="the call's arguments, a JSON object "
+                       "(or @FILE): capability grants with argument conditions read them")
+    add_resolver_option(check)
     add_format(check)
     check.set_defaults(func=run_check)
 

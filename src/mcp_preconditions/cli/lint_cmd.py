@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..analysis import never_match_findings
 from ..files import read_tools
 from ..guard import EMPTY_POLICY, Guard
 from ..policy import PolicySource, load_policy
 from ..requirements import Finding
+from ..resolvers import Resolver
 from ..wire import META_KEY, raw_requirements
-from ._output import FINDINGS, OK, add_format, print_json
+from ._output import FINDINGS, OK, add_format, escape, print_json
+from ._resolvers import add_resolver_option, resolvers_from
 
 TierLint = Callable[[list[dict[str, Any]], str], list[Finding]]
 
@@ -53,11 +56,11 @@ def _attributed(finding: Finding, code: Any, policy: PolicySource | None, tools_
     return dataclasses.replace(finding, source=source)
 
 
-def lint_findings(tools: list[dict[str, Any]], tools_path: str,
-                  policy: PolicySource | None) -> list[Finding]:
+def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySource | None,
+                  resolvers: Iterable[Resolver] = ()) -> list[Finding]:
     """Every error and warning about the tools' requirements (and the policy's, when given)."""
     raw = {t["name"]: raw_requirements(t) for t in tools}
-    guard = Guard(policy or EMPTY_POLICY, raw, strict=False)
+    guard = Guard(policy or EMPTY_POLICY, raw, strict=False, resolvers=resolvers)
     found = [_attributed(f, raw.get(f.tool), policy, tools_path) for f in guard.findings]
     for tool in tools:
         found += _wire_findings(tool, tools_path)
@@ -65,6 +68,7 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str,
         found += [Finding("warning", name, f"the policy's [tools.{name}] names a tool that is not in "
                                            f"{tools_path}", None, policy.source)
                   for name in policy.policy.tools if name not in raw]
+        found += never_match_findings(guard.snapshot, tools)
     tier_lint = _tier_lint()
     if tier_lint is not None:
         found += tier_lint(tools, tools_path)
@@ -75,14 +79,14 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str,
 
 
 def _line(finding: Finding) -> str:
-    return f"{finding.source}: {finding.severity}: tool '{finding.tool}': {finding.message}"
+    return escape(f"{finding.source}: {finding.severity}: tool '{finding.tool}': {finding.message}")
 
 
 def run_lint(args: argparse.Namespace) -> int:
-    """`lint`: exit 1 when any error-severity finding; warnings alone exit 0."""
+    """`lint`: exit 1 when any error-severity finding (with --strict, any finding at all)."""
     policy = load_policy(args.policy) if args.policy is not None else None
     tools = read_tools(args.tools)
-    findings = lint_findings(tools, args.tools, policy)
+    findings = lint_findings(tools, args.tools, policy, resolvers_from(args))
     errors = sum(1 for f in findings if f.severity == "error")
     warnings = len(findings) - errors
     if args.format == "json":
@@ -92,7 +96,7 @@ def run_lint(args: argparse.Namespace) -> int:
         for finding in findings:
             print(_line(finding))
         print(f"{errors} error(s), {warnings} warning(s) in {len(tools)} tool(s)")
-    return FINDINGS if errors else OK
+    return FINDINGS if errors or (args.strict and warnings) else OK
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,11 +105,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "lint", help="report malformed or suspicious requirements, with file and tool",
         description="Report requirements that would refuse start-up (errors: shape, namespace, form) "
                     "and suspicious ones (warnings: whitespace, invisible characters, mixed scripts, "
-                    "duplicates), policy entries for unknown tools, and tier schemas that are not "
-                    "callable against the full schema. Exit 1 when there is any error.")
+                    "duplicates), policy entries for unknown tools, rules that can never match "
+                    "(tools no caller can be allowed, grants that never apply, argument conditions "
+                    "the inputSchema rules out), and tier schemas that are not callable against the "
+                    "full schema. Exit 1 when there is any error (with --strict, any warning too).")
     lint.add_argument("--tools", required=True, metavar="T",
                       help='tools file: a tools/list result {"tools": [...]} or an array of tools')
     lint.add_argument("--policy", metavar="P", help="policy file: its namespaces, forms and [tools] "
                       "requirements (default: the built-in namespaces, an empty policy)")
+    lint.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    add_resolver_option(lint)
     add_format(lint)
     lint.set_defaults(func=run_lint)

@@ -5,6 +5,7 @@ a policy test file.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..errors import PolicyError
 from ..guard import Guard
@@ -12,7 +13,8 @@ from ..policy import PolicySource, load_policy, policy_schema
 from ..policy.load import key_path
 from ..policy.testing import load_tests, report, run_tests
 from ..requirements import FormChecker, lint, validate
-from ._output import FINDINGS, OK, add_format, print_json, warn
+from ._output import FINDINGS, OK, add_format, fail, hidden_characters, print_json, warn
+from ._resolvers import add_resolver_option, resolvers_from
 
 
 def requirement_problems(source: PolicySource, registry: FormChecker) -> tuple[list[str], list[str]]:
@@ -20,6 +22,11 @@ def requirement_problems(source: PolicySource, registry: FormChecker) -> tuple[l
     errors: list[str] = []
     warnings: list[str] = []
     for name, entry in source.policy.tools.items():
+        odd = hidden_characters(name)
+        if odd or name != name.strip():
+            what = ", ".join(odd) if odd else "leading or trailing white space"
+            warnings.append(f"{key_path(('tools', name))}: the tool name holds characters a reader "
+                            f"cannot see ({what}); it applies only to a tool named exactly so")
         reqs = entry.requirements
         for kind, found in ((errors, validate(name, reqs, registry)), (warnings, lint(name, reqs))):
             for f in found:
@@ -34,16 +41,32 @@ def requirement_problems(source: PolicySource, registry: FormChecker) -> tuple[l
     return errors, warnings
 
 
+def _validate_json(path: str, revision: str | None, errors: list[str],
+                   warnings: list[str]) -> dict[str, Any]:
+    return {"policy": path, "valid": not errors, "revision": revision, "errors": errors,
+            "warnings": warnings}
+
+
 def run_validate(args: argparse.Namespace) -> int:
-    """`policy validate`: exit 0 with `OK: P (revision R)`, else 2 with every problem by key path."""
-    source = load_policy(args.policy)
-    guard = Guard(source, {}, strict=False)
+    """`policy validate`: exit 0 with `OK: P (revision R)`, else 2 with every problem by key path,
+    one line each. With --format json the same verdict is also a JSON document on stdout."""
+    resolvers = resolvers_from(args)
+    try:
+        source = load_policy(args.policy)
+        guard = Guard(source, {}, strict=False, resolvers=resolvers)
+    except PolicyError as exc:
+        if args.format == "json":
+            print_json(_validate_json(args.policy, None, exc.problems, []))
+        raise
     errors, warnings = requirement_problems(source, guard.snapshot.registry)
+    if args.format == "json":
+        print_json(_validate_json(args.policy, source.revision, errors, warnings))
     if errors:
-        raise PolicyError(args.policy, errors)
+        return fail(PolicyError(args.policy, errors).lines())
     for message in warnings:
         warn(f"{args.policy}: {message}")
-    print(f"OK: {args.policy} (revision {source.revision})")
+    if args.format != "json":
+        print(f"OK: {args.policy} (revision {source.revision})")
     return OK
 
 
@@ -55,7 +78,7 @@ def run_schema(args: argparse.Namespace) -> int:
 
 def run_test(args: argparse.Namespace) -> int:
     """`policy test`: run every case; exit 1 if any fails."""
-    results = run_tests(load_tests(args.tests))
+    results = run_tests(load_tests(args.tests, resolvers_from(args)))
     failed = sum(1 for r in results if not r.passed)
     if args.format == "json":
         print_json({"cases": [r.to_dict() for r in results], "passed": len(results) - failed,
@@ -75,6 +98,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                        "requirements in its [tools] and grants that no resolver "
                                        "accepts. Exit 0 when valid, 2 otherwise.")
     check.add_argument("policy", metavar="P", help="policy file (TOML)")
+    add_resolver_option(check)
+    add_format(check)
     check.set_defaults(func=run_validate)
     schema = sub.add_parser("schema", help="print the policy format's JSON Schema",
                             description="Print the JSON Schema of the policy format (for editors).")
@@ -85,5 +110,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "the expected decision per tool. Exit 1 if any case fails.")
     test.add_argument("tests", metavar="P", help="policy test file (TOML), e.g. "
                       "policies/mission-control.tests.toml")
+    add_resolver_option(test)
     add_format(test)
     test.set_defaults(func=run_test)

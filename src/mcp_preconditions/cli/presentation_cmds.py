@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputError
@@ -26,8 +24,8 @@ from ..presentation import (
     route_tools,
 )
 from ..presentation.preferences import is_unit
+from ._output import OK, add_format, escape, fail, print_json, table
 
-PROG = "mcp-preconditions"
 PRECEDENCES = {"standard": STANDARD, "angie": ANGIE}
 
 
@@ -41,27 +39,12 @@ def _unit_float(text: str) -> float:
     return value
 
 
-def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _print_json(payload: Mapping[str, Any]) -> None:
-    print(json.dumps(payload, indent=2, ensure_ascii=False))
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]) - 1)]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
-            for row in rows]
-
-
 def _route_table(routes: list[Route]) -> str:
-    lines = _table([("TOOL", "MODEL", "REASON")] + [(r.tool, r.model, r.reason) for r in routes])
+    lines = table([("TOOL", "MODEL", "REASON")] + [(r.tool, r.model, r.reason) for r in routes])
     out = [lines[0]]
     for line, route in zip(lines[1:], routes, strict=True):
         out.append(line)
-        out += [f"    warning: {w}" for w in route.warnings]
+        out += [f"    warning: {escape(w)}" for w in route.warnings]
     return "\n".join(out)
 
 
@@ -72,24 +55,24 @@ def _policy(args: argparse.Namespace) -> RoutingPolicy:
 
 def run_route(args: argparse.Namespace) -> int:
     """`route`: the model chosen for each tool, and why."""
-    try:
+    try:  # InputErrors are handled here too: tests and embedders call this without main()
         tools = read_tools(args.tools)
         catalog = load_catalog(args.catalog)
         if args.user_model is not None:
             try:
                 catalog.require(args.user_model)
             except InputError as exc:
-                return _fail(f"--user-model: {exc}")
+                return fail(f"--user-model: {exc}")
         routes = route_tools(tools, catalog, user_model=args.user_model, policy=_policy(args))
     except InputError as exc:
-        return _fail(str(exc))
+        return fail(exc.lines())
     if args.format == "json":
-        _print_json({"routes": [r.to_dict() for r in routes]})
+        print_json({"routes": [r.to_dict() for r in routes]})
     elif routes:
         print(_route_table(routes))
     else:
         print("no tools")
-    return 0
+    return OK
 
 
 def _params(schema: Any) -> str:
@@ -112,7 +95,7 @@ def _present_table(result: Presentation, total: int) -> str:
             out.append(f"  {tool['name']}({_params(tool.get('inputSchema'))})"
                        f"  {description[0] if description else ''}".rstrip())
     out += [f"warning: {w}" for w in result.warnings]
-    return "\n".join(out)
+    return "\n".join(map(escape, out))
 
 
 def run_present(args: argparse.Namespace) -> int:
@@ -121,17 +104,12 @@ def run_present(args: argparse.Namespace) -> int:
         tools = read_tools(args.tools)
         result = present(tools, args.tier)
     except InputError as exc:
-        return _fail(str(exc))
+        return fail(exc.lines())
     if args.format == "json":
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     else:
         print(_present_table(result, len(tools)))
-    return 0
-
-
-def _add_format(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=("table", "json"), default="table",
-                        help="output format (default: table)")
+    return OK
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -153,7 +131,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name in ("intelligence", "cost", "speed"):
         route.add_argument(f"--max-{name}", type=_unit_float, default=1.0, metavar="P",
                            help=f"client cap on the tools' {name}Priority (0..1, default 1)")
-    _add_format(route)
+    add_format(route)
     route.set_defaults(func=run_route)
 
     show = subparsers.add_parser(
@@ -162,5 +140,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "to the top-level ones), grouped by category, ordered by priority, with its size.")
     show.add_argument("--tools", required=True, metavar="T", help="tools file")
     show.add_argument("--tier", required=True, choices=TIERS, help="the model tier")
-    _add_format(show)
+    add_format(show)
     show.set_defaults(func=run_present)

@@ -40,8 +40,11 @@ FORWARDED = frozenset({"prompts/list", "prompts/get", "resources/list", "resourc
 # Client notifications the upstream must see (progress for its requests, a client's roots).
 FORWARDED_NOTIFICATIONS = frozenset({"notifications/roots/list_changed", "notifications/progress"})
 SERVER_NAME = "mcp-preconditions-gateway"
-# How long `initialize` waits for an upstream that is still starting before answering without it.
-CONNECT_WAIT_SECONDS = 10.0
+# How long the handshake waits for an upstream that is still starting before answering with the
+# gateway's own capabilities: `server/discover` stays well inside the SDK client's 10 s probe
+# timeout (a timed-out probe strands the client: the connection has already chosen 2026-07-28).
+CONNECT_WAIT_SECONDS = 20.0
+DISCOVER_WAIT_SECONDS = 5.0
 
 CredentialsOf = Callable[[ServerRequestContext[Any, Any]], Credentials]
 
@@ -172,7 +175,7 @@ class Gateway:
 
     async def _discover(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         result = await call_next(ctx)
-        connected = await self.upstream.wait_connected(CONNECT_WAIT_SECONDS)
+        connected = await self.upstream.wait_connected(DISCOVER_WAIT_SECONDS)
         if isinstance(result, dict) and connected is not None:
             result["capabilities"] = bridge.downstream_capabilities(connected.capabilities,
                                                                     ctx.protocol_version)

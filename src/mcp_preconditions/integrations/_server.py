@@ -9,15 +9,15 @@ only hook it in, and tell it which requirements each tool's function carries.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
@@ -27,9 +27,9 @@ from ..outcomes import Decision
 from ..policy.load import PolicySource
 from ..principal import Credentials
 from ..requirements import merge, validate
-from ..wire import with_requirements
+from ..wire import meta_requirements, wire_requirements, with_requirements
 from ._calls import credentials_from_request, denial_error, denial_result
-from ._sessions import LISTENER, TargetedBus, Watch, Watches
+from ._sessions import TargetedBus, Watches
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ CredentialsHook = Callable[[Any], Credentials]
 DenialMode = Literal["result", "jsonrpc"]
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
+# How many `tools/list` pages the lowlevel call path reads to learn a tool's advertised requirements
+# before it gives up and refuses the call (a handler whose cursors never end must not hang it).
+MAX_LIST_PAGES = 1000
 
 
 def requirements_of(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -67,12 +70,6 @@ def register_function(fn: Callable[..., Any], preconditions: Preconditions, tool
         setattr(fn, TOOLS_ATTR, (*getattr(fn, TOOLS_ATTR, ()), (preconditions, tool)))
 
 
-def own_requirements(guard: Guard, tool: str) -> tuple[str, ...] | None:
-    """A tool's own (code) requirements without the policy's (None is kept in the signature for
-    callers that fall back to the effective list, failing closed)."""
-    return guard.own_requirements(tool)
-
-
 def as_wire_dict(result: HandlerResult) -> dict[str, Any] | None:
     if isinstance(result, dict):
         return result
@@ -91,9 +88,10 @@ class Preconditions:
     the `subscriptions/listen` bus used to reach 2026-07-28 sessions.
 
     Adapter settings: `tool_functions` says the adapter reads the requirements each tool's function
-    carries (so `requires` without `name` only marks the function); `guard_calls` makes this
-    middleware decide every `tools/call` itself (the lowlevel Server, whose handler may be
-    registered at any time).
+    and `_meta` carry from its own registry (so `requires` without `name` only marks the function);
+    without it, this middleware reads the server's whole `tools/list` before a call to a tool no
+    listing has shown, and enforces what it advertises. `guard_calls` makes this middleware decide
+    every `tools/call` itself (the lowlevel Server, whose handler may be registered at any time).
     """
 
     def __init__(self, guard: Guard, *, list_filtering: bool | None = None,
@@ -104,7 +102,6 @@ class Preconditions:
         self.tool_functions = tool_functions
         self.guard_calls = guard_calls
         self.declared: set[str] = set()  # tool names given requirements by name, in code
-        self._attached: dict[str, tuple[str, ...]] = {}  # requirements `attach` added, per tool
         # Per tool: the function's requirement tuple and the guard's registration token with which
         # `attach` last found nothing to add (see `attach_function`; adapters read it on every call
         # to skip that call when nothing changed). Written only by `attach_function`.
@@ -117,6 +114,9 @@ class Preconditions:
         self.notify_list_changed = notify_list_changed
         self.bus = bus if bus is not None else TargetedBus()
         self._watches = Watches()
+        self.listed: set[str] = set()  # every tool name a `tools/list` answer has shown
+        self.known: frozenset[str] | None = None  # the tool names last told to `Guard.know_tools`
+        self.told = False  # whether the guard accepted `known` with the policy in force
 
     # -- settings --------------------------------------------------------------------------------
     @property
@@ -130,36 +130,47 @@ class Preconditions:
         return self._denial or self.guard.snapshot.source.policy.guard.denial
 
     def add_tool(self, name: str, requirements: Sequence[str]) -> None:
-        """Declare a tool's own requirements; raises RequirementError now if one is invalid."""
-        self.guard.add_tool(name, list(requirements))
+        """Declare a tool's own requirements, added to those it has (a second declaration for one
+        name never drops a requirement); raises RequirementError now if one is invalid."""
+        self.validate(name, requirements)
+        self.attach(name, requirements)
         self.declared.add(name)
+
+    def know(self, names: Iterable[str]) -> None:
+        """Tell the guard the server's tool names (`Guard.know_tools`) when they changed since it was
+        last told: a policy `[tools.NAME]` that nearly matches one raises PolicyError, now and at
+        every reload. Until it has succeeded, it is tried again (and raises again) on every call."""
+        known = frozenset(names)
+        if known != self.known or not self.told:
+            self.told = False
+            self.guard.know_tools(sorted(known))
+            self.known = known
+        self.told = True
 
     def attach(self, name: str, requirements: Sequence[str]) -> bool:
         """Make sure tool `name` has at least `requirements` (added to its own; never removes one).
         Returns whether the guard changed. Raises RequirementError if one is invalid."""
         # Compared with the tool's own list, not the effective one: a requirement the policy also
         # lists must still be the tool's own, or a reload dropping it from the policy would open it.
-        own = own_requirements(self.guard, name)
-        if own is None:  # the guard cannot say: keep everything in effect now (fail closed)
-            if all(r in self._attached.get(name, ()) for r in requirements):
-                return False
-            own = self.guard.requirements_for(name)
-        elif all(r in own for r in requirements):
+        own = self.guard.own_requirements(name)
+        if all(r in own for r in requirements):
             return False
         self.guard.add_tool(name, list(merge(own, requirements)))
-        self._attached[name] = merge(self._attached.get(name, ()), requirements)
         return True
 
-    def attach_function(self, name: str, fn: Callable[..., Any]) -> None:
-        """`attach` the requirements tool `name`'s function carries now; run before every call.
-        Skipped while neither the function's (immutable) requirement tuple nor the guard's own
-        requirements changed since `attach` last found nothing to add."""
+    def attach_function(self, name: str, fn: Callable[..., Any],
+                        meta: Mapping[str, Any] | None = None) -> None:
+        """`attach` the requirements tool `name`'s function carries now, and those its `_meta`
+        mirror advertises; run before every call. Skipped while neither the function's (immutable)
+        requirement tuple nor the guard's own requirements changed since `attach` last found
+        nothing to add, and the tool's meta advertises none."""
         raw = getattr(fn, REQUIREMENTS_ATTR, ())
         token = self.guard.registration  # read before attach: a change meanwhile means re-check
+        mirrored = meta_requirements(name, meta)
         settled = self.settled.get(name)
-        if settled is not None and settled[0] is raw and settled[1] is token:
+        if settled is not None and settled[0] is raw and settled[1] is token and not mirrored:
             return
-        if not self.attach(name, tuple(raw)) and type(raw) is tuple:
+        if not self.attach(name, merge(raw, mirrored)) and type(raw) is tuple and not mirrored:
             self.settled[name] = (raw, token)  # holds both: identities are never reused
 
     def validate(self, tool: str, requirements: Sequence[str]) -> None:
@@ -221,7 +232,7 @@ class Preconditions:
                  ) -> Coroutine[Any, Any, HandlerResult]:
         """`ServerMiddleware`: put requirements on the `tools/list` wire (after the SDK's
         per-version filter), filter it per principal, and track sessions for list_changed."""
-        if ctx.method == "tools/call" and not self.guard_calls:
+        if ctx.method == "tools/call" and not self.guard_calls and self.tool_functions:
             # Decided below, in the adapter's tool-call handler (or interceptor): hand the call on
             # without a coroutine of our own, nor a cast() call (this sits on every call's path).
             # The SDK only awaits what we return.
@@ -230,7 +241,7 @@ class Preconditions:
 
     async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         method = ctx.method
-        if method == "tools/call" and self.guard_calls:
+        if method == "tools/call":  # a flavour that cannot read tool registrations
             return await self._call_tool(ctx, call_next)
         if method == "tools/list":
             return await self._list_tools(ctx, call_next)
@@ -248,6 +259,10 @@ class Preconditions:
         if not isinstance(name, str):
             raise MCPError(INVALID_PARAMS, "Invalid request parameters: tools/call needs a string "
                                            "'name'")
+        if not self.told or name not in self.listed:  # what a list would show is enforced too
+            await self._learn_listing(ctx, call_next)
+        if not self.guard_calls:  # decided further in (a plain MCPServer's extension)
+            return await call_next(ctx)
         arguments = params.get("arguments")
         decision = await self.guard.check(name, self.credentials(ctx.request),
                                           arguments if isinstance(arguments, Mapping) else None)
@@ -255,11 +270,49 @@ class Preconditions:
             return self.refusal(decision)
         return await call_next(ctx)
 
+    async def _learn_listing(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
+        """Ask the rest of the chain for the whole `tools/list` (every page) and adopt what it
+        advertises, before a call to a tool no listing has shown yet (a lowlevel Server's tools
+        exist only in its list handler's answer). Any failure refuses the call."""
+        meta = (ctx.params or {}).get("_meta")  # 2026-07-28 requests carry their version there
+        base = {"_meta": meta} if meta is not None else {}
+        cursor: object = None
+        listing: list[object] = []
+        for _ in range(MAX_LIST_PAGES):
+            page = dataclasses.replace(ctx, method="tools/list", params=base if cursor is None
+                                       else {**base, "cursor": cursor})
+            result = as_wire_dict(await call_next(page))
+            tools = result.get("tools") if result is not None else None
+            if result is None or not isinstance(tools, list):
+                raise MCPError(INTERNAL_ERROR, "the guard could not read the server's tools/list")
+            listing += tools
+            cursor = result.get("nextCursor")
+            if cursor is None:
+                self.adopt(listing)
+                return
+        raise MCPError(INTERNAL_ERROR, f"the server's tools/list has over {MAX_LIST_PAGES} pages")
+
+    def adopt(self, tools: Sequence[object]) -> None:
+        """Enforce every requirement the listed `tools` carry (what the list will show is what the
+        guard checks) and, for a lowlevel Server, tell the guard its tool names."""
+        names = []
+        try:
+            for tool in tools:
+                if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                    self.attach(tool["name"], wire_requirements(tool))
+                    names.append(tool["name"])
+        except RequirementError as exc:  # fail closed: shown unenforced is not an option
+            raise MCPError(INTERNAL_ERROR, f"the guard refuses this tool list: {exc}") from exc
+        if not self.tool_functions:  # the listing is all we know of this server's tools
+            self.know(self.listed.union(names))  # before `listed`: a refusal is retried per call
+        self.listed.update(names)
+
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         result = as_wire_dict(await call_next(ctx))
         tools = result.get("tools") if result is not None else None
         if result is None or not isinstance(tools, list):
             return result
+        self.adopt(tools)
         credentials = self.credentials(ctx.request)
         if self.list_filtering:
             names = [t.get("name") for t in tools if isinstance(t, dict)]
@@ -278,33 +331,11 @@ class Preconditions:
 
     async def _watch_connection(self, ctx: ServerRequestContext[Any, Any],
                                 credentials: Credentials) -> None:
-        # The SDK hands middleware a per-request session; the connection behind it is the session
-        # a client holds (mcp 2.3.0 keeps it as `ServerSession._connection`).
-        connection = getattr(ctx.session, "_connection", None)
-        if connection is None or not getattr(connection, "has_standalone_channel", False):
-            return
-        view = await self.view(credentials)
-        watch = self._watches.get(connection)
-        if watch is not None:
-            watch.credentials, watch.view = credentials, view
-            return
-        self._watches.put(connection, Watch(credentials, view, connection.send_tool_list_changed))
-        connection.exit_stack.callback(self._watches.drop, connection)
+        await self._watches.watch_connection(ctx.session, credentials, self.view)
 
     async def _listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        key = object()
-        credentials = self.credentials(ctx.request)
-
-        async def notify() -> None:
-            await self.bus.publish_to(key, ToolsListChanged())
-
-        self._watches.put(key, Watch(credentials, await self.view(credentials), notify))
-        token = LISTENER.set(key)
-        try:
-            return await call_next(ctx)
-        finally:
-            LISTENER.reset(token)
-            self._watches.drop(key)
+        return await self._watches.listen(self.credentials(ctx.request), self.view, self.bus,
+                                          lambda: call_next(ctx))
 
     @staticmethod
     def _advertise_list_changed(result: HandlerResult) -> HandlerResult:

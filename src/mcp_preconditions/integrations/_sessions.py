@@ -11,13 +11,16 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio.lowlevel
-from mcp.server.subscriptions import ServerEvent
+from mcp.server.subscriptions import ServerEvent, ToolsListChanged
 
 from ..principal import Credentials
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
+View = Callable[[Credentials], Awaitable[Hashable]]  # a session's view of its tool list
 _UNKNOWN = object()  # the view of a session whose view could not be computed
 
 # The listen stream being opened in this task: set by the guard's middleware around the SDK's
@@ -88,7 +91,40 @@ class Watches:
     def __len__(self) -> int:
         return len(self._items)
 
-    async def refresh(self, view: Callable[[Credentials], Awaitable[Hashable]]) -> int:
+    async def watch_connection(self, session: Any, credentials: Credentials, view: View) -> None:
+        """Watch the connection behind a handshake-era request's `session` (those with a
+        standalone channel only), with the credentials it last used."""
+        # The SDK hands middleware a per-request session; the connection behind it is the session
+        # a client holds (mcp 2.3.0 keeps it as `ServerSession._connection`).
+        connection = getattr(session, "_connection", None)
+        if connection is None or not getattr(connection, "has_standalone_channel", False):
+            return
+        current = await view(credentials)
+        watch = self.get(connection)
+        if watch is not None:
+            watch.credentials, watch.view = credentials, current
+            return
+        self.put(connection, Watch(credentials, current, connection.send_tool_list_changed))
+        connection.exit_stack.callback(self.drop, connection)
+
+    async def listen(self, credentials: Credentials, view: View, bus: TargetedBus,
+                     serve: Callable[[], Awaitable[R]]) -> R:
+        """Watch one 2026-07-28 `subscriptions/listen` stream while `serve` (the SDK's handler)
+        runs it; its change events go to that stream alone."""
+        key = object()
+
+        async def notify() -> None:
+            await bus.publish_to(key, ToolsListChanged())
+
+        self.put(key, Watch(credentials, await view(credentials), notify))
+        token = LISTENER.set(key)
+        try:
+            return await serve()
+        finally:
+            LISTENER.reset(token)
+            self.drop(key)
+
+    async def refresh(self, view: View) -> int:
         """Recompute each session's view; notify those whose view changed. Returns how many."""
         sent = 0
         for watch in list(self._items.values()):

@@ -33,6 +33,7 @@ from mcp_types import SubscriptionsListenRequestParams
 
 from ..guard import Guard
 from ..requirements import merge
+from ..wire import meta_requirements
 from ._calls import denial_error, denial_meta, denial_text
 from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
 
@@ -74,10 +75,11 @@ async def resolve_tool(server: FastMCP[Any], name: str, version: VersionSpec | N
 
 
 async def requirements_of_tool(tool: Tool) -> tuple[str, ...]:
-    """The requirements `requires` attached to the function behind a tool, through tool transforms
-    (the parent tool) and mounted servers (the child server's tool)."""
+    """The requirements a tool carries: those `requires` attached to the function behind it and
+    its `_meta` mirror, through tool transforms (the parent tool) and mounted servers (the child
+    server's tool). Raises RequirementError for a mirror that is not a list of strings."""
     fn = getattr(tool, "fn", None)
-    found = requirements_of(fn) if callable(fn) else ()
+    found = merge(requirements_of(fn) if callable(fn) else (), meta_requirements(tool.name, tool.meta))
     if isinstance(tool, TransformedTool):
         return merge(found, await requirements_of_tool(tool.parent_tool))
     if isinstance(tool, FastMCPProviderTool):
@@ -121,6 +123,13 @@ class PreconditionsMiddleware(Middleware):
             self.preconditions.verify({t.name for t in await _all_tools(server)})
             self._verified = declared
 
+    async def _tell(self, server: FastMCP[Any], tool: str | None = None) -> None:
+        """`Guard.know_tools` with every tool name of the server (PolicyError for a near-miss
+        policy), when a call reaches a tool it was not told of (None: at every list)."""
+        pre = self.preconditions
+        if tool is None or not pre.told or pre.known is None or tool not in pre.known:
+            pre.know(t.name for t in await _all_tools(server))
+
     async def sync(self) -> None:
         """Register the requirements of every tool of the server (not only those a caller has
         listed or called), so session views for list_changed see them; verify declared names."""
@@ -128,6 +137,7 @@ class PreconditionsMiddleware(Middleware):
             return
         tools = await _all_tools(self.server)
         await self._verify(self.server)
+        self.preconditions.know(t.name for t in tools)
         for tool in tools:
             self.preconditions.attach(tool.name, await requirements_of_tool(tool))
 
@@ -135,7 +145,9 @@ class PreconditionsMiddleware(Middleware):
                             call_next: CallNext[mt.ListToolsRequest, Sequence[Tool]]
                             ) -> Sequence[Tool]:
         tools = await call_next(context)
-        await self._verify(self._server_of(context))
+        server = self._server_of(context)
+        await self._verify(server)
+        await self._tell(server)
         for tool in tools:
             self.preconditions.attach(tool.name, await requirements_of_tool(tool))
         return tools
@@ -148,6 +160,7 @@ class PreconditionsMiddleware(Middleware):
         tool = await resolve_tool(server, params.name, requested_version(params.meta))
         if tool is None:  # fastmcp's own answer for a name it cannot resolve; nothing runs
             raise NotFoundError(f"Unknown tool: {params.name!r}")
+        await self._tell(server, tool.name)
         self.preconditions.attach(tool.name, await requirements_of_tool(tool))
         decision = await self.preconditions.decide(_http_request(), tool.name, params.arguments)
         if decision.allowed:

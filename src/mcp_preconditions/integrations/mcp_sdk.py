@@ -24,13 +24,15 @@ from mcp_types import (
     CallToolResult,
     Icon,
     InputRequiredResult,
+    ListToolsResult,
+    PaginatedRequestParams,
     SubscriptionsListenRequestParams,
     ToolAnnotations,
 )
 
 from ..guard import Guard
 from ..requirements import merge
-from ..wire import META_KEY
+from ..wire import META_KEY, meta_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 from ._server import (
     REQUIREMENTS_ATTR,
@@ -78,18 +80,19 @@ class PreconditionsExtension(RequirementsExtension):
     (through `intercept_tool_call`): for a plain `MCPServer` built with `extensions=[...]`."""
 
     def __init__(self, preconditions: Preconditions,
-                 functions: Callable[[str], Callable[..., Any] | None] | None = None) -> None:
+                 register: Callable[[str], None] | None = None) -> None:
         self.preconditions = preconditions
-        self.functions = functions  # tool name -> the function that will run (None: unknown)
+        # Called with the tool name before each decision: makes sure the guard holds what the tool
+        # that will run carries (`GuardedMCPServer._register_call`).
+        self.register = register
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: Callable[[ServerRequestContext[Any, Any]], Any]
                                   ) -> HandlerResult:
-        fn = self.functions(params.name) if self.functions is not None else None
-        if fn is not None:  # requirements put on the function after registration count too
-            self.preconditions.attach_function(params.name, fn)
-        # `Preconditions.call`, inlined: one coroutine and one closure less on every call.
         pre = self.preconditions
+        if self.register is not None:
+            self.register(params.name)  # registers what will run: requirements put on it later count
+        # `Preconditions.call`, inlined: one coroutine and one closure less on every call.
         decision = await pre.guard.check(params.name, pre.credentials(ctx.request), params.arguments)
         if not decision.allowed:
             return pre.refusal(decision)
@@ -124,12 +127,13 @@ class GuardedMCPServer(MCPServer[Any]):
         self._guard_in_handler = (_HANDLER_HOOK and type(self)._handle_call_tool
                                   is GuardedMCPServer._handle_call_tool)
         extension = (RequirementsExtension() if self._guard_in_handler
-                     else PreconditionsExtension(self.preconditions, self._function_of))
+                     else PreconditionsExtension(self.preconditions, self._register_call))
         kwargs["extensions"] = [*kwargs.get("extensions", ()), extension]
         super().__init__(name, **kwargs)
         if self._guard_in_handler:
             self._check_call_handler()
         self.middleware.append(self.preconditions)
+        self.preconditions.sync = self._sync
 
     def _check_call_handler(self) -> None:
         """Make sure every `tools/call` reaches `_handle_call_tool` (the guard): refuse to build a
@@ -151,13 +155,16 @@ class GuardedMCPServer(MCPServer[Any]):
         if self._guard_in_handler:
             pre = self.preconditions
             name = params.name
+            if not pre.told:  # the tool set changed: the policy's names are checked against it
+                self._tell()
             tool = self._tool_manager.get_tool(name)
             if tool is not None:  # requirements put on the function after registration count too
                 fn = tool.fn  # `attach_function`'s "nothing changed" test, inlined (every call)
                 settled = pre.settled.get(name)
-                if (settled is None or settled[0] is not getattr(fn, REQUIREMENTS_ATTR, ())
+                if (tool.meta is not None or settled is None
+                        or settled[0] is not getattr(fn, REQUIREMENTS_ATTR, ())
                         or settled[1] is not pre.guard.registration):
-                    pre.attach_function(name, fn)
+                    pre.attach_function(name, fn, tool.meta)
             decision = await pre.guard.check(name, pre.credentials(ctx.request), params.arguments)
             if not decision.allowed:
                 return pre.refusal(decision)
@@ -167,24 +174,58 @@ class GuardedMCPServer(MCPServer[Any]):
     def guard(self) -> Guard:
         return self.preconditions.guard
 
-    def _function_of(self, name: str) -> Callable[..., Any] | None:
+    async def _handle_list_tools(self, ctx: ServerRequestContext[Any, Any],
+                                 params: PaginatedRequestParams | None) -> ListToolsResult:
+        """The SDK's `tools/list` handler, after the guard has checked the policy's tool names."""
+        self._tell()
+        return await super()._handle_list_tools(ctx, params)
+
+    def _tell(self) -> None:
+        """`Guard.know_tools` with the server's tool names (PolicyError for a near-miss policy)."""
+        self.preconditions.know(t.name for t in self._tool_manager.list_tools())
+
+    def _register_call(self, name: str) -> None:
+        """Before a call: the guard knows the tool names and holds what the tool that will run
+        carries (its function's requirements, its `_meta` mirror)."""
+        self._tell()
         tool = self._tool_manager.get_tool(name)
-        return tool.fn if tool is not None else None
+        if tool is not None:
+            self.preconditions.attach_function(name, tool.fn, tool.meta)
+
+    async def _sync(self) -> None:
+        """Register every tool's requirements up front (for list_changed session views)."""
+        self._tell()
+        for tool in self._tool_manager.list_tools():
+            self.preconditions.attach_function(tool.name, tool.fn, tool.meta)
 
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, title: str | None = None,
                  description: str | None = None, annotations: ToolAnnotations | None = None,
                  icons: list[Icon] | None = None, meta: dict[str, Any] | None = None,
                  structured_output: bool | None = None, *,
                  requirements: Sequence[str] | None = None) -> None:
-        """`MCPServer.add_tool` plus `requirements` (merged with any `@requires` on `fn`).
-        Validated before the tool is registered: a bad one raises RequirementError."""
-        reqs = merge(requirements or (), requirements_of(fn))
+        """`MCPServer.add_tool` plus `requirements` (merged with any `@requires` on `fn` and the
+        `_meta` mirror in `meta`). Validated before the tool is registered: a bad one raises
+        RequirementError. A name the server already has raises ValueError: the SDK would keep the
+        first function and silently ignore this one (and its requirements)."""
         tool_name = name or fn.__name__
-        if reqs or tool_name in self.guard.tool_names():
+        reqs = merge(requirements or (), requirements_of(fn), meta_requirements(tool_name, meta))
+        self.preconditions.validate(tool_name, reqs)
+        if self._tool_manager.get_tool(tool_name) is not None:
+            raise ValueError(f"tool '{tool_name}' is already registered on this server; the SDK "
+                             f"would keep the first function and ignore this one (remove_tool "
+                             f"first to replace it)")
+        if reqs:
             self.preconditions.add_tool(tool_name, reqs)
         super().add_tool(fn, name=name, title=title, description=description, annotations=annotations,
                          icons=icons, meta=meta, structured_output=structured_output)
         register_function(fn, self.preconditions, tool_name)
+        self.preconditions.told = False  # a new name: the policy's names are checked again
+
+    def remove_tool(self, name: str) -> None:
+        """`MCPServer.remove_tool`. The name keeps its requirements in the guard (only ever added:
+        a function registered again under it is held to them too)."""
+        super().remove_tool(name)
+        self.preconditions.told = False
 
     def tool(self, name: str | None = None, title: str | None = None, description: str | None = None,
              annotations: ToolAnnotations | None = None, icons: list[Icon] | None = None,

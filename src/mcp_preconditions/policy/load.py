@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import PolicyError
+from ..errors import FileReadError, PolicyError
+from ..files import read_bounded
 from .model import Policy
 
 
@@ -108,9 +109,9 @@ def load_policy(path: str | Path) -> PolicySource:
     """Read and validate a policy file."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise PolicyError(str(path), [f"(file): cannot read: {exc.strerror or exc}"]) from None
+        data = read_bounded(p)
+    except FileReadError as exc:
+        raise PolicyError(str(path), [f"(file): {exc.problem}"]) from None
     return parse_policy(data, str(path), p.parent)
 
 

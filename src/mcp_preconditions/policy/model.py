@@ -10,8 +10,18 @@ import math
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
+from ..arguments import parse_pointer
 from ..requirements import namespace_of
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -31,13 +41,35 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _pointer(value: str) -> str:
+    parse_pointer(value)  # raises ValueError naming the problem
+    return value
+
+
+def _scalar(value: object) -> object:
+    """Argument values are JSON strings, integers or booleans: a float, null, array or table is
+    refused (it would never equal an argument exactly, or invites numeric coercion)."""
+    if isinstance(value, str | int):  # bool is an int
+        return value
+    kind = {float: "float", list: "array", dict: "table"}.get(type(value), type(value).__name__)
+    raise ValueError(f"must be a string, an integer or a boolean, got {kind} {value!r}")
+
+
+Pointer = Annotated[str, AfterValidator(_pointer)]
+ArgumentValue = Annotated[str | int | bool, BeforeValidator(_scalar)]
+
+
 class Grant(Section):
-    """`[[capabilities.grants]]`: these capabilities apply when every `when` requirement holds."""
+    """`[[capabilities.grants]]`: these capabilities apply when every `when` requirement holds and
+    every `arguments` pointer resolves to one of its listed values."""
 
     capabilities: list[NonEmpty] = Field(min_length=1)
     # An empty `when` gives the capabilities to every caller, anonymous ones too: allowed, but the
     # guard reports it as a lint warning at start-up.
     when: list[NonEmpty] = Field(default_factory=list)
+    arguments: dict[Pointer, Annotated[list[ArgumentValue], Field(min_length=1)]] = Field(
+        default_factory=dict,
+        description="JSON Pointer into the call's arguments -> the values it may have (exact, typed)")
 
     @field_validator("capabilities")
     @classmethod
@@ -75,7 +107,7 @@ class OpenFeature(Section):
 
 
 class Features(Section):
-    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    flags: dict[str, StrictBool] = Field(default_factory=dict)  # "no" is not `false`: a load error
     openfeature: OpenFeature | None = None
 
 

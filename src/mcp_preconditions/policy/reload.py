@@ -1,7 +1,8 @@
 """Policy hot reload: re-read a policy file (polled, or on `reload()`), compile, swap atomically.
 
 A file whose content hash is unchanged costs a read and a hash. A broken file keeps the old snapshot,
-is logged once with every problem, and stays in `last_error` until a reload succeeds.
+is logged once with every problem, and stays in `last_error` until a reload succeeds. A file still
+being written is never applied (see `PolicyReloader`); publish a policy by atomic rename.
 """
 
 from __future__ import annotations
@@ -9,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
+import stat
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PreconditionsError
+from ..errors import FileReadError, PreconditionsError
+from ..files import read_bounded
 from .load import parse_policy, revision_of
 
 if TYPE_CHECKING:
@@ -34,6 +39,12 @@ class PolicyChange:
 
 
 OnChange = Callable[[PolicyChange], Any]  # may return an awaitable (see PolicyReloader)
+DEFAULT_SETTLE_SECONDS = 0.1
+
+
+def _signature(info: os.stat_result) -> tuple[int, ...]:
+    # ctime too: a user can set mtime back (touch -d, cp -p) but never ctime.
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 class PolicyReloader:
@@ -43,13 +54,21 @@ class PolicyReloader:
     inside a running event loop, else on a daemon thread. `on_change` callbacks run after each swap;
     one that returns an awaitable (e.g. sending `notifications/tools/list_changed`) is scheduled on
     the event loop the reloader was started in.
+
+    A torn file is never applied: an empty or cut-short TOML file is often valid, and would drop
+    `[tools.X]` requirements until the next poll. Every read must see the same inode, size, mtime
+    and ctime before and after it; a poll also waits until the file has been left alone for
+    `settle` seconds (by its ctime, which no tool can set back). Publishing by atomic rename
+    (write `policy.toml.tmp`, then `mv` it over `policy.toml`) never shows a torn file at all.
     """
 
     def __init__(self, guard: Guard, path: str | Path, *, interval: float = 1.0,
-                 on_change: OnChange | None = None) -> None:
+                 on_change: OnChange | None = None,
+                 settle: float = DEFAULT_SETTLE_SECONDS) -> None:
         self.guard = guard
         self.path = Path(path)
         self.interval = interval
+        self.settle = settle
         self.last_error: str | None = None
         self._listeners: list[OnChange] = [on_change] if on_change is not None else []
         self._tried = guard.revision  # content hash of the last file tried, good or bad
@@ -68,15 +87,14 @@ class PolicyReloader:
         self._listeners.append(callback)
 
     # -- one check -------------------------------------------------------------------------------
-    def reload(self, *, force: bool = False) -> PolicyChange | None:
+    def reload(self, *, force: bool = False, settle: float = 0.0) -> PolicyChange | None:
         """Re-read the file; compile and swap when its content changed (or `force`). Returns the
-        change, or None when nothing was swapped (unchanged, unreadable or invalid: see last_error)."""
+        change, or None when nothing was swapped (unchanged, being written, changed less than
+        `settle` seconds ago, unreadable or invalid: see last_error). An explicit call is for a
+        file known to be complete (after an atomic rename, on SIGHUP); polls pass `self.settle`."""
         with self._lock:
-            try:
-                data = self.path.read_bytes()
-            except OSError as exc:
-                why = f"{self.path}: cannot read: {exc.strerror or exc}"
-                self._failed(f"unreadable: {why}", why)
+            data = self._read_whole(settle)
+            if data is None:
                 return None
             revision = revision_of(data)
             # A broken version is retried on every poll: what broke it may lie outside the file
@@ -98,6 +116,26 @@ class PolicyReloader:
         log.info("policy %s reloaded: revision %s -> %s", change.source, old, change.new_revision)
         self._notify(change)
         return change
+
+    def _read_whole(self, settle: float) -> bytes | None:
+        """The file's bytes when no write overlapped the read and none came in the last `settle`
+        seconds; None otherwise (a failure to read is recorded in last_error)."""
+        try:
+            before = os.stat(self.path)
+            if settle > 0 and time.time() - before.st_ctime < settle:
+                return None  # written moments ago: perhaps still being written
+            data = read_bounded(self.path)
+            after = os.stat(self.path)
+        except (OSError, ValueError, FileReadError) as exc:  # ValueError: a NUL in the path
+            problem = exc.problem if isinstance(exc, FileReadError) else \
+                f"cannot read: {getattr(exc, 'strerror', None) or exc}"
+            why = f"{self.path}: {problem}"
+            self._failed(f"unreadable: {why}", why)
+            return None
+        if _signature(before) != _signature(after) or (
+                stat.S_ISREG(after.st_mode) and len(data) != after.st_size):
+            return None  # a write overlapped the read: the next poll sees the finished file
+        return data
 
     def _failed(self, tried: str, message: str) -> None:
         if (tried, message) != (self._tried, self.last_error):  # each new problem is logged once
@@ -158,11 +196,11 @@ class PolicyReloader:
     async def _poll_task(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            self.reload()
+            self.reload(settle=self.settle)
 
     def _poll_thread(self) -> None:
         while not self._stop.wait(self.interval):
-            self.reload()
+            self.reload(settle=self.settle)
 
     def stop(self) -> None:
         """Stop polling (idempotent)."""

@@ -10,6 +10,7 @@ import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..arguments import ArgumentCondition
 from ..errors import RequirementError
 from ..policy.load import PolicySource
 from .auth import AuthResolver
@@ -72,11 +73,12 @@ def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable
     callables = {k: import_callable(v, f"{source.source}: state.callables.{k}")
                  for k, v in policy.state.callables.items()}
     callables.update(live.state_callables)
-    grants = [CompiledGrant(i, frozenset(g.capabilities), tuple(g.when))
+    grants = [CompiledGrant(i, frozenset(g.capabilities), tuple(g.when),
+                            tuple(ArgumentCondition.of(p, v) for p, v in g.arguments.items()))
               for i, g in enumerate(policy.capabilities.grants)]
     registry = Registry([
         AuthResolver(policy.auth.claim_aliases, policy.auth.scope_implications),
-        CapabilityResolver(grants, policy.capabilities.claim, evaluate),
+        CapabilityResolver(grants, policy.capabilities.claim, evaluate, policy.confidential),
         EnvResolver(environment_labels(policy.environment, policy.environment_variable)),
         FeatureResolver(policy.features.flags, _flag_source(source, live)),
         StateResolver(policy.state.values, callables, _state_source(source, live),

@@ -7,16 +7,14 @@ produced. Claims compare as exact strings (booleans and integers by their JSON t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, get_args
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ..outcomes import Outcome
-from ..planner import ByKind, ClaimEquals, HasScope, describe
-from ..principal import Identity, TokenKind
+from ..outcomes import Outcome, OutcomeMemo
+from ..principal import Identity
 
 FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
 _MISSING = object()
-FastCheck = Callable[[Identity], "Outcome | None"]
 
 
 def split_claim(requirement: str) -> tuple[str, str] | None:
@@ -56,6 +54,14 @@ def scope_closure(implications: Mapping[str, Sequence[str]]) -> dict[str, frozen
     return closure
 
 
+def _scope_outcome(requirement: str, scope: str, held: str | None) -> Outcome:
+    if held == scope:
+        return Outcome.satisfied(requirement, f"token has scope '{scope}'")
+    if held is not None:
+        return Outcome.satisfied(requirement, f"scope '{held}' implies '{scope}'")
+    return Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
+
+
 class AuthResolver:
     namespace = "auth"
     forms = FORMS
@@ -65,6 +71,8 @@ class AuthResolver:
         self.aliases = {k: ((v,) if isinstance(v, str) else tuple(v))
                         for k, v in (claim_aliases or {}).items()}
         self.implied = scope_closure(scope_implications or {})
+        self._memo = OutcomeMemo()  # outcomes by (requirement, answer): the reason texts are fixed
+        self._parts: dict[str, tuple[str, str]] = {}  # auth:claim:NAME:VALUE -> (NAME, VALUE)
 
     def validate(self, requirement: str) -> str | None:
         if requirement == "auth:oauth2":
@@ -86,78 +94,41 @@ class AuthResolver:
                 return Outcome.error(requirement, reason)
             return Outcome.unsatisfied(requirement, reason)
         if requirement == "auth:oauth2":
-            return Outcome.satisfied(requirement, f"access token verified ({principal.kind})")
-        if requirement.startswith("auth:scope:"):
-            return self._scope(requirement, principal.scopes)
-        parts = split_claim(requirement)
-        if parts is None:
-            return Outcome.unsatisfied(requirement, "unknown auth form")
-        name, expected = parts
-        return self._claim_outcome(requirement, name, expected, self._lookup(principal.claims, name))
+            key: tuple[str, Any] = (requirement, principal.kind)
+        elif requirement.startswith("auth:scope:"):
+            key = (requirement, self._scope_held(requirement[len("auth:scope:"):], principal.scopes))
+        else:
+            parts = self._claim_parts(requirement)
+            if parts is None:
+                return Outcome.unsatisfied(requirement, "unknown auth form")
+            value = self._lookup(principal.claims, parts[0])
+            key = (requirement, "missing" if value is _MISSING
+                   else "found" if claim_matches(value, parts[1]) else "no")
+        return self._memo.lookup(key) or self._memo.keep(key, self._outcome(*key))
 
-    def _scope(self, requirement: str, scopes: frozenset[str]) -> Outcome:
-        scope = requirement[len("auth:scope:"):]
-        if scope in scopes:
-            return Outcome.satisfied(requirement, f"token has scope '{scope}'")
-        for held in scopes:
-            if scope in self.implied.get(held, ()):
-                return Outcome.satisfied(requirement, f"scope '{held}' implies '{scope}'")
-        return Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
-
-    def fast_check(self, requirement: str, condition: Callable[[str], Any]) -> FastCheck | None:
-        """An identity-only check returning exactly what `resolve` would, precomputed Outcomes
-        included; it returns None (so `resolve` decides) when there is no principal or the answer
-        needs more than a lookup (scope implications)."""
+    def _outcome(self, requirement: str, answer: Any) -> Outcome:
+        """The outcome of one answer (the principal's token kind, the held scope, or found/missing/
+        no for a claim): fixed texts, so each is built once and memoised."""
         if requirement == "auth:oauth2":
-            by_kind = {kind: Outcome.satisfied(requirement, f"access token verified ({kind})")
-                       for kind in get_args(TokenKind)}
-
-            def oauth2(identity: Identity) -> Outcome | None:
-                principal = identity.principal
-                return None if principal is None else by_kind.get(principal.kind)
-            return describe(oauth2, ByKind(by_kind))
+            return Outcome.satisfied(requirement, f"access token verified ({answer})")
         if requirement.startswith("auth:scope:"):
-            return self._fast_scope(requirement, requirement[len("auth:scope:"):])
-        parts = split_claim(requirement)
-        return None if parts is None else self._fast_claim(requirement, *parts)
+            return _scope_outcome(requirement, requirement[len("auth:scope:"):], answer)
+        name, expected = split_claim(requirement) or ("", "")
+        return self._claim_outcome(requirement, name, expected, answer)
 
-    def _fast_scope(self, requirement: str, scope: str) -> FastCheck:
-        held = Outcome.satisfied(requirement, f"token has scope '{scope}'")
-        lacks = Outcome.unsatisfied(requirement, f"token lacks scope '{scope}'")
-        implied_by = frozenset(h for h, implied in self.implied.items() if scope in implied)
+    def _claim_parts(self, requirement: str) -> tuple[str, str] | None:
+        parts = self._parts.get(requirement)
+        if parts is None:
+            parts = split_claim(requirement)
+            if parts is not None and len(self._parts) < 4096:
+                self._parts[requirement] = parts
+        return parts
 
-        def has_scope(identity: Identity) -> Outcome | None:
-            principal = identity.principal
-            if principal is None:
-                return None
-            scopes = principal.scopes
-            if scope in scopes:
-                return held
-            if implied_by and not implied_by.isdisjoint(scopes):
-                return None  # implied: `resolve` names the implying scope
-            return lacks
-        return describe(has_scope, HasScope(scope, held, lacks, implied_by))
-
-    def _fast_claim(self, requirement: str, name: str, expected: str) -> FastCheck:
-        # The three possible outcomes, computed once by the same function `resolve` uses.
-        found, missing, lacks = (self._claim_outcome(requirement, name, expected, value)
-                                 for value in (expected, _MISSING, None))
-        plain = name not in self.aliases
-
-        def claim(identity: Identity) -> Outcome | None:
-            principal = identity.principal
-            if principal is None:
-                return None
-            value = principal.claims.get(name, _MISSING) if plain else self._lookup(principal.claims, name)
-            if value is _MISSING:
-                return missing
-            if value.__class__ is str:  # the common case, without claim_matches' type dispatch
-                return found if value == expected else lacks
-            return found if claim_matches(value, expected) else lacks
-        if not plain:
-            return claim
-        return describe(claim, ClaimEquals(name, expected, found, missing, lacks, _MISSING,
-                                           claim_matches))
+    def _scope_held(self, scope: str, scopes: frozenset[str]) -> str | None:
+        """The held scope that is or implies `scope` (itself first), or None."""
+        if scope in scopes:
+            return scope
+        return next((held for held in scopes if scope in self.implied.get(held, ())), None)
 
     def _lookup(self, claims: Mapping[str, Any], name: str) -> Any:
         """The claim's value (through an alias path when one is declared), or _MISSING."""
@@ -171,12 +142,12 @@ class AuthResolver:
                 break
         return node
 
-    def _claim_outcome(self, requirement: str, name: str, expected: str, value: Any) -> Outcome:
+    def _claim_outcome(self, requirement: str, name: str, expected: str, answer: str) -> Outcome:
         path = self.aliases.get(name)
         where = name if path is None else ".".join(path)
         label = name if where == name else f"{name} (alias of {where})"
-        if value is _MISSING:
+        if answer == "missing":
             return Outcome.unsatisfied(requirement, f"token has no claim '{label}'")
-        if claim_matches(value, expected):
+        if answer == "found":
             return Outcome.satisfied(requirement, f"claim '{label}' has '{expected}'")
         return Outcome.unsatisfied(requirement, f"claim '{label}' does not have '{expected}'")

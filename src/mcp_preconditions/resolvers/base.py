@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import RegistryError
 from ..outcomes import Outcome
@@ -22,15 +22,18 @@ ENTRY_POINT_GROUP = "mcp_preconditions.resolvers"
 ResolveResult = Outcome | bool | Awaitable[Outcome | bool]
 
 
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    """Everything a resolver may read about one call. Immutable: one call, one snapshot."""
+_NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
+
+
+class CallContext(NamedTuple):
+    """Everything a resolver may read about one call. Immutable: one call, one snapshot. (A named
+    tuple: one is built per guarded call.)"""
 
     tool: str
     identity: Identity
-    arguments: Mapping[str, Any] = field(default_factory=dict)
+    arguments: Mapping[str, Any] = _NO_ARGUMENTS
     # Lets a resolver (capability grants) decide other namespaces' requirements for this call.
-    evaluate: Callable[[str, CallContext], Awaitable[Outcome]] | None = None
+    evaluate: Callable[[str, CallContext], Outcome | Awaitable[Outcome]] | None = None
 
     @property
     def subject(self) -> str | None:

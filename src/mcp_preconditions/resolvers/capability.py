@@ -2,25 +2,24 @@
 claim lists NAME.
 
 A grant applies when every one of its `when` requirements is satisfied (decided by the other
-namespaces' resolvers of the same snapshot). Grants never depend on capabilities, so no cycles.
+namespaces' resolvers of the same snapshot) and every argument condition holds for the call's
+arguments. Grants never depend on capabilities, so no cycles. An outcome the arguments decided is
+marked `argument_dependent`: a client must not learn it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from ..outcomes import Outcome, Status
-from ..planner import Capability, describe
-from ..principal import Identity
+from ..arguments import ArgumentCondition
+from ..outcomes import Outcome, OutcomeMemo, Status
 from ..requirements import body_of
 from .base import CallContext
 
 Evaluate = Callable[[str, CallContext], "Outcome | Awaitable[Outcome]"]
-FastCheck = Callable[[Identity], "Outcome | None"]
-_SATISFIED = Status.SATISFIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +27,7 @@ class CompiledGrant:
     index: int
     capabilities: frozenset[str]
     when: tuple[str, ...]
+    arguments: tuple[ArgumentCondition, ...] = ()
 
 
 def claim_lists(claims: Any, claim: str, name: str) -> bool:
@@ -43,9 +43,12 @@ class CapabilityResolver:
     namespace = "capability"
     forms = ("capability:NAME",)
 
-    def __init__(self, grants: Sequence[CompiledGrant], claim: str | None, evaluate: Evaluate) -> None:
+    def __init__(self, grants: Sequence[CompiledGrant], claim: str | None, evaluate: Evaluate,
+                 confidential: Collection[str] = ()) -> None:
         self.claim = claim
         self._evaluate = evaluate
+        self._confidential = frozenset(confidential)  # never named in an explanation
+        self._granted = OutcomeMemo()  # the satisfied outcomes, by (requirement, grant, consulted)
         self._by_name: dict[str, tuple[CompiledGrant, ...]] = {}
         for grant in grants:
             for cap in grant.capabilities:
@@ -60,67 +63,6 @@ class CapabilityResolver:
             return Outcome.unsatisfied(requirement, f"no grant gives capability '{name}'")
         return None
 
-    def fast_check(self, requirement: str, condition: Callable[[str], Outcome | FastCheck | None]
-                   ) -> FastCheck | None:
-        """An identity-only check, when every grant condition is static or identity-only
-        (`condition` gives the snapshot's compiled form of one). It returns exactly the outcome
-        `resolve` would: a granting grant's precomputed outcome, or `_combine`'s denial."""
-        name = body_of(requirement)
-        grants = self._by_name.get(name, ())
-        compiled = [tuple(condition(cond) for cond in g.when) for g in grants]
-        if any(c is None for conds in compiled for c in conds):
-            return None  # some condition needs the full call context
-        conditions = cast(list[tuple[Outcome | FastCheck, ...]], compiled)
-        # Grants that can still apply (no failing static condition), with only their live checks
-        # (each with its requirement: it must answer an Outcome for that one).
-        open_grants = [(tuple((req, c) for req, c in zip(g.when, conds, strict=True)
-                              if not isinstance(c, Outcome)),
-                        Outcome.satisfied(requirement, f"grant #{g.index} gives '{name}'"))
-                       for g, conds in zip(grants, conditions, strict=True)
-                       if all(c.status is _SATISFIED for c in conds if isinstance(c, Outcome))]
-        claim = self.claim
-        by_claim = Outcome.satisfied(requirement, f"token claim '{claim}' lists '{name}'")
-
-        def capability(identity: Identity) -> Outcome | None:
-            principal = identity.principal
-            if principal is None:
-                return None
-            # claims.get first: claim_lists' type checks cost more than the usual miss
-            if claim is not None and principal.claims.get(claim) is not None and claim_lists(
-                    principal.claims, claim, name):
-                return by_claim
-            for checks, granted in open_grants:
-                for cond, check in checks:
-                    outcome = check(identity)
-                    if outcome.__class__ is not Outcome or outcome.requirement != cond:
-                        return None  # undecided here (an earlier grant might still apply), or no
-                                     # proper answer: the full evaluation decides
-                    if outcome.status is not _SATISFIED:
-                        break
-                else:
-                    return granted
-            return self._fast_denial(requirement, name, grants, conditions, identity)
-
-        def denial(identity: Identity) -> Outcome | None:
-            return self._fast_denial(requirement, name, grants, conditions, identity)
-        return describe(capability, Capability(
-            claim, name, by_claim, claim_lists,
-            tuple((granted, checks) for checks, granted in open_grants),
-            denial))
-
-    def _fast_denial(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
-                     conditions: list[tuple[Outcome | FastCheck, ...]], identity: Identity
-                     ) -> Outcome | None:
-        """No grant applies: the same detailed denial `resolve` gives, or None to let it decide."""
-        results: list[list[Outcome]] = []
-        for grant, conds in zip(grants, conditions, strict=True):
-            outs = [c if isinstance(c, Outcome) else c(identity) for c in conds]
-            if any(o.__class__ is not Outcome or o.requirement != cond
-                   for cond, o in zip(grant.when, outs, strict=True)):
-                return None  # undecided, or not a proper answer: the full evaluation decides
-            results.append(cast(list[Outcome], outs))
-        return self._combine(requirement, name, grants, results)
-
     def resolve(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
         name = body_of(requirement)
         principal = context.identity.principal
@@ -131,30 +73,57 @@ class CapabilityResolver:
         results: list[list[Outcome | Awaitable[Outcome]]] = [
             [self._evaluate(cond, context) for cond in g.when] for g in grants]
         if any(not isinstance(r, Outcome) for rs in results for r in rs):
-            return self._finish_async(requirement, name, grants, results)
-        return self._combine(requirement, name, grants, results)  # type: ignore[arg-type]
+            return self._finish_async(requirement, name, grants, results, context.arguments)
+        return self._combine(requirement, name, grants, results,  # type: ignore[arg-type]
+                             context.arguments)
 
     async def _finish_async(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
-                            results: list[list[Outcome | Awaitable[Outcome]]]) -> Outcome:
-        # Conditions are independent lookups: run them concurrently (SPEC §3), as the guard does,
-        # so N slow conditions take one timeout, not N, and none is left un-awaited on a timeout.
+                            results: list[list[Outcome | Awaitable[Outcome]]], arguments: Any
+                            ) -> Outcome:
+        # Conditions are independent lookups: run them concurrently, as the guard does, so N slow
+        # conditions take one timeout, not N, and none is left un-awaited on a timeout.
         pending = [r for rs in results for r in rs if not isinstance(r, Outcome)]
         finished = iter(await asyncio.gather(*pending))
         done = [[r if isinstance(r, Outcome) else next(finished) for r in rs] for rs in results]
-        return self._combine(requirement, name, grants, done)
+        return self._combine(requirement, name, grants, done, arguments)
 
     def _combine(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
-                 results: list[list[Outcome]]) -> Outcome:
+                 results: list[list[Outcome]], arguments: Any) -> Outcome:
+        """The first grant whose conditions all hold gives NAME; else a denial naming, per grant,
+        what failed (confidential requirements unnamed). The arguments decided the outcome when a
+        grant's `when` held and its argument conditions were consulted."""
         failures: list[str] = []
-        errored = False
+        errored = consulted = False
         for grant, outs in zip(grants, results, strict=True):
-            if all(o.ok for o in outs):
-                return Outcome.satisfied(requirement, f"grant #{grant.index} gives '{name}'")
-            bad = [o for o in outs if not o.ok]
+            bad = [o for o in outs if o.status is not Status.SATISFIED]
+            if not bad and grant.arguments:
+                consulted = True
+                mismatch = _mismatch(grant.arguments, arguments)
+                if mismatch is not None:
+                    failures.append(f"grant #{grant.index}: {mismatch}")
+                    continue
+            if not bad:
+                key = (requirement, grant.index, consulted)
+                return self._granted.lookup(key) or self._granted.keep(key, Outcome.satisfied(
+                    requirement, f"grant #{grant.index} gives '{name}'", argument_dependent=consulted))
             errored = errored or any(o.status is Status.ERROR for o in bad)
-            failures.append(f"grant #{grant.index} needs " + "; ".join(
-                f"{o.requirement} ({o.reason})" for o in bad))
+            failures.append(f"grant #{grant.index} needs " + "; ".join(map(self._explain, bad)))
         where = f"token claim '{self.claim}' does not list it" if self.claim else ""
         detail = "; ".join(x for x in [where, *failures] if x) or "no grant gives it"
         reason = f"capability '{name}' not granted: {detail}"
-        return Outcome.error(requirement, reason) if errored else Outcome.unsatisfied(requirement, reason)
+        status = Status.ERROR if errored else Status.UNSATISFIED
+        return Outcome(requirement, status, reason, consulted)
+
+    def _explain(self, outcome: Outcome) -> str:
+        if outcome.requirement in self._confidential:
+            return "a confidential requirement"
+        return f"{outcome.requirement} ({outcome.reason})"
+
+
+def _mismatch(conditions: tuple[ArgumentCondition, ...], arguments: Any) -> str | None:
+    """Why the first failing argument condition fails, or None when all hold."""
+    for condition in conditions:
+        failure = condition.failure(arguments)
+        if failure is not None:
+            return failure
+    return None

@@ -1,0 +1,73 @@
+"""OpenAI Agents SDK adapter (extra `openai-agents`): SEP-2487's strict client filter as the
+`tool_filter` of its MCP servers, and the hooks that teach the same `Knowledge` the unmet
+requirements of each denied call. Thin: verdicts are `verdict_for`'s, learning `learn_denial`'s.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+from agents import RunContextWrapper, default_tool_error_function
+from agents.mcp import MCPToolCustomDataContext, ToolFilterContext
+from agents.tool import ToolErrorFunction
+from mcp.shared.exceptions import MCPError
+from mcp_types import Tool
+
+from ..client import Knowledge, verdict_for
+from ._calls import DENIAL_CODE
+
+__all__ = ["RequirementsFilter", "wire_form"]
+
+log = logging.getLogger(__name__)
+
+
+def wire_form(tool: Tool) -> dict[str, Any]:
+    """The part of a typed MCP tool the strict verdict reads: its name and its `_meta` (the
+    requirements mirror; the SDK's typed model drops `execution.requirements` itself)."""
+    return {"name": tool.name, "_meta": tool.meta}
+
+
+class RequirementsFilter:
+    """SEP-2487's strict filter for the MCP servers of the OpenAI Agents SDK.
+
+    Pass `**requirements.server_options()` to `MCPServerStdio`, `MCPServerStreamableHttp` or
+    `MCPServerSse`: the instance is the server's `tool_filter` (a tool whose verdict is will-fail
+    is not offered to the model; unknown, absent or malformed requirements keep it), and its hooks
+    learn from denials: `learn` (the `custom_data_extractor`) from `isError` results, and the
+    `failure_error_function` from JSON-RPC denials. A `tool_filter` can only keep or drop a tool,
+    so `hide` is the only mode here (no demote, no annotate: the SDK has no hook to reorder or
+    rewrite the list)."""
+
+    def __init__(self, knowledge: Knowledge | None = None, *,
+                 on_failure: ToolErrorFunction = default_tool_error_function) -> None:
+        self.knowledge = knowledge if knowledge is not None else Knowledge()
+        self.on_failure = on_failure
+
+    def __call__(self, context: ToolFilterContext, tool: Tool) -> bool:
+        """The `tool_filter`: offer the tool unless the strict verdict is will-fail."""
+        verdict = verdict_for(wire_form(tool), self.knowledge)
+        for warning in verdict.warnings:  # malformed requirements, failing client resolvers
+            log.warning("%s", warning)
+        return not verdict.will_fail
+
+    def learn(self, context: MCPToolCustomDataContext) -> None:
+        """The `custom_data_extractor`: learn a denied call's unmet requirements from its raw
+        result, except those its `_meta` marks as `error` or argument-dependent. Adds no data."""
+        payload = context.structured_content
+        if context.is_error and payload is not None and payload.get("error") == "unmet_requirements":
+            self.knowledge.learn_denial(payload, meta=context.result_meta)
+
+    async def failure_error_function(self, context: RunContextWrapper[Any], error: Exception) -> str:
+        """Learn from a JSON-RPC denial (its `data` carries the payload and the `_meta` lists), then
+        answer the model as `on_failure` does."""
+        if isinstance(error, MCPError) and error.code == DENIAL_CODE:
+            self.knowledge.learn_denial(error.data)
+        answer = self.on_failure(context, error)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    def server_options(self) -> dict[str, Any]:
+        """Keyword arguments for an Agents SDK MCP server: the filter and both learning hooks."""
+        return {"tool_filter": self, "custom_data_extractor": self.learn,
+                "failure_error_function": self.failure_error_function}

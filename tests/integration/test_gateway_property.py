@@ -1,0 +1,96 @@
+"""Property: for random policies and callers, the tool calls that reach the upstream are exactly the
+calls a tiny reference evaluator allows (every requirement met; `unlisted_tools = "deny"` refuses
+tools with none; a name the upstream lacks is never forwarded). The gateway runs in-process with the
+SDK's own client; the upstream is the real logging fixture over streamable HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from mcp_preconditions.gateway import Gateway, HttpTarget, Upstream
+from mcp_preconditions.guard import Guard
+from mcp_preconditions.policy.load import parse_policy
+from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
+from tests.fixtures.gateway_upstream import SECRET_REQUIREMENTS, tool_calls, upstream_http
+
+ROLES = ("admin", "observer", "operator")
+FLAGS = {"on": True, "off": False}
+REQUIREMENTS = [f"auth:claim:role:{r}" for r in ROLES] + [f"feature:{f}" for f in FLAGS]
+UPSTREAM_TOOLS = {"echo": [], "secret": SECRET_REQUIREMENTS, "slow": [], "env": []}
+CALLED = [*UPSTREAM_TOOLS, "no_such_tool"]
+
+policies = st.fixed_dictionaries({
+    "tools": st.dictionaries(st.sampled_from(list(UPSTREAM_TOOLS)),
+                             st.lists(st.sampled_from(REQUIREMENTS), max_size=3, unique=True),
+                             max_size=4),
+    "unlisted": st.sampled_from(["allow", "deny"]),
+})
+callers = st.lists(st.sampled_from([None, *ROLES]), min_size=1, max_size=3)
+
+
+def policy_text(policy: dict[str, Any]) -> str:
+    lines = ['[features.flags]\non = true\noff = false\n',
+             f'[gateway]\nunlisted_tools = "{policy["unlisted"]}"\n']
+    for name, reqs in policy["tools"].items():
+        lines.append(f"[tools.{name}]\nrequirements = {reqs!r}\n".replace("'", '"'))
+    return "\n".join(lines)
+
+
+def reference_allows(policy: dict[str, Any], role: str | None, tool: str) -> bool:
+    """The obviously-correct rule, written without the guard."""
+    if tool not in UPSTREAM_TOOLS:
+        return False
+    reqs = set(UPSTREAM_TOOLS[tool]) | set(policy["tools"].get(tool, []))
+    if not reqs:
+        return policy["unlisted"] == "allow"
+    return all(_met(r, role) for r in reqs)
+
+
+def _met(requirement: str, role: str | None) -> bool:
+    if requirement.startswith("feature:"):
+        return FLAGS[requirement.removeprefix("feature:")]
+    return requirement == f"auth:claim:role:{role}"
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    log = tmp_path_factory.mktemp("gateway-property") / "upstream.jsonl"
+    with upstream_http(log) as proc:
+        yield proc.url, log
+
+
+async def run_example(url: str, policy: dict[str, Any], roles: list[str | None]) -> None:
+    caller: list[Credentials] = [ANONYMOUS]
+    guard = Guard(parse_policy(policy_text(policy).encode(), "random.toml"),
+                  labels={"upstream": url})
+    gateway = Gateway(guard, Upstream(HttpTarget(url)), lambda _ctx: caller[0])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gateway.upstream.run)
+        async with Client(gateway.server, mode="legacy") as client:
+            for role in roles:
+                caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
+                             if role else ANONYMOUS)
+                for tool in CALLED:
+                    await client.call_tool(tool, {"seconds": 0})
+        tg.cancel_scope.cancel()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(policy=policies, roles=callers)
+def test_what_reaches_the_upstream_is_exactly_what_the_reference_allows(
+        upstream: tuple[str, Path], policy: dict[str, Any], roles: list[str | None]) -> None:
+    url, log = upstream
+    before = len(tool_calls(log))
+    anyio.run(run_example, url, policy, roles)
+    reached = tool_calls(log)[before:]
+    expected = [t for role in roles for t in CALLED if reference_allows(policy, role, t)]
+    assert reached == expected

@@ -1,0 +1,229 @@
+"""Property: for random tool registrations through every hosted adapter (code arguments, `@requires`,
+by-name declarations, `_meta` mirrors, duplicate names, policy lists), what `tools/list` advertises
+for a tool is exactly what a call enforces, before any listing and after it, and it holds the
+requirements of the function that actually runs. The reliability suite reuses these builders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import mcp_types
+from fastmcp import FastMCP
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mcp import Client
+from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPError
+
+from mcp_preconditions.guard import Guard
+from mcp_preconditions.integrations.fastmcp import guard_fastmcp
+from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer, guard_server, requires
+from mcp_preconditions.policy.load import parse_policy
+from mcp_preconditions.requirements import merge
+from mcp_preconditions.wire import META_KEY
+from tests.fixtures.mcp_servers import raw_tools
+
+NAMES = ("launch", "abort", "fuel")
+REQUIREMENTS = ("env:a", "env:b", "env:c", "env:d")  # none holds: every one ends in `unmet`
+FLAVOURS = ("MCPServer", "lowlevel", "fastmcp")
+How = Literal["argument", "decorator", "by_name"]
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One tool registration: its requirements in code (`how` they are given) and its mirror."""
+
+    name: str
+    code: tuple[str, ...]
+    how: How
+    mirror: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Case:
+    registrations: tuple[Registration, ...]
+    policy: Mapping[str, tuple[str, ...]]
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(r.name for r in self.registrations))
+
+
+@dataclass
+class Built:
+    """A guarded server, which registration's function runs per name, and the calls that ran."""
+
+    target: Any
+    runs: dict[str, Registration] = field(default_factory=dict)
+    ran: list[str] = field(default_factory=list)
+    ran_by: list[Registration] = field(default_factory=list)  # whose function ran, per call
+    by_name: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)  # e.g. every listed mirror
+    register: Callable[[Registration], None] = lambda reg: None  # one more registration, any time
+
+    def declare(self, reg: Registration) -> None:
+        self.by_name[reg.name] = merge(self.by_name.get(reg.name, ()), reg.code)
+
+
+def policy_bytes(policy: Mapping[str, tuple[str, ...]]) -> bytes:
+    tables = "".join(f"[tools.{n}]\nrequirements = {list(r)!r}\n" for n, r in policy.items())
+    return ('environment = ["z"]\n' + tables).replace("'", '"').encode()
+
+
+def guard_for(case: Case) -> Guard:
+    return Guard(parse_policy(policy_bytes(case.policy), "policy.toml"), entry_points=False)
+
+
+def function(built: Built, reg: Registration) -> Callable[[], str]:
+    def tool() -> str:
+        built.ran.append(reg.name)
+        built.ran_by.append(reg)
+        return "ran"
+
+    tool.__name__ = reg.name
+    return requires(*reg.code)(tool) if reg.how == "decorator" else tool
+
+
+def meta_of(reg: Registration) -> dict[str, Any] | None:
+    return {META_KEY: list(reg.mirror)} if reg.mirror is not None else None
+
+
+def start_mcpserver(case: Case) -> Built:
+    server = GuardedMCPServer("s", guard=guard_for(case))
+    built = Built(server)
+
+    def register(reg: Registration) -> None:
+        fn = function(built, reg)
+        if reg.how == "by_name":
+            server.preconditions.requires(*reg.code, name=reg.name)(fn)
+            built.declare(reg)
+        try:  # the SDK keeps the first function of a name: a second one raises
+            server.add_tool(fn, name=reg.name, meta=meta_of(reg),
+                            requirements=reg.code if reg.how == "argument" else None)
+        except ValueError:
+            assert reg.name in built.runs
+            return
+        built.runs[reg.name] = reg
+
+    built.register = register
+    return built
+
+
+def start_fastmcp(case: Case) -> Built:
+    app: FastMCP[Any] = FastMCP("s", on_duplicate="replace")
+    pre = guard_fastmcp(app, guard_for(case))
+    built = Built(app._mcp_server)
+
+    def register(reg: Registration) -> None:
+        fn = function(built, reg)
+        if reg.how == "by_name":
+            pre.requires(*reg.code, name=reg.name)(fn)
+            built.declare(reg)
+        elif reg.how == "argument":
+            pre.requires(*reg.code)(fn)
+        app.tool(name=reg.name, meta=meta_of(reg))(fn)
+        built.runs[reg.name] = reg  # "replace": the last function of a name runs
+
+    built.register = register
+    return built
+
+
+def start_lowlevel(case: Case) -> Built:
+    built = Built(None)
+    entries: list[dict[str, Any]] = []  # read by the list handler on every request
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[mcp_types.Tool.model_validate(e) for e in entries])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        built.ran.append(params.name)
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="ran")])
+
+    built.target = Server("s", on_list_tools=list_tools, on_call_tool=call_tool)
+    pre = guard_server(built.target, guard_for(case))
+
+    def register(reg: Registration) -> None:  # code requirements are given by name here
+        pre.requires(*reg.code, name=reg.name)(function(built, reg))
+        built.declare(reg)
+        entries.append({"name": reg.name, "inputSchema": {"type": "object"},
+                        **({"_meta": meta_of(reg)} if reg.mirror is not None else {})})
+        built.extra[reg.name] = merge(built.extra.get(reg.name, ()), reg.mirror or ())
+        built.runs.setdefault(reg.name, reg)
+
+    built.register = register
+    return built
+
+
+def build(case: Case, flavour: str) -> Built:
+    built = STARTS[flavour](case)
+    for reg in case.registrations:
+        built.register(reg)
+    return built
+
+
+STARTS = {"MCPServer": start_mcpserver, "lowlevel": start_lowlevel, "fastmcp": start_fastmcp}
+
+
+def expected(case: Case, built: Built, name: str) -> set[str]:
+    """The oracle: the policy's list, the by-name declarations, and what the registration whose
+    function runs carries (and, for a lowlevel server, every mirror its list shows)."""
+    reg = built.runs[name]
+    carried = reg.code if reg.how != "by_name" else ()
+    return set(merge(case.policy.get(name, ()), built.by_name.get(name, ()), carried,
+                     reg.mirror or (), built.extra.get(name, ())))
+
+
+@dataclass
+class Observed:
+    before: dict[str, set[str] | None]  # per name: unmet of the call before any list (None: ran)
+    listed: dict[str, tuple[set[str], set[str]]]  # (execution.requirements, the _meta mirror)
+    after: dict[str, set[str] | None]
+    ran: list[str]
+
+
+async def call(client: Client, name: str) -> set[str] | None:
+    """The requirements a call was denied for; None when it was allowed."""
+    with contextlib.suppress(MCPError):
+        result = await client.call_tool(name, {})
+        return set(result.structured_content["unmet"]) if result.is_error else None
+    return {"<refused>"}
+
+
+async def observe(case: Case, flavour: str) -> tuple[Built, Observed]:
+    built = build(case, flavour)
+    async with Client(built.target) as client:
+        before = {n: await call(client, n) for n in case.names()}
+        tools = await raw_tools(client.session)
+        after = {n: await call(client, n) for n in case.names()}
+    listed = {t["name"]: (set((t.get("execution") or {}).get("requirements") or ()),
+                          set((t.get("_meta") or {}).get(META_KEY) or ())) for t in tools}
+    return built, Observed(before, listed, after, list(built.ran))
+
+
+def registrations() -> st.SearchStrategy[Registration]:
+    reqs = st.lists(st.sampled_from(REQUIREMENTS), max_size=3).map(tuple)
+    return st.builds(Registration, st.sampled_from(NAMES), reqs,
+                     st.sampled_from(("argument", "decorator", "by_name")), st.none() | reqs)
+
+
+def cases() -> st.SearchStrategy[Case]:
+    return st.builds(Case, st.lists(registrations(), min_size=1, max_size=5).map(tuple),
+                     st.dictionaries(st.sampled_from(NAMES),
+                                     st.lists(st.sampled_from(REQUIREMENTS), max_size=2).map(tuple)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.sampled_from(FLAVOURS))
+def test_what_tools_list_advertises_is_what_a_call_enforces(case: Case, flavour: str) -> None:
+    built, seen = asyncio.run(observe(case, flavour))
+    for name in case.names():
+        execution, mirror = seen.listed[name]
+        assert execution == mirror, name
+        want = expected(case, built, name)
+        assert mirror == want, (name, flavour)
+        assert seen.before[name] == seen.after[name] == (want or None), (name, flavour)
+    assert seen.ran == [n for n in [*case.names(), *case.names()] if not expected(case, built, n)]
