@@ -11,8 +11,10 @@ from typing import Any
 import mcp_types
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
+from mcp_preconditions.integrations._calls import DENIAL_CODE
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.gateway_upstream import (
     ECHO_RESULT,
@@ -85,7 +87,7 @@ async def test_tools_list_has_the_union_of_requirements_on_the_wire(
     assert tools["echo"]["_meta"][META_KEY] == ["auth:claim:role:observer"]
     assert "execution" not in tools["slow"] and "_meta" not in tools["slow"]
     assert tools["slow"]["inputSchema"]["properties"]["seconds"] == {"type": "number"}
-    assert sorted(tools) == ["ask", "crash", "echo", "env", "flip", "garbage", "secret", "slow"]
+    assert sorted(tools) == ["ask", "bad", "crash", "echo", "env", "flip", "garbage", "secret", "slow"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -129,3 +131,41 @@ async def test_anonymous_caller_over_stdio_is_denied_with_the_exact_unmet_list(
     # handshake and tools/list, never a tools/call.
     assert {e["method"] for e in read_log(log)} <= {"initialize", "notifications/initialized",
                                                    "tools/list"}
+
+
+async def test_malformed_upstream_requirements_refuse_the_tool(files: tuple[Path, Path, Path]) -> None:
+    policy, claims, log = files
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+        refused = await raw_call(client, "bad")
+    assert refused["isError"] is True
+    assert refused["structuredContent"] == {"error": "unmet_requirements", "tool": "bad",
+                                            "unmet": ["(malformed requirements)"], "withheld": 0}
+    assert not tool_calls(log)
+
+
+async def test_jsonrpc_denial_mode(files: tuple[Path, Path, Path]) -> None:
+    policy, claims, log = files
+    policy.write_text(POLICY + '[guard]\ndenial = "jsonrpc"\n[gateway]\nunlisted_tools = "deny"\n',
+                      encoding="utf-8")
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+        with pytest.raises(MCPError) as denied:
+            await raw_call(client, "secret")
+        with pytest.raises(MCPError) as unlisted:
+            await raw_call(client, "slow")
+    assert denied.value.error.code == DENIAL_CODE
+    assert denied.value.error.data == {"error": "unmet_requirements", "tool": "secret",
+                                       "unmet": SECRET_REQUIREMENTS, "withheld": 0}
+    assert unlisted.value.error.data == {"error": "unlisted_tool", "tool": "slow", "unmet": [],
+                                         "withheld": 0}
+    assert not tool_calls(log)
+
+
+async def test_a_near_miss_policy_name_refuses_every_call(files: tuple[Path, Path, Path]) -> None:
+    policy, claims, log = files
+    policy.write_text('[tools.Echo]\nrequirements = ["auth:claim:role:observer"]\n', encoding="utf-8")
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+        refused = await raw_call(client, "echo")
+        also = await raw_call(client, "slow", {"seconds": 0})
+    assert refused["isError"] is True and also["isError"] is True
+    assert "Echo" in refused["content"][0]["text"] and "echo" in refused["content"][0]["text"]
+    assert not tool_calls(log)

@@ -6,6 +6,7 @@ upstream's stdout, an HTTP upstream that is down when the gateway starts.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.fixtures.gateway_upstream import (
     free_port,
     gateway_http,
     gateway_stdio,
+    read_log,
     tool_calls,
     upstream_http,
 )
@@ -80,6 +82,7 @@ async def test_a_tool_hanging_past_the_timeout_gets_a_tool_error_and_the_gateway
     assert after["structuredContent"] == ECHO_RESULT["structuredContent"]
     assert denied["structuredContent"]["error"] == "unmet_requirements"
     assert tool_calls(log) == ["slow", "echo"]
+    assert "notifications/cancelled" in [e["method"] for e in read_log(log)]  # the upstream was told
 
 
 async def test_a_non_json_line_from_the_upstream_is_skipped_and_traffic_goes_on(
@@ -92,7 +95,7 @@ async def test_a_non_json_line_from_the_upstream_is_skipped_and_traffic_goes_on(
     assert after["structuredContent"] == ECHO_RESULT["structuredContent"]
 
 
-def test_http_upstream_down_at_start_then_up(tmp_path: Path) -> None:
+def test_http_upstream_down_at_start_then_up_then_restarted(tmp_path: Path) -> None:
     policy, _claims, log = files(tmp_path, timeout=5)
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
@@ -103,15 +106,28 @@ def test_http_upstream_down_at_start_then_up(tmp_path: Path) -> None:
         refused = anyio.run(_call_anonymously, gw.url + "/mcp", "slow")
         assert refused["isError"] is True  # a tool the gateway never saw is not forwarded blind
         with upstream_http(log, port):
-            deadline = time.monotonic() + RECOVERY_SECONDS
-            while httpx.get(gw.url + "/readyz", timeout=30).status_code != 200:
-                assert time.monotonic() < deadline, gw.output()
-                time.sleep(0.2)
+            wait_ready(gw.url, gw.output)
             denied = anyio.run(_call_anonymously, gw.url + "/mcp", "echo")
             allowed = anyio.run(_call_anonymously, gw.url + "/mcp", "slow")
+        # The upstream goes away and comes back: the gateway stays up and reconnects.
+        assert httpx.get(gw.url + "/readyz", timeout=30).status_code == 503
+        while_down = anyio.run(_call_anonymously, gw.url + "/mcp", "slow")
+        with upstream_http(log, port):
+            wait_ready(gw.url, gw.output)
+            again = anyio.run(_call_anonymously, gw.url + "/mcp", "slow")
     assert denied["structuredContent"]["unmet"] == ["auth:claim:role:observer"]
     assert allowed == {"content": [{"type": "text", "text": "slow done"}], "isError": False}
-    assert tool_calls(log) == ["slow"]
+    assert while_down["isError"] is True
+    assert while_down["content"][0]["text"].startswith("upstream ")
+    assert again == allowed
+    assert tool_calls(log) == ["slow", "slow"]
+
+
+def wait_ready(url: str, output: Callable[[], str]) -> None:
+    deadline = time.monotonic() + RECOVERY_SECONDS
+    while httpx.get(url + "/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, output()
+        time.sleep(0.2)
 
 
 async def _call_anonymously(url: str, name: str) -> dict[str, Any]:

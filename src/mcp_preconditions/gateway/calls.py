@@ -47,10 +47,12 @@ class ToolCalls:
     async def call(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: Any,
                    credentials: Credentials, request: Request) -> dict[str, Any]:
         version = ctx.protocol_version
+        # Looked up first: the first lookup may be what loads the tools and finds the problem.
+        found = await self._tools.find(name, self._policy().gateway.call_timeout_seconds)
         if self._tools.problem is not None:
             return bridge.downstream_result("tools/call", _fault(f"the gateway's policy is unusable: "
                                                    f"{self._tools.problem}"), version)
-        if not await self._tools.find(name, self._policy().gateway.call_timeout_seconds):
+        if not found:
             return self._unlisted(name, version, "the upstream has no tool of that name")
         if name in self._tools.broken:
             return self._refuse(self._broken(name), version)

@@ -19,6 +19,7 @@ from .server import Gateway
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 MCP_PATH = "/mcp"
+READY_PING_SECONDS = 2.0
 
 
 def build_app(gateway: Gateway, host: str, base_url: str) -> ASGIApp:
@@ -42,7 +43,7 @@ async def _healthz(_request: Request) -> Response:
 
 def _readyz(gateway: Gateway) -> Any:
     async def readyz(_request: Request) -> Response:
-        connected = gateway.upstream.current is not None
+        connected = await gateway.upstream.reachable(READY_PING_SECONDS)
         problem = gateway.tools.problem
         body = {"policy": gateway.guard.revision, "upstream": gateway.upstream.label,
                 "upstream_connected": connected, "tools_loaded": gateway.tools.loaded}

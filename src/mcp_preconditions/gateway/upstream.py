@@ -23,6 +23,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import MONOLITH_REQUESTS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .. import __version__
@@ -115,15 +116,14 @@ class Upstream:
         delay = BACKOFF_FIRST
         while True:
             self.attempts += 1
-            async with AsyncExitStack() as stack:
-                try:
+            try:
+                async with AsyncExitStack() as stack:
                     connected = await self._connect(stack)
-                except Exception as exc:  # anything the upstream or transport does: retry later
-                    self.last_error = _describe(exc)
-                    log.warning("upstream %s: cannot connect: %s", self.label, self.last_error)
-                else:
                     delay = BACKOFF_FIRST
                     await self._serve(connected)
+            except Exception as exc:  # whatever the upstream or its transport does: retry later
+                self.last_error = _describe(exc)
+                log.warning("upstream %s: %s", self.label, self.last_error)
             await anyio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
@@ -214,6 +214,26 @@ class Upstream:
             if exc.error.code == types.CONNECTION_CLOSED:
                 connected.lost.set()
             raise
+
+    async def reachable(self, timeout: float) -> bool:
+        """Whether the upstream answers a ping now (a 2026-07-28-only upstream: whether a session
+        is up). A failed ping on a lost connection starts the reconnect."""
+        connected = self.current
+        if connected is None:
+            return False
+        if connected.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return True  # no ping at that version; the session's requests tell
+        try:
+            await self.request("ping", None, timeout=timeout)
+        except MCPError as exc:
+            if exc.error.code == types.REQUEST_TIMEOUT:
+                return False
+            connected.lost.set()
+            return False
+        except Exception:
+            connected.lost.set()
+            return False
+        return True
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         """Pass a client notification on (progress, roots list_changed); dropped when down."""
