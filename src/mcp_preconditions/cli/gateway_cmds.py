@@ -136,7 +136,10 @@ def _listen(value: str) -> tuple[str, int] | None:
 
 def _bind(host: str, port: int) -> socket.socket:
     """A listening socket, before anything is announced: early clients queue instead of failing."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and without
+    # it every response waited for the client's delayed ACK (GET /healthz p50 44 ms -> 3 ms).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
