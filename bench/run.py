@@ -1,8 +1,8 @@
 """`make bench`: every benchmark in one process run, a table on stdout, bench/results.json (regenerated,
 not committed) and the charts bench/latency.png and bench/scale.png.
 
-The other issues' benches (bench_auth, bench_live, bench_mcp) join when present: each module's
-`run() -> dict[str, float]` is merged into the results.
+The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway) join when present: each
+module's `run() -> dict[str, float]` is merged into the results.
 """
 
 from __future__ import annotations
@@ -43,8 +43,11 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "timer_overhead_ns", "agreement_cases", "compile_10_s", "compile_1k_s", "compile_100k_s",
          "memory_1k_mb", "memory_100k_mb", "decide_10_p50_us", "decide_1k_p50_us",
          "decide_100k_p50_us", "decide_mixed_100k_p50_us", "decide_flatness", "filter_10k_ms",
-         "cached_token_p50_us", "mcp_call_overhead_pct", "gateway_http_ratio", "gateway_stdio_ratio",
-         "gateway_http_p50_ms", "gateway_http_p99_ms", "gateway_vs_fastmcp_throughput",
+         "cached_token_p50_us", "mcp_call_overhead_pct",
+         "direct_http_p50_ms", "gateway_http_p50_ms", "gateway_http_p99_ms", "fastmcp_http_p50_ms",
+         "gateway_http_ratio", "direct_stdio_p50_ms", "gateway_stdio_p50_ms", "fastmcp_stdio_p50_ms",
+         "gateway_stdio_ratio", "direct_http_50_clients_per_s", "gateway_http_50_clients_per_s",
+         "fastmcp_http_50_clients_per_s", "gateway_vs_fastmcp_throughput",
          "agents_pydantic_ai_filter_pct", "agents_openai_filter_pct")
 
 

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import RequirementError
+
 META_KEY = "io.github.mcp-preconditions/requirements"
 _ABSENT = object()
 
@@ -48,3 +50,33 @@ def with_requirements(tool: Mapping[str, Any], requirements: Sequence[str]) -> d
     meta[META_KEY] = list(requirements)
     out["_meta"] = meta
     return out
+
+
+def carried(tool: str, value: object, where: str) -> tuple[str, ...]:
+    """A requirement list a tool carries at `where` (None: none). Anything but a list of strings
+    raises RequirementError: a list the guard cannot read must not be shown unenforced."""
+    if value is None:
+        return ()
+    if isinstance(value, list | tuple) and all(isinstance(r, str) for r in value):
+        return tuple(value)
+    raise RequirementError([f"tool '{tool}': {where} must be a list of requirement strings, "
+                            f"not {type(value).__name__}"])
+
+
+def meta_requirements(tool: str, meta: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The requirements a tool's `_meta` mirror carries (`@server.tool(meta=...)`, fastmcp meta)."""
+    return carried(tool, meta.get(META_KEY), f"_meta[{META_KEY!r}]") if meta is not None else ()
+
+
+def wire_requirements(tool: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every requirement a `tools/list` entry carries: `execution.requirements` ∪ the `_meta`
+    mirror (both are read, so neither can hide the other)."""
+    name = str(tool.get("name"))
+    execution = tool.get("execution")
+    if execution is not None and not isinstance(execution, Mapping):
+        raise RequirementError([f"tool '{name}': execution must be an object, not "
+                                f"{type(execution).__name__}"])
+    own = carried(name, execution.get("requirements"), "execution.requirements") if execution else ()
+    meta = tool.get("_meta")
+    mirrored = meta_requirements(name, meta) if isinstance(meta, Mapping) else ()
+    return tuple(dict.fromkeys((*own, *mirrored)))  # union, first-seen order, exact strings

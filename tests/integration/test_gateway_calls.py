@@ -18,6 +18,8 @@ from mcp_preconditions.integrations._calls import DENIAL_CODE
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.gateway_upstream import (
     ECHO_RESULT,
+    MIRROR_META,
+    MIRROR_WIRE,
     SECRET_REQUIREMENTS,
     gateway_stdio,
     read_log,
@@ -64,11 +66,13 @@ async def test_denied_never_reaches_upstream_and_allowed_result_is_the_upstreams
                       mode=VERSIONS[version]) as client:
         assert client.protocol_version == version
         denied = await raw_call(client, "secret")
+        mirrored = await raw_call(client, "mirror")
         allowed = await raw_call(client, "echo", {"text": "hi"})
     assert denied["isError"] is True
     assert denied["structuredContent"] == {"error": "unmet_requirements", "tool": "secret",
                                            "unmet": SECRET_REQUIREMENTS, "withheld": 0}
     assert tool_calls(log) == ["echo"]  # the denied call never reached the upstream
+    assert mirrored["structuredContent"]["unmet"] == MIRROR_META
     # Exactly what the upstream sent; at 2026-07-28 the envelope adds resultType, nothing else.
     expected = {**ECHO_RESULT, "resultType": "complete"} if version == "2026-07-28" else ECHO_RESULT
     assert allowed == expected
@@ -87,7 +91,10 @@ async def test_tools_list_has_the_union_of_requirements_on_the_wire(
     assert tools["echo"]["_meta"][META_KEY] == ["auth:claim:role:observer"]
     assert "execution" not in tools["slow"] and "_meta" not in tools["slow"]
     assert tools["slow"]["inputSchema"]["properties"]["seconds"] == {"type": "number"}
-    assert sorted(tools) == ["ask", "bad", "crash", "echo", "env", "flip", "garbage", "secret", "slow"]
+    assert sorted(tools) == ["ask", "bad", "crash", "echo", "env", "flip", "garbage", "mirror",
+                             "secret", "slow"]
+    # An upstream's execution.requirements and its _meta mirror are both read: neither hides the other.
+    assert tools["mirror"]["execution"]["requirements"] == [*MIRROR_WIRE, *MIRROR_META]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -169,3 +176,16 @@ async def test_a_near_miss_policy_name_refuses_every_call(files: tuple[Path, Pat
     assert refused["isError"] is True and also["isError"] is True
     assert "Echo" in refused["content"][0]["text"] and "echo" in refused["content"][0]["text"]
     assert not tool_calls(log)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_list_filtering_hides_what_the_caller_cannot_call(
+        files: tuple[Path, Path, Path], version: str) -> None:
+    policy, claims, log = files
+    policy.write_text(POLICY + '[guard]\nlist_filtering = true\n[gateway]\nunlisted_tools = "deny"\n',
+                      encoding="utf-8")
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)),
+                      mode=VERSIONS[version]) as client:
+        tools = await raw_tools(client)
+    # echo: the observer meets its requirement; secret needs admin; the rest have none ("deny").
+    assert sorted(tools) == ["echo"]

@@ -6,6 +6,7 @@ gets the gateway's environment minus the policy's own secrets.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
-from tests.fixtures.gateway_upstream import NOTE, gateway_stdio, tool_calls
+from tests.fixtures.gateway_upstream import NOTE, gateway_http, gateway_stdio, tool_calls
 from tests.integration.test_gateway_calls import RAW, VERSIONS, raw_call, raw_tools
 
 
@@ -42,8 +43,9 @@ async def test_prompts_and_resources_pass_through(tmp_path: Path, policy: Path, 
     assert note["contents"] == NOTE["contents"]
 
 
+@pytest.mark.parametrize("listener", ["stdio", "http"])
 async def test_the_upstreams_sampling_request_is_answered_by_the_client(
-        tmp_path: Path, policy: Path) -> None:
+        tmp_path: Path, policy: Path, listener: str) -> None:
     asked: list[str] = []
 
     async def sampling(_ctx: ClientRequestContext, params: mcp_types.CreateMessageRequestParams
@@ -52,23 +54,38 @@ async def test_the_upstreams_sampling_request_is_answered_by_the_client(
         return mcp_types.CreateMessageResult(role="assistant", model="test",
                                              content=mcp_types.TextContent(type="text", text="4"))
 
-    async with Client(gateway_stdio(policy, tmp_path / "log.jsonl"), mode="legacy",
-                      sampling_callback=sampling) as client:
-        result = await raw_call(client, "ask")
+    log = tmp_path / "log.jsonl"
+    with contextlib.ExitStack() as stack:
+        target: Any = (gateway_stdio(policy, log) if listener == "stdio" else
+                       stack.enter_context(gateway_http(policy, log, wait="/readyz")).url + "/mcp")
+        async with Client(target, mode="legacy", sampling_callback=sampling) as client:
+            result = await raw_call(client, "ask")
     assert asked == ["2+2?"]
     assert result["content"] == [{"type": "text", "text": "4"}]
 
 
-async def test_progress_reaches_the_client(tmp_path: Path, policy: Path) -> None:
+async def test_progress_reaches_the_caller_only(tmp_path: Path, policy: Path) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         seen.append((value, total, message))
 
-    async with Client(gateway_stdio(policy, tmp_path / "log.jsonl"), mode="legacy") as client:
-        result = await client.call_tool("slow", {"seconds": 0.2}, progress_callback=progress)
+    others: list[Any] = []
+
+    async def bystander(message: Any) -> None:
+        if isinstance(message, mcp_types.ProgressNotification):
+            others.append(message)
+
+    log = tmp_path / "log.jsonl"
+    with gateway_http(policy, log, wait="/readyz") as gw:
+        async with Client(gw.url + "/mcp", mode="legacy", message_handler=bystander) as other, \
+                Client(gw.url + "/mcp", mode="legacy") as client:
+            await other.list_tools()
+            result = await client.call_tool("slow", {"seconds": 0.2}, progress_callback=progress)
+            await other.list_tools()
     assert result.content == [mcp_types.TextContent(type="text", text="slow done")]
     assert seen == [(0.5, 1.0, "half way")]
+    assert others == []  # another client's progress is not broadcast
 
 
 async def test_tools_list_changed_reloads_and_reaches_a_2025_client(tmp_path: Path, policy: Path) -> None:

@@ -135,8 +135,7 @@ def test_serve_refuses_a_missing_policy(tmp_path: Path, capsys: pytest.CaptureFi
     missing = tmp_path / "nope.toml"
     assert main(["serve", "--policy", str(missing)]) == 2
     assert capsys.readouterr().err == (
-        f"mcp-preconditions: error: {missing}: invalid policy (1 problem(s)):\n"
-        "  (file): cannot read: No such file or directory\n")
+        f"mcp-preconditions: error: {missing}: (file): cannot read: No such file or directory\n")
 
 
 def test_serve_refuses_bad_claims(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

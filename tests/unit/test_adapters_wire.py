@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from mcp_preconditions.errors import RequirementError
-from mcp_preconditions.integrations._server import meta_requirements, wire_requirements
-from mcp_preconditions.wire import META_KEY
+from mcp_preconditions.wire import META_KEY, meta_requirements, wire_requirements
 
 
 def test_execution_and_the_mirror_are_united_in_order() -> None:

@@ -1,5 +1,5 @@
-"""`--resolver SPEC` on check, lint, policy validate and serve: a resolver in a plain .py file (or
-an importable module) for one run, and one error line, exit 2, for every bad SPEC."""
+"""`--resolver SPEC` on check, lint, policy validate, policy test and serve: a resolver in a plain .py
+file (or an importable module) for one run, and one error line, exit 2, for every bad SPEC."""
 
 from __future__ import annotations
 
@@ -145,3 +145,15 @@ def test_two_resolvers_for_one_namespace_are_refused(capsys: pytest.CaptureFixtu
 def test_resolvers_from_raises_input_error(workdir: Path) -> None:
     with pytest.raises(InputError):
         resolvers_from(argparse.Namespace(resolver=["shifts.py:nope"]))
+
+
+def test_policy_test_with_a_resolver_from_a_file(capsys: pytest.CaptureFixture[str],
+                                                 workdir: Path) -> None:
+    (workdir / "p.tests.toml").write_text(
+        'policy = "p.toml"\ntools = "t.json"\n[[cases]]\nname = "shifts"\n'
+        "expect.day_job = { allowed = true }\n"
+        'expect.night_job = { allowed = false, unmet = ["shift:night"] }\n', encoding="utf-8")
+    code, out, err = run(capsys, "policy", "test", "p.tests.toml", "--resolver", "shifts.py:resolver")
+    assert (code, out, err) == (0, "PASS  shifts\n1 passed, 0 failed\n", "")
+    code, _, err = run(capsys, "policy", "test", "p.tests.toml")
+    assert code == 2 and "unknown namespace 'shift'" in err

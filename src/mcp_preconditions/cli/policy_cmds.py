@@ -78,7 +78,7 @@ def run_schema(args: argparse.Namespace) -> int:
 
 def run_test(args: argparse.Namespace) -> int:
     """`policy test`: run every case; exit 1 if any fails."""
-    results = run_tests(load_tests(args.tests))
+    results = run_tests(load_tests(args.tests, resolvers_from(args)))
     failed = sum(1 for r in results if not r.passed)
     if args.format == "json":
         print_json({"cases": [r.to_dict() for r in results], "passed": len(results) - failed,
@@ -110,5 +110,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "the expected decision per tool. Exit 1 if any case fails.")
     test.add_argument("tests", metavar="P", help="policy test file (TOML), e.g. "
                       "policies/mission-control.tests.toml")
+    add_resolver_option(test)
     add_format(test)
     test.set_defaults(func=run_test)

@@ -15,7 +15,7 @@ import anyio
 from ..errors import PolicyError, RequirementError
 from ..guard import Guard
 from ..policy.model import Policy
-from ..wire import raw_requirements
+from ..wire import wire_requirements
 from .upstream import Upstream, UpstreamUnavailable
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -76,9 +76,10 @@ class UpstreamTools:
         registered = set(self._guard.tool_names())
         broken: dict[str, str] = {}
         for name, tool in new.items():
-            own, problem = _own_requirements(tool)
-            if problem is not None:
-                broken[name] = problem
+            try:  # the tool's own list: execution.requirements ∪ the _meta mirror
+                own = list(wire_requirements(tool))
+            except RequirementError as exc:  # garbage is never read as "no requirements"
+                broken[name] = str(exc)
                 own = []
             if own or name in registered:
                 try:
@@ -98,12 +99,3 @@ class UpstreamTools:
             log.error("%s; every tool call is refused until the policy is fixed", exc)
         self._tools, self.broken, self.loaded = new, broken, True
 
-
-def _own_requirements(tool: dict[str, Any]) -> tuple[list[str], str | None]:
-    """A tool definition's own requirements, or the reason they cannot be read (never "none")."""
-    raw = raw_requirements(tool)
-    if raw is None:
-        return [], None
-    if isinstance(raw, list) and all(isinstance(r, str) for r in raw):
-        return list(raw), None
-    return [], f"execution.requirements is {type(raw).__name__}, not a list of strings"

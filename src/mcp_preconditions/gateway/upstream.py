@@ -6,7 +6,6 @@ results come back as the wire dicts the upstream sent (validated, never re-model
 from __future__ import annotations
 
 import logging
-import math
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -22,7 +21,7 @@ from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import MONOLITH_REQUESTS
+from mcp_types.methods import MONOLITH_NOTIFICATIONS, MONOLITH_REQUESTS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -35,8 +34,11 @@ CLIENT_INFO = types.Implementation(name="mcp-preconditions-gateway", version=__v
 _RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _TOOL_PAGES = 100  # a paginator that never ends cannot hang a reload
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
-# Notifications the upstream session sends that are its own business, not the client's.
-_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged"})
+# Notifications the upstream session sends that are its own business, not every client's: progress
+# reaches the one caller through the request's own progress callback (the SDK also tees it here,
+# where broadcasting it would show one client's call to all the others).
+_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged",
+                           "notifications/progress"})
 
 # Raw (method, params) -> raw result: how the gateway answers requests the upstream sends.
 RequestHook = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -133,7 +135,11 @@ class Upstream:
         self._signal()
         try:
             await self.on_connect()
-            await connected.lost.wait()
+            async with anyio.create_task_group() as tg:
+                if connected.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    tg.start_soon(self._listen, connected)
+                await connected.lost.wait()
+                tg.cancel_scope.cancel()
             log.warning("upstream %s: session lost; reconnecting", self.label)
         finally:
             self.current = None
@@ -151,8 +157,15 @@ class Upstream:
         return self.current
 
     async def _connect(self, stack: AsyncExitStack) -> Connected:
-        lost = anyio.Event()
-        client = await self._open(stack, lost, "legacy")
+        # The handshake era (2025-11-25) is asked for first: it carries everything clients of
+        # either version may need (subscriptions, server-to-client requests, logging). A server
+        # that refuses the handshake is reached with the SDK's own negotiation (2026-07-28).
+        try:
+            client, lost = await self._open(stack, "legacy")
+        except Exception as exc:
+            if not isinstance(_innermost(exc), MCPError):
+                raise
+            client, lost = await self._open(stack, "auto")
         session = client.session
         init = session.initialize_result
         caps = init.capabilities if init is not None else session.server_capabilities
@@ -165,23 +178,25 @@ class Upstream:
             if info is not None else None,
             instructions=session.instructions, lost=lost)
 
-    async def _open(self, stack: AsyncExitStack, lost: anyio.Event, mode: str) -> Client:
-        # The handshake era (2025-11-25) is asked for first: it carries everything clients of
-        # either version may need (subscriptions, server-to-client requests, logging). A server
-        # that only speaks 2026-07-28 is then reached with the SDK's own negotiation.
+    async def _open(self, stack: AsyncExitStack, mode: str) -> tuple[Client, anyio.Event]:
+        lost = anyio.Event()  # one per attempt: a refused handshake's exit is not this session's
         callbacks: dict[str, Any] = {  # typed by the SDK as Protocols; these match them
             "sampling_callback": self._sampling, "elicitation_callback": self._elicitation,
             "list_roots_callback": self._roots}
         client = Client(self._transport(lost), mode=mode, cache=None, client_info=CLIENT_INFO,
                         message_handler=cast(Any, self._message(lost)), **callbacks)
+        return await stack.enter_async_context(client), lost
+
+    async def _listen(self, connected: Connected) -> None:
+        """At 2026-07-28 an upstream's change notifications ride a listen stream only: keep one
+        open (its events reach `on_notification` through the message handler, like any other)."""
         try:
-            return await stack.enter_async_context(client)
-        except MCPError:
-            if mode != "legacy" or lost.is_set():
-                raise
-        retry = Client(self._transport(lost), mode="auto", cache=None, client_info=CLIENT_INFO,
-                       message_handler=cast(Any, self._message(lost)))
-        return await stack.enter_async_context(retry)
+            async with connected.client.listen(tools_list_changed=True, prompts_list_changed=True,
+                                               resources_list_changed=True) as subscription:
+                async for _event in subscription:
+                    pass
+        except Exception as exc:  # the session goes on; changes are just not heard
+            log.warning("upstream %s: no change notifications: %s", self.label, _describe(exc))
 
     def _transport(self, lost: anyio.Event) -> Transport:
         target = self.target
@@ -240,8 +255,6 @@ class Upstream:
         connected = self.current
         if connected is None:
             return
-        from mcp_types.methods import MONOLITH_NOTIFICATIONS
-
         model = MONOLITH_NOTIFICATIONS.get(method)
         if model is None:
             return
@@ -321,13 +334,15 @@ async def _nothing() -> None:
     return None
 
 
-def _describe(exc: BaseException) -> str:
+def _innermost(exc: BaseException) -> BaseException:
+    """The one exception a chain of single-member exception groups (task groups) carries."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    exc = _innermost(exc)
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 300 else text[:299] + "…"
 
-
-def backoff_delays(count: int) -> list[float]:
-    """The first `count` reconnect delays (for the docs and tests): doubling, capped."""
-    return [min(BACKOFF_FIRST * math.pow(2, i), BACKOFF_MAX) for i in range(count)]

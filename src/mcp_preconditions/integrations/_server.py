@@ -27,7 +27,7 @@ from ..outcomes import Decision
 from ..policy.load import PolicySource
 from ..principal import Credentials
 from ..requirements import merge, validate
-from ..wire import META_KEY, with_requirements
+from ..wire import meta_requirements, wire_requirements, with_requirements
 from ._calls import credentials_from_request, denial_error, denial_result
 from ._sessions import TargetedBus, Watches
 
@@ -68,35 +68,6 @@ def register_function(fn: Callable[..., Any], preconditions: Preconditions, tool
     # A bound method takes no attributes; the call-time check still reads its function's list.
     with contextlib.suppress(AttributeError, TypeError):
         setattr(fn, TOOLS_ATTR, (*getattr(fn, TOOLS_ATTR, ()), (preconditions, tool)))
-
-
-def carried(tool: str, value: object, where: str) -> tuple[str, ...]:
-    """A requirement list a tool carries at `where` (None: none). Anything but a list of strings
-    raises RequirementError: a list the guard cannot read must not be shown unenforced."""
-    if value is None:
-        return ()
-    if isinstance(value, list | tuple) and all(isinstance(r, str) for r in value):
-        return tuple(value)
-    raise RequirementError([f"tool '{tool}': {where} must be a list of requirement strings, "
-                            f"not {type(value).__name__}"])
-
-
-def meta_requirements(tool: str, meta: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The requirements a tool's `_meta` mirror carries (`@server.tool(meta=...)`, fastmcp meta)."""
-    return carried(tool, meta.get(META_KEY), f"_meta[{META_KEY!r}]") if meta is not None else ()
-
-
-def wire_requirements(tool: Mapping[str, Any]) -> tuple[str, ...]:
-    """Every requirement a `tools/list` entry carries: `execution.requirements` ∪ the `_meta`
-    mirror (both are read, so neither can hide the other)."""
-    name = str(tool.get("name"))
-    execution = tool.get("execution")
-    if execution is not None and not isinstance(execution, Mapping):
-        raise RequirementError([f"tool '{name}': execution must be an object, not "
-                                f"{type(execution).__name__}"])
-    own = carried(name, execution.get("requirements"), "execution.requirements") if execution else ()
-    meta = tool.get("_meta")
-    return merge(own, meta_requirements(name, meta) if isinstance(meta, Mapping) else ())
 
 
 def as_wire_dict(result: HandlerResult) -> dict[str, Any] | None:

@@ -33,8 +33,9 @@ from mcp_types import SubscriptionsListenRequestParams
 
 from ..guard import Guard
 from ..requirements import merge
+from ..wire import meta_requirements
 from ._calls import denial_error, denial_meta, denial_text
-from ._server import CredentialsHook, DenialMode, Preconditions, meta_requirements, requirements_of
+from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
 
 __all__ = ["Preconditions", "PreconditionsMiddleware", "guard_fastmcp", "requirements_of_tool",
            "resolve_tool"]

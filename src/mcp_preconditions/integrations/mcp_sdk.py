@@ -32,7 +32,7 @@ from mcp_types import (
 
 from ..guard import Guard
 from ..requirements import merge
-from ..wire import META_KEY
+from ..wire import META_KEY, meta_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 from ._server import (
     REQUIREMENTS_ATTR,
@@ -40,7 +40,6 @@ from ._server import (
     DenialMode,
     Preconditions,
     mark_requirements,
-    meta_requirements,
     register_function,
     requirements_of,
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +22,7 @@ from ..files import read_tools
 from ..guard import Guard
 from ..outcomes import Decision
 from ..principal import ANONYMOUS_IDENTITY, Identity, Principal
+from ..resolvers.base import Resolver
 from ..wire import raw_requirements
 from .load import PolicySource, key_path, load_policy
 from .model import FlagValue
@@ -94,6 +95,7 @@ class PolicyTests:
     policy: PolicySource
     tools: dict[str, Any]
     cases: tuple[Case, ...]
+    resolvers: tuple[Resolver, ...] = ()  # custom resolvers given in code or on the command line
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -165,8 +167,10 @@ def _consistency(spec: PolicyTestSpec, tools: list[str]) -> list[str]:
     return problems
 
 
-def load_tests(path: str | Path) -> PolicyTests:
-    """Read a test file, the policy and tools it names (paths relative to it), and check them."""
+def load_tests(path: str | Path, resolvers: Iterable[Resolver] = ()) -> PolicyTests:
+    """Read a test file, the policy and tools it names (paths relative to it), and check them.
+    `resolvers` decide custom namespaces in every case."""
+    custom = tuple(resolvers)
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -178,7 +182,7 @@ def load_tests(path: str | Path) -> PolicyTests:
     if spec.tools is not None:
         tools = {t["name"]: raw_requirements(t) for t in read_tools(p.parent / spec.tools)}
     try:  # compiling once up front reports invalid requirements before any case runs
-        names = Guard(policy, tools).tool_names()
+        names = Guard(policy, tools, resolvers=custom).tool_names()
     except RequirementError as exc:
         lines = "\n".join(f"  {m}" for m in exc.messages)
         raise InputError(f"{path}: the tools under test fail start-up validation:\n{lines}") from None
@@ -186,7 +190,7 @@ def load_tests(path: str | Path) -> PolicyTests:
     problems = _consistency(spec, names)
     if problems:
         raise _invalid(str(path), problems)
-    return PolicyTests(str(path), policy, tools, tuple(spec.cases))
+    return PolicyTests(str(path), policy, tools, tuple(spec.cases), custom)
 
 
 def case_policy(base: PolicySource, case: Case) -> PolicySource:
@@ -236,7 +240,7 @@ def differences(tool: str, expected: Expectation, decision: Decision) -> list[st
 
 
 def run_case(tests: PolicyTests, case: Case) -> CaseResult:
-    guard = Guard(case_policy(tests.policy, case), tests.tools)
+    guard = Guard(case_policy(tests.policy, case), tests.tools, resolvers=tests.resolvers)
     identity = _identity(case)
     found: list[str] = []
     for tool, expected in case.expect.items():

@@ -1,0 +1,60 @@
+"""Protocol-version bridging the other way round: an upstream that speaks 2026-07-28 only, in front
+of 2025-11-25 and 2026-07-28 clients. Nothing is lost: tools with their requirements, the upstream's
+exact results, prompts, resources, and tools/list_changed (heard on the gateway's listen stream).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+
+from tests.fixtures.gateway_upstream import ECHO_RESULT, NOTE, SECRET_REQUIREMENTS, gateway_stdio, read_log
+from tests.integration.test_gateway_calls import RAW, VERSIONS, raw_call, raw_tools
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_text('[tools.secret]\nrequirements = ["auth:claim:tenant:acme"]\n', encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_2026_only_upstream_loses_nothing(tmp_path: Path, policy: Path, version: str) -> None:
+    log = tmp_path / "log.jsonl"
+    changed = anyio.Event()
+
+    async def handler(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            changed.set()
+
+    params = gateway_stdio(policy, log, GATEWAY_UPSTREAM_MODERN_ONLY="1")
+    async with Client(params, mode=VERSIONS[version], message_handler=handler) as client:
+        assert client.protocol_version == version
+        tools = await raw_tools(client)
+        echo = await raw_call(client, "echo")
+        prompt = await client.get_prompt("greet", {"name": "Ada"})
+        note = await client.session.send_request(mcp_types.ReadResourceRequest(
+            params=mcp_types.ReadResourceRequestParams(uri="test://note")), RAW)
+        if version == "2025-11-25":
+            await raw_call(client, "flip")
+            with anyio.fail_after(30):
+                await changed.wait()
+            assert "extra0" in await raw_tools(client)
+    # The gateway's own session is at 2026-07-28: its requests carry that envelope.
+    first = next(e for e in read_log(log) if e["method"] == "tools/list")
+    assert first["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+    assert tools["secret"]["execution"]["requirements"] == [*SECRET_REQUIREMENTS, "auth:claim:tenant:acme"]
+    expected = {**ECHO_RESULT, "resultType": "complete"} if version == "2026-07-28" else ECHO_RESULT
+    assert {k: v for k, v in echo.items() if k != "_meta"} == {
+        k: v for k, v in expected.items() if k != "_meta"}
+    # At 2026-07-28 the upstream's SDK stamps its serverInfo into _meta; the rest is the tool's own.
+    assert echo["_meta"]["example.com/trace"] == "abc"
+    assert prompt.messages[0].content == mcp_types.TextContent(type="text", text="Hello, Ada!")
+    assert note["contents"] == NOTE["contents"]
+    assert ("ttlMs" in note) == (version == "2026-07-28")
