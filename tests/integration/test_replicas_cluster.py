@@ -98,6 +98,7 @@ class Cluster:
     gateways: dict[str, Process]
     haproxy: subprocess.Popen[bytes]
     haproxy_log: Path
+    upstream: str  # the upstream's label in decision records
     policies: dict[str, bytes] = field(default_factory=dict)
 
     def set_state(self, value: str) -> None:
@@ -166,7 +167,7 @@ def cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
                 assert eventually(lambda: all_in_rotation(front, seen), True, 30), \
                     (seen, haproxy_log.read_text())
                 yield Cluster(front, redis, bundles, key, decisions, gateways, proxy,
-                              haproxy_log, {"v1": v1})
+                              haproxy_log, upstream.url, {"v1": v1})
             finally:
                 proxy.terminate()
                 proxy.wait(10)

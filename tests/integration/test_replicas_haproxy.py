@@ -202,6 +202,9 @@ async def test_state_flip_bundle_publish_and_tampered_bundle_under_load(cluster:
     before = revisions_after(cluster, 0)
     assert all(v1 in seen for seen in before.values()), before
     assert all(v3 not in seen for seen in before.values())
+    labels = {(r["replica"], r["upstream"]) for r in cluster.records()}
+    assert {replica for replica, _ in labels} == set(REPLICAS)
+    assert {upstream for _, upstream in labels} == {cluster.upstream}
     summary = summarize([str(cluster.decisions)], lambda *_: None)
     assert {n: summary.replicas[n].last_revision for n in REPLICAS} == {n: v2 for n in REPLICAS}
     for gateway in cluster.gateways.values():
