@@ -1,6 +1,8 @@
 """The measured inputs of the capacity model in docs/scaling.md: Redis GET latency and throughput,
 Redis operations per decision with and without the state cache, decisions per second of one Guard,
-and what a policy bundle poll costs (a 304, and a full fetch + verify + compile).
+what a policy bundle poll costs (a 304, and a full fetch + verify + compile), and real gateway
+replicas: one at saturation (denied by the guard, and allowed through to a real upstream), and
+p50 / p99 through haproxy (examples/haproxy/haproxy.cfg) with 1 and 3 replicas.
 
 Run: .venv/bin/python -m bench.bench_replicas (prints JSON); `run()` for bench/run.py.
 """
@@ -12,8 +14,11 @@ import base64
 import hashlib
 import json
 import random
+import re
 import shutil
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,8 +27,12 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
+import httpx2
 import redis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from mcp_preconditions import Guard, Identity, parse_policy
 from mcp_preconditions.policy.bundle import BundleReloader, load_policy_url
@@ -182,12 +191,174 @@ def _timed(call: Callable[[], object], n: int) -> list[int]:
     return out
 
 
+# -- gateway replicas, alone and behind haproxy -----------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+HAPROXY_CFG = ROOT / "examples" / "haproxy" / "haproxy.cfg"
+CLI = [sys.executable, "-c", "import sys; from mcp_preconditions.cli import main; sys.exit(main())"]
+GATEWAY_POLICY = (b'environment = ["production"]\n[tools.echo]\nrequirements = ["env:production"]\n'
+                  b'[tools.env]\nrequirements = ["env:staging"]\n')  # echo allowed, env denied
+CLIENTS = 16  # concurrent SDK clients for the saturation figures
+GATEWAY_SECONDS = 3.0
+LATENCY_CALLS = 300
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ok(url: str, process: subprocess.Popen[bytes], deadline: float = 60.0) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and process.poll() is None:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"bench_replicas: {url} did not come up (exit {process.poll()})")
+
+
+def _wait_up(port: int, process: subprocess.Popen[bytes]) -> None:
+    """The upstream answers any HTTP request (its /mcp wants a POST)."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end and process.poll() is None:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"bench_replicas: the upstream on port {port} did not come up")
+
+
+@contextmanager
+def gateway_cluster(replicas: int, folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """One upstream (the tests' SDK server), `replicas` gateways and haproxy with the shipped
+    configuration (its ports changed, servers past `replicas` dropped). Yields haproxy's /mcp URL and
+    each replica's /mcp URL."""
+    policy = folder / "bench-gateway.toml"
+    policy.write_bytes(GATEWAY_POLICY)
+    up, front = _port(), _port()
+    ports = [_port() for _ in range(replicas)]
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(command: list[str]) -> subprocess.Popen[bytes]:
+        started.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL))
+        return started[-1]
+    try:
+        upstream = start([sys.executable, "-m", "tests.fixtures.gateway_upstream", "http", str(up)])
+        _wait_up(up, upstream)
+        gateways = [start([*CLI, "gateway", "--policy", str(policy), "--replica-id", f"gw{i + 1}",
+                           "--listen", f"http://127.0.0.1:{port}",
+                           "--upstream-url", f"http://127.0.0.1:{up}/mcp"])
+                    for i, port in enumerate(ports)]
+        for process, port in zip(gateways, ports, strict=True):
+            _wait_ok(f"http://127.0.0.1:{port}/readyz", process)
+        config = folder / f"haproxy-{replicas}.cfg"
+        config.write_text(_haproxy_config(front, ports), encoding="utf-8")
+        proxy = start([shutil.which("haproxy") or "haproxy", "-db", "-f", str(config)])
+        for _ in range(replicas * 2):  # every server has passed its first check
+            _wait_ok(f"http://127.0.0.1:{front}/readyz", proxy)
+        time.sleep(2.5)
+        yield (f"http://127.0.0.1:{front}/mcp", [f"http://127.0.0.1:{p}/mcp" for p in ports])
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(10)
+
+
+def _haproxy_config(front: int, ports: list[int]) -> str:
+    text = HAPROXY_CFG.read_text(encoding="utf-8").replace("127.0.0.1:8100", f"127.0.0.1:{front}")
+    lines = []
+    for line in text.splitlines(keepends=True):
+        match = re.match(r"(\s+server gw(\d) 127\.0\.0\.1:)810\d( check)$", line.rstrip("\n"))
+        if match is None:
+            lines.append(line)
+        elif int(match.group(2)) <= len(ports):
+            lines.append(f"{match.group(1)}{ports[int(match.group(2)) - 1]}{match.group(3)}\n")
+    return "".join(lines)
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {},
+               "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"}}
+
+
+async def _raw_load(url: str, tool: str, clients: int, seconds: float) -> tuple[float, list[int]]:
+    """`clients` loops POSTing one 2026-07-28 `tools/call` each at a time for `seconds` (a light
+    client, so that the gateway rather than the load generator saturates first); calls/s and
+    every call's latency in ns."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": tool, "arguments": {}, "_meta": MODERN_META}}).encode()
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+               "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": tool}
+    samples: list[int] = []
+    async with httpx2.AsyncClient(limits=httpx2.Limits(max_connections=clients),
+                                  timeout=httpx2.Timeout(30.0)) as http:
+        async def one() -> None:
+            while time.perf_counter() < end:
+                start = time.perf_counter_ns()
+                answer = await http.post(url, headers=headers, content=body)
+                samples.append(time.perf_counter_ns() - start)
+                denied = b'"isError":true' in answer.content
+                assert answer.status_code == 200 and denied == (tool == "env"), answer.text[:300]
+        await asyncio.gather(*(http.post(url, headers=headers, content=body) for _ in range(clients)))
+        begin = time.perf_counter()
+        end = begin + seconds
+        await asyncio.gather(*(one() for _ in range(clients)))
+        return len(samples) / (time.perf_counter() - begin), samples
+
+
+async def _sdk_latency(url: str, mode: str, count: int) -> list[int]:
+    """One SDK client, `count` sequential `echo` calls: legacy (a 2025-11-25 session, sticky behind
+    haproxy) or auto (2026-07-28, no session)."""
+    samples = []
+    async with Client(streamable_http_client(url), mode=mode) as client:
+        await client.call_tool("echo", {})  # warm: the session, the first call
+        for _ in range(count):
+            start = time.perf_counter_ns()
+            result = await client.call_tool("echo", {})
+            samples.append(time.perf_counter_ns() - start)
+            assert not result.is_error, result
+    return samples
+
+
+def _percentiles(out: dict[str, float], key: str, samples: list[int]) -> None:
+    out[key + "_p50_ms"] = percentile(samples, 50) / 1e6
+    out[key + "_p99_ms"] = percentile(samples, 99) / 1e6
+
+
+def gateway_figures() -> dict[str, float]:
+    """One replica at saturation (direct: denied by the guard, and allowed through to the upstream),
+    then p50 / p99 through haproxy with 1 and 3 replicas: one SDK client (session, and 2026-07-28
+    requests) and CLIENTS light clients at saturation."""
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for replicas in (1, 3):
+            with gateway_cluster(replicas, Path(tmp)) as (front, direct):
+                if replicas == 1:
+                    for name, tool in (("guard_only", "env"), ("with_upstream", "echo")):
+                        rate, loaded = asyncio.run(_raw_load(direct[0], tool, CLIENTS, GATEWAY_SECONDS))
+                        out[f"gateway_replica_calls_per_s_{name}"] = rate
+                        _percentiles(out, f"gateway_replica_{name}_c{CLIENTS}", loaded)
+                for mode, label in (("legacy", "session"), ("auto", "stateless")):
+                    _percentiles(out, f"haproxy_{replicas}r_{label}_c1",
+                                 asyncio.run(_sdk_latency(front, mode, LATENCY_CALLS)))
+                rate, loaded = asyncio.run(_raw_load(front, "echo", CLIENTS, GATEWAY_SECONDS))
+                out[f"haproxy_{replicas}r_c{CLIENTS}_calls_per_s"] = rate
+                _percentiles(out, f"haproxy_{replicas}r_c{CLIENTS}", loaded)
+    return out
+
+
 def run() -> dict[str, float]:
     """The harness entry point (bench/run.py): every number in one flat dict."""
     with redis_server() as url:
         results = redis_get_figures(url)
         results.update(asyncio.run(guard_figures(url)))
     results.update(bundle_figures())
+    results.update(gateway_figures())
     return results
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -15,17 +16,21 @@ from .http import build_app
 from .server import Gateway
 
 
-async def serve_stdio(gateway: Gateway) -> None:
-    """Serve one client on this process's stdin/stdout until it closes them."""
+async def serve_stdio(gateway: Gateway, *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Serve one client on this process's stdin/stdout until it closes them; `also` are tasks that
+    live as long as the listener (the policy poller)."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(gateway.upstream.run)
+        for task in also:
+            tg.start_soon(task)
         async with stdio_server() as (read, write):
             await gateway.server.run(read, write, gateway.server.create_initialization_options())
         tg.cancel_scope.cancel()
 
 
-async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None = None) -> None:
-    """Serve streamable HTTP on `sock` until cancelled."""
+async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None = None,
+                     *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Serve streamable HTTP on `sock` until cancelled; `also` as for serve_stdio."""
     import uvicorn
 
     host, port = sock.getsockname()[:2]
@@ -36,5 +41,7 @@ async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     async with anyio.create_task_group() as tg:
         tg.start_soon(gateway.upstream.run)
+        for task in also:
+            tg.start_soon(task)
         await uvicorn.Server(config).serve(sockets=[sock])
         tg.cancel_scope.cancel()

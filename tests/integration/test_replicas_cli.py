@@ -1,0 +1,83 @@
+"""`mcp-preconditions gateway` with replica flags: each bad value, and each first bundle load that
+fails (unreachable, 404, unsigned or tampered while a key is given), is one line and exit 2, before
+anything starts. Bundles come from a real HTTP server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from mcp_preconditions.cli import main
+from tests.fixtures.gateway_upstream import free_port
+from tests.integration.test_replicas_cluster import BundleServer
+
+pytestmark = pytest.mark.integration
+POLICY = b'[tools.echo]\nrequirements = ["env:production"]\n'
+UPSTREAM = ["--upstream-url", "http://127.0.0.1:1/mcp"]
+
+
+@pytest.fixture
+def bundles() -> Iterator[BundleServer]:
+    server = BundleServer()
+    try:
+        yield server
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+
+
+POLL = "--policy-poll-seconds: expected a number of seconds >= 0.1, got "
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--policy-poll-seconds", "0"], POLL + "'0'"),
+    (["--policy-poll-seconds", "soon"], POLL + "'soon'"),
+    (["--policy-poll-seconds", "nan"], POLL + "'nan'"),
+    (["--policy-poll-seconds", "inf"], POLL + "'inf'"),
+    (["--replica-id", ""], "--replica-id: must not be empty"),
+])
+def test_bad_replica_flags_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                args: list[str], message: str) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_bytes(POLICY)
+    assert main(["gateway", "--policy", str(policy), *args, *UPSTREAM]) == 2
+    assert capsys.readouterr().err == f"mcp-preconditions: error: {message}\n"
+
+
+def test_a_public_key_with_a_policy_file_is_refused(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    policy, key = tmp_path / "policy.toml", tmp_path / "key.raw"
+    policy.write_bytes(POLICY)
+    key.write_bytes(Ed25519PrivateKey.generate().public_key().public_bytes_raw())
+    assert main(["gateway", "--policy", str(policy), "--policy-public-key", str(key), *UPSTREAM]) == 2
+    assert capsys.readouterr().err == (f"mcp-preconditions: error: {policy}: a policy public key "
+                                       f"applies to a policy URL (http:// or https://) only\n")
+
+
+def test_a_first_bundle_load_that_fails_exits_2_naming_the_url(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], bundles: BundleServer) -> None:
+    signer, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    key = tmp_path / "policy-public.pem"
+    key.write_bytes(signer.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    url, down = bundles.url, f"http://127.0.0.1:{free_port()}/gateway.toml"
+
+    def first_load(policy_url: str, *flags: str) -> str:
+        assert main(["gateway", "--policy", policy_url, *flags, *UPSTREAM]) == 2
+        return capsys.readouterr().err
+
+    assert first_load(down) == (f"mcp-preconditions: error: {down}: cannot fetch: connection failed "
+                                f"([Errno 111] Connection refused)\n")
+    assert first_load(url) == f"mcp-preconditions: error: {url}: answered HTTP 404\n"
+    bundles.files["/gateway.toml"] = POLICY  # no signature beside it
+    assert first_load(url, "--policy-public-key", str(key)) == (
+        f"mcp-preconditions: error: {url}: unsigned: {url}.sig answered HTTP 404, and a signature "
+        f"is required (a public key is configured)\n")
+    bundles.publish(POLICY, other.sign(POLICY))
+    assert first_load(url, "--policy-public-key", str(key)) == (
+        f"mcp-preconditions: error: {url}: signature {url}.sig does not match the body for the "
+        f"configured public key (tampered, or signed with another key)\n")
