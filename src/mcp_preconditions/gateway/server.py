@@ -37,8 +37,10 @@ log = logging.getLogger("mcp_preconditions.gateway")
 FORWARDED = frozenset({"prompts/list", "prompts/get", "resources/list", "resources/templates/list",
                        "resources/read", "resources/subscribe", "resources/unsubscribe",
                        "completion/complete", "logging/setLevel"})
-# Client notifications the upstream must see (progress for its requests, a client's roots).
-FORWARDED_NOTIFICATIONS = frozenset({"notifications/roots/list_changed", "notifications/progress"})
+# Client notifications the upstream must see: a client's roots changed. (A client's progress
+# concerns a request the gateway sent it, and its cancellations are applied by the SDK, which
+# cancels the forwarded request upstream.)
+FORWARDED_NOTIFICATIONS = frozenset({"notifications/roots/list_changed"})
 SERVER_NAME = "mcp-preconditions-gateway"
 # How long the handshake waits for an upstream that is still starting before answering with the
 # gateway's own capabilities: `server/discover` stays well inside the SDK client's 10 s probe
@@ -73,12 +75,18 @@ class Gateway:
 
     # -- the upstream's side ---------------------------------------------------------------------
     async def on_connect(self) -> None:
-        """A new upstream session: learn its tools (the guard needs their own requirements)."""
-        await self.tools.reload()
+        """A new upstream session: learn its tools (the guard needs their own requirements). A
+        server without tools has none; one whose list fails is asked again when a client needs it
+        (until then no tool call is forwarded)."""
+        connected = self.upstream.current
+        if connected is not None and "tools" not in connected.capabilities:
+            self.tools.apply([])
+            return
+        await self.tools.reload_quietly()
 
     async def on_notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/tools/list_changed":
-            await self.tools.reload()
+            await self.tools.reload_quietly()
         await self.downstream.notify(method, params)
 
     async def on_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
