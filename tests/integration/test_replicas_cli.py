@@ -81,3 +81,13 @@ def test_a_first_bundle_load_that_fails_exits_2_naming_the_url(
     assert first_load(url, "--policy-public-key", str(key)) == (
         f"mcp-preconditions: error: {url}: signature {url}.sig does not match the body for the "
         f"configured public key (tampered, or signed with another key)\n")
+
+
+def test_a_url_is_polled_every_10_s_by_default_and_a_file_only_when_asked() -> None:
+    from mcp_preconditions.gateway.replicas import options_from
+
+    assert options_from("https://p.example/gw.toml", None, None, None).interval == 10.0
+    assert options_from("HTTP://p.example/gw.toml", "2.5", None, None).interval == 2.5
+    assert options_from("gw.toml", None, None, None).interval is None
+    assert options_from("gw.toml", "1", None, None).interval == 1.0
+    assert options_from("gw.toml", None, None, "pod-7").replica() == "pod-7"
