@@ -1,6 +1,7 @@
 """`mcp-preconditions gateway` with replica flags: each bad value, and each first bundle load that
 fails (unreachable, 404, unsigned or tampered while a key is given), is one line and exit 2, before
-anything starts. Bundles come from a real HTTP server on 127.0.0.1.
+anything starts; the poll defaults; a stdio gateway following its bundle. Bundles come from a real
+HTTP server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from mcp import Client
 
 from mcp_preconditions.cli import main
-from tests.fixtures.gateway_upstream import free_port
+from mcp_preconditions.gateway.replicas import options_from
+from tests.fixtures.flagd import eventually_async
+from tests.fixtures.gateway_upstream import free_port, gateway_stdio
 from tests.integration.test_replicas_cluster import BundleServer
 
 pytestmark = pytest.mark.integration
@@ -81,3 +85,30 @@ def test_a_first_bundle_load_that_fails_exits_2_naming_the_url(
     assert first_load(url, "--policy-public-key", str(key)) == (
         f"mcp-preconditions: error: {url}: signature {url}.sig does not match the body for the "
         f"configured public key (tampered, or signed with another key)\n")
+
+
+def test_a_url_is_polled_every_10_s_by_default_and_a_file_only_when_asked() -> None:
+    assert options_from("https://p.example/gw.toml", None, None, None).interval == 10.0
+    assert options_from("HTTP://p.example/gw.toml", "2.5", None, None).interval == 2.5
+    assert options_from("gw.toml", None, None, None).interval is None
+    assert options_from("gw.toml", "1", None, None).interval == 1.0
+    assert options_from("gw.toml", None, None, "pod-7").replica() == "pod-7"
+
+
+async def test_a_stdio_gateway_follows_its_bundle(tmp_path: Path, bundles: BundleServer) -> None:
+    """The poller runs over stdio too: a published bundle turns a denial into an allow, without a
+    restart, within a few poll intervals."""
+    closed = b'environment = ["staging"]\n[tools.echo]\nrequirements = ["env:production"]\n'
+    opened = b'environment = ["production"]\n[tools.echo]\nrequirements = ["env:production"]\n'
+    bundles.files["/gateway.toml"] = closed
+    params = gateway_stdio(Path(bundles.url), tmp_path / "upstream.jsonl",
+                           "--policy-poll-seconds", "0.2")
+    params.args[params.args.index("--policy") + 1] = bundles.url  # Path() folds the "//"
+    async with Client(params, mode="legacy") as client:
+
+        async def denied() -> bool:
+            return bool((await client.call_tool("echo", {"text": "hi"})).is_error)
+
+        assert await denied() is True
+        bundles.files["/gateway.toml"] = opened
+        assert await eventually_async(denied, False, 20) is False
