@@ -14,6 +14,7 @@ from .errors import InputError
 from .knowledge import (
     ARGUMENT_DEPENDENT_META_KEY,
     DENIAL_ERRORS_META_KEY,
+    DENIAL_META_KEY,
     SAT,
     UNKNOWN,
     UNSAT,
@@ -25,8 +26,8 @@ from .outcomes import Verdict
 from .requirements import check_shape
 from .wire import raw_requirements
 
-__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "ClientResolver", "FilterMode",
-           "FilterResult", "Knowledge", "ToolVerdict", "filter_tools", "verdict_for"]
+__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "DENIAL_META_KEY", "ClientResolver",
+           "FilterMode", "FilterResult", "Knowledge", "ToolVerdict", "filter_tools", "verdict_for"]
 
 
 class ToolVerdict(NamedTuple):

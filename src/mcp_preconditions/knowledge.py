@@ -16,8 +16,8 @@ from cachetools import TTLCache
 from .errors import InputError, RegistryError, ToolsFileError
 from .requirements import namespace_of
 
-__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "ClientResolver", "Knowledge",
-           "KnowledgeView"]
+__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "DENIAL_META_KEY", "ClientResolver",
+           "Knowledge", "KnowledgeView"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,9 @@ DENIAL_ERRORS_META_KEY = "io.github.mcp-preconditions/errors"
 # call's arguments: another call of the same tool may be allowed, so they are never learned.
 ARGUMENT_DEPENDENT_META_KEY = "io.github.mcp-preconditions/argument-dependent"
 _NOT_LEARNED_KEYS = (DENIAL_ERRORS_META_KEY, ARGUMENT_DEPENDENT_META_KEY)
+# The `_meta` key that holds the denial payload instead of `structuredContent` when the tool
+# declares an `outputSchema` (clients validate structuredContent against it, even on an error).
+DENIAL_META_KEY = "io.github.mcp-preconditions/denial"
 
 KnownState = Literal["satisfied", "unsatisfiable"]
 _KEYS = ("satisfied", "unsatisfiable")

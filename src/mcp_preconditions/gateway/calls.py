@@ -13,6 +13,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
+from ..client import DENIAL_META_KEY
 from ..guard import Guard
 from ..integrations._calls import DENIAL_CODE, denial_error, denial_result
 from ..outcomes import Decision, Outcome, new_decision
@@ -28,7 +29,6 @@ Request = Callable[[ServerRequestContext[Any, Any], str, Mapping[str, Any] | Non
 _UPSTREAM_FAULTS = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT, types.INTERNAL_ERROR})
 MALFORMED = "(malformed requirements)"
 # Where a refusal's SPEC §3 payload goes for a tool with an outputSchema (see ToolCalls._shaped).
-DENIAL_META_KEY = "io.github.mcp-preconditions/denial"
 
 
 class ToolCalls:

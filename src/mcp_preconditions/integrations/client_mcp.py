@@ -15,7 +15,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams
 
-from ..client import FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
+from ..client import DENIAL_META_KEY, FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
 from ..wire import raw_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 
@@ -54,8 +54,11 @@ class ToolList:
 
 
 def denial_of(result: CallToolResult) -> dict[str, Any] | None:
-    """The SPEC §3 denial payload of a result, or None when it is not an `unmet_requirements` denial."""
+    """The denial payload of a result (its structuredContent, or `_meta[DENIAL_META_KEY]` for a tool
+    with an outputSchema), or None when it is not an `unmet_requirements` denial."""
     content = result.structured_content
+    if content is None and isinstance(result.meta, Mapping):
+        content = result.meta.get(DENIAL_META_KEY)
     if result.is_error and isinstance(content, dict) and content.get("error") == "unmet_requirements":
         return content
     return None

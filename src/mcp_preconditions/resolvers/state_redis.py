@@ -108,6 +108,10 @@ class RedisStateSource:
             raise BackendError(f"redis {what} failed: {type(exc).__name__}: {exc.strerror or exc}"
                                ) from None
 
+    async def ping(self) -> None:
+        """Raise BackendError unless the server answers PING (for readiness probes)."""
+        await self._call("PING", lambda client: client.ping())
+
     async def get(self, key: str) -> bool:
         """True iff the key's value is exactly `true` or `1`; raises BackendError on any failure."""
         inflight = self._state().inflight
