@@ -5,6 +5,7 @@ a valid bearer token, plus RFC 9728 protected-resource metadata.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -45,14 +46,33 @@ def _readyz(gateway: Gateway) -> Any:
     async def readyz(_request: Request) -> Response:
         connected = await gateway.upstream.reachable(READY_PING_SECONDS)
         problem = gateway.tools.problem
-        body = {"policy": gateway.guard.revision, "upstream": gateway.upstream.label,
-                "upstream_connected": connected, "tools_loaded": gateway.tools.loaded}
+        body: dict[str, Any] = {"policy": gateway.guard.revision, "upstream": gateway.upstream.label,
+                                "upstream_connected": connected, "tools_loaded": gateway.tools.loaded}
+        backends = await _backends(gateway)
+        if backends:
+            body["backends"] = backends
         if problem is not None:
             body["problem"] = problem
-        ready = connected and gateway.tools.loaded and problem is None
+        ready = (connected and gateway.tools.loaded and problem is None
+                 and all(backends.values()))
         return JSONResponse({"status": "ready" if ready else "not ready", **body},
                             status_code=200 if ready else 503)
     return readyz
+
+
+async def _backends(gateway: Gateway) -> dict[str, bool]:
+    """The live backends the policy configures (Redis state), each reachable or not: a replica whose
+    shared facts are down would deny every call that needs them, so it is not ready."""
+    state = gateway.guard.snapshot.registry.get("state")
+    ping = getattr(getattr(state, "source", None), "ping", None)
+    if ping is None:
+        return {}
+    try:
+        async with asyncio.timeout(READY_PING_SECONDS):
+            await ping()
+    except Exception:  # down, slow, or refusing: not ready (the reason is in the guard's records)
+        return {"redis": False}
+    return {"redis": True}
 
 
 def _metadata(gateway: Gateway, base_url: str) -> dict[str, Any] | None:
