@@ -26,8 +26,10 @@ SATISFIED = POOL[0:40]
 UNSATISFIABLE = POOL[40:50]
 
 
-def tool_definitions(count: int = TOOLS) -> list[dict[str, Any]]:
-    """`count` tools as a guarded server lists them: requirements on the wire and in the mirror."""
+def tool_definitions(count: int = TOOLS, distinct: bool = False) -> list[dict[str, Any]]:
+    """`count` tools as a guarded server lists them: requirements on the wire and in the mirror.
+    76 distinct requirement lists (0 to 3 strings), as tools of a server share a few profiles; with
+    `distinct`, every tool has a list of its own (two strings), the worst case for sharing."""
     from mcp_preconditions.wire import with_requirements
 
     tools = []
@@ -35,6 +37,8 @@ def tool_definitions(count: int = TOOLS) -> list[dict[str, Any]]:
         base = {"name": f"tool_{i:04d}", "description": f"Tool number {i}.",
                 "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}
         reqs = [POOL[(i * 7 + k * 13) % len(POOL)] for k in range(i % 4)]
+        if distinct:  # (i mod 100, (i // 100 + i) mod 100) differs for every i below 10,000
+            reqs = [POOL[i % len(POOL)], POOL[(i // len(POOL) + i) % len(POOL)]]
         tools.append(with_requirements(base, reqs))
     return tools
 
@@ -126,6 +130,7 @@ async def openai_agents_figures() -> dict[str, float]:
     typed tools, called per tool exactly as the SDK calls a `tool_filter`."""
     from agents import Agent, RunContextWrapper
     from agents.mcp import MCPServerStdio, ToolFilterContext
+    from mcp_types import Tool
 
     from mcp_preconditions.integrations.openai_agents import RequirementsFilter
 
@@ -138,16 +143,20 @@ async def openai_agents_figures() -> dict[str, float]:
         listing = await median_ms(lambda: uncached.list_tools(run_context, agent))
         listing_cached = await median_ms(lambda: cached.list_tools(run_context, agent))
     rf = RequirementsFilter(knowledge())
-    context = ToolFilterContext(run_context=run_context, agent=agent, server_name="bench")
+    distinct = [Tool.model_validate(t) for t in tool_definitions(distinct=True)]
 
-    async def apply() -> list[Any]:
-        return [t for t in tools if rf(context, t)]
+    async def apply(listed: list[Any]) -> list[Any]:
+        context = ToolFilterContext(run_context=run_context, agent=agent, server_name="bench")
+        return [t for t in listed if rf(context, t)]  # a new context per listing, as the SDK does
 
-    cost = await median_ms(apply)
-    kept = len(await apply())
+    cost = await median_ms(lambda: apply(tools))
+    cost_distinct = await median_ms(lambda: apply(distinct))
+    kept = len(await apply(tools))
     return {"agents_openai_listing_ms": listing, "agents_openai_listing_cached_ms": listing_cached,
             "agents_openai_filter_ms": cost, "agents_openai_filter_pct": 100 * cost / listing,
             "agents_openai_filter_vs_cached_pct": 100 * cost / listing_cached,
+            "agents_openai_filter_distinct_ms": cost_distinct,
+            "agents_openai_filter_distinct_pct": 100 * cost_distinct / listing,
             "agents_openai_kept": float(kept)}
 
 

@@ -38,7 +38,7 @@ def resolve_pointer(document: Any, tokens: Sequence[str]) -> Any:
     leading zeros; '-' (past the end) never resolves."""
     node = document
     for token in tokens:
-        if isinstance(node, Mapping):
+        if node.__class__ is dict or isinstance(node, Mapping):  # a JSON object (dict: no ABC check)
             node = node.get(token, MISSING)
         elif isinstance(node, list):
             if not token.isdecimal() or not token.isascii() or (token != "0" and token[0] == "0"):

@@ -50,7 +50,7 @@ def _short(exc: BaseException) -> str:
 def coerce(requirement: str, result: Any, namespace: str) -> Outcome:
     """A resolver's return value as an Outcome; anything unexpected is an `error` (fail closed)."""
     if isinstance(result, Outcome):
-        if result.requirement == requirement and isinstance(result.status, Status):
+        if result.requirement == requirement and result.status.__class__ is Status:
             return result
         return Outcome.error(requirement, f"resolver '{namespace}' returned an outcome for "
                                           f"{result.requirement!r}")

@@ -14,6 +14,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
+from mcp_preconditions.gateway.calls import DENIAL_META_KEY
 from mcp_preconditions.integrations._calls import DENIAL_CODE
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.gateway_upstream import (
@@ -92,7 +93,7 @@ async def test_tools_list_has_the_union_of_requirements_on_the_wire(
     assert "execution" not in tools["slow"] and "_meta" not in tools["slow"]
     assert tools["slow"]["inputSchema"]["properties"]["seconds"] == {"type": "number"}
     assert sorted(tools) == ["ask", "bad", "crash", "echo", "env", "flip", "garbage", "mirror",
-                             "secret", "slow"]
+                             "secret", "slow", "typed"]
     # An upstream's execution.requirements and its _meta mirror are both read: neither hides the other.
     assert tools["mirror"]["execution"]["requirements"] == [*MIRROR_WIRE, *MIRROR_META]
 
@@ -189,3 +190,17 @@ async def test_list_filtering_hides_what_the_caller_cannot_call(
         tools = await raw_tools(client)
     # echo: the observer meets its requirement; secret needs admin; the rest have none ("deny").
     assert sorted(tools) == ["echo"]
+
+
+async def test_a_tool_with_an_output_schema_gets_its_denial_payload_in_meta(
+        files: tuple[Path, Path, Path]) -> None:
+    policy, claims, log = files
+    policy.write_text(POLICY + '[tools.typed]\nrequirements = ["auth:claim:role:admin"]\n',
+                      encoding="utf-8")
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+        denied = await raw_call(client, "typed")
+    # Clients validate structuredContent against the outputSchema even on an error.
+    assert denied["isError"] is True and "structuredContent" not in denied
+    assert denied["_meta"][DENIAL_META_KEY] == {"error": "unmet_requirements", "tool": "typed",
+                                                "unmet": ["auth:claim:role:admin"], "withheld": 0}
+    assert not tool_calls(log)

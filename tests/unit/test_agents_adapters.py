@@ -165,3 +165,32 @@ def test_server_options_wire_the_filter_and_both_hooks() -> None:
     options = rf.server_options()
     assert options == {"tool_filter": rf, "custom_data_extractor": rf.learn,
                        "failure_error_function": rf.failure_error_function}
+
+
+# --- one listing, one answer per requirement list -------------------------------------------------
+def listing() -> ToolFilterContext:
+    """A new context, as the SDK builds one for each listing."""
+    return ToolFilterContext(run_context=RUN, agent=Agent(name="a"), server_name="s")
+
+
+def test_a_new_listing_sees_what_was_learned_since_the_last() -> None:
+    rf = RequirementsFilter(Knowledge(satisfied=["env:a"]))
+    first = listing()
+    assert rf(first, tool({META_KEY: ["env:a", "env:b"]})) is True  # env:b unknown
+    rf.knowledge.learn_denial(denial("env:b"))
+    # Within one listing the answer for a list stays as it was first given (one snapshot) ...
+    assert rf(first, tool({META_KEY: ["env:a", "env:b"]})) is True
+    # ... and the next listing reads the knowledge again.
+    second = listing()
+    assert rf(second, tool({META_KEY: ["env:a", "env:b"]})) is False
+    assert rf(second, tool({META_KEY: ["env:b", "env:a"]})) is False  # another list, same verdict
+    assert rf(second, tool({META_KEY: ["env:a"]})) is True
+
+
+def test_malformed_lists_are_never_shared(caplog: pytest.LogCaptureFixture) -> None:
+    rf = RequirementsFilter(Knowledge(unsatisfiable=["env:b"]))
+    context = listing()
+    with caplog.at_level(logging.WARNING):
+        answers = [rf(context, tool({META_KEY: ["env:b", 1]})) for _ in range(2)]
+    assert answers == [True, True]
+    assert len(caplog.records) == 2

@@ -202,3 +202,30 @@ def test_a_non_boolean_static_flag_is_a_load_error(capsys: pytest.CaptureFixture
     (tmp_path / "p.toml").write_text('[features.flags]\n"beta" = "no"\n', encoding="utf-8")
     assert run(capsys, "policy", "validate", "p.toml") == (
         2, "", f"{ERROR}p.toml: features.flags.beta: Input should be a valid boolean\n")
+
+
+# --- a verified token's claims are printed too --------------------------------------------------
+def test_a_verified_token_with_a_surrogate_subject_prints_escaped(tmp_path: Path) -> None:
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    (tmp_path / "p.toml").write_text(
+        '[auth]\nissuer = "https://issuer.test"\naudience = "urn:test"\npublic_keys_pem = ["key.pem"]\n'
+        'algorithms = ["ES256"]\n[tools.t]\nrequirements = ["auth:oauth2"]\n', encoding="utf-8")
+    (tmp_path / "t.json").write_text('[{"name": "t"}]', encoding="utf-8")
+    now = int(time.time())
+    token = jwt.encode({"iss": "https://issuer.test", "aud": "urn:test", "sub": "x\ud800\u202ey",
+                        "iat": now, "exp": now + 600}, key, algorithm="ES256")
+    done = script("check", "--policy", "p.toml", "--tools", "t.json", "--token", token, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[1] == "principal: x\\ud800\\u202ey (verified jwt token)"
+    done = script("check", "--policy", "p.toml", "--tools", "t.json", "--token", token, "--tool", "t",
+                  "--format", "json", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["tools"][0]["allowed"] is True

@@ -291,7 +291,7 @@ def test_tools_that_fail_start_up_validation(tmp_path: Path) -> None:
     path = write_tests(tmp_path, '[[cases]]\nname = "x"\nexpect.t = { allowed = true }\n',
                        head='policy = "p.toml"\n')
     assert problems_of(path) == (
-        f"{path}: the tools under test fail start-up validation:\n"
+        f"{path}: the tools under test fail start-up validation (1 problem(s)):\n"
         f"  {tmp_path / 'p.toml'}: tool 't': requirement 'auth:oauth3': unknown auth form "
         "(accepted forms: auth:oauth2, "
         "auth:claim:NAME:VALUE, auth:scope:SCOPE)")

@@ -65,7 +65,14 @@ def warn(message: str) -> None:
 
 
 def print_json(payload: Mapping[str, Any]) -> None:
-    print(json.dumps(payload, indent=2, ensure_ascii=False))
+    """JSON on stdout, UTF-8 as is; a string no encoding can carry (a lone surrogate that came in
+    through a verified token's claims, say) switches the document to ASCII escapes, never a crash."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(payload, indent=2, ensure_ascii=True)
+    print(text)
 
 
 def table(rows: Sequence[Sequence[str]]) -> list[str]:

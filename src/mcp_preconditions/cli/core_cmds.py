@@ -19,7 +19,7 @@ from ..outcomes import Decision
 from ..policy import load_policy
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
 from ..wire import raw_requirements
-from ._output import OK, add_format, fail, print_json, table, warn
+from ._output import OK, add_format, escape, fail, print_json, table, warn
 from ._resolvers import add_resolver_option, resolvers_from
 
 
@@ -100,7 +100,7 @@ def _check_table(decisions: list[Decision], header: list[str], outcomes: bool) -
     rows = [("TOOL", "DECISION", "UNMET")] + [
         (d.tool, "ALLOWED" if d.allowed else "DENIED", ", ".join(_marked(d, r) for r in d.unmet))
         for d in decisions]
-    lines = [*header, "", *table(rows)]
+    lines = [*map(escape, header), "", *table(rows)]  # the principal line holds token claims
     if outcomes:
         for d in decisions:
             lines += ["", f"{d.tool}: {'ALLOWED' if d.allowed else 'DENIED'}"]

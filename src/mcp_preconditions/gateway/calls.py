@@ -27,6 +27,8 @@ Request = Callable[[ServerRequestContext[Any, Any], str, Mapping[str, Any] | Non
 # Errors that mean "the upstream failed", not "the upstream refused": a tool error, not JSON-RPC.
 _UPSTREAM_FAULTS = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT, types.INTERNAL_ERROR})
 MALFORMED = "(malformed requirements)"
+# Where a refusal's SPEC §3 payload goes for a tool with an outputSchema (see ToolCalls._shaped).
+DENIAL_META_KEY = "io.github.mcp-preconditions/denial"
 
 
 class ToolCalls:
@@ -74,7 +76,17 @@ class ToolCalls:
     def _refuse(self, decision: Decision, version: str) -> dict[str, Any]:
         if self._policy().guard.denial == "jsonrpc":
             raise denial_error(decision)
-        return bridge.downstream_result("tools/call", _dump(denial_result(decision)), version)
+        return self._shaped(decision.tool, _dump(denial_result(decision)), version)
+
+    def _shaped(self, name: str, refusal: dict[str, Any], version: str) -> dict[str, Any]:
+        """A refusal as this tool's clients can read it. A tool that declares an `outputSchema`
+        gets the payload under `_meta` instead of `structuredContent`: TypeScript clients (the
+        Inspector, most desktop apps) validate structuredContent against the schema even on an
+        error, and would show a schema error instead of the denial."""
+        if self._tools.output_schema(name) is not None and "structuredContent" in refusal:
+            payload = refusal.pop("structuredContent")
+            refusal["_meta"] = {**(refusal.get("_meta") or {}), DENIAL_META_KEY: payload}
+        return bridge.downstream_result("tools/call", refusal, version)
 
     def _broken(self, name: str) -> Decision:
         why = self._tools.broken[name]
@@ -92,7 +104,7 @@ class ToolCalls:
             raise MCPError(DENIAL_CODE, text, payload)
         result = CallToolResult(content=[TextContent(type="text", text=text)],
                                 structured_content=payload, is_error=True)
-        return bridge.downstream_result("tools/call", _dump(result), version)
+        return self._shaped(name, _dump(result), version)
 
 
 def _fault(text: str) -> dict[str, Any]:

@@ -39,6 +39,10 @@ class UpstreamTools:
     def has(self, name: str) -> bool:
         return name in self._tools
 
+    def output_schema(self, name: str) -> Any:
+        """The tool's declared `outputSchema`, or None."""
+        return self._tools.get(name, {}).get("outputSchema")
+
     async def find(self, name: str, wait: float) -> bool:
         """Whether the upstream has tool `name`. A name not seen yet is looked up again (it may be
         new), waiting up to `wait` seconds for an upstream that is still starting."""

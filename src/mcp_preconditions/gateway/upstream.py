@@ -124,8 +124,10 @@ class Upstream:
                     delay = BACKOFF_FIRST
                     await self._serve(connected)
             except Exception as exc:  # whatever the upstream or its transport does: retry later
-                self.last_error = _describe(exc)
-                log.warning("upstream %s: %s", self.label, self.last_error)
+                error = _describe(exc)
+                if error != self.last_error:  # once per failure, not once per retry
+                    log.warning("upstream %s: %s (retrying with backoff)", self.label, error)
+                self.last_error = error
             await anyio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 

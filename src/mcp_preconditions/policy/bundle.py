@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from ..auth.fetch import describe, ssl_context
 from ..errors import InputError, PolicyError, PreconditionsError
+from ..files import read_bounded
 from .load import PolicySource, load_policy, parse_policy
 from .reload import OnChange, PolicyChange, PolicyReloader, log
 
@@ -63,10 +64,7 @@ def is_policy_url(spec: str) -> bool:
 
 def load_public_key(path: str | Path) -> Ed25519PublicKey:
     """An Ed25519 public key from a file: PEM (SubjectPublicKeyInfo) or the 32 raw key bytes."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = read_bounded(path)  # FileReadError (an InputError) names the file and why
     try:
         key = (Ed25519PublicKey.from_public_bytes(data) if len(data) == 32
                else load_pem_public_key(data))

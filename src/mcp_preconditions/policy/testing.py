@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import InputError, RequirementError
-from ..files import read_tools
+from ..errors import InputError, PolicyError, RequirementError
+from ..files import read_bounded, read_tools
 from ..guard import Guard
 from ..outcomes import Decision
 from ..principal import ANONYMOUS_IDENTITY, Identity, Principal
@@ -112,8 +112,8 @@ class CaseResult:
 
 
 def _invalid(source: str, problems: list[str]) -> InputError:
-    lines = "\n".join(f"  {p}" for p in problems)
-    return InputError(f"{source}: invalid policy test file ({len(problems)} problem(s)):\n{lines}")
+    """Every problem of a test file, printed as one `<file>: <place>: <problem>` line each."""
+    return PolicyError(source, problems, what="invalid policy test file")
 
 
 def _problems(exc: ValidationError) -> list[str]:
@@ -172,11 +172,7 @@ def load_tests(path: str | Path, resolvers: Iterable[Resolver] = ()) -> PolicyTe
     `resolvers` decide custom namespaces in every case."""
     custom = tuple(resolvers)
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    spec = parse_test_file(data, str(path))
+    spec = parse_test_file(read_bounded(p), str(path))
     policy = load_policy(p.parent / spec.policy)
     tools: dict[str, Any] = {}
     if spec.tools is not None:
@@ -184,8 +180,8 @@ def load_tests(path: str | Path, resolvers: Iterable[Resolver] = ()) -> PolicyTe
     try:  # compiling once up front reports invalid requirements before any case runs
         names = Guard(policy, tools, resolvers=custom).tool_names()
     except RequirementError as exc:
-        lines = "\n".join(f"  {m}" for m in exc.messages)
-        raise InputError(f"{path}: the tools under test fail start-up validation:\n{lines}") from None
+        raise PolicyError(str(path), exc.messages,
+                          what="the tools under test fail start-up validation") from None
     names += [n for n in policy.policy.tools if n not in tools]
     problems = _consistency(spec, names)
     if problems:

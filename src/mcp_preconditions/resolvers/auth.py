@@ -102,8 +102,11 @@ class AuthResolver:
             if parts is None:
                 return Outcome.unsatisfied(requirement, "unknown auth form")
             value = self._lookup(principal.claims, parts[0])
-            key = (requirement, "missing" if value is _MISSING
-                   else "found" if claim_matches(value, parts[1]) else "no")
+            if value.__class__ is str:  # the usual claim: claim_matches' first case, without calls
+                key = (requirement, "found" if value == parts[1] else "no")
+            else:
+                key = (requirement, "missing" if value is _MISSING
+                       else "found" if claim_matches(value, parts[1]) else "no")
         return self._memo.lookup(key) or self._memo.keep(key, self._outcome(*key))
 
     def _outcome(self, requirement: str, answer: Any) -> Outcome:

@@ -20,6 +20,7 @@ from ..requirements import body_of
 from .base import CallContext
 
 Evaluate = Callable[[str, CallContext], "Outcome | Awaitable[Outcome]"]
+_SATISFIED = Status.SATISFIED  # a module constant: an enum member read through its class is slow
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +70,26 @@ class CapabilityResolver:
         if self.claim is not None and principal is not None and claim_lists(principal.claims,
                                                                             self.claim, name):
             return Outcome.satisfied(requirement, f"token claim '{self.claim}' lists '{name}'")
+        # Grants in order, each decided as soon as its conditions are in: the first that applies
+        # gives NAME, and later grants need no lookups. An async condition anywhere means waiting
+        # for all of them, concurrently (`_finish_async`).
         grants = self._by_name.get(name, ())
-        results: list[list[Outcome | Awaitable[Outcome]]] = [
-            [self._evaluate(cond, context) for cond in g.when] for g in grants]
-        if any(not isinstance(r, Outcome) for rs in results for r in rs):
-            return self._finish_async(requirement, name, grants, results, context.arguments)
-        return self._combine(requirement, name, grants, results,  # type: ignore[arg-type]
-                             context.arguments)
+        evaluate, arguments = self._evaluate, context.arguments
+        results: list[list[Any]] = []
+        for grant in grants:
+            outs = [evaluate(cond, context) for cond in grant.when]
+            results.append(outs)
+            held = True
+            for out in outs:
+                if out.__class__ is not Outcome:
+                    results += [[evaluate(c, context) for c in g.when] for g in grants[len(results):]]
+                    return self._finish_async(requirement, name, grants, results, arguments)
+                held = held and out.status is _SATISFIED
+            if held:
+                outcome = self._combine(requirement, name, grants[:len(results)], results, arguments)
+                if outcome.status is _SATISFIED:
+                    return outcome
+        return self._combine(requirement, name, grants, results, arguments)
 
     async def _finish_async(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
                             results: list[list[Outcome | Awaitable[Outcome]]], arguments: Any
@@ -95,7 +109,7 @@ class CapabilityResolver:
         failures: list[str] = []
         errored = consulted = False
         for grant, outs in zip(grants, results, strict=True):
-            bad = [o for o in outs if o.status is not Status.SATISFIED]
+            bad = [o for o in outs if o.status is not _SATISFIED]
             if not bad and grant.arguments:
                 consulted = True
                 mismatch = _mismatch(grant.arguments, arguments)
