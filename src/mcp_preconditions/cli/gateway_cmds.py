@@ -25,6 +25,7 @@ from ..guard import Guard
 from ..policy.load import PolicySource
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
+from ._resolvers import add_resolver_option, resolvers_from
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway
@@ -52,7 +53,7 @@ def run_gateway(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
-    guard = Guard(source, labels=replicas.labels(options, target.label))
+    guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, target.label))
     if listen is None:
         fixed = _stdio_credentials(args.claims)
         gateway = Gateway(guard, Upstream(target), lambda _ctx: fixed)
@@ -196,6 +197,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--upstream-url", metavar="URL", help="a streamable-HTTP MCP server")
     parser.add_argument("--upstream-header", action="append", default=[], metavar="NAME=env:VAR",
                         help="an HTTP header for the upstream, its value read from $VAR")
+    add_resolver_option(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
                         help="the stdio MCP server to start, watch and restart")
     parser.set_defaults(func=run_gateway)
