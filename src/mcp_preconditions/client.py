@@ -118,13 +118,17 @@ def _verdicts(tools: Iterable[Any], view: KnowledgeView) -> list[ToolVerdict]:
     return out
 
 
-def verdict_for(tool: Mapping[str, Any], knowledge: Knowledge) -> ToolVerdict:
+def verdict_for(tool: Mapping[str, Any], knowledge: Knowledge | KnowledgeView) -> ToolVerdict:
     """The strict SEP-2487 verdict for one tool definition (requirements read from the wire field,
-    else its `_meta` mirror). Warnings from client resolvers are included in the verdict's."""
-    view = KnowledgeView(knowledge)
+    else its `_meta` mirror). Warnings from client resolvers are included in the verdict's.
+
+    Give a `knowledge.view()` to ask about many tools, one at a time, against one consistent
+    snapshot of the knowledge (a framework that filters a listing tool by tool)."""
+    view = knowledge if isinstance(knowledge, KnowledgeView) else KnowledgeView(knowledge)
+    warned = len(view.warnings)
     result = _verdicts((tool,), view)[0]
-    if view.warnings:
-        result = result._replace(warnings=result.warnings + tuple(view.warnings))
+    if len(view.warnings) > warned:
+        result = result._replace(warnings=result.warnings + tuple(view.warnings[warned:]))
     return result
 
 

@@ -185,6 +185,10 @@ class Knowledge:
         with self._lock:
             self._learned.clear()
 
+    def view(self) -> KnowledgeView:
+        """One consistent snapshot of this knowledge, for many verdicts in a row (`verdict_for`)."""
+        return KnowledgeView(self)
+
     def state(self, requirement: str) -> KnownState | None:
         """What the client knows about one requirement: "satisfied", "unsatisfiable" or None."""
         code = KnowledgeView(self).classify(requirement)

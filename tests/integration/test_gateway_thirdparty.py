@@ -20,6 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import TypeAdapter
 
+from mcp_preconditions.client import DENIAL_META_KEY
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.mcp_servers import MODES, ROOT, VERSIONS, raw_tools, server_env
 from tests.fixtures.upstreams import (
@@ -99,7 +100,13 @@ def denial(tool: str, unmet: list[str], *, scope: str = "") -> dict[str, Any]:
 
 
 def seen_denial(result: dict[str, Any]) -> dict[str, Any]:
-    return {"isError": result.get("isError"), "structuredContent": result.get("structuredContent"),
+    """The refusal as a client reads it: its payload is the structuredContent, or, for a tool that
+    declares an outputSchema (write_file, convert_time), `_meta[DENIAL_META_KEY]` with no
+    structuredContent at all (schema-validating clients would reject it)."""
+    payload = result.get("structuredContent")
+    if payload is None:
+        payload = (result.get("_meta") or {}).get(DENIAL_META_KEY)
+    return {"isError": result.get("isError"), "structuredContent": payload,
             "text": result["content"][0]["text"]}
 
 

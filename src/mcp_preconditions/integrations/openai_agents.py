@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import Tool
 
 from ..client import Knowledge, verdict_for
+from ..knowledge import KnowledgeView
 from ..wire import raw_requirements
 from ._calls import DENIAL_CODE
 
@@ -59,16 +60,17 @@ class RequirementsFilter:
         # 76 distinct lists cost about a third of what 1,000 distinct lists cost).
         self._listing: ToolFilterContext | None = None
         self._answers: dict[tuple[str, ...], bool] = {}
+        self._view: KnowledgeView | None = None  # the knowledge as of this listing
 
     def __call__(self, context: ToolFilterContext, tool: Tool) -> bool:
         """The `tool_filter`: offer the tool unless the strict verdict is will-fail."""
-        if context is not self._listing:
-            self._listing, self._answers = context, {}
+        if context is not self._listing or self._view is None:
+            self._listing, self._answers, self._view = context, {}, self.knowledge.view()
         wire = wire_form(tool)
         key = _key(raw_requirements(wire))
         answer = self._answers.get(key) if key is not None else None
         if answer is None:
-            verdict = verdict_for(wire, self.knowledge)
+            verdict = verdict_for(wire, self._view)
             for warning in verdict.warnings:  # malformed requirements, failing client resolvers
                 log.warning("%s", warning)
             answer = not verdict.will_fail
