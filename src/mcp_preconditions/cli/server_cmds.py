@@ -16,7 +16,6 @@ from typing import Any
 
 import anyio
 
-from ..errors import PreconditionsError
 from ..files import read_claims
 from ..guard import Guard
 from ..policy.load import load_policy
@@ -24,6 +23,7 @@ from ..policy.reload import PolicyReloader
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG, fail
 from ._resolvers import add_resolver_option, resolvers_from
+from ._sockets import listening_socket
 
 TOKEN_ENV = "MCP_PRECONDITIONS_TOKEN"
 
@@ -69,7 +69,8 @@ def run_serve(args: argparse.Namespace) -> int:
         fixed = _stdio_credentials(args)
         options["credentials"] = lambda _request: fixed
     server = build_server(guard, **options)
-    sock = _listen(args.host, args.port) if args.transport == "http" else None
+    sock = (listening_socket(args.host, args.port, "--host/--port") if args.transport == "http"
+            else None)
     try:
         anyio.run(_serve, server, args, sock)
     except KeyboardInterrupt:
@@ -78,20 +79,6 @@ def run_serve(args: argparse.Namespace) -> int:
         if sock is not None:
             sock.close()
     return 0
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening socket, before anything is announced: early clients queue instead of failing."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        raise PreconditionsError(f"--host/--port: cannot listen on {host}:{port}: "
-                                 f"{exc.strerror or exc}") from None
-    return sock
 
 
 async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None) -> None:
