@@ -53,16 +53,18 @@ def _readyz(gateway: Gateway) -> Any:
             body["backends"] = backends
         if problem is not None:
             body["problem"] = problem
-        ready = (connected and gateway.tools.loaded and problem is None
-                 and all(backends.values()))
-        return JSONResponse({"status": "ready" if ready else "not ready", **body},
-                            status_code=200 if ready else 503)
+        # A shared backend that is down is every replica's problem at once: taking them all out of
+        # rotation would turn an outage of `state:` calls into an outage of every call. So it
+        # degrades readiness (reported here, and each call needing it is denied with `error`);
+        # only this replica's own faults make it not ready.
+        ready = connected and gateway.tools.loaded and problem is None
+        status = "not ready" if not ready else "ready" if all(backends.values()) else "degraded"
+        return JSONResponse({"status": status, **body}, status_code=200 if ready else 503)
     return readyz
 
 
 async def _backends(gateway: Gateway) -> dict[str, bool]:
-    """The live backends the policy configures (Redis state), each reachable or not: a replica whose
-    shared facts are down would deny every call that needs them, so it is not ready."""
+    """The live backends the policy configures (Redis state), each reachable or not."""
     state = gateway.guard.snapshot.registry.get("state")
     ping = getattr(getattr(state, "source", None), "ping", None)
     if ping is None:
