@@ -38,7 +38,6 @@ from .faults import (
 )
 
 LIVE_TOOLS = {"feature": ["feature_live"], "state": ["state_live", "capability_live"]}
-ALICE_TOKEN = token(sub="alice", role="mission_control")
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +128,8 @@ async def test_garbage_environment_labels_deny(monkeypatch: pytest.MonkeyPatch, 
 
 # -- auth: the authenticator, and a real JWKS endpoint that fails -----------------------------------
 async def via_token(g: Any, tool: str) -> Any:
-    return await g.check(tool, Credentials(token=ALICE_TOKEN))
+    # Minted per call, not at import: the whole suite outlasts a token's ten minutes.
+    return await g.check(tool, Credentials(token=token(sub="alice", role="mission_control")))
 
 
 def auth_policy(jwks_uri: str, timeout: float = 2.0) -> str:
