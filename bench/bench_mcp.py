@@ -59,7 +59,7 @@ async def _timed(call: Callable[[], Awaitable[Any]], count: int, out: list[int])
 
 
 def _launch(client: Client) -> Callable[[], Awaitable[Any]]:
-    return lambda: client.call_tool("launch_rocket", {"vehicle": "x"})
+    return lambda: client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
 
 
 async def measure_mode(mode: str) -> dict[str, list[int]]:
@@ -107,7 +107,7 @@ def guard_only_p50_us() -> float:
 
     async def many() -> list[int]:
         out: list[int] = []
-        await _timed(lambda: guard.check("launch_rocket", ALICE, record=False), 20_000, out)
+        await _timed(lambda: guard.check("launch_rocket", ALICE, {"vehicle": "Falcon 9"}, record=False), 20_000, out)
         return out
 
     return percentile(asyncio.run(many()), 50) / 1000
