@@ -36,6 +36,8 @@ WARMUP = 300
 ALICE = Credentials(principal=Principal.from_claims(
     {"sub": "alice", "role": "mission_control", "scope": "mission:write"}))
 
+LAUNCH = {"vehicle": "Falcon 9"}  # a vehicle the policy's grant lists: the call is allowed
+
 
 async def launch_rocket(vehicle: str) -> str:
     return f"{vehicle} has cleared the tower."
@@ -59,7 +61,7 @@ async def _timed(call: Callable[[], Awaitable[Any]], count: int, out: list[int])
 
 
 def _launch(client: Client) -> Callable[[], Awaitable[Any]]:
-    return lambda: client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
+    return lambda: client.call_tool("launch_rocket", LAUNCH)
 
 
 async def measure_mode(mode: str) -> dict[str, list[int]]:
@@ -69,7 +71,7 @@ async def measure_mode(mode: str) -> dict[str, list[int]]:
     samples: dict[str, list[int]] = {"plain": [], "guarded": [], "pairs": []}
     async with Client(plain, mode=mode) as c1, Client(guarded, mode=mode) as c2:
         for name, client in (("plain", c1), ("guarded", c2)):
-            result = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
+            result = await client.call_tool("launch_rocket", LAUNCH)
             assert not result.is_error, f"{name}: {result.content}"  # the guard must allow it
             await _timed(_launch(client), WARMUP, [])
         one, two = _launch(c1), _launch(c2)
@@ -107,7 +109,7 @@ def guard_only_p50_us() -> float:
 
     async def many() -> list[int]:
         out: list[int] = []
-        await _timed(lambda: guard.check("launch_rocket", ALICE, {"vehicle": "Falcon 9"}, record=False), 20_000, out)
+        await _timed(lambda: guard.check("launch_rocket", ALICE, LAUNCH, record=False), 20_000, out)
         return out
 
     return percentile(asyncio.run(many()), 50) / 1000

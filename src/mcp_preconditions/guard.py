@@ -26,7 +26,6 @@ from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity, verified_identity
 from .requirements import Finding
 from .resolvers import LiveSources, Resolver
-from .resolvers.base import CallContext
 from .snapshot import CompiledTool, Snapshot, being_cancelled
 
 log = logging.getLogger("mcp_preconditions.policy")
@@ -229,10 +228,10 @@ class Guard:
         callable_names = []
         for name in names:  # one snapshot for the whole answer, never a mix
             compiled = snap.tools.get(name)
-            outcomes: list[Outcome] | Awaitable[list[Outcome]] = []
+            outcomes: tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]] = ()
             if compiled is not None:
-                outcomes = snap.evaluate(compiled, self._context(name, identity, None, snap))
-            if not isinstance(outcomes, list):
+                outcomes = snap.evaluate(compiled, identity, None)
+            if not isinstance(outcomes, tuple):
                 outcomes = await outcomes
             if all(o.ok or (o.argument_dependent and o.status is Status.UNSATISFIED)
                    for o in outcomes):
@@ -240,31 +239,27 @@ class Guard:
         return callable_names
 
     # -- internals -------------------------------------------------------------------------------
-    def _context(self, tool: str, identity: Identity, arguments: Mapping[str, Any] | None,
-                 snap: Snapshot) -> CallContext:
-        return CallContext(tool, identity, arguments or _NO_ARGUMENTS, snap.evaluate_one)
-
     def _evaluate(self, snap: Snapshot, compiled: CompiledTool, identity: Identity,
                   arguments: Mapping[str, Any] | None, start: int, record: bool
                   ) -> Decision | Coroutine[Any, Any, Decision]:
         """The one path from a call to its Decision: made at once when every lookup answered
         synchronously, else a coroutine that awaits them (concurrently) first."""
-        outcomes = snap.evaluate(compiled, self._context(compiled.name, identity, arguments, snap))
-        if isinstance(outcomes, list):
+        outcomes = snap.evaluate(compiled, identity, arguments)
+        if isinstance(outcomes, tuple):
             return self._finish(compiled, identity, outcomes, snap, start, record)
         return self._finish_later(compiled, identity, outcomes, snap, start, record)
 
     async def _finish_later(self, compiled: CompiledTool, identity: Identity,
-                            pending: Awaitable[list[Outcome]], snap: Snapshot, start: int,
+                            pending: Awaitable[tuple[Outcome, ...]], snap: Snapshot, start: int,
                             record: bool) -> Decision:
         return self._finish(compiled, identity, await pending, snap, start, record)
 
-    def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: list[Outcome],
+    def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: tuple[Outcome, ...],
                 snap: Snapshot, start: int, record: bool) -> Decision:
         """The one place a Decision is made from a tool's outcomes: allowed only when there are
         some and every one is satisfied."""
         principal = identity.principal
-        decision = new_decision(compiled.name, _allows(outcomes), tuple(outcomes),
+        decision = new_decision(compiled.name, _allows(outcomes), outcomes,
                                 principal.subject if principal is not None else None,
                                 snap.revision, perf_counter_ns() - start, snap.confidential)
         if record:
@@ -308,7 +303,7 @@ def _answered_now(now: AuthenticateNow | None, credentials: Credentials) -> Iden
     return identity if identity is None or isinstance(identity, Identity) else _not_identity(identity)
 
 
-def _allows(outcomes: list[Outcome]) -> bool:
+def _allows(outcomes: tuple[Outcome, ...]) -> bool:
     """Only outcomes that are all satisfied allow a call, and only when there are some."""
     for outcome in outcomes:
         if outcome.status is not _SATISFIED:

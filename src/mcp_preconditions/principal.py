@@ -60,6 +60,8 @@ class Principal:
     subject: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.claims.__class__ is not MappingProxyType:  # a caller's dict: copied, read-only
+            object.__setattr__(self, "claims", MappingProxyType(dict(self.claims)))
         object.__setattr__(self, "subject", _subject_of(self.claims))
 
     @classmethod

@@ -12,14 +12,20 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
+from .arguments import ArgumentCondition
 from .errors import RequirementError
+from .memo import ToolMemo
 from .outcomes import Outcome, Status
 from .policy.load import PolicySource
+from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
 from .resolvers import LiveSources, Registry, Resolver, build_registry
-from .resolvers.base import CallContext
+from .resolvers.base import CallContext, Dependencies
+
+_NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
 
 _REASON_MAX = 300
 
@@ -40,6 +46,8 @@ class CompiledTool:
     requirements: tuple[str, ...]
     checks: tuple[Check, ...]
     dynamic: bool  # True when some check needs a resolver call (and so the caller's identity)
+    # The caller decides every check (see memo.py): its outcomes are remembered per caller.
+    memo: ToolMemo | None = None
 
 
 def _short(exc: BaseException) -> str:
@@ -121,7 +129,34 @@ class Snapshot:
                 "(malformed requirements)", "the tool's requirements are not a list of strings"), None)
             return CompiledTool(name, (*reqs, bad.requirement), (*map(self._check, reqs), bad), True)
         checks = tuple(self._check(r) for r in reqs)
-        return CompiledTool(name, reqs, checks, any(c.static is None for c in checks))
+        dynamic = any(c.static is None for c in checks)
+        reads = [self._caller_reads(c, frozenset()) for c in checks]
+        memo = ToolMemo(r for rs in reads if rs for r in rs) if dynamic and None not in reads else None
+        return CompiledTool(name, reqs, checks, dynamic, memo)
+
+    def _caller_reads(self, check: Check, seen: frozenset[str]) -> tuple[ArgumentCondition, ...] | None:
+        """The argument conditions a check reads when the caller alone decides it (a static check
+        reads none), else None: its resolver does not declare `dependencies` for it, or one of the
+        requirements it depends on is not decided by the caller alone."""
+        if check.static is not None:
+            return ()
+        declared = getattr(check.resolver, "dependencies", None)
+        if declared is None or check.requirement in seen:
+            return None
+        try:
+            deps = declared(check.requirement)
+        except Exception:
+            return None
+        if not isinstance(deps, Dependencies) or not all(
+                isinstance(a, ArgumentCondition) for a in deps.arguments):
+            return None
+        reads = list(deps.arguments)
+        for requirement in deps.requirements:
+            inner = self._caller_reads(self._check(requirement), seen | {check.requirement})
+            if inner is None:
+                return None
+            reads.extend(inner)
+        return tuple(reads)
 
     def _check(self, requirement: str) -> Check:
         """The compiled check of a requirement string, built once per snapshot."""
@@ -193,21 +228,41 @@ class Snapshot:
             return Outcome.error(requirement, f"resolver '{namespace}' raised {_short(exc)}")
         return coerce(requirement, result, namespace)
 
-    def evaluate(self, tool: CompiledTool, context: CallContext) -> list[Outcome] | Awaitable[list[Outcome]]:
-        """Every requirement's outcome, in the tool's order; awaitable only if some lookup is async."""
+    def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None
+                 ) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
+        """Every requirement's outcome for this call, in the tool's order; awaitable only if some
+        lookup is async. A tool the caller alone decides answers from its memo after the first call."""
+        if not tool.dynamic:  # every outcome fixed for the snapshot
+            return tuple(c.static for c in tool.checks)  # type: ignore[misc]
+        memo, principal = tool.memo, identity.principal
+        if memo is not None and principal is not None:
+            key = memo.key(principal, arguments)
+            if key is not None:
+                found = memo.lookup(key, principal)
+                if found is not None:
+                    return found
+                outcomes = self._run_checks(tool, identity, arguments)
+                if outcomes.__class__ is tuple:  # only sync answers are remembered
+                    memo.keep(key, principal, outcomes)
+                return outcomes
+        return self._run_checks(tool, identity, arguments)
+
+    def _run_checks(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None
+                    ) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
+        context = CallContext(tool.name, identity, arguments or _NO_ARGUMENTS, self.evaluate_one)
         results: list[Any] = []
         pending = False
         for check in tool.checks:
             result = check.static if check.static is not None else self._run(check, context)
             pending = pending or result.__class__ is not Outcome
             results.append(result)
-        return self._gather(results) if pending else results
+        return self._gather(results) if pending else tuple(results)
 
     @staticmethod
-    async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> list[Outcome]:
+    async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> tuple[Outcome, ...]:
         pending = [r for r in results if not isinstance(r, Outcome)]
         done = iter(await asyncio.gather(*pending))
-        return [r if isinstance(r, Outcome) else next(done) for r in results]
+        return tuple(r if isinstance(r, Outcome) else next(done) for r in results)
 
 
 def being_cancelled() -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, verified_identity
+from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal, verified_identity
 from .header import MalformedCredentials
 
 
@@ -58,12 +58,23 @@ class PassThroughAuthenticator:
     """Accepts principals already verified by the host (MCP SDK / fastmcp auth, offline claims);
     refuses raw bearer tokens, since no verification is configured."""
 
+    def __init__(self) -> None:
+        # The identity of the last principal seen: a host that hands the same (immutable) Principal
+        # on every call (a session's user) is not given a new Identity for each call.
+        self._last: tuple[Principal, Identity] | None = None
+
     async def authenticate(self, credentials: Credentials) -> Identity:
         return self.authenticate_now(credentials)
 
     def authenticate_now(self, credentials: Credentials) -> Identity:
-        if credentials.principal is not None:
-            return verified_identity(credentials.principal)
+        principal = credentials.principal
+        if principal is not None:
+            last = self._last
+            if last is not None and last[0] is principal:
+                return last[1]
+            identity = verified_identity(principal)
+            self._last = (principal, identity)
+            return identity
         if isinstance(credentials, MalformedCredentials):
             return Identity(failure=credentials.failure)
         if credentials.token is not None:

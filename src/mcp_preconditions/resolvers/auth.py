@@ -12,6 +12,7 @@ from typing import Any
 
 from ..outcomes import Outcome, OutcomeMemo
 from ..principal import Identity
+from .base import Dependencies
 
 FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
 _MISSING = object()
@@ -84,6 +85,10 @@ class AuthResolver:
         if requirement.startswith("auth:scope:"):
             return None if requirement[len("auth:scope:"):] else "auth:scope: needs a scope"
         return "unknown auth form"
+
+    def dependencies(self, requirement: str) -> Dependencies:
+        """Every auth: outcome is decided by the verified principal alone."""
+        return Dependencies()
 
     def resolve(self, requirement: str, context: Any) -> Outcome:
         identity: Identity = context.identity

@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from ..arguments import ArgumentCondition
 from ..errors import RegistryError
 from ..outcomes import Outcome
 from ..principal import Identity
@@ -55,6 +56,22 @@ class StaticResolver(Protocol):
     """Optional fast path: a requirement whose outcome is fixed for a whole policy snapshot."""
 
     def static_outcome(self, requirement: str) -> Outcome | None: ...
+
+
+class Dependencies(NamedTuple):
+    """What a resolver's outcome for one requirement is a function of, besides the caller's
+    principal: the outcomes of other `requirements` (decided through `CallContext.evaluate`) and the
+    argument values some `arguments` conditions read. Nothing else: no clock, backend or state."""
+
+    requirements: tuple[str, ...] = ()
+    arguments: tuple[ArgumentCondition, ...] = ()
+
+
+class CallerOnlyResolver(Protocol):
+    """Optional: `dependencies(requirement)` returns Dependencies when the outcome is decided by the
+    caller alone (then the guard may remember it per caller, for the snapshot), or None."""
+
+    def dependencies(self, requirement: str) -> Dependencies | None: ...
 
 
 def forms_of(resolver: Resolver) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from ..arguments import ArgumentCondition
 from ..outcomes import Outcome, OutcomeMemo, Status
 from ..requirements import body_of
-from .base import CallContext
+from .base import CallContext, Dependencies
 
 Evaluate = Callable[[str, CallContext], "Outcome | Awaitable[Outcome]"]
 _SATISFIED = Status.SATISFIED  # a module constant: an enum member read through its class is slow
@@ -63,6 +63,13 @@ class CapabilityResolver:
         if self.claim is None and not self._by_name.get(name):
             return Outcome.unsatisfied(requirement, f"no grant gives capability '{name}'")
         return None
+
+    def dependencies(self, requirement: str) -> Dependencies:
+        """A capability is decided by the principal's claim, its grants' conditions and their
+        argument conditions."""
+        grants = self._by_name.get(body_of(requirement), ())
+        return Dependencies(tuple(dict.fromkeys(c for g in grants for c in g.when)),
+                            tuple(a for g in grants for a in g.arguments))
 
     def resolve(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
         name = body_of(requirement)
