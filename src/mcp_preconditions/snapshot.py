@@ -17,7 +17,7 @@ from typing import Any
 
 from .arguments import ArgumentCondition
 from .errors import RequirementError
-from .memo import ToolMemo
+from .memo import CallerMemo, Reads, reads_of
 from .outcomes import Outcome, Status
 from .policy.load import PolicySource
 from .principal import Identity
@@ -46,8 +46,9 @@ class CompiledTool:
     requirements: tuple[str, ...]
     checks: tuple[Check, ...]
     dynamic: bool  # True when some check needs a resolver call (and so the caller's identity)
-    # The caller decides every check (see memo.py): its outcomes are remembered per caller.
-    memo: ToolMemo | None = None
+    # Set when the caller alone decides every check (see memo.py): what they read of the arguments.
+    # Its outcomes are then remembered per caller.
+    reads: Reads | None = None
 
 
 def _short(exc: BaseException) -> str:
@@ -84,6 +85,7 @@ class Snapshot:
                                                  entry_points=entry_points)
         self.findings: list[Finding] = []
         self._checks: dict[str, Check] = {}  # one per distinct string: tools share them
+        self.memo = CallerMemo()
         self._check_grants(strict)
         self.tools: dict[str, CompiledTool] = {}
         names = merge(tools, source.policy.tools)
@@ -131,8 +133,9 @@ class Snapshot:
         checks = tuple(self._check(r) for r in reqs)
         dynamic = any(c.static is None for c in checks)
         reads = [self._caller_reads(c, frozenset()) for c in checks]
-        memo = ToolMemo(r for rs in reads if rs for r in rs) if dynamic and None not in reads else None
-        return CompiledTool(name, reqs, checks, dynamic, memo)
+        caller_only = dynamic and None not in reads
+        return CompiledTool(name, reqs, checks, dynamic,
+                            reads_of(r for rs in reads if rs for r in rs) if caller_only else None)
 
     def _caller_reads(self, check: Check, seen: frozenset[str]) -> tuple[ArgumentCondition, ...] | None:
         """The argument conditions a check reads when the caller alone decides it (a static check
@@ -234,9 +237,10 @@ class Snapshot:
         lookup is async. A tool the caller alone decides answers from its memo after the first call."""
         if not tool.dynamic:  # every outcome fixed for the snapshot
             return tuple(c.static for c in tool.checks)  # type: ignore[misc]
-        memo, principal = tool.memo, identity.principal
-        if memo is not None and principal is not None:
-            key = memo.key(principal, arguments)
+        reads, principal = tool.reads, identity.principal
+        if reads is not None and principal is not None:
+            memo = self.memo
+            key = memo.key(tool.name, reads, principal, arguments)
             if key is not None:
                 found = memo.lookup(key, principal)
                 if found is not None:

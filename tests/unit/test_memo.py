@@ -9,7 +9,7 @@ from typing import Any
 
 from mcp_preconditions import Guard, Identity, Outcome, Principal, parse_policy
 from mcp_preconditions.arguments import ArgumentCondition
-from mcp_preconditions.memo import ToolMemo
+from mcp_preconditions.memo import CallerMemo, reads_of
 from mcp_preconditions.resolvers.base import CallContext, Dependencies
 
 POLICY = """
@@ -76,7 +76,7 @@ def test_a_live_state_lookup_is_never_remembered() -> None:
     policy = POLICY.replace("[state.values]", "[state]\nttl_seconds = 0\n[state.values]") + (
         '[state.callables]\n"open" = "tests.unit.test_memo:door"\n')
     g = guard({"t": ["state:open", "auth:oauth2"]}, policy=policy)
-    assert g.snapshot.tools["t"].memo is None
+    assert g.snapshot.tools["t"].reads is None
     who = pilot()
     assert [g.decide("t", who, record=False).allowed for _ in range(2)] == [True, False]
 
@@ -92,7 +92,7 @@ def test_declared_dependencies_that_are_not_dependencies_are_not_trusted() -> No
     for declared in (None, "garbage", Dependencies(arguments=("not a condition",))):  # type: ignore[arg-type]
         ext = Counted(True, False, dependencies=declared)
         g = guard({"t": ["ext:x"]}, ext)
-        assert g.snapshot.tools["t"].memo is None, declared
+        assert g.snapshot.tools["t"].reads is None, declared
         who = pilot()
         assert [g.decide("t", who, record=False).allowed for _ in range(2)] == [True, False]
 
@@ -104,7 +104,7 @@ def test_depending_on_a_live_requirement_is_not_caller_only() -> None:
         namespace = "ext2"
 
     g = guard({"t": ["ext:x"]}, ext, Live(True))
-    assert g.snapshot.tools["t"].memo is None
+    assert g.snapshot.tools["t"].reads is None
 
 
 def test_a_failure_is_never_remembered() -> None:
@@ -119,15 +119,19 @@ def test_a_failure_is_never_remembered() -> None:
 def test_argument_values_only_listed_ones_are_remembered_and_typed() -> None:
     g = guard({"t": ["capability:launch"]})
     who = pilot()
-    memo = g.snapshot.tools["t"].memo
-    assert memo is not None
+    reads = g.snapshot.tools["t"].reads
+    assert reads is not None
     principal = who.principal
     assert principal is not None
-    assert memo.key(principal, {"vehicle": "falcon"}) is not None
-    assert memo.key(principal, {"vehicle": "Falcon"}) is None  # unlisted: decided afresh
-    assert memo.key(principal, {"vehicle": [1]}) is None  # unhashable: decided afresh
-    assert memo.key(principal, {"vehicle": True}) is None  # `true` is not the listed `1`
-    assert memo.key(principal, {"vehicle": 1}) != memo.key(principal, {"vehicle": "falcon"})
+
+    def key(arguments: dict[str, Any]) -> object:
+        return CallerMemo.key("t", reads, principal, arguments)
+
+    assert key({"vehicle": "falcon"}) is not None
+    assert key({"vehicle": "Falcon"}) is None  # unlisted: decided afresh
+    assert key({"vehicle": [1]}) is None  # unhashable: decided afresh
+    assert key({"vehicle": True}) is None  # `true` is not the listed `1`
+    assert key({"vehicle": 1}) != key({"vehicle": "falcon"})
     values = ["falcon", 1, True, "Falcon", "falcon", 1, True, None, 1]
     assert [g.decide("t", who, {"vehicle": v}, record=False).allowed for v in values] == [
         True, True, False, False, True, True, False, False, True]
@@ -135,7 +139,7 @@ def test_argument_values_only_listed_ones_are_remembered_and_typed() -> None:
 
 
 def test_another_principal_with_the_same_key_is_not_served_an_entry() -> None:
-    memo = ToolMemo(())
+    memo = CallerMemo()
     first = Principal.from_claims({"sub": "a"})
     memo.keep(1, first, (Outcome.satisfied("auth:oauth2"),))
     assert memo.lookup(1, first) is not None
@@ -154,7 +158,7 @@ def test_each_principal_is_its_own_entry_and_a_reload_starts_afresh() -> None:
 
 
 def test_the_memo_is_bounded() -> None:
-    memo = ToolMemo((), maxsize=3)
+    memo = CallerMemo(maxsize=3)
     principals = [Principal.from_claims({"sub": str(i)}) for i in range(5)]
     for p in principals:
         memo.keep(id(p), p, (Outcome.satisfied("auth:oauth2"),))
@@ -165,6 +169,7 @@ def test_the_memo_is_bounded() -> None:
 
 def test_conditions_of_grants_are_what_a_capability_depends_on() -> None:
     g = guard({"t": ["capability:launch"]})
+    assert g.snapshot.tools["t"].reads == reads_of([ArgumentCondition.of("/vehicle", ["falcon", 1])])
     capability = g.snapshot.registry.get("capability")
     assert capability is not None
     assert capability.dependencies("capability:launch") == Dependencies(  # type: ignore[attr-defined]
