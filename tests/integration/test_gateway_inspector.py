@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from mcp_preconditions.wire import META_KEY
+from tests.fixtures.inspector import ERAS, inspector, run_inspector
 from tests.fixtures.mcp_servers import ROOT, raw_tools, server_env
 from tests.fixtures.upstreams import (
     GATEWAY_SCRIPT,
@@ -30,7 +31,6 @@ from tests.fixtures.upstreams import (
     gateway_http,
     time_stdio,
 )
-from tests.integration.test_inspector import ERAS, INSPECTOR, inspector
 
 pytestmark = pytest.mark.integration
 
@@ -151,13 +151,10 @@ def test_inspector_over_the_http_listener(everything_gateway: Listening, tmp_pat
 # --- server-filesystem over the stdio listener ------------------------------------------------------
 def attempt(tmp_path: Path, era: str, target: list[str], tool: str, **arguments: str) -> int:
     """A call whose result the Inspector may refuse to print (see the last test here): its exit code."""
-    env = server_env(MCP_CATALOG_PATH=str(tmp_path / "catalog.json"),
-                     MCP_CLIENT_CONFIG_PATH=str(tmp_path / "client.json"))
     args = [a for key, value in arguments.items() for a in ("--tool-arg", f"{key}={value}")]
-    done = subprocess.run([str(INSPECTOR), "--cli", "--format", "json", *args, "--protocol-era", era,
-                           "--method", "tools/call", "--tool-name", tool, *target], cwd=ROOT, env=env,
-                          capture_output=True, timeout=120, check=False)
-    return done.returncode
+    code, _out, _errors = run_inspector(tmp_path, *args, "--protocol-era", era, "--method", "tools/call",
+                                        "--tool-name", tool, *target)
+    return code
 
 
 @pytest.mark.timeout(300)

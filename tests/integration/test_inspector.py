@@ -9,40 +9,22 @@ The Inspector's typed models drop `execution.requirements` (to `{}` at 2025-11-2
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixtures.mcp_servers import MISSION_POLICY, ROOT, ServeProcess, server_env
+from tests.fixtures.inspector import ERAS, inspector
+from tests.fixtures.mcp_servers import MISSION_POLICY, ROOT, ServeProcess
 from tests.fixtures.oidc import OidcServer
 
 pytestmark = pytest.mark.integration
 
-INSPECTOR = ROOT / "node_modules" / ".bin" / "mcp-inspector"
 SERVE = Path(sys.executable).parent / "mcp-preconditions"
-ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
 EXPECTED = {t["name"]: t.get("execution", {}).get("requirements") for t in json.loads(
     (ROOT / "examples" / "mission-control-tools.json").read_text(encoding="utf-8"))["tools"]}
 META_KEY = "io.github.mcp-preconditions/requirements"
-
-
-def inspector(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    """Run the Inspector CLI; (exit code, its JSON output)."""
-    if not INSPECTOR.exists():
-        pytest.fail(f"the MCP Inspector CLI is missing ({INSPECTOR}): run `npm ci` in {ROOT}",
-                    pytrace=False)
-    env = server_env(MCP_CATALOG_PATH=str(tmp_path / "catalog.json"),
-                     MCP_CLIENT_CONFIG_PATH=str(tmp_path / "client.json"))
-    done = subprocess.run([str(INSPECTOR), "--cli", "--format", "json", *args], cwd=ROOT, env=env,
-                          capture_output=True, timeout=120, check=False)
-    try:
-        return done.returncode, json.loads(done.stdout)
-    except ValueError:
-        pytest.fail(f"Inspector printed no JSON (exit {done.returncode}):\n{done.stdout!r}\n"
-                    f"{done.stderr.decode(errors='replace')}", pytrace=False)
 
 
 def check_listing(result: dict[str, Any], era: str) -> None:
