@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,16 @@ class Tally:
             counts.calls += calls
             counts.wrongly_allowed += wrongly_allowed
             counts.tracebacks += tracebacks
+
+    def export(self) -> dict[str, dict[str, int]]:
+        """The counts as plain data (what an xdist worker sends its controller)."""
+        with self._lock:
+            return {name: asdict(c) for name, c in self.suites.items()}
+
+    def merge(self, suites: Mapping[str, Mapping[str, int]]) -> None:
+        """Add counts from `export()` of another process."""
+        for name, counts in suites.items():
+            self.add(name, **counts)
 
     def total(self) -> Counts:
         out = Counts()
