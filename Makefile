@@ -57,10 +57,9 @@ typecheck: $(VENV)/.all
 
 # pytest exits 5 when no test ran: that is a failure here too. Most of the run waits on the servers
 # the tests start, so test files run in parallel (pytest-xdist, a worker per core, at most 4; each
-# worker starts its own session services on free ports); tests marked `alone` run afterwards.
+# worker starts its own session services on free ports, and no test looks beyond its own processes).
 pytest: install
-	$(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile -m "not alone"
-	$(VENV)/bin/pytest -q -ra -m alone
+	$(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile
 
 test: install lint typecheck pytest
 
