@@ -179,6 +179,15 @@ class Guard:
     async def check(self, tool: str, credentials: Credentials = ANONYMOUS,
                     arguments: Mapping[str, Any] | None = None, *, record: bool = True) -> Decision:
         """Decide one call. The handler may run only if `decision.allowed`."""
+        decided = self.check_now(tool, credentials, arguments, record=record)
+        return decided if isinstance(decided, Decision) else await decided
+
+    def check_now(self, tool: str, credentials: Credentials = ANONYMOUS,
+                  arguments: Mapping[str, Any] | None = None, *, record: bool = True
+                  ) -> Decision | Coroutine[Any, Any, Decision]:
+        """`check`, answered at once when no lookup needs awaiting (a cached or host-verified caller,
+        synchronous resolvers): the Decision, else a coroutine to await for it. For adapters on the
+        hot path of every call; `await guard.check(...)` is the same decision."""
         snap, authenticator, now = self._state
         compiled = snap.tools.get(tool)
         if compiled is None:
@@ -191,7 +200,15 @@ class Guard:
         else:
             identity = _answered_now(now, credentials)
             if identity is None:
-                identity = await self.authenticate(credentials, authenticator)
+                return self._authenticate_then_evaluate(snap, compiled, credentials, authenticator,
+                                                        arguments, start, record)
+        return self._evaluate(snap, compiled, identity, arguments, start, record)
+
+    async def _authenticate_then_evaluate(self, snap: Snapshot, compiled: CompiledTool,
+                                          credentials: Credentials, authenticator: Authenticator,
+                                          arguments: Mapping[str, Any] | None, start: int,
+                                          record: bool) -> Decision:
+        identity = await self.authenticate(credentials, authenticator)
         decided = self._evaluate(snap, compiled, identity, arguments, start, record)
         return decided if isinstance(decided, Decision) else await decided
 

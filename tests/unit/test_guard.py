@@ -291,3 +291,24 @@ async def test_the_conditions_of_grants_run_concurrently() -> None:
     d = await g.check("t")
     assert d.errors == ()
     assert d.allowed
+
+
+def test_check_now_answers_at_once_when_nothing_needs_awaiting() -> None:
+    class Slow:
+        async def authenticate(self, credentials: Credentials) -> Identity:
+            await asyncio.sleep(0)
+            return Identity(principal=Principal.from_claims({"sub": "s", "role": "pilot"}))
+
+    guard = make_guard()
+    now = guard.check_now("whoami", who(sub="alice"))
+    assert isinstance(now, Decision) and now.allowed  # a host-verified caller: no await
+    awaited = Guard(parse_policy(POLICY.encode(), "p.toml"), TOOLS, entry_points=False,
+                    authenticator=Slow()).check_now("whoami", Credentials(token="t"))
+    assert not isinstance(awaited, Decision)  # the authenticator must be awaited
+    decision = asyncio.run(awaited)  # type: ignore[arg-type]
+    assert decision.allowed and decision.subject == "s"
+    for tool in TOOLS:
+        sync = guard.check_now(tool, who(sub="a", role="pilot"), record=False)
+        assert isinstance(sync, Decision)
+        assert sync.allowed == asyncio.run(guard.check(tool, who(sub="a", role="pilot"),
+                                                       record=False)).allowed

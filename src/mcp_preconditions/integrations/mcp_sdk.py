@@ -31,6 +31,7 @@ from mcp_types import (
 )
 
 from ..guard import Guard
+from ..outcomes import Decision
 from ..requirements import merge
 from ..wire import META_KEY, meta_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
@@ -165,7 +166,8 @@ class GuardedMCPServer(MCPServer[Any]):
                         or settled[0] is not getattr(fn, REQUIREMENTS_ATTR, ())
                         or settled[1] is not pre.guard.registration):
                     pre.attach_function(name, fn, tool.meta)
-            decision = await pre.guard.check(name, pre.credentials(ctx.request), params.arguments)
+            decided = pre.guard.check_now(name, pre.credentials(ctx.request), params.arguments)
+            decision = decided if isinstance(decided, Decision) else await decided
             if not decision.allowed:
                 return pre.refusal(decision)
         return await super()._handle_call_tool(ctx, params)
