@@ -76,10 +76,8 @@ def _verdicts(tools: Iterable[Any], view: KnowledgeView) -> list[ToolVerdict]:
     sat, unsat_code, unknown_code, proceed, will_fail = SAT, UNSAT, UNKNOWN, _PROCEED, _WILL_FAIL
     out: list[ToolVerdict] = []
     for index, tool in enumerate(tools):
-        if type(tool) is dict:  # wire.raw_requirements without its ABC checks, for plain JSON dicts
-            execution = tool.get("execution")
-            raw = execution["requirements"] if type(execution) is dict and "requirements" in execution \
-                else raw_requirements(tool)
+        if type(tool) is dict:  # a plain JSON object: no ABC check
+            raw = raw_requirements(tool)
             name = tool.get("name")
             if type(name) is not str:
                 name = f"#{index}"

@@ -25,15 +25,17 @@ def raw_requirements(tool: Mapping[str, Any]) -> Any:
     """The tool's raw `execution.requirements` value, else its `_meta` mirror, else None.
 
     The value is returned as found (it may be garbage); callers validate it."""
+    # `type(...) is dict` first: parsed JSON is plain dicts, and an ABC check costs more than the
+    # rest of this function (it runs once per tool of a listing).
     execution = tool.get("execution")
-    if execution is not None and not isinstance(execution, Mapping):
-        return MalformedExecution(type(execution).__name__)
-    if isinstance(execution, Mapping):
+    if execution is not None:
+        if type(execution) is not dict and not isinstance(execution, Mapping):
+            return MalformedExecution(type(execution).__name__)
         value = execution.get("requirements", _ABSENT)
         if value is not _ABSENT:
             return value
     meta = tool.get("_meta")
-    if isinstance(meta, Mapping) and META_KEY in meta:
+    if meta is not None and (type(meta) is dict or isinstance(meta, Mapping)) and META_KEY in meta:
         return meta[META_KEY]
     return None
 
