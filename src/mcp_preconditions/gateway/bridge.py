@@ -15,7 +15,7 @@ from mcp_types import (
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
 )
-from mcp_types.methods import CACHEABLE_METHODS
+from mcp_types.methods import CACHEABLE_METHODS, is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 # Per-request `_meta` keys of the 2026-07-28 envelope: the gateway's own upstream session stamps
@@ -31,11 +31,16 @@ def is_modern(version: str) -> bool:
     return version in MODERN_PROTOCOL_VERSIONS
 
 
-def upstream_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A downstream request's params as sent upstream: envelope `_meta` keys removed, the rest kept."""
+def upstream_params(params: Mapping[str, Any] | None, *, modern: bool = True
+                    ) -> dict[str, Any] | None:
+    """A downstream request's params as sent upstream: envelope `_meta` keys removed (and, for
+    an upstream older than 2026-07-28, the input-round fields it does not know), the rest kept."""
     if params is None:
         return None
     out = dict(params)
+    if not modern:
+        out.pop("inputResponses", None)
+        out.pop("requestState", None)
     meta = out.get("_meta")
     if isinstance(meta, Mapping):
         kept = {k: v for k, v in meta.items() if k not in _ENVELOPE_META}
@@ -59,7 +64,7 @@ def downstream_result(method: str, result: Mapping[str, Any], version: str) -> d
     out = dict(result)
     if is_modern(version):
         out.setdefault("resultType", "complete")
-        if method in CACHEABLE_METHODS:
+        if method in CACHEABLE_METHODS and not is_input_required(out):  # interim: never cached
             out.setdefault("ttlMs", 0)
             out.setdefault("cacheScope", "private")
     else:

@@ -23,6 +23,7 @@ from mcp_types.methods import MONOLITH_REQUESTS
 from pydantic import BaseModel
 
 from . import bridge
+from .rounds import PendingCall, Rounds
 from .upstream import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -31,15 +32,30 @@ _RESULTS: dict[str, type[BaseModel]] = {"sampling/createMessage": types.CreateMe
                                         "elicitation/create": types.ElicitResult,
                                         "roots/list": types.ListRootsResult}
 
+Exchange = ServerRequestContext[Any, Any] | PendingCall
+
+
+def _owner(item: Exchange) -> int:
+    """Which client an upstream exchange belongs to: a 2025-11-25 connection, or the one request
+    (2026-07-28 requests stand alone)."""
+    if isinstance(item, PendingCall):
+        return id(item)
+    connection = getattr(item.session, "_connection", None)
+    if connection is not None and not bridge.is_modern(item.protocol_version):
+        return id(connection)
+    return id(item)
+
 
 class Downstream:
     """Connected clients and their in-flight requests."""
 
-    def __init__(self, bus: InMemorySubscriptionBus) -> None:
+    def __init__(self, bus: InMemorySubscriptionBus, rounds: Rounds) -> None:
         self._bus = bus
+        self._rounds = rounds
         self._connections: dict[int, Connection] = {}  # handshake-era connections with a channel
         self._subscribed: dict[int, set[str]] = {}  # connection -> resource URIs it subscribed to
         self._active: list[ServerRequestContext[Any, Any]] = []  # newest last
+        self._stdio: int | None = None  # the stdio listener's connection
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def seen(self, ctx: ServerRequestContext[Any, Any]) -> None:
@@ -52,6 +68,8 @@ class Downstream:
             return
         key = id(connection)
         self._connections[key] = connection
+        if ctx.request is None:  # no HTTP request behind it: the stdio listener's one client
+            self._stdio = key
         connection.exit_stack.callback(self._drop, key)
 
     def _drop(self, key: int) -> None:
@@ -60,6 +78,8 @@ class Downstream:
 
     @contextlib.contextmanager
     def in_flight(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
+        """A client request being forwarded upstream: the upstream's requests meanwhile may be
+        this caller's (2026-07-28 calls that can take input rounds are tracked by `Rounds`)."""
         self._active.append(ctx)
         try:
             yield
@@ -90,26 +110,52 @@ class Downstream:
             await connection.notify(method, params)
 
     async def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Put an upstream's request to a client: on the stream of the newest request in flight
-        that can carry it, else on a connection's standalone stream."""
-        result_type = _RESULTS.get(method)
-        if result_type is None:
+        """Put an upstream's request to the client whose call caused it. The shared upstream
+        session does not say which call that is, so it is only known when the upstream calls of
+        one client alone are in flight; otherwise the upstream gets an error, never a guess."""
+        if method not in _RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found", method)
-        request = MONOLITH_REQUESTS[method].model_validate({"method": method, "params": params})
-        for ctx in reversed(self._active):
-            if ctx.session.can_send_request and not bridge.is_modern(ctx.protocol_version):
-                with anyio.fail_after(timeout):
-                    answer = await ctx.session.send_request(
-                        cast(Any, request), result_type,
-                        metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
-                dumped: dict[str, Any] = answer.model_dump(by_alias=True, mode="json",
-                                                           exclude_none=True)
-                return dumped
-        for connection in reversed(list(self._connections.values())):
+        owners: dict[int, Exchange] = {}
+        items: list[Exchange] = [*self._active, *self._rounds.calls()]
+        for item in items:
+            owners[_owner(item)] = item  # the newest of each client's
+        if len(owners) > 1:
+            raise MCPError(types.INVALID_REQUEST, f"gateway: {method} not routed: calls of "
+                           f"{len(owners)} clients are in flight and the upstream does not say "
+                           "whose call asks")
+        if owners:
+            item = next(iter(owners.values()))
+            if isinstance(item, PendingCall):
+                return await item.ask(method, params)
+            return await self.ask_caller(item, method, params, timeout)
+        connection = self._connections.get(self._stdio) if self._stdio is not None else None
+        if connection is not None:  # no call in flight: a stdio listener has one client only
             raw: dict[str, Any] = await connection.send_raw_request(method, params,
                                                                      {"timeout": timeout})
             return raw
-        raise MCPError(types.INVALID_REQUEST, f"no connected client can answer {method}")
+        raise MCPError(types.INVALID_REQUEST, f"gateway: {method} not routed: no client call is "
+                       "in flight (over HTTP the gateway cannot tell which client it is for)")
+
+    async def ask_caller(self, ctx: ServerRequestContext[Any, Any], method: str,
+                          params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """On the stream of the caller's request, else on its connection's own stream."""
+        if bridge.is_modern(ctx.protocol_version):  # a request that cannot carry input_required
+            raise MCPError(types.INVALID_REQUEST,
+                           f"gateway: {method} cannot reach a 2026-07-28 client during {ctx.method}")
+        request = MONOLITH_REQUESTS[method].model_validate({"method": method, "params": params})
+        if ctx.session.can_send_request:
+            with anyio.fail_after(timeout):
+                answer = await ctx.session.send_request(
+                    cast(Any, request), _RESULTS[method],
+                    metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+            dumped: dict[str, Any] = answer.model_dump(by_alias=True, mode="json",
+                                                       exclude_none=True)
+            return dumped
+        connection = self._connections.get(_owner(ctx))
+        if connection is None:
+            raise MCPError(types.INVALID_REQUEST, f"gateway: the caller cannot be asked {method}")
+        raw: dict[str, Any] = await connection.send_raw_request(method, params, {"timeout": timeout})
+        return raw
 
     # -- 2026-07-28 listen streams ---------------------------------------------------------------
     async def listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext,

@@ -8,16 +8,19 @@ envelope bridged), so the SDK's per-version result sieve never re-models or drop
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as _methods
+from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 from pydantic import ValidationError
 
 from .. import __version__
@@ -25,9 +28,10 @@ from ..guard import Guard
 from ..policy.model import Policy
 from ..principal import Credentials
 from ..wire import with_requirements
-from . import bridge
+from . import bridge, rounds
 from .calls import ToolCalls
 from .clients import Downstream
+from .rounds import PendingCall, Rounds
 from .tools import UpstreamTools
 from .upstream import Upstream, UpstreamUnavailable
 
@@ -47,6 +51,10 @@ SERVER_NAME = "mcp-preconditions-gateway"
 # timeout (a timed-out probe strands the client: the connection has already chosen 2026-07-28).
 CONNECT_WAIT_SECONDS = 20.0
 DISCOVER_WAIT_SECONDS = 5.0
+# A 2026-07-28 upstream's input rounds answered for a 2025-11-25 client (the SDK client's own cap is
+# 10); a state-only round is retried after a short pause.
+MAX_INPUT_ROUNDS = 8
+STATE_ONLY_PAUSE = 0.05
 
 CredentialsOf = Callable[[ServerRequestContext[Any, Any]], Credentials]
 
@@ -59,7 +67,8 @@ class Gateway:
         self.upstream = upstream
         self.credentials = credentials
         self.bus = InMemorySubscriptionBus()
-        self.downstream = Downstream(self.bus)
+        self.rounds = Rounds()
+        self.downstream = Downstream(self.bus, self.rounds)
         self.tools = UpstreamTools(guard, upstream, self.policy)
         self.calls = ToolCalls(guard, upstream, self.tools, self.policy)
         self.server: Server[Any] = Server(SERVER_NAME, version=__version__,
@@ -114,9 +123,8 @@ class Gateway:
     async def _tracked(self, ctx: ServerRequestContext[Any, Any],
                        handle: Callable[[ServerRequestContext[Any, Any]], Any]) -> HandlerResult:
         self.downstream.seen(ctx)
-        with self.downstream.in_flight(ctx):
-            result: HandlerResult = await handle(ctx)
-            return result
+        result: HandlerResult = await handle(ctx)
+        return result
 
     async def _forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         _check_request(ctx)
@@ -127,23 +135,83 @@ class Gateway:
 
     async def request(self, ctx: ServerRequestContext[Any, Any], method: str,
                       params: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Forward one request upstream, progress mapped back to the caller; upstream faults become
+        """Forward one request upstream, and carry the upstream's requests for client input
+        between the two protocol versions (see `rounds.py` and `answer_rounds`)."""
+        timeout = self.policy().gateway.call_timeout_seconds
+        if (bridge.is_modern(ctx.protocol_version) and method in INPUT_REQUIRED_METHODS
+                and not self.upstream.modern):
+            return await self._in_rounds(ctx, method, params, timeout)
+        with self.downstream.in_flight(ctx):
+            result = await self._send(ctx, method, params, timeout)
+            if not bridge.is_modern(ctx.protocol_version) and is_input_required(result):
+                result = await self._answer_rounds(ctx, method, params, result, timeout)
+        return result
+
+    async def _send(self, ctx: ServerRequestContext[Any, Any], method: str,
+                    params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
+        """One request upstream, progress mapped back to the caller; upstream faults become
         JSON-RPC errors (never a crash, never a result the upstream did not send)."""
         token = bridge.progress_token(params)
         on_progress = None
         if token is not None:
             async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                await ctx.session.send_progress_notification(
-                    token, progress, total, message,
-                    related_request_id=cast(Any, ctx.request_id))
+                with contextlib.suppress(Exception):  # the caller's request may be answered already
+                    await ctx.session.send_progress_notification(
+                        token, progress, total, message,
+                        related_request_id=cast(Any, ctx.request_id))
         try:
             return await self.upstream.request(
-                method, bridge.upstream_params(params),
-                timeout=self.policy().gateway.call_timeout_seconds, on_progress=on_progress)
+                method, bridge.upstream_params(params, modern=self.upstream.modern),
+                timeout=timeout, on_progress=on_progress)
         except UpstreamUnavailable as exc:
             raise MCPError(types.INTERNAL_ERROR, f"upstream unavailable: {exc}") from None
         except ValidationError:
             raise MCPError(types.INTERNAL_ERROR, "the upstream sent an invalid result") from None
+
+    async def _in_rounds(self, ctx: ServerRequestContext[Any, Any], method: str,
+                         params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
+        """A 2026-07-28 client's call to a 2025-11-25 upstream: the upstream's requests come back
+        as `input_required`, and the retry carrying the answers continues the same upstream call
+        (the retry was decided by the guard again before it got here)."""
+        caller = rounds.caller_key(self.credentials(ctx))
+        about = rounds.binding(method, params)
+        p = dict(params or {})
+        if p.get("requestState") is not None:
+            return await self.rounds.resume(p["requestState"], caller, about, p.get("inputResponses"))
+        p.pop("inputResponses", None)  # answers to nothing this upstream asked
+        p.pop("requestState", None)
+
+        def spawn(call: PendingCall) -> None:
+            self.upstream.spawn(lambda: call.run(lambda: self._send(ctx, method, p, timeout)))
+        return await self.rounds.start(caller, about, timeout, spawn)
+
+    async def _answer_rounds(self, ctx: ServerRequestContext[Any, Any], method: str,
+                             params: Mapping[str, Any] | None, result: dict[str, Any],
+                             timeout: float) -> dict[str, Any]:
+        """A 2026-07-28 upstream's `input_required` for a 2025-11-25 client: each input request is
+        put to the caller on its request's stream, and the call retried upstream with the answers."""
+        for _ in range(MAX_INPUT_ROUNDS):
+            if not is_input_required(result):
+                return result
+            asks = result.get("inputRequests")
+            if asks is not None and not isinstance(asks, dict):
+                raise MCPError(types.INTERNAL_ERROR, "the upstream sent an invalid result")
+            answers: dict[str, Any] = {}
+            for key, ask in (asks or {}).items():
+                if not isinstance(ask, dict) or not isinstance(ask.get("method"), str):
+                    raise MCPError(types.INTERNAL_ERROR, "the upstream sent an invalid result")
+                answers[key] = await self.downstream.ask_caller(
+                    ctx, ask["method"], dict(ask.get("params") or {}), timeout)
+            if not answers:
+                await anyio.sleep(STATE_ONLY_PAUSE)  # the upstream is working: ask again shortly
+            retry = {k: v for k, v in (params or {}).items()
+                     if k not in ("inputResponses", "requestState")}
+            retry["inputResponses"] = answers
+            if result.get("requestState") is not None:
+                retry["requestState"] = result["requestState"]
+            result = await self._send(ctx, method, retry, timeout)
+        raise MCPError(types.INTERNAL_ERROR,
+                       f"the upstream asked for input more than {MAX_INPUT_ROUNDS} times")
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
         _check_request(ctx)

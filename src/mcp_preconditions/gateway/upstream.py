@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
@@ -15,6 +15,7 @@ from typing import Any, TextIO, cast
 import anyio
 import httpx2
 import mcp_types as types
+from anyio.abc import TaskGroup
 from mcp import Client
 from mcp.client._transport import Transport, TransportStreams
 from mcp.client.session import ClientRequestContext, IncomingMessage
@@ -111,10 +112,26 @@ class Upstream:
         self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
         self.attempts = 0
         self.last_error: str | None = None
+        self._background: TaskGroup | None = None
 
     # -- supervision -----------------------------------------------------------------------------
     async def run(self) -> None:
-        """Connect, and reconnect with backoff whenever the session is lost; runs until cancelled."""
+        """Connect, and reconnect with backoff whenever the session is lost; runs until cancelled.
+        Requests that outlive the client request that started them (`spawn`) run here too."""
+        async with anyio.create_task_group() as background:
+            self._background = background
+            try:
+                await self._supervise()
+            finally:
+                self._background = None
+
+    def spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `task` for as long as the gateway runs (it must end by itself)."""
+        if self._background is None:
+            raise UpstreamUnavailable("the gateway is not running")
+        self._background.start_soon(task)
+
+    async def _supervise(self) -> None:
         delay = BACKOFF_FIRST
         while True:
             self.attempts += 1
@@ -231,6 +248,12 @@ class Upstream:
             if exc.error.code == types.CONNECTION_CLOSED:
                 connected.lost.set()
             raise
+
+    @property
+    def modern(self) -> bool:
+        """Whether the live session speaks 2026-07-28 (the upstream refused the handshake era)."""
+        connected = self.current
+        return connected is not None and connected.protocol_version in MODERN_PROTOCOL_VERSIONS
 
     async def reachable(self, timeout: float) -> bool:
         """Whether the upstream answers a ping now (a 2026-07-28-only upstream: whether a session

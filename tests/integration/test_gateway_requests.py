@@ -1,0 +1,189 @@
+"""The upstream's own requests (sampling, elicitation, roots) through the gateway, across protocol
+versions: a 2026-07-28 client gets them as `input_required` and its retry continues the same
+upstream call; a 2026-07-28 upstream's `input_required` reaches a 2025-11-25 client as requests.
+They go only to the client whose call caused them, and a retry is decided by the guard again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.fixtures import asking_upstream
+from tests.fixtures.upstreams import everything_stdio, gateway_http, gateway_stdio
+from tests.integration.test_gateway_calls import RAW
+
+POLICY = '[tools.deny_me]\nrequirements = ["auth:claim:role:admin"]\n'
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY, encoding="utf-8")
+    return path
+
+
+class Asked:
+    """Sampling, elicitation and roots callbacks that record what they were asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def sampling(self, _ctx: Any, params: mcp_types.CreateMessageRequestParams) -> Any:
+        self.asked.append("sampling: " + params.messages[0].content.text)  # type: ignore[union-attr]
+        return mcp_types.CreateMessageResult(role="assistant", model="test",
+                                             content=mcp_types.TextContent(type="text", text="four"))
+
+    async def elicitation(self, _ctx: Any, params: mcp_types.ElicitRequestParams) -> Any:
+        self.asked.append("elicitation")
+        return mcp_types.ElicitResult(action="decline")
+
+    async def roots(self, _ctx: Any) -> Any:
+        self.asked.append("roots")
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work/project",
+                                                               name="project")])
+
+    def callbacks(self) -> dict[str, Any]:
+        return {"sampling_callback": self.sampling, "elicitation_callback": self.elicitation,
+                "list_roots_callback": self.roots}
+
+
+def _stdio(argv: list[str]) -> StdioServerParameters:
+    return StdioServerParameters(command=argv[0], args=argv[1:])
+
+
+def _text(result: mcp_types.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, mcp_types.TextContent))
+
+
+@pytest.mark.parametrize("listener", ["stdio", "http"])
+async def test_a_2026_client_answers_the_upstreams_requests(policy: Path, listener: str) -> None:
+    asked = Asked()
+    with contextlib.ExitStack() as stack:
+        target: Any = (_stdio(gateway_stdio(policy, everything_stdio())) if listener == "stdio" else
+                       stack.enter_context(gateway_http(policy, everything_stdio())).url)
+        async with Client(target, mode="auto", **asked.callbacks()) as client:
+            assert client.protocol_version == "2026-07-28"
+            with anyio.fail_after(30):
+                sampled = await client.call_tool("trigger-sampling-request",
+                                                 {"prompt": "2+2", "maxTokens": 5})
+                elicited = await client.call_tool("trigger-elicitation-request", {})
+                roots = await client.call_tool("get-roots-list", {})
+    # server-everything also asks for roots on its own 350 ms after it starts: that request may
+    # come during one of these calls (the roots are then cached), so the order is not fixed.
+    assert sorted(asked.asked) == ["elicitation", "roots",
+                                   "sampling: Resource trigger-sampling-request context: 2+2"]
+    assert not sampled.is_error and '"text": "four"' in _text(sampled)
+    assert "declined" in _text(elicited)
+    assert "file:///work/project" in _text(roots)
+
+
+async def test_another_client_is_never_asked(policy: Path) -> None:
+    caller, bystander_2026, bystander_2025 = Asked(), Asked(), Asked()
+    with gateway_http(policy, everything_stdio()) as gw:
+        async with Client(gw.url, mode="auto", **bystander_2026.callbacks()) as modern, \
+                Client(gw.url, mode="legacy", **bystander_2025.callbacks()) as legacy, \
+                Client(gw.url, mode="auto", **caller.callbacks()) as client:
+            await modern.list_tools()
+            await legacy.list_tools()
+            with anyio.fail_after(30):
+                result = await client.call_tool("trigger-sampling-request", {"prompt": "mine"})
+    assert "sampling: Resource trigger-sampling-request context: mine" in caller.asked
+    assert '"text": "four"' in _text(result)
+    assert bystander_2026.asked == [] and bystander_2025.asked == []
+
+
+async def test_calls_of_two_clients_in_flight_are_never_guessed(policy: Path) -> None:
+    """The shared upstream session does not say whose call asks: with two clients' calls in flight
+    the upstream gets an error, and neither client is asked."""
+    first, second = Asked(), Asked()
+    with gateway_http(policy, everything_stdio()) as gw:
+        async with Client(gw.url, mode="legacy", **first.callbacks()) as one, \
+                Client(gw.url, mode="auto", **second.callbacks()) as two, \
+                anyio.create_task_group() as tg:
+            tg.start_soon(one.call_tool, "trigger-long-running-operation", {"duration": 5, "steps": 1})
+            await anyio.sleep(1)  # the long call is upstream now
+            with anyio.fail_after(30):
+                result = await two.call_tool("trigger-sampling-request", {"prompt": "whose?"})
+    assert result.is_error
+    assert not [a for a in first.asked + second.asked if a.startswith("sampling")]
+
+
+async def test_a_retry_is_decided_again_and_bound_to_its_call(tmp_path: Path, policy: Path) -> None:
+    log = tmp_path / "upstream.jsonl"
+    async with Client(asking_upstream.gateway(policy, log), mode="auto") as client:
+        first = await _raw_call(client, "ask")
+        state = first["requestState"]
+        assert first["resultType"] == "input_required"
+        [(key, request)] = first["inputRequests"].items()
+        assert request["method"] == "sampling/createMessage"
+        answer = {key: {"role": "assistant", "model": "m", "content": {"type": "text", "text": "5"}}}
+        # The guard decides a retry like any call: `deny_me` is denied, and nothing goes upstream.
+        denied = await _raw_call(client, "deny_me", state=state, responses=answer)
+        assert denied["isError"] and denied["structuredContent"]["unmet"] == ["auth:claim:role:admin"]
+        # A retry must name the call it continues.
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await _raw_call(client, "ask", {"other": 1}, state=state, responses=answer)
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await _raw_call(client, "ask", state="mcp-preconditions-gateway:guess", responses=answer)
+        final = await _raw_call(client, "ask", state=state, responses=answer)
+    assert final["content"] == [{"type": "text", "text": "the answer is 5"}]
+    assert asking_upstream.read_log(log) == [{"asked": "answer", "text": "5"}]
+
+
+async def test_a_client_that_never_retries_leaves_nothing_pending(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[gateway]\ncall_timeout_seconds = 1\n", encoding="utf-8")
+    log = tmp_path / "upstream.jsonl"
+    async with Client(asking_upstream.gateway(policy, log), mode="auto") as client:
+        first = await _raw_call(client, "ask")
+        with anyio.fail_after(20):
+            while not asking_upstream.read_log(log):
+                await anyio.sleep(0.1)
+        await anyio.sleep(2.5)  # the call is forgotten 1 s after the client's last request
+        [key] = first["inputRequests"]
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await _raw_call(client, "ask", state=first["requestState"],
+                            responses={key: {"role": "assistant", "model": "m",
+                                             "content": {"type": "text", "text": "late"}}})
+        after = await _raw_call(client, "other")
+    # The upstream's call is cut off at the call timeout, as any call is.
+    assert asking_upstream.read_log(log) == [{"asked": "cancelled"}]
+    assert after["content"] == [{"type": "text", "text": "other done"}]
+
+
+async def test_a_2026_upstreams_input_required_reaches_a_2025_client(
+        tmp_path: Path, policy: Path) -> None:
+    asked = Asked()
+    log = tmp_path / "upstream.jsonl"
+    params = asking_upstream.gateway(policy, log, modern_only=True)
+    async with Client(params, mode="legacy", **asked.callbacks()) as client:
+        assert client.protocol_version == "2025-11-25"
+        with anyio.fail_after(30):
+            result = await client.call_tool("ask", {})
+    assert asked.asked == ["sampling: 2+2?"]
+    assert _text(result) == "the answer is four"
+    assert asking_upstream.read_log(log) == [{"asked": "answer", "text": "four", "state": "asked"}]
+
+
+async def _raw_call(client: Client, name: str, arguments: dict[str, Any] | None = None, *,
+                    state: str | None = None, responses: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """A tools/call exactly as sent and answered (the SDK client's own driver would retry)."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
+    if state is not None:
+        params["requestState"] = state
+    if responses is not None:
+        params["inputResponses"] = responses
+    request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams.model_validate(params))
+    result: dict[str, Any] = await client.session.send_request(request, RAW)
+    return result
+
