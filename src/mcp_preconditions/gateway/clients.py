@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import anyio
 import mcp_types as types
@@ -28,6 +28,7 @@ from .upstream import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
+_LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # least severe first
 _RESULTS: dict[str, type[BaseModel]] = {"sampling/createMessage": types.CreateMessageResultWithTools,
                                         "elicitation/create": types.ElicitResult,
                                         "roots/list": types.ListRootsResult}
@@ -56,6 +57,7 @@ class Downstream:
         self._subscribed: dict[int, set[str]] = {}  # connection -> resource URIs it subscribed to
         self._active: list[ServerRequestContext[Any, Any]] = []  # newest last
         self._stdio: int | None = None  # the stdio listener's connection
+        self._levels: dict[int, str] = {}  # connection -> the log level it asked for
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def seen(self, ctx: ServerRequestContext[Any, Any]) -> None:
@@ -74,6 +76,7 @@ class Downstream:
 
     def _drop(self, key: int) -> None:
         self._connections.pop(key, None)
+        self._levels.pop(key, None)
         self._subscribed.pop(key, None)
 
     @contextlib.contextmanager
@@ -98,8 +101,61 @@ class Downstream:
             uris.discard(uri)
 
     # -- from the upstream -----------------------------------------------------------------------
+    def _caller(self) -> tuple[Exchange | None, int]:
+        """The newest upstream exchange in flight when they all belong to one client, and how
+        many clients have exchanges in flight."""
+        owners: dict[int, Exchange] = {}
+        items: list[Exchange] = [*self._active, *self._rounds.calls()]
+        for item in items:
+            owners[_owner(item)] = item  # the newest of each client's
+        if len(owners) != 1:
+            return None, len(owners)
+        return next(iter(owners.values())), 1
+
+    async def log(self, params: dict[str, Any]) -> None:
+        """An upstream log message goes where a request from the upstream would (see `ask`): to
+        the one client whose calls are in flight, on that call's stream; else nowhere (a stdio
+        listener's one client aside). Another client's call never sees it."""
+        level = params.get("level")
+        if level not in _LEVELS:
+            return
+        item, clients = self._caller()
+        ctx = item.current if isinstance(item, PendingCall) else item
+        if ctx is not None:
+            connection = getattr(ctx.session, "_connection", None)
+            if self._quieter(id(connection), level):
+                return
+            with contextlib.suppress(Exception):  # the call may have just been answered
+                # At 2026-07-28 the SDK delivers only what this request opted in to.
+                await ctx.session.send_log_message(level, params.get("data"), params.get("logger"),
+                                                   related_request_id=ctx.request_id)
+            return
+        connection = self._connections.get(self._stdio) if self._stdio is not None else None
+        if clients == 0 and connection is not None:
+            if not self._quieter(id(connection), level):
+                await connection.notify("notifications/message", params)
+            return
+        log.debug("upstream log message for no certain client: not delivered")
+
+    def _quieter(self, key: int, level: str) -> bool:
+        """Whether a 2025-11-25 client asked (`logging/setLevel`) for less than `level`."""
+        wanted = self._levels.get(key)
+        return wanted is not None and _LEVELS.index(level) < _LEVELS.index(wanted)
+
+    def set_level(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """Note a client's `logging/setLevel`; the level to set upstream: the most verbose any
+        connected client asked for (the upstream session is shared; each client is filtered here)."""
+        level = (ctx.params or {}).get("level")
+        connection = getattr(ctx.session, "_connection", None)
+        if level in _LEVELS and connection is not None:
+            self._levels[id(connection)] = level
+        return min(self._levels.values(), key=_LEVELS.index, default=None)
+
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         """Pass an upstream notification to every client that should see it."""
+        if method == "notifications/message":
+            await self.log(params)
+            return
         event = event_from_wire(method, params)
         if event is not None:
             await self._bus.publish(event)
@@ -115,16 +171,12 @@ class Downstream:
         one client alone are in flight; otherwise the upstream gets an error, never a guess."""
         if method not in _RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found", method)
-        owners: dict[int, Exchange] = {}
-        items: list[Exchange] = [*self._active, *self._rounds.calls()]
-        for item in items:
-            owners[_owner(item)] = item  # the newest of each client's
-        if len(owners) > 1:
+        item, clients = self._caller()
+        if clients > 1:
             raise MCPError(types.INVALID_REQUEST, f"gateway: {method} not routed: calls of "
-                           f"{len(owners)} clients are in flight and the upstream does not say "
+                           f"{clients} clients are in flight and the upstream does not say "
                            "whose call asks")
-        if owners:
-            item = next(iter(owners.values()))
+        if item is not None:
             if isinstance(item, PendingCall):
                 return await item.ask(method, params)
             return await self.ask_caller(item, method, params, timeout)

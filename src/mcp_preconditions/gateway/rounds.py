@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from ..principal import Credentials
@@ -84,6 +85,7 @@ class PendingCall:
         self._attached = 0
         self._idle_since: float | None = None  # set while no client request waits on this call
         self._expired = False
+        self.current: ServerRequestContext[Any, Any] | None = None  # the client request waiting
         self.scope = anyio.CancelScope()
 
     @property
@@ -158,11 +160,12 @@ class PendingCall:
             if ask is not None and isinstance(response, Mapping):
                 ask.settle(dict(response))
 
-    async def next(self) -> dict[str, Any]:
+    async def next(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """Wait for the upstream's result (returned, or raised) or for requests the client must
-        answer first (an `input_required` result)."""
+        answer first (an `input_required` result); `ctx` is the client request that waits."""
         self._attached += 1
         self._idle_since = None
+        self.current = ctx
         try:
             while True:
                 if isinstance(self._outcome, BaseException):
@@ -182,6 +185,8 @@ class PendingCall:
             raise
         finally:
             self._attached -= 1
+            if self.current is ctx:
+                self.current = None
             if self._attached == 0:
                 self._idle_since = anyio.current_time()
 
@@ -201,8 +206,8 @@ class Rounds:
     def forget(self, call: PendingCall) -> None:
         self._calls.pop(call.token, None)
 
-    async def start(self, caller: str, about: str, timeout: float,
-                    spawn: Callable[[PendingCall], None]) -> dict[str, Any]:
+    async def start(self, ctx: ServerRequestContext[Any, Any], caller: str, about: str,
+                    timeout: float, spawn: Callable[[PendingCall], None]) -> dict[str, Any]:
         """A new call: `spawn` starts its upstream request in the background."""
         call = PendingCall(self, caller, about, timeout)
         self._calls[call.token] = call
@@ -211,13 +216,13 @@ class Rounds:
         except BaseException:
             self.forget(call)
             raise
-        return await call.next()
+        return await call.next(ctx)
 
-    async def resume(self, state: Any, caller: str, about: str,
-                     responses: Mapping[str, Any] | None) -> dict[str, Any]:
+    async def resume(self, ctx: ServerRequestContext[Any, Any], state: Any, caller: str,
+                     about: str, responses: Mapping[str, Any] | None) -> dict[str, Any]:
         """A retry: the client's answers go to the upstream's waiting requests."""
         call = self._calls.get(state) if isinstance(state, str) else None
         if call is None or call.caller != caller or call.about != about:
             raise MCPError(types.INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
         call.answer(responses or {})
-        return await call.next()
+        return await call.next(ctx)

@@ -128,7 +128,10 @@ class Gateway:
 
     async def _forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         _check_request(ctx)
-        result = await self.request(ctx, ctx.method, ctx.params)
+        params = ctx.params
+        if ctx.method == "logging/setLevel":  # the shared session's level; each client's is kept
+            params = {**(params or {}), "level": self.downstream.set_level(ctx)}
+        result = await self.request(ctx, ctx.method, params)
         if ctx.method in ("resources/subscribe", "resources/unsubscribe"):
             self.downstream.subscription(ctx, ctx.method == "resources/subscribe")
         return bridge.downstream_result(ctx.method, result, ctx.protocol_version)
@@ -177,13 +180,14 @@ class Gateway:
         about = rounds.binding(method, params)
         p = dict(params or {})
         if p.get("requestState") is not None:
-            return await self.rounds.resume(p["requestState"], caller, about, p.get("inputResponses"))
+            return await self.rounds.resume(ctx, p["requestState"], caller, about,
+                                            p.get("inputResponses"))
         p.pop("inputResponses", None)  # answers to nothing this upstream asked
         p.pop("requestState", None)
 
         def spawn(call: PendingCall) -> None:
             self.upstream.spawn(lambda: call.run(lambda: self._send(ctx, method, p, timeout)))
-        return await self.rounds.start(caller, about, timeout, spawn)
+        return await self.rounds.start(ctx, caller, about, timeout, spawn)
 
     async def _answer_rounds(self, ctx: ServerRequestContext[Any, Any], method: str,
                              params: Mapping[str, Any] | None, result: dict[str, Any],
