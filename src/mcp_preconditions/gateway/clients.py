@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, cast, get_args
 
 import anyio
@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from . import bridge
 from .rounds import PendingCall, Rounds
+from .subscriptions import Subscriptions
 from .upstream import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -50,9 +51,11 @@ def _owner(item: Exchange) -> int:
 class Downstream:
     """Connected clients and their in-flight requests."""
 
-    def __init__(self, bus: InMemorySubscriptionBus, rounds: Rounds) -> None:
+    def __init__(self, bus: InMemorySubscriptionBus, rounds: Rounds, upstream: Upstream) -> None:
         self._bus = bus
         self._rounds = rounds
+        self._upstream = upstream
+        self.subscriptions = Subscriptions(upstream)
         self._connections: dict[int, Connection] = {}  # handshake-era connections with a channel
         self._subscribed: dict[int, set[str]] = {}  # connection -> resource URIs it subscribed to
         self._active: list[ServerRequestContext[Any, Any]] = []  # newest last
@@ -72,12 +75,14 @@ class Downstream:
         self._connections[key] = connection
         if ctx.request is None:  # no HTTP request behind it: the stdio listener's one client
             self._stdio = key
-        connection.exit_stack.callback(self._drop, key)
+        connection.exit_stack.push_async_callback(self._drop, key)
 
-    def _drop(self, key: int) -> None:
+    async def _drop(self, key: int) -> None:
         self._connections.pop(key, None)
         self._levels.pop(key, None)
         self._subscribed.pop(key, None)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await self.subscriptions.release_all(key)
 
     @contextlib.contextmanager
     def in_flight(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
@@ -89,16 +94,32 @@ class Downstream:
         finally:
             self._active.remove(ctx)
 
-    def subscription(self, ctx: ServerRequestContext[Any, Any], subscribe: bool) -> None:
+    async def subscription(self, ctx: ServerRequestContext[Any, Any],
+                           forward: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """A 2025-11-25 client's `resources/subscribe` or `unsubscribe`: held upstream once per
+        URI for all clients. A 2025-11-25 upstream is sent the client's own request (`forward`),
+        except an unsubscribe while other clients still hold the URI; a 2026-07-28-only upstream,
+        which has no such method, gets a listen stream naming the URI."""
         uri = (ctx.params or {}).get("uri")
-        connection = getattr(ctx.session, "_connection", None)
-        if not isinstance(uri, str) or connection is None:
-            return
-        uris = self._subscribed.setdefault(id(connection), set())
+        key = id(getattr(ctx.session, "_connection", None) or ctx)
+        subscribe = ctx.method == "resources/subscribe"
+        if not isinstance(uri, str):
+            return await forward()
+        result: dict[str, Any] = {}
+        if self._upstream.modern:
+            await (self.subscriptions.hold(uri, key) if subscribe
+                   else self.subscriptions.release(uri, key))
+        elif subscribe or not self.subscriptions.held_by_others(uri, key):
+            result = await forward()
+            self.subscriptions.note(uri, key, subscribe)
+        else:
+            self.subscriptions.note(uri, key, False)
+        uris = self._subscribed.setdefault(key, set())
         if subscribe:
             uris.add(uri)
         else:
             uris.discard(uri)
+        return result
 
     # -- from the upstream -----------------------------------------------------------------------
     def _caller(self) -> tuple[Exchange | None, int]:
@@ -210,24 +231,18 @@ class Downstream:
         return raw
 
     # -- 2026-07-28 listen streams ---------------------------------------------------------------
-    async def listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext,
-                     upstream: Upstream) -> HandlerResult:
-        """Serve a listen stream; the resources it asks about are subscribed upstream meanwhile."""
+    async def listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Serve a listen stream; the resources it asks about are held upstream meanwhile."""
         notifications = (ctx.params or {}).get("notifications")
         uris = notifications.get("resourceSubscriptions") if isinstance(notifications, dict) else None
         uris = [u for u in uris if isinstance(u, str)] if isinstance(uris, list) else []
         for uri in uris:
-            await _quietly(upstream, "resources/subscribe", uri)
+            try:
+                await self.subscriptions.hold(uri, id(ctx))
+            except Exception as exc:  # the stream is still served; updates may just not come
+                log.warning("resource subscription %s failed: %s", uri, exc)
         try:
             return await call_next(ctx)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                for uri in uris:
-                    await _quietly(upstream, "resources/unsubscribe", uri)
-
-
-async def _quietly(upstream: Upstream, method: str, uri: str) -> None:
-    try:
-        await upstream.request(method, {"uri": uri}, timeout=5.0)
-    except Exception as exc:  # the stream is still served; updates may just not come
-        log.warning("upstream %s: %s %s failed: %s", upstream.label, method, uri, exc)
+                await self.subscriptions.release_all(id(ctx))

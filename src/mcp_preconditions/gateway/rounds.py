@@ -29,6 +29,7 @@ _TOKEN_PREFIX = "mcp-preconditions-gateway:"
 # message whoever refused it.
 INVALID_STATE = "Invalid or expired requestState"
 _LATE = "gateway: the client did not answer in time"
+_ENDED = "gateway: the call this request belongs to has ended"
 
 Send = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -99,8 +100,8 @@ class PendingCall:
     # -- the upstream's side ---------------------------------------------------------------------
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The upstream's request, answered by the client's next retry (or refused on expiry)."""
-        if self._expired or self._outcome is not None:
-            raise MCPError(types.REQUEST_TIMEOUT, _LATE)
+        if self._expired or self._outcome is not None or self.scope.cancel_called:
+            raise MCPError(types.REQUEST_TIMEOUT, _ENDED)
         if self._rounds.waiting() >= MAX_WAITING:
             raise MCPError(types.INTERNAL_ERROR, "gateway: too many calls wait for client input")
         self._count += 1
@@ -126,11 +127,15 @@ class PendingCall:
                     self._outcome = await send()
                 except Exception as exc:
                     self._outcome = exc
-                self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_LATE))
+                finally:  # the upstream's call is over: nothing it asked can matter now
+                    self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_ENDED))
                 self._signal()
 
     def close(self) -> None:
+        """The call is over for the client: forgotten, and the upstream call (and whatever it
+        still asks) ended."""
         self._rounds.forget(self)
+        self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_ENDED))
         self.scope.cancel()
 
     async def _expire_when_abandoned(self) -> None:

@@ -68,7 +68,7 @@ class Gateway:
         self.credentials = credentials
         self.bus = InMemorySubscriptionBus()
         self.rounds = Rounds()
-        self.downstream = Downstream(self.bus, self.rounds)
+        self.downstream = Downstream(self.bus, self.rounds, upstream)
         self.tools = UpstreamTools(guard, upstream, self.policy)
         self.calls = ToolCalls(guard, upstream, self.tools, self.policy)
         self.server: Server[Any] = Server(SERVER_NAME, version=__version__,
@@ -90,8 +90,9 @@ class Gateway:
         connected = self.upstream.current
         if connected is not None and "tools" not in connected.capabilities:
             self.tools.apply([])
-            return
-        await self.tools.reload_quietly()
+        else:
+            await self.tools.reload_quietly()
+        await self.downstream.subscriptions.renew()
 
     async def on_notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/tools/list_changed":
@@ -115,7 +116,7 @@ class Gateway:
         if method == "server/discover":
             return await self._discover(ctx, call_next)
         if method == "subscriptions/listen":
-            return await self.downstream.listen(ctx, call_next, self.upstream)
+            return await self.downstream.listen(ctx, call_next)
         if method in FORWARDED_NOTIFICATIONS:
             await self.upstream.notify(method, bridge.upstream_params(ctx.params))
         return await call_next(ctx)
@@ -131,9 +132,11 @@ class Gateway:
         params = ctx.params
         if ctx.method == "logging/setLevel":  # the shared session's level; each client's is kept
             params = {**(params or {}), "level": self.downstream.set_level(ctx)}
-        result = await self.request(ctx, ctx.method, params)
         if ctx.method in ("resources/subscribe", "resources/unsubscribe"):
-            self.downstream.subscription(ctx, ctx.method == "resources/subscribe")
+            result = await self.downstream.subscription(
+                ctx, lambda: self.request(ctx, ctx.method, params))
+        else:
+            result = await self.request(ctx, ctx.method, params)
         return bridge.downstream_result(ctx.method, result, ctx.protocol_version)
 
     async def request(self, ctx: ServerRequestContext[Any, Any], method: str,

@@ -1,0 +1,84 @@
+"""2025-11-25 clients' `resources/subscribe` in front of a 2026-07-28-only upstream (which has no
+such method): the gateway holds a listen stream naming the URI upstream, and
+notifications/resources/updated reach exactly the clients subscribed to that URI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+
+from tests.fixtures import asking_upstream
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_text("# every tool open\n", encoding="utf-8")
+    return path
+
+
+class Updates:
+    """A client's message handler: the URIs it was told changed."""
+
+    def __init__(self) -> None:
+        self.uris: list[str] = []
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            self.uris.append(str(message.params.uri))
+
+    async def until(self, count: int) -> None:
+        with anyio.fail_after(20):
+            while len(self.uris) < count:
+                await anyio.sleep(0.05)
+
+
+async def test_updates_reach_exactly_the_subscribed_2025_clients(tmp_path: Path, policy: Path) -> None:
+    a, b, other, none = Updates(), Updates(), Updates(), Updates()
+    with asking_upstream.gateway_http(policy, tmp_path / "upstream.jsonl", modern_only=True) as gw:
+        url = gw.url + "/mcp"
+        async with Client(url, mode="legacy", message_handler=a) as one, \
+                Client(url, mode="legacy", message_handler=b) as two, \
+                Client(url, mode="legacy", message_handler=other) as three, \
+                Client(url, mode="legacy", message_handler=none) as four:
+            assert one.server_capabilities.resources is not None
+            assert one.server_capabilities.resources.subscribe
+            await one.subscribe_resource("test://a")
+            await two.subscribe_resource("test://a")
+            await three.subscribe_resource("test://b")
+            await four.list_resources()
+            await four.call_tool("touch", {"uri": "test://a"})
+            await a.until(1)
+            await b.until(1)
+            # One client letting go does not end the other's subscription upstream.
+            await one.unsubscribe_resource("test://a")
+            await four.call_tool("touch", {"uri": "test://a"})
+            await b.until(2)
+            await four.call_tool("touch", {"uri": "test://b"})
+            await other.until(1)
+    assert a.uris == ["test://a"]
+    assert b.uris == ["test://a", "test://a"]
+    assert other.uris == ["test://b"]
+    assert none.uris == []
+
+
+async def test_a_stdio_client_subscribes_in_front_of_a_2026_only_upstream(
+        tmp_path: Path, policy: Path) -> None:
+    updates = Updates()
+    params = asking_upstream.gateway(policy, tmp_path / "upstream.jsonl", modern_only=True)
+    async with Client(params, mode="legacy", message_handler=updates) as client:
+        await client.subscribe_resource("test://b")
+        await client.call_tool("touch", {"uri": "test://a"})
+        await client.call_tool("touch", {"uri": "test://b"})
+        await updates.until(1)
+        await client.unsubscribe_resource("test://b")
+        await client.call_tool("touch", {"uri": "test://b"})
+        await client.call_tool("touch", {"uri": "test://a"})
+        await client.list_resources()
+    assert updates.uris == ["test://b"]
