@@ -119,7 +119,9 @@ async def test_calls_of_two_clients_in_flight_are_never_guessed(policy: Path) ->
 
 async def test_a_retry_is_decided_again_and_bound_to_its_call(tmp_path: Path, policy: Path) -> None:
     log = tmp_path / "upstream.jsonl"
-    async with Client(asking_upstream.gateway(policy, log), mode="auto") as client:
+    # A sampling callback declares the capability; the raw calls below never reach it.
+    async with Client(asking_upstream.gateway(policy, log), mode="auto",
+                      sampling_callback=Asked().sampling) as client:
         first = await _raw_call(client, "ask")
         state = first["requestState"]
         assert first["resultType"] == "input_required"
@@ -143,7 +145,9 @@ async def test_a_client_that_never_retries_leaves_nothing_pending(tmp_path: Path
     policy = tmp_path / "policy.toml"
     policy.write_text("[gateway]\ncall_timeout_seconds = 1\n", encoding="utf-8")
     log = tmp_path / "upstream.jsonl"
-    async with Client(asking_upstream.gateway(policy, log), mode="auto") as client:
+    # A sampling callback declares the capability; the raw calls below never reach it.
+    async with Client(asking_upstream.gateway(policy, log), mode="auto",
+                      sampling_callback=Asked().sampling) as client:
         first = await _raw_call(client, "ask")
         with anyio.fail_after(20):
             while not asking_upstream.read_log(log):
@@ -172,6 +176,28 @@ async def test_a_2026_upstreams_input_required_reaches_a_2025_client(
     assert asked.asked == ["sampling: 2+2?"]
     assert _text(result) == "the answer is four"
     assert asking_upstream.read_log(log) == [{"asked": "answer", "text": "four", "state": "asked"}]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_that_cannot_answer_is_never_asked(policy: Path, mode: str) -> None:
+    """A client that declared roots only: the upstream's sampling request is refused at once (the
+    tool reports the error), never put to a client that did not say it can answer it."""
+    asked = Asked()
+    params = _stdio(gateway_stdio(policy, everything_stdio()))
+    async with Client(params, mode=mode, list_roots_callback=asked.roots) as client:
+        with anyio.fail_after(30):
+            result = await client.call_tool("trigger-sampling-request", {"prompt": "x"})
+    assert result.is_error
+    assert "the calling client cannot answer sampling/createMessage" in _text(result)
+    assert not [a for a in asked.asked if a != "roots"]
+
+
+async def test_a_2026_client_sees_the_upstreams_server_info(policy: Path) -> None:
+    """`server/discover` names the server the client asked for (the SDK would stamp its own)."""
+    params = _stdio(gateway_stdio(policy, everything_stdio()))
+    async with Client(params, mode="auto") as client:
+        info = client.session.server_info
+    assert info is not None and info.name == "mcp-servers/everything"
 
 
 async def _raw_call(client: Client, name: str, arguments: dict[str, Any] | None = None, *,

@@ -19,6 +19,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import event_from_wire
+from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.methods import MONOLITH_REQUESTS
 from pydantic import BaseModel
 
@@ -30,6 +31,8 @@ from .upstream import Upstream
 log = logging.getLogger("mcp_preconditions.gateway")
 
 _LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # least severe first
+_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
+               "roots/list": "roots"}
 _RESULTS: dict[str, type[BaseModel]] = {"sampling/createMessage": types.CreateMessageResultWithTools,
                                         "elicitation/create": types.ElicitResult,
                                         "roots/list": types.ListRootsResult}
@@ -46,6 +49,26 @@ def _owner(item: Exchange) -> int:
     if connection is not None and not bridge.is_modern(item.protocol_version):
         return id(connection)
     return id(item)
+
+
+def client_capabilities(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    """What the client of this request declared it can do: in the request's `_meta` at
+    2026-07-28, on its connection at 2025-11-25."""
+    if bridge.is_modern(ctx.protocol_version):
+        meta = (ctx.params or {}).get("_meta")
+        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+        return caps if isinstance(caps, dict) else {}
+    connection = getattr(ctx.session, "_connection", None)
+    declared = getattr(connection, "client_capabilities", None)
+    if declared is None:
+        return {}
+    dumped: dict[str, Any] = declared.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dumped
+
+
+def _declared(item: Exchange, method: str) -> bool:
+    caps = item.capabilities if isinstance(item, PendingCall) else client_capabilities(item)
+    return _CAPABILITY[method] in caps
 
 
 class Downstream:
@@ -198,6 +221,9 @@ class Downstream:
                            f"{clients} clients are in flight and the upstream does not say "
                            "whose call asks")
         if item is not None:
+            if not _declared(item, method):  # a client that never said it can answer is not asked
+                raise MCPError(types.METHOD_NOT_FOUND,
+                               f"gateway: the calling client cannot answer {method}")
             if isinstance(item, PendingCall):
                 return await item.ask(method, params)
             return await self.ask_caller(item, method, params, timeout)

@@ -73,8 +73,10 @@ class _Ask:
 class PendingCall:
     """One client call forwarded upstream, across as many input rounds as the upstream needs."""
 
-    def __init__(self, rounds: Rounds, caller: str, about: str, timeout: float) -> None:
+    def __init__(self, rounds: Rounds, caller: str, about: str, timeout: float,
+                 capabilities: Mapping[str, Any]) -> None:
         self.token = _TOKEN_PREFIX + secrets.token_urlsafe(24)
+        self.capabilities = capabilities  # what the client declared it can answer
         self.caller = caller
         self.about = about
         self._rounds = rounds
@@ -212,9 +214,10 @@ class Rounds:
         self._calls.pop(call.token, None)
 
     async def start(self, ctx: ServerRequestContext[Any, Any], caller: str, about: str,
-                    timeout: float, spawn: Callable[[PendingCall], None]) -> dict[str, Any]:
+                    timeout: float, capabilities: Mapping[str, Any],
+                    spawn: Callable[[PendingCall], None]) -> dict[str, Any]:
         """A new call: `spawn` starts its upstream request in the background."""
-        call = PendingCall(self, caller, about, timeout)
+        call = PendingCall(self, caller, about, timeout, capabilities)
         self._calls[call.token] = call
         try:
             spawn(call)

@@ -19,6 +19,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
+from mcp_types import SERVER_INFO_META_KEY
 from mcp_types import methods as _methods
 from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 from pydantic import ValidationError
@@ -30,7 +31,7 @@ from ..principal import Credentials
 from ..wire import with_requirements
 from . import bridge, rounds
 from .calls import ToolCalls
-from .clients import Downstream
+from .clients import Downstream, client_capabilities
 from .rounds import PendingCall, Rounds
 from .tools import UpstreamTools
 from .upstream import Upstream, UpstreamUnavailable
@@ -190,7 +191,7 @@ class Gateway:
 
         def spawn(call: PendingCall) -> None:
             self.upstream.spawn(lambda: call.run(lambda: self._send(ctx, method, p, timeout)))
-        return await self.rounds.start(ctx, caller, about, timeout, spawn)
+        return await self.rounds.start(ctx, caller, about, timeout, client_capabilities(ctx), spawn)
 
     async def _answer_rounds(self, ctx: ServerRequestContext[Any, Any], method: str,
                              params: Mapping[str, Any] | None, result: dict[str, Any],
@@ -264,6 +265,10 @@ class Gateway:
                                                                     ctx.protocol_version)
             if connected.instructions is not None:
                 result["instructions"] = connected.instructions
+            if connected.server_info is not None:  # the discover result names the upstream
+                meta = result.get("_meta")
+                result["_meta"] = {**(meta if isinstance(meta, dict) else {}),
+                                   SERVER_INFO_META_KEY: connected.server_info}
         return result
 
 
