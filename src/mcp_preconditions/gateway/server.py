@@ -47,9 +47,10 @@ FORWARDED = frozenset({"prompts/list", "prompts/get", "resources/list", "resourc
 # cancels the forwarded request upstream.)
 FORWARDED_NOTIFICATIONS = frozenset({"notifications/roots/list_changed"})
 SERVER_NAME = "mcp-preconditions-gateway"
-# How long the handshake waits for an upstream that is still starting before answering with the
-# gateway's own capabilities: `server/discover` stays well inside the SDK client's 10 s probe
-# timeout (a timed-out probe strands the client: the connection has already chosen 2026-07-28).
+# How long the handshake waits for an upstream that is still starting (an npx download) before
+# answering with the gateway's own capabilities; `server/discover` waits less, well inside the SDK
+# client's 10 s probe timeout (a timed-out probe strands the client: the connection has already
+# chosen 2026-07-28).
 CONNECT_WAIT_SECONDS = 20.0
 DISCOVER_WAIT_SECONDS = 5.0
 # A 2026-07-28 upstream's input rounds answered for a 2025-11-25 client (the SDK client's own cap is
@@ -227,11 +228,16 @@ class Gateway:
         return await self.calls.call(ctx, params["name"], params.get("arguments"),
                                      self.credentials(ctx), self.request)
 
+    def _connect_wait(self) -> float:
+        """How long a handshake or a listing waits for an upstream that is not connected: bounded
+        like a call, never longer."""
+        return min(CONNECT_WAIT_SECONDS, self.policy().gateway.call_timeout_seconds)
+
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         _check_request(ctx)
         self.downstream.seen(ctx)
         try:
-            tools = await self.tools.current(CONNECT_WAIT_SECONDS)
+            tools = await self.tools.current(self._connect_wait())
         except UpstreamUnavailable as exc:
             raise MCPError(types.INTERNAL_ERROR, f"upstream unavailable: {exc}") from None
         names = list(tools)
@@ -247,7 +253,7 @@ class Gateway:
         result = await call_next(ctx)
         if not isinstance(result, dict):
             return result
-        connected = await self.upstream.wait_connected(CONNECT_WAIT_SECONDS)
+        connected = await self.upstream.wait_connected(self._connect_wait())
         if connected is not None:
             version = str(result.get("protocolVersion", ctx.protocol_version))
             result["capabilities"] = bridge.downstream_capabilities(connected.capabilities, version)
