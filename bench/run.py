@@ -1,5 +1,5 @@
-"""`make bench`: every benchmark in one process run, a table on stdout, bench/results.json (regenerated,
-not committed) and the charts bench/latency.png and bench/scale.png.
+"""`make bench`: every benchmark, each in a fresh interpreter of its own, a table on stdout,
+bench/results.json (regenerated, not committed) and the charts bench/latency.png and bench/scale.png.
 
 The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway) join when present: each
 module's `run() -> dict[str, float]` is merged into the results.
@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,18 @@ def need(module: str) -> None:
                          f"pip install -e '.[bench]'") from None
 
 
+def fresh(module: str, function: str = "run") -> Any:
+    """`bench.MODULE.FUNCTION()` called in a new interpreter. No bench measures on the heap another
+    left behind: in one shared process, the objects of the benches before it (a 100,000-tool guard
+    among them) made the scale and filtering figures up to 2x slower than in any real process."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_call, module, function).result()
+
+
+def _call(module: str, function: str) -> Any:
+    return getattr(importlib.import_module(f"bench.{module}"), function)()
+
+
 def others() -> tuple[dict[str, float], list[str]]:
     """The other issues' results, and one line per bench on how it went."""
     merged: dict[str, float] = {}
@@ -75,13 +89,12 @@ def others() -> tuple[dict[str, float], list[str]]:
         except Exception as exc:  # a half-finished module elsewhere must not lose our results
             lines.append(f"{name}: not available (import failed: {type(exc).__name__}: {exc})")
             continue
-        run = getattr(module, "run", None)
-        if not callable(run):
+        if not callable(getattr(module, "run", None)):
             lines.append(f"{name}: not available (no run() function)")
             continue
         started = time.perf_counter()
         try:
-            found = run()
+            found = fresh(name)
         except (Exception, SystemExit) as exc:  # one broken bench must not lose the others
             lines.append(f"{name}: failed: {type(exc).__name__}: {exc}")
             continue
@@ -117,16 +130,14 @@ def charts(raw: dict[str, list[int]], rows: dict[int, dict[str, float]], where: 
 def main() -> int:
     for module in ("cedarpy", "casbin", "matplotlib"):
         need(module)
-    from . import bench_engines, bench_scale  # after the check: they import cedarpy and casbin
-
     info = machine()
     where = (f"{info['cpu_model']}, {info['cpu_count']} CPU(s), Python {info['python']}, "
              f"{info['platform']}")
     print(f"machine: {where}", flush=True)
     print("engines: guard vs cedarpy vs casbin (agreement first) ...", flush=True)
-    engines, raw = bench_engines.measure()
+    engines, raw = fresh("bench_engines", "measure")
     print("scale: 10 / 1,000 / 100,000 tools, client filtering of 10,000 ...", flush=True)
-    scale, rows = bench_scale.measure()
+    scale, rows = fresh("bench_scale", "measure")
     print("other benches ...", flush=True)
     extra, lines = others()
     results: dict[str, Any] = {**engines, **scale, **{k: v for k, v in extra.items()
