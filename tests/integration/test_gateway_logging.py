@@ -14,13 +14,7 @@ import pytest
 from mcp import Client
 
 from tests.fixtures import asking_upstream
-
-
-@pytest.fixture
-def policy(tmp_path: Path) -> Path:
-    path = tmp_path / "policy.toml"
-    path.write_text("# every tool open\n", encoding="utf-8")
-    return path
+from tests.fixtures.asking_upstream import open_policy  # noqa: F401 (the `policy` fixture)
 
 
 class Logs:
