@@ -21,7 +21,7 @@ from .decision_sinks import build_recorder
 from .decisions import DecisionRecorder
 from .errors import PolicyError
 from .names import check_tool_names, near_miss_message
-from .outcomes import Decision, Outcome, Status, new_decision
+from .outcomes import Decision, Ruling, Status, new_decision
 from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity, verified_identity
 from .requirements import Finding
@@ -31,7 +31,6 @@ from .snapshot import CompiledTool, Snapshot, being_cancelled
 log = logging.getLogger("mcp_preconditions.policy")
 _NO_IDENTITY = Identity(failure="not needed")
 _NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
-_SATISFIED = Status.SATISFIED
 _NOTHING: frozenset[str] = frozenset()  # a tool without requirements has nothing confidential
 # A snapshot, the authenticator built from the same policy, and its synchronous fast path.
 _State = tuple[Snapshot, Authenticator, AuthenticateNow | None]
@@ -197,11 +196,16 @@ class Guard:
         if not compiled.dynamic:  # every outcome is fixed for the snapshot: nobody to verify
             identity = (verified_identity(credentials.principal)
                         if credentials.principal is not None else _NO_IDENTITY)
-        else:
-            identity = _answered_now(now, credentials)
-            if identity is None:
+        else:  # the authenticator's synchronous answer (host-verified, anonymous, cached caller)
+            try:
+                identity = now(credentials) if now is not None else None
+            except Exception as exc:  # a failing fast path is an `error` identity (fail closed)
+                identity = _auth_failed(exc)
+            if identity is None:  # it must be awaited
                 return self._authenticate_then_evaluate(snap, compiled, credentials, authenticator,
                                                         arguments, start, record)
+            if identity.__class__ is not Identity and not isinstance(identity, Identity):
+                identity = _not_identity(identity)  # a lying fast path too
         return self._evaluate(snap, compiled, identity, arguments, start, record)
 
     async def _authenticate_then_evaluate(self, snap: Snapshot, compiled: CompiledTool,
@@ -245,11 +249,10 @@ class Guard:
         callable_names = []
         for name in names:  # one snapshot for the whole answer, never a mix
             compiled = snap.tools.get(name)
-            outcomes: tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]] = ()
+            decided: Ruling | Awaitable[Ruling] = (True, ())
             if compiled is not None:
-                outcomes = snap.evaluate(compiled, identity, None)
-            if not isinstance(outcomes, tuple):
-                outcomes = await outcomes
+                decided = snap.evaluate(compiled, identity, None)
+            _, outcomes = decided if isinstance(decided, tuple) else await decided
             if all(o.ok or (o.argument_dependent and o.status is Status.UNSATISFIED)
                    for o in outcomes):
                 callable_names.append(name)
@@ -261,22 +264,22 @@ class Guard:
                   ) -> Decision | Coroutine[Any, Any, Decision]:
         """The one path from a call to its Decision: made at once when every lookup answered
         synchronously, else a coroutine that awaits them (concurrently) first."""
-        outcomes = snap.evaluate(compiled, identity, arguments)
-        if isinstance(outcomes, tuple):
-            return self._finish(compiled, identity, outcomes, snap, start, record)
-        return self._finish_later(compiled, identity, outcomes, snap, start, record)
+        decided = snap.evaluate(compiled, identity, arguments)
+        if decided.__class__ is tuple:
+            return self._finish(compiled, identity, decided, snap, start, record)
+        return self._finish_later(compiled, identity, decided, snap, start, record)  # type: ignore[arg-type]
 
     async def _finish_later(self, compiled: CompiledTool, identity: Identity,
-                            pending: Awaitable[tuple[Outcome, ...]], snap: Snapshot, start: int,
+                            pending: Awaitable[Ruling], snap: Snapshot, start: int,
                             record: bool) -> Decision:
         return self._finish(compiled, identity, await pending, snap, start, record)
 
-    def _finish(self, compiled: CompiledTool, identity: Identity, outcomes: tuple[Outcome, ...],
+    def _finish(self, compiled: CompiledTool, identity: Identity, ruling: Ruling,
                 snap: Snapshot, start: int, record: bool) -> Decision:
-        """The one place a Decision is made from a tool's outcomes: allowed only when there are
-        some and every one is satisfied."""
+        """The one place a Decision is made, from the snapshot's ruling on a call."""
+        allowed, outcomes = ruling
         principal = identity.principal
-        decision = new_decision(compiled.name, _allows(outcomes), outcomes,
+        decision = new_decision(compiled.name, allowed, outcomes,
                                 principal.subject if principal is not None else None,
                                 snap.revision, perf_counter_ns() - start, snap.confidential)
         if record:
@@ -306,25 +309,3 @@ def _not_identity(value: object) -> Identity:
 
 def _state(snapshot: Snapshot, authenticator: Authenticator) -> _State:
     return snapshot, authenticator, authenticate_now_of(authenticator)
-
-
-def _answered_now(now: AuthenticateNow | None, credentials: Credentials) -> Identity | None:
-    """The authenticator's synchronous answer (a host-verified, anonymous or cached caller), or None
-    when it must be awaited. A failing or lying fast path is an `error` identity (fail closed)."""
-    if now is None:
-        return None
-    try:
-        identity = now(credentials)
-    except Exception as exc:
-        return _auth_failed(exc)
-    return identity if identity is None or isinstance(identity, Identity) else _not_identity(identity)
-
-
-def _allows(outcomes: tuple[Outcome, ...]) -> bool:
-    """Only outcomes that are all satisfied allow a call, and only when there are some."""
-    for outcome in outcomes:
-        if outcome.status is not _SATISFIED:
-            return False
-    return bool(outcomes)
-
-

@@ -14,28 +14,38 @@ from types import MappingProxyType
 from typing import Any
 
 from .arguments import MISSING, ArgumentCondition, resolve_pointer
-from .outcomes import Outcome, Status
+from .outcomes import Ruling, Status
 from .principal import Principal
 
-# What a tool's checks read of a call's arguments: per JSON Pointer (as tokens), the typed values
-# some condition lists.
-Reads = tuple[tuple[tuple[str, ...], frozenset[tuple[type, Any]]], ...]
-# (the principal the entry was made for, its outcomes)
-_Entry = tuple[Principal, tuple[Outcome, ...]]
+# What a tool's checks read of a call's arguments: per JSON Pointer (as tokens), the key forms of the
+# values some condition lists (see `key_form`).
+Reads = tuple[tuple[tuple[str, ...], frozenset[Hashable]], ...]
+# (the principal the entry was made for, its ruling)
+_Entry = tuple[Principal, Ruling]
 _ERROR = Status.ERROR
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-_LISTABLE = (str, int, bool)  # the types a condition lists (the others are unhashable or never equal)
+
+
+def key_form(value: Any) -> Hashable | None:
+    """How an argument value goes into a key: a string as itself, an integer or a boolean with its
+    type (`true` and `1` are different keys, as they are different values). None for any other
+    value: conditions list only these types, and another one (unhashable, or never equal) is
+    decided afresh."""
+    cls = value.__class__
+    form: Hashable | None = (value if cls is str else (cls, value) if cls is int or cls is bool
+                             else None)
+    return form
 
 
 def reads_of(conditions: Iterable[ArgumentCondition]) -> Reads:
-    listed: dict[tuple[str, ...], set[tuple[type, Any]]] = {}
+    listed: dict[tuple[str, ...], set[Hashable]] = {}
     for condition in conditions:
-        listed.setdefault(condition.tokens, set()).update(condition.typed)
-    return tuple((tokens, frozenset(values)) for tokens, values in listed.items())
+        listed.setdefault(condition.tokens, set()).update(key_form(v) for v in condition.values)
+    return tuple((tokens, frozenset(forms)) for tokens, forms in listed.items())
 
 
 class CallerMemo:
-    """Outcomes by (tool, principal, argument values read). Keys hold the principal's `id`; the
+    """Rulings by (tool, principal, argument values read). Keys hold the principal's `id`; the
     entry holds the principal itself, so that id cannot be reused by another object while it is
     kept, and a hit is confirmed by identity. Principals are immutable (frozen, claims read-only).
 
@@ -60,24 +70,27 @@ class CallerMemo:
             return key
         document = arguments if arguments is not None else _EMPTY
         for tokens, listed in reads:
-            value = resolve_pointer(document, tokens)
+            # A top-level argument (the usual pointer) is read directly from the JSON object.
+            value = (document.get(tokens[0], MISSING) if len(tokens) == 1 and document.__class__ is dict
+                     else resolve_pointer(document, tokens))
             if value is MISSING:
-                key += (MISSING, MISSING)
-            elif value.__class__ in _LISTABLE and (value.__class__, value) in listed:
-                key += (value.__class__, value)  # typed: `true` and `1` are different keys
-            else:
+                key += (MISSING,)
+                continue
+            form = value if value.__class__ is str else key_form(value)  # a string is its own form
+            if form is None or form not in listed:
                 return None
+            key += (form,)
         return key
 
-    def lookup(self, key: Hashable, principal: Principal) -> tuple[Outcome, ...] | None:
+    def lookup(self, key: Hashable, principal: Principal) -> Ruling | None:
         entry = self._items.get(key)
         return entry[1] if entry is not None and entry[0] is principal else None
 
-    def keep(self, key: Hashable, principal: Principal, outcomes: tuple[Outcome, ...]) -> None:
-        """Remember outcomes, unless one is an error (a failure is never made to last)."""
-        for outcome in outcomes:
+    def keep(self, key: Hashable, principal: Principal, ruling: Ruling) -> None:
+        """Remember a ruling, unless an outcome is an error (a failure is never made to last)."""
+        for outcome in ruling[1]:
             if outcome.status is _ERROR:
                 return
         if len(self._items) >= self._maxsize:
             self._items.clear()
-        self._items[key] = (principal, outcomes)
+        self._items[key] = (principal, ruling)

@@ -57,6 +57,18 @@ class Outcome:
         return out
 
 
+# The ruling on one call: whether its tool's outcomes allow it, and those outcomes (`ruling`).
+Ruling = tuple[bool, tuple[Outcome, ...]]
+
+
+def ruling(outcomes: tuple[Outcome, ...]) -> Ruling:
+    """The one rule: outcomes allow a call only when there are some and every one is satisfied."""
+    for outcome in outcomes:
+        if outcome.status is not Status.SATISFIED:
+            return False, outcomes
+    return bool(outcomes), outcomes
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """One call's verdict: allowed only when every outcome is satisfied (fail closed)."""

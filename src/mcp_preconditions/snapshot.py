@@ -18,7 +18,7 @@ from typing import Any
 from .arguments import ArgumentCondition
 from .errors import RequirementError
 from .memo import CallerMemo, Reads, reads_of
-from .outcomes import Outcome, Status
+from .outcomes import Outcome, Ruling, Status, ruling
 from .policy.load import PolicySource
 from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
@@ -232,11 +232,12 @@ class Snapshot:
         return coerce(requirement, result, namespace)
 
     def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None
-                 ) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
-        """Every requirement's outcome for this call, in the tool's order; awaitable only if some
-        lookup is async. A tool the caller alone decides answers from its memo after the first call."""
+                 ) -> Ruling | Awaitable[Ruling]:
+        """The call's ruling: every requirement's outcome, in the tool's order, and whether they
+        allow it; awaitable only if some lookup is async. A tool the caller alone decides answers
+        from its memo after the first call."""
         if not tool.dynamic:  # every outcome fixed for the snapshot
-            return tuple(c.static for c in tool.checks)  # type: ignore[misc]
+            return ruling(tuple(c.static for c in tool.checks))  # type: ignore[misc]
         reads, principal = tool.reads, identity.principal
         if reads is not None and principal is not None:
             memo = self.memo
@@ -245,14 +246,14 @@ class Snapshot:
                 found = memo.lookup(key, principal)
                 if found is not None:
                     return found
-                outcomes = self._run_checks(tool, identity, arguments)
-                if outcomes.__class__ is tuple:  # only sync answers are remembered
-                    memo.keep(key, principal, outcomes)
-                return outcomes
+                decided = self._run_checks(tool, identity, arguments)
+                if decided.__class__ is tuple:  # only sync answers are remembered
+                    memo.keep(key, principal, decided)
+                return decided
         return self._run_checks(tool, identity, arguments)
 
     def _run_checks(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None
-                    ) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
+                    ) -> Ruling | Awaitable[Ruling]:
         context = CallContext(tool.name, identity, arguments or _NO_ARGUMENTS, self.evaluate_one)
         results: list[Any] = []
         pending = False
@@ -260,13 +261,13 @@ class Snapshot:
             result = check.static if check.static is not None else self._run(check, context)
             pending = pending or result.__class__ is not Outcome
             results.append(result)
-        return self._gather(results) if pending else tuple(results)
+        return self._gather(results) if pending else ruling(tuple(results))
 
     @staticmethod
-    async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> tuple[Outcome, ...]:
+    async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> Ruling:
         pending = [r for r in results if not isinstance(r, Outcome)]
         done = iter(await asyncio.gather(*pending))
-        return tuple(r if isinstance(r, Outcome) else next(done) for r in results)
+        return ruling(tuple(r if isinstance(r, Outcome) else next(done) for r in results))
 
 
 def being_cancelled() -> bool:

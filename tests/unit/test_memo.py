@@ -141,7 +141,7 @@ def test_argument_values_only_listed_ones_are_remembered_and_typed() -> None:
 def test_another_principal_with_the_same_key_is_not_served_an_entry() -> None:
     memo = CallerMemo()
     first = Principal.from_claims({"sub": "a"})
-    memo.keep(1, first, (Outcome.satisfied("auth:oauth2"),))
+    memo.keep(1, first, (True, (Outcome.satisfied("auth:oauth2"),)))
     assert memo.lookup(1, first) is not None
     assert memo.lookup(1, Principal.from_claims({"sub": "a"})) is None  # equal, not the same object
 
@@ -161,7 +161,7 @@ def test_the_memo_is_bounded() -> None:
     memo = CallerMemo(maxsize=3)
     principals = [Principal.from_claims({"sub": str(i)}) for i in range(5)]
     for p in principals:
-        memo.keep(id(p), p, (Outcome.satisfied("auth:oauth2"),))
+        memo.keep(id(p), p, (True, (Outcome.satisfied("auth:oauth2"),)))
     assert memo.lookup(id(principals[0]), principals[0]) is None
     assert memo.lookup(id(principals[4]), principals[4]) is not None
     assert len(memo._items) <= 3
