@@ -7,10 +7,13 @@ uses: per-call `perf_counter_ns`, warm-up first, garbage collection paused while
 from __future__ import annotations
 
 import gc
+import importlib
+import multiprocessing
 import os
 import platform
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from time import perf_counter_ns
 from typing import Any
 
@@ -92,3 +95,15 @@ def machine() -> dict[str, Any]:
     return {"platform": platform.platform(), "python": platform.python_version(),
             "implementation": platform.python_implementation(), "cpu_count": os.cpu_count(),
             "cpu_model": cpu_model(), "load_average": list(os.getloadavg())}
+
+
+def fresh(module: str, function: str = "run") -> Any:
+    """`bench.MODULE.FUNCTION()` called in a new interpreter. No bench measures on the heap another
+    left behind: in one shared process, the objects of the benches before it (a 100,000-tool guard
+    among them) made the scale and filtering figures up to 2x slower than in any real process."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_call, module, function).result()
+
+
+def _call(module: str, function: str) -> Any:
+    return getattr(importlib.import_module(f"bench.{module}"), function)()

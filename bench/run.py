@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import multiprocessing
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import machine
+from . import fresh, machine
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
@@ -59,18 +57,6 @@ def need(module: str) -> None:
     except ImportError:
         raise SystemExit(f"bench: {module} is missing; install the bench extra: "
                          f"pip install -e '.[bench]'") from None
-
-
-def fresh(module: str, function: str = "run") -> Any:
-    """`bench.MODULE.FUNCTION()` called in a new interpreter. No bench measures on the heap another
-    left behind: in one shared process, the objects of the benches before it (a 100,000-tool guard
-    among them) made the scale and filtering figures up to 2x slower than in any real process."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_call, module, function).result()
-
-
-def _call(module: str, function: str) -> Any:
-    return getattr(importlib.import_module(f"bench.{module}"), function)()
 
 
 def others() -> tuple[dict[str, float], list[str]]:
