@@ -9,7 +9,8 @@ from typing import Any
 
 from mcp_preconditions import Guard, Identity, Outcome, Principal, parse_policy
 from mcp_preconditions.arguments import ArgumentCondition
-from mcp_preconditions.memo import CallerMemo, reads_of
+from mcp_preconditions.memo import CallerMemo, key_form, reads_of
+from mcp_preconditions.outcomes import ruling
 from mcp_preconditions.resolvers.base import CallContext, Dependencies
 
 POLICY = """
@@ -174,3 +175,31 @@ def test_conditions_of_grants_are_what_a_capability_depends_on() -> None:
     assert capability is not None
     assert capability.dependencies("capability:launch") == Dependencies(  # type: ignore[attr-defined]
         ("auth:claim:role:pilot",), (ArgumentCondition.of("/vehicle", ["falcon", 1]),))
+
+
+def test_the_ruling_allows_only_some_outcomes_all_satisfied() -> None:
+    yes, no = Outcome.satisfied("auth:oauth2"), Outcome.unsatisfied("env:production", "staging")
+    failed = Outcome.error("state:clear", "backend down")
+    assert ruling(()) == (False, ())
+    assert ruling((yes,)) == (True, (yes,))
+    assert ruling((yes, no)) == (False, (yes, no))
+    assert ruling((yes, failed)) == (False, (yes, failed))
+
+
+def test_a_remembered_denial_stays_a_denial_with_its_outcomes() -> None:
+    g = guard({"t": ["capability:launch"]})
+    who = pilot()
+    first, second = (g.decide("t", who, {"vehicle": "falcon", "x": i}, record=False) for i in (1, 2))
+    assert first.allowed and second.allowed and first.outcomes == second.outcomes
+    crew = Identity(principal=Principal.from_claims({"sub": "c", "role": "crew"}))
+    denied = [g.decide("t", crew, {"vehicle": "falcon"}, record=False) for _ in range(2)]
+    assert [d.allowed for d in denied] == [False, False]
+    assert denied[0].outcomes == denied[1].outcomes and denied[1].unmet == ("capability:launch",)
+
+
+def test_key_forms_keep_types_apart() -> None:
+    assert key_form("falcon") == "falcon"
+    assert key_form(1) == (int, 1) and key_form(True) == (bool, True) and key_form(1) != key_form(True)
+    assert key_form(1.0) is None and key_form(None) is None and key_form([1]) is None
+    assert reads_of([ArgumentCondition.of("/a/b", ["x", 2, False])]) == (
+        (("a", "b"), frozenset({"x", (int, 2), (bool, False)})),)
