@@ -97,6 +97,18 @@ def machine() -> dict[str, Any]:
             "cpu_model": cpu_model(), "load_average": list(os.getloadavg())}
 
 
+def pace_ms() -> float:
+    """How fast this machine runs plain Python right now: the median of nine runs of a fixed loop
+    (`sum(range(10**6))`), in ms; lower is faster. A shared VM's pace moves with its neighbours, and
+    every absolute figure moves with it: `make bench` records it at its start and its end."""
+    times = []
+    for _ in range(9):
+        start = perf_counter_ns()
+        sum(range(10**6))
+        times.append(perf_counter_ns() - start)
+    return statistics.median(times) / 1e6
+
+
 def fresh(module: str, function: str = "run") -> Any:
     """`bench.MODULE.FUNCTION()` called in a new interpreter. No bench measures on the heap another
     left behind: in one shared process, the objects of the benches before it (a 100,000-tool guard

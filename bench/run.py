@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import fresh, machine
+from . import fresh, machine, pace_ms
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
@@ -117,6 +117,7 @@ def main() -> int:
     for module in ("cedarpy", "casbin", "matplotlib"):
         need(module)
     info = machine()
+    info["pace_start_ms"] = pace_ms()
     where = (f"{info['cpu_model']}, {info['cpu_count']} CPU(s), Python {info['python']}, "
              f"{info['platform']}")
     print(f"machine: {where}", flush=True)
@@ -128,6 +129,7 @@ def main() -> int:
     extra, lines = others()
     results: dict[str, Any] = {**engines, **scale, **{k: v for k, v in extra.items()
                                                       if k not in engines and k not in scale}}
+    info["pace_end_ms"] = pace_ms()
     results["machine"] = info
     results["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results["goals"] = {k: g for k, (g, _) in GOALS.items()}
@@ -135,7 +137,10 @@ def main() -> int:
     print()
     print(table(results))
     print()
-    for line in [*lines, *charts(raw, rows, where), f"results: {RESULTS.relative_to(HERE.parent)}"]:
+    pace = (f"machine pace: {info['pace_start_ms']:.1f} ms at the start, {info['pace_end_ms']:.1f} ms "
+            f"at the end (sum(range(10**6)); lower is faster, absolute figures move with it)")
+    for line in [*lines, *charts(raw, rows, where), pace,
+                 f"results: {RESULTS.relative_to(HERE.parent)}"]:
         print(line)
     return 0
 
