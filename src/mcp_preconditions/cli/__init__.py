@@ -12,6 +12,7 @@ import errno
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .. import __version__
 from ..errors import PreconditionsError
@@ -25,15 +26,23 @@ from . import (
     presentation_cmds,
     server_cmds,
 )
-from ._output import BAD_INPUT, PROG, fail
+from ._output import BAD_INPUT, PROG, escape, fail
 
 __all__ = ["build_parser", "main"]
 # What writing our output can fail with; the commands' own file reads name their file instead.
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE})
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error printed as one line like every other error (no usage block:
+    `--help` shows it). Subcommand parsers are built with the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(BAD_INPUT, f"{self.prog}: error: {escape(message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, description="Enforce and inspect SEP-2487 execution.requirements on MCP tools.",
         epilog="Exit codes: 0 done, 1 findings (lint errors, failing policy tests), "
                "2 bad input or usage.")
