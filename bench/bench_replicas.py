@@ -35,7 +35,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_preconditions import Guard, Identity, parse_policy
-from mcp_preconditions.policy.bundle import BundleReloader, load_policy_url
+from mcp_preconditions.drivers.bundle import BundleReloader, load_policy_url
 
 from . import percentile
 from .bench_live import KEYS, guard_for, redis_server

@@ -16,6 +16,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
 
+from mcp_preconditions.drivers.reload import PolicyReloader
 from mcp_preconditions.errors import RequirementError
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
@@ -27,7 +28,6 @@ from mcp_preconditions.integrations.mcp_sdk import (
     requires,
 )
 from mcp_preconditions.policy.load import load_policy, parse_policy
-from mcp_preconditions.policy.reload import PolicyReloader
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.mcp_servers import MODES, VERSIONS, raw_tools
 

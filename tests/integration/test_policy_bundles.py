@@ -21,9 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from mcp_preconditions import Guard, Identity
 from mcp_preconditions.decision_sinks import JsonlRecorder
-from mcp_preconditions.errors import InputError, PolicyError
-from mcp_preconditions.logsummary import summarize
-from mcp_preconditions.policy.bundle import (
+from mcp_preconditions.drivers.bundle import (
     BundleReloader,
     is_policy_url,
     load_policy_source,
@@ -31,8 +29,10 @@ from mcp_preconditions.policy.bundle import (
     load_public_key,
     policy_reloader,
 )
+from mcp_preconditions.drivers.reload import PolicyChange, PolicyReloader
+from mcp_preconditions.errors import InputError, PolicyError
+from mcp_preconditions.logsummary import summarize
 from mcp_preconditions.policy.load import revision_of
-from mcp_preconditions.policy.reload import PolicyChange, PolicyReloader
 from mcp_preconditions.replica import replica_labels
 from tests.fixtures.flagd import eventually, eventually_async
 

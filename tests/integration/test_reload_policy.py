@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from mcp_preconditions import Decision, Guard, Identity, load_policy
-from mcp_preconditions.policy import reload as reload_module
+from mcp_preconditions.drivers import reload as reload_module
+from mcp_preconditions.drivers.reload import PolicyChange, PolicyReloader
 from mcp_preconditions.policy.load import revision_of
-from mcp_preconditions.policy.reload import PolicyChange, PolicyReloader
 from tests.fixtures.flagd import FlagFile, eventually, eventually_async
 
 NOBODY = Identity()

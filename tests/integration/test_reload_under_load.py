@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from mcp_preconditions import Decision, Guard, Identity, Status, load_policy
+from mcp_preconditions.drivers.reload import PolicyReloader
 from mcp_preconditions.policy.load import revision_of
-from mcp_preconditions.policy.reload import PolicyReloader
 
 NOBODY = Identity()
 S, U = Status.SATISFIED, Status.UNSATISFIED

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_preconditions import Decision, Guard, Identity, Principal
-from mcp_preconditions.policy.bundle import BundleReloader, load_policy_url
+from mcp_preconditions.drivers.bundle import BundleReloader, load_policy_url
 from mcp_preconditions.policy.load import parse_policy, revision_of
 from tests.integration.test_policy_bundles import BundleServer, Signer
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from mcp_preconditions import Guard, Identity, load_policy
+from mcp_preconditions.drivers.reload import PolicyReloader
 from mcp_preconditions.policy.load import revision_of
-from mcp_preconditions.policy.reload import PolicyReloader
 
 from .tally import TALLY
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from mcp_preconditions.errors import InputError, PolicyError, ToolsFileError
-from mcp_preconditions.policy import load_policy
-from mcp_preconditions.policy.testing import (
+from mcp_preconditions.drivers.policy_tests import (
     case_policy,
     load_tests,
     parse_test_file,
     report,
     run_tests,
 )
+from mcp_preconditions.errors import InputError, PolicyError, ToolsFileError
+from mcp_preconditions.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "policies" / "mission-control.toml"

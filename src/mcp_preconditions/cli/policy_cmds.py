@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..drivers.policy_tests import load_tests, report, run_tests
 from ..errors import PolicyError
 from ..guard import Guard
 from ..policy import PolicySource, load_policy, policy_schema
 from ..policy.load import key_path
-from ..policy.testing import load_tests, report, run_tests
 from ..requirements import FormChecker, lint, validate
 from ._output import FINDINGS, OK, add_format, fail, hidden_characters, print_json, warn
 from ._resolvers import add_resolver_option, resolvers_from

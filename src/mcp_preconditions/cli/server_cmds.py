@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 
+from ..drivers.reload import PolicyReloader
 from ..files import read_claims
 from ..guard import Guard
 from ..policy.load import load_policy
-from ..policy.reload import PolicyReloader
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG, fail
 from ._resolvers import add_resolver_option, resolvers_from

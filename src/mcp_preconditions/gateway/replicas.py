@@ -13,11 +13,11 @@ from typing import Any
 import anyio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from ..drivers.bundle import is_policy_url, load_policy_source, load_public_key, policy_reloader
+from ..drivers.reload import PolicyChange, PolicyReloader
 from ..errors import InputError
 from ..guard import Guard
-from ..policy.bundle import is_policy_url, load_policy_source, load_public_key, policy_reloader
 from ..policy.load import PolicySource
-from ..policy.reload import PolicyChange, PolicyReloader
 from ..replica import default_replica_id, replica_labels
 
 # A bundle URL is polled every 10 s unless told otherwise (OPA's bundle default is 60 s; replicas

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FileReadError, PreconditionsError
 from ..files import read_bounded
-from .load import parse_policy, revision_of
+from ..policy.load import parse_policy, revision_of
 
 if TYPE_CHECKING:
     from ..guard import Guard

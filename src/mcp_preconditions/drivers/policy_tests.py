@@ -21,11 +21,11 @@ from ..errors import InputError, PolicyError, RequirementError
 from ..files import read_bounded, read_tools
 from ..guard import Guard
 from ..outcomes import Decision
+from ..policy.load import PolicySource, key_path, load_policy
+from ..policy.model import FlagValue
 from ..principal import ANONYMOUS_IDENTITY, Identity, Principal
 from ..resolvers.base import Resolver
 from ..wire import raw_requirements
-from .load import PolicySource, key_path, load_policy
-from .model import FlagValue
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 _TOML_DATES = (datetime.date, datetime.time)  # datetime.datetime is a date

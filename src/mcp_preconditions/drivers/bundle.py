@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from ..auth.fetch import describe, ssl_context
 from ..errors import InputError, PolicyError, PreconditionsError
 from ..files import read_bounded
-from .load import PolicySource, load_policy, parse_policy
+from ..policy.load import PolicySource, load_policy, parse_policy
 from .reload import OnChange, PolicyChange, PolicyReloader, log
 
 if TYPE_CHECKING:
