@@ -72,9 +72,10 @@ class Guard:
         self._state: _State = _state(self._compile(source, self._tools),
                                      authenticator or build_authenticator(source))
 
-    def _compile(self, source: PolicySource, tools: Mapping[str, Any]) -> Snapshot:
+    def _compile(self, source: PolicySource, tools: Mapping[str, Any],
+                 previous: Snapshot | None = None) -> Snapshot:
         return Snapshot(source, tools, custom=self._custom, live=self._live,
-                        entry_points=self._entry_points, strict=self._strict)
+                        entry_points=self._entry_points, strict=self._strict, previous=previous)
 
     # -- introspection ---------------------------------------------------------------------------
     @property
@@ -114,11 +115,21 @@ class Guard:
     # -- changes ---------------------------------------------------------------------------------
     def add_tool(self, name: str, requirements: Sequence[str] | None = None) -> None:
         """Register (or replace) a tool's own requirements; validates them now."""
-        reqs = list(requirements or [])
+        self.update_tools({name: requirements or []})
 
+    def update_tools(self, changes: Mapping[str, Sequence[str] | None]) -> None:
+        """Register, replace (a list) or forget (None) many tools' own requirements in one swap:
+        only the changed tools are compiled (a gateway applies a whole upstream listing this
+        way). Validates them now; RequirementError leaves everything as it was."""
         def make(state: _State, tools: dict[str, Any]) -> tuple[_State, dict[str, Any]]:
-            new_tools = {**tools, name: reqs}
-            return _state(self._compile(state[0].source, new_tools), state[1]), new_tools
+            new_tools = dict(tools)
+            for name, reqs in changes.items():
+                if reqs is None:
+                    new_tools.pop(name, None)
+                else:
+                    new_tools[name] = list(reqs)
+            snapshot = self._compile(state[0].source, new_tools, previous=state[0])
+            return _state(snapshot, state[1]), new_tools
         self._swap(make)
 
     def know_tools(self, names: Iterable[str]) -> None:
