@@ -100,9 +100,16 @@ class Guard:
         return list(self._snapshot.findings)
 
     def requirements_for(self, tool: str) -> tuple[str, ...]:
-        """The effective requirement list of a tool (code ∪ policy): what `tools/list` shows."""
+        """The effective requirement list of a tool (code ∪ policy): what a call enforces."""
         compiled = self._snapshot.tools.get(tool)
         return compiled.requirements if compiled else ()
+
+    def advertised_for(self, tool: str) -> tuple[str, ...]:
+        """What `tools/list` shows for a tool: `requirements_for` less the snapshot's confidential
+        requirements (SPEC §3: a subset of what is enforced, never naming a confidential one).
+        Computed once per snapshot."""
+        compiled = self._snapshot.tools.get(tool)
+        return compiled.advertised if compiled else ()
 
     def own_requirements(self, tool: str) -> tuple[str, ...]:
         """The requirements a tool declared in code (without the policy's), as registered."""

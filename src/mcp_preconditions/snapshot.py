@@ -46,6 +46,8 @@ class CompiledTool:
     requirements: tuple[str, ...]
     checks: tuple[Check, ...]
     dynamic: bool  # True when some check needs a resolver call (and so the caller's identity)
+    # What `tools/list` shows: `requirements` less the snapshot's confidential ones (SPEC §3).
+    advertised: tuple[str, ...]
     # Set when the caller alone decides every check (see memo.py): what they read of the arguments.
     # Its outcomes are then remembered per caller.
     reads: Reads | None = None
@@ -157,13 +159,22 @@ class Snapshot:
             # Garbage in the tool's own field must never open it: deny the tool outright.
             bad = Check("(malformed requirements)", Outcome.unsatisfied(
                 "(malformed requirements)", "the tool's requirements are not a list of strings"), None)
-            return CompiledTool(name, (*reqs, bad.requirement), (*map(self._check, reqs), bad), True)
+            shown = (*reqs, bad.requirement)
+            return CompiledTool(name, shown, (*map(self._check, reqs), bad), True,
+                                self._advertised(shown))
         checks = tuple(self._check(r) for r in reqs)
         dynamic = any(c.static is None for c in checks)
         reads = [self._caller_reads(c, frozenset()) for c in checks]
         caller_only = dynamic and None not in reads
-        return CompiledTool(name, reqs, checks, dynamic,
+        return CompiledTool(name, reqs, checks, dynamic, self._advertised(reqs),
                             reads_of(r for rs in reads if rs for r in rs) if caller_only else None)
+
+    def _advertised(self, requirements: tuple[str, ...]) -> tuple[str, ...]:
+        """What a listing may show of a tool's requirements: the confidential ones left out."""
+        confidential = self.confidential
+        if not confidential.intersection(requirements):
+            return requirements  # the common case shares the tuple
+        return tuple(r for r in requirements if r not in confidential)
 
     def _caller_reads(self, check: Check, seen: frozenset[str]) -> tuple[ArgumentCondition, ...] | None:
         """The argument conditions a check reads when the caller alone decides it (a static check
