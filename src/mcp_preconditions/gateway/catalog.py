@@ -75,12 +75,16 @@ class Listing:
 
     async def refresh_for_unknown(self) -> None:
         """A name nobody lists was asked for: list again, unless a listing is already under way
-        (then wait for it) or the last one for this reason was under a second ago."""
-        if self._running is None:
-            now = anyio.current_time()
-            if now - self._last_unknown < UNKNOWN_NAME_RELIST_SECONDS:
-                return
-            self._last_unknown = now
+        (then wait for it: it may bring the name) or the last one for this reason was under a
+        second ago."""
+        running = self._running
+        if running is not None:
+            await running.wait()
+            return
+        now = anyio.current_time()
+        if now - self._last_unknown < UNKNOWN_NAME_RELIST_SECONDS:
+            return
+        self._last_unknown = now
         await self.refresh()
 
 

@@ -39,10 +39,12 @@ MALFORMED = "(malformed requirements)"
 class Decide:
     """Decides and forwards the tool calls of one gateway, and lists its tools."""
 
-    def __init__(self, guard: Guard, fleet: Fleet, policy: Callable[[], Policy]) -> None:
+    def __init__(self, guard: Guard, fleet: Fleet, policy: Callable[[], Policy],
+                 connect_wait: Callable[[], float]) -> None:
         self._guard = guard
         self._fleet = fleet
         self._policy = policy
+        self._connect_wait = connect_wait
 
     def listed(self, name: str) -> bool:
         """Whether `[gateway] unlisted_tools` lets this tool be called at all: under "deny", only
@@ -58,11 +60,11 @@ class Decide:
         effective ones less the confidential). With `[guard] list_filtering`, only those this
         caller may call."""
         routes = self._fleet.routes
-        names = list(routes.tools)
+        names = [n for n in routes.tools if n not in routes.duplicates]
         if self._policy().guard.list_filtering:
             allowed = set(await self._guard.callable_tools(credentials, names))
             names = [n for n in names if n in allowed and self.listed(n)]
-        advertised = self._guard.requirements_for  # advertised_for: see core22
+        advertised = self._guard.advertised_for
         out = []
         for name in names:
             target = routes.tools[name]
@@ -78,26 +80,31 @@ class Decide:
         version = ctx.protocol_version
         fleet = self._fleet
         if name not in fleet.routes.tools and name not in fleet.routes.collisions:
-            await fleet.unknown_tool(name)  # it may be new
+            if not all(m.catalog.listings["tools"].loaded for m in fleet):
+                await fleet.first_listing(self._connect_wait())  # servers still starting
+            if name not in fleet.routes.tools:
+                await fleet.unknown_tool(name)  # it may be new
         target = fleet.routes.tools.get(name)
         if target is None:
             why = ("two servers list a tool of that name" if name in fleet.routes.collisions
                    else "no server lists a tool of that name")
-            return self._unlisted(name, version, why)
+            return await self._unlisted(name, version, why, credentials)
         member = fleet.members[target.server]
         if member.problem is not None:
             return bridge.downstream_result("tools/call", _fault(UNUSABLE), version)
         if name in fleet.routes.duplicates:
-            return self._unlisted(name, version, "its server lists more than one tool of that name")
+            return await self._unlisted(name, version, "its server lists more than one tool of "
+                                                       "that name", credentials)
         broken = member.catalog.broken.get(target.name) or fleet.invalid.get(name)
         if broken is not None:
-            return self._refuse(self._broken(name, broken, credentials), version)
+            return self._refuse(await self._broken(name, broken, credentials), version)
+        if not self.listed(name):
+            return await self._unlisted(name, version, "the policy lists no requirements for it",
+                                        credentials)
         decision = await self._guard.check(name, credentials,
                                            arguments if isinstance(arguments, Mapping) else None)
         if not decision.allowed:
             return self._refuse(decision, version)
-        if not self.listed(name):
-            return self._unlisted(name, version, "the policy lists no requirements for it")
         params = {**(ctx.params or {}), "name": target.name}
         try:
             result = await forward(ctx, member, "tools/call", params)
@@ -128,14 +135,26 @@ class Decide:
             refusal["_meta"] = {**(refusal.get("_meta") or {}), DENIAL_META_KEY: payload}
         return bridge.downstream_result("tools/call", refusal, version)
 
-    def _broken(self, name: str, why: str, credentials: Credentials) -> Decision:
+    async def _subject(self, credentials: Credentials) -> str | None:
+        """Who is calling, for a refusal the guard did not make (every decision names its caller:
+        a token is verified, from the cache after the first time)."""
+        if credentials.principal is not None:
+            return credentials.principal.subject
+        if credentials.token is None:
+            return None
+        return (await self._guard.authenticate(credentials)).subject
+
+    async def _broken(self, name: str, why: str, credentials: Credentials) -> Decision:
         decision = new_decision(name, False, (Outcome.unsatisfied(MALFORMED, why),),
-                                _subject(credentials), self._guard.revision, 0, frozenset())
+                                await self._subject(credentials), self._guard.revision, 0,
+                                frozenset())
         self._guard.recorder.record(decision)
         return decision
 
-    def _unlisted(self, name: str, version: str, why: str) -> dict[str, Any]:
-        decision = new_decision(name, False, (), None, self._guard.revision, 0, frozenset())
+    async def _unlisted(self, name: str, version: str, why: str, credentials: Credentials
+                        ) -> dict[str, Any]:
+        decision = new_decision(name, False, (), await self._subject(credentials),
+                                self._guard.revision, 0, frozenset())
         self._guard.recorder.record(decision)
         payload = {"error": "unlisted_tool", "tool": name, "unmet": [], "withheld": 0}
         text = f"Tool '{name}' was not run: {why}."
@@ -144,10 +163,6 @@ class Decide:
         result = CallToolResult(content=[TextContent(type="text", text=text)],
                                 structured_content=payload, is_error=True)
         return self._shaped(name, _dump(result), version)
-
-
-def _subject(credentials: Credentials) -> str | None:
-    return credentials.principal.subject if credentials.principal is not None else None
 
 
 def _fault(text: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class Gateway:
         self.forward = Forward(self.downstream, self.rounds,
                                lambda: self.policy().gateway.call_timeout_seconds, credentials,
                                guard.authenticate)
-        self.decide = Decide(guard, self.fleet, self.policy)
+        self.decide = Decide(guard, self.fleet, self.policy, self._connect_wait)
         self.listings = Listings(self.fleet, self.forward, self._connect_wait)
         self.server: Server[Any] = Server(SERVER_NAME, version=__version__,
                                           on_subscriptions_listen=ListenHandler(self.bus))
