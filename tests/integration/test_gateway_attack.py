@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 from mcp import Client
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.fixtures import asking_upstream
 from tests.fixtures.gateway_upstream import (
@@ -28,7 +28,10 @@ from tests.fixtures.gateway_upstream import (
     tool_calls,
     upstream_http,
 )
+from tests.fixtures.mcp_servers import ROOT, server_env
 from tests.fixtures.oidc import AUDIENCE, OidcServer
+from tests.fixtures.upstreams import filesystem_stdio
+from tests.fixtures.upstreams import gateway_stdio as gateway_in_front_of
 from tests.integration.test_gateway_calls import raw_call, raw_tools
 
 pytestmark = pytest.mark.integration
@@ -195,6 +198,7 @@ def test_readiness_names_servers_by_key_and_no_policy_entry(tmp_path: Path) -> N
     with gateway_http(policy, log) as gw:
         for _ in range(300):
             ready = httpx.get(gw.url + "/readyz", timeout=30)
+            assert ready.headers["content-type"] == "application/json", (ready.status_code, ready.text)
             if ready.json()["servers"]["upstream"]["tools_loaded"]:
                 break
             time.sleep(0.1)
@@ -259,3 +263,20 @@ async def _calls_with_stderr(params: Any, err: Any) -> None:
     async with Client(stdio_client(params, errlog=err), mode="legacy") as client:
         for name in ("echo", "secret", "slow", "no_such_tool"):
             await raw_call(client, name, {"seconds": 0})
+
+
+# -- 12. a clean start is quiet ----------------------------------------------------------------------
+def test_a_clean_start_in_front_of_server_filesystem_logs_no_failure(tmp_path: Path) -> None:
+    policy, stderr = _policy(tmp_path, "# nothing\n"), tmp_path / "err"
+    (tmp_path / "files").mkdir()
+    argv = gateway_in_front_of(policy, filesystem_stdio(tmp_path / "files"))
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=server_env(), cwd=ROOT)
+
+    async def listed(err: Any) -> None:
+        async with Client(stdio_client(params, errlog=err), mode="legacy") as client:
+            assert "list_directory" in await raw_tools(client)
+            await anyio.sleep(1.0)  # the server asks for roots once it is initialised
+    with stderr.open("wb") as err:
+        anyio.run(listed, err)
+    text = stderr.read_text()
+    assert "Failed" not in text and "not routed" not in text, text

@@ -235,6 +235,11 @@ class Downstream:
             raw: dict[str, Any] = await connection.send_raw_request(method, params,
                                                                      {"timeout": timeout})
             return raw
+        if method == "roots/list":
+            # Nobody to ask (a server asking as it starts, before any client): the gateway offers
+            # no roots of its own. An empty list never widens what a server may touch, where an
+            # error makes servers log a failure at every clean start.
+            return {"roots": []}
         raise MCPError(types.INVALID_REQUEST, f"gateway: {method} not routed: no client call is "
                        "in flight (over HTTP the gateway cannot tell which client it is for)")
 
