@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..analysis import never_match_findings
+from ..diagnostics import finding_line
 from ..files import read_tools
 from ..guard import EMPTY_POLICY, Guard
 from ..policy import PolicySource, load_policy
@@ -79,7 +80,7 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
 
 
 def _line(finding: Finding) -> str:
-    return escape(f"{finding.source}: {finding.severity}: tool '{finding.tool}': {finding.message}")
+    return escape(finding_line(finding))
 
 
 def run_lint(args: argparse.Namespace) -> int:
