@@ -1,15 +1,23 @@
 """The problem lines the command line prints and the explorer page shows, written once: a policy's
 own requirement problems by key path (`policy validate`), the requirements that refuse start-up
-(`check`), and a lint finding as one line (`lint`).
+(`check`), and the findings of `lint` (the guard's start-up validation, built non-strict so every
+problem is listed, plus wire-field and policy cross-checks and the tier-schema checks).
 """
 
 from __future__ import annotations
 
-from .guard import Guard
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .analysis import never_match_findings
+from .guard import EMPTY_POLICY, Guard
 from .policy import PolicySource
 from .policy.load import key_path
 from .requirements import Finding, FormChecker, lint, validate
+from .resolvers import Resolver
 from .visible import hidden_characters
+from .wire import META_KEY, raw_requirements
 
 
 def requirement_problems(source: PolicySource, registry: FormChecker) -> tuple[list[str], list[str]]:
@@ -46,3 +54,62 @@ def start_up_errors(guard: Guard, tools_path: str) -> list[str]:
 def finding_line(finding: Finding) -> str:
     """A lint finding as `lint` prints it: `<file>: <severity>: tool 'NAME': <message>`."""
     return f"{finding.source}: {finding.severity}: tool '{finding.tool}': {finding.message}"
+
+
+TierLint = Callable[[list[dict[str, Any]], str], list[Finding]]
+
+
+def _tier_lint() -> TierLint | None:
+    try:
+        from .presentation.tiers import tier_lint_findings
+    except ImportError:
+        return None
+    return tier_lint_findings
+
+
+def _wire_findings(tool: dict[str, Any], source: str) -> list[Finding]:
+    """Suspicious wire shapes the guard cannot see: it only reads the requirements value itself."""
+    name: str = tool["name"]
+    execution = tool.get("execution")  # a non-object `execution` is a validation error already
+    meta = tool.get("_meta")
+    if isinstance(execution, dict) and "requirements" in execution and isinstance(meta, dict) \
+            and META_KEY in meta and meta[META_KEY] != execution["requirements"]:
+        return [Finding("warning", name, f"the _meta mirror '{META_KEY}' differs from "
+                                         "execution.requirements (clients see different lists)",
+                        None, source)]
+    return []
+
+
+def _attributed(finding: Finding, code: Any, policy: PolicySource | None, tools_path: str) -> Finding:
+    """The finding with the file its requirement came from: the tools file or the policy."""
+    if finding.source is not None:
+        return finding
+    in_code = isinstance(code, list) and finding.requirement in code
+    entry = policy.policy.tools.get(finding.tool) if policy else None
+    from_policy = entry is not None and finding.requirement in entry.requirements and not in_code
+    source = policy.source if from_policy and policy else tools_path
+    return dataclasses.replace(finding, source=source)
+
+
+def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySource | None,
+                  resolvers: Iterable[Resolver] = (), guard: Guard | None = None) -> list[Finding]:
+    """Every error and warning about the tools' requirements (and the policy's, when given). `guard`:
+    one already built, non-strict, from these tools and policy (else one is built here)."""
+    raw = {t["name"]: raw_requirements(t) for t in tools}
+    if guard is None:
+        guard = Guard(policy or EMPTY_POLICY, raw, strict=False, resolvers=resolvers)
+    found = [_attributed(f, raw.get(f.tool), policy, tools_path) for f in guard.findings]
+    for tool in tools:
+        found += _wire_findings(tool, tools_path)
+    if policy is not None:
+        found += [Finding("warning", name, f"the policy's [tools.{name}] names a tool that is not in "
+                                           f"{tools_path}", None, policy.source)
+                  for name in policy.policy.tools if name not in raw]
+        found += never_match_findings(guard.snapshot, tools)
+    tier_lint = _tier_lint()
+    if tier_lint is not None:
+        found += tier_lint(tools, tools_path)
+    # Grouped by tool in file order (stable, so each tool's findings keep their order); findings
+    # about no tool of the file (policy-only tools, grants) come last.
+    order = {name: i for i, name in enumerate(raw)}
+    return sorted(found, key=lambda f: order.get(f.tool, len(order)))
