@@ -25,7 +25,7 @@ from ..policy.load import PolicySource
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
-from ._sockets import listening_socket
+from ._sockets import http_address, listening_socket
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway
@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command 
     from ..gateway.upstream import Target
 
 _HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)=env:([A-Za-z_][A-Za-z0-9_]*)")
-_LISTEN = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):([0-9]+)")
 
 
 def run_gateway(args: argparse.Namespace) -> int:
@@ -126,13 +125,7 @@ def _listen(value: str) -> tuple[str, int] | None:
     """None for stdio, else (host, port)."""
     if value == "stdio":
         return None
-    match = _LISTEN.fullmatch(value)
-    if match is None:
-        raise InputError(f"--listen: expected 'stdio' or 'http://HOST:PORT', got {value!r}")
-    host, port = match.group(1).strip("[]"), int(match.group(2))
-    if port > 65535:
-        raise InputError(f"--listen: port out of range (0-65535): {port}")
-    return host, port
+    return http_address(value, "--listen", "'stdio' or 'http://HOST:PORT'")
 
 
 def _upstream_environment(source: PolicySource) -> dict[str, str]:
