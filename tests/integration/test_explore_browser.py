@@ -163,11 +163,15 @@ def test_switching_knowledge_shows_what_a_strict_client_hides(page: Page) -> Non
     hidden = page.locator("#client-body tr.hidden-tool")
     # examples/knowledge.json is the first --knowledge preset, chosen at first.
     expect(hidden).to_have_count(1)
+    # `filter` over the tools file: here the file's requirements are the policy's, and the one the
+    # server leaves out of its listing (confidential) decides nothing for this knowledge.
     code, out, _ = cli("filter", "--tools", "examples/mission-control-tools.json", "--knowledge",
                        "examples/knowledge.json")
     assert code == 0
     names = [h["name"] for h in json.loads(out)["hidden"]]
     expect(hidden.locator("td.mono")).to_have_text(names)
+    expect(page.locator('#client-body tr[data-tool="launch_rocket"]')).to_contain_text(
+        "+1 confidential, not listed")
     shot(page, "client")
     page.select_option("#client-preset", "(nothing known)")
     expect(hidden).to_have_count(0)

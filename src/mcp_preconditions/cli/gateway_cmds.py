@@ -8,31 +8,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import re
-import shutil
 import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import anyio
 
 from ..errors import InputError
 from ..files import read_claims
 from ..guard import Guard
-from ..policy.load import PolicySource
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
 from ._sockets import http_address, listening_socket
+from ._upstream import add_upstream_options, target_from
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway
     from ..gateway.replicas import ReplicaOptions
-    from ..gateway.upstream import Target
-
-_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)=env:([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def run_gateway(args: argparse.Namespace) -> int:
@@ -48,7 +41,7 @@ def run_gateway(args: argparse.Namespace) -> int:
     options = replicas.options_from(args.policy, args.policy_poll_seconds, args.policy_public_key,
                                     args.replica_id)
     source = replicas.load_source(options)
-    target = _target(args, source)
+    target = target_from(args, source)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
@@ -82,60 +75,11 @@ def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions
     return [] if reloader is None else [replicas.keep_current(reloader)]
 
 
-def _target(args: argparse.Namespace, source: PolicySource) -> Target:
-    from ..gateway.upstream import HttpTarget, StdioTarget
-
-
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if args.upstream_url is None and not command:
-        raise InputError("no upstream: give --upstream-url URL or a command after --")
-    if args.upstream_url is not None and command:
-        raise InputError("two upstreams: give --upstream-url URL or a command after --, not both")
-    if args.upstream_url is None:
-        if args.upstream_header:
-            raise InputError("--upstream-header is for --upstream-url only")
-        if shutil.which(command[0]) is None:
-            raise InputError(f"cannot start the upstream: command not found: {command[0]}")
-        return StdioTarget(command[0], tuple(command[1:]), _upstream_environment(source))
-    url = args.upstream_url
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"--upstream-url: not an http(s) URL: {url!r}")
-    try:
-        parts.port  # noqa: B018  (a port out of range raises here)
-    except ValueError:
-        raise InputError(f"--upstream-url: port out of range: {url!r}") from None
-    return HttpTarget(url, dict(_header(h) for h in args.upstream_header))
-
-
-def _header(spec: str) -> tuple[str, str]:
-    match = _HEADER.fullmatch(spec)
-    if match is None:
-        raise InputError(f"--upstream-header: expected NAME=env:VAR, got {spec!r}")
-    name, var = match.groups()
-    value = os.environ.get(var)
-    if value is None:
-        raise InputError(f"--upstream-header {name}: environment variable {var} is not set")
-    return name, value
-
-
 def _listen(value: str) -> tuple[str, int] | None:
     """None for stdio, else (host, port)."""
     if value == "stdio":
         return None
     return http_address(value, "--listen", "'stdio' or 'http://HOST:PORT'")
-
-
-def _upstream_environment(source: PolicySource) -> dict[str, str]:
-    """The gateway's environment minus the variables the policy names as its own secrets."""
-    policy = source.policy
-    secrets = {policy.state.redis.url_env if policy.state.redis else None}
-    if policy.auth.introspection is not None:
-        secrets |= {policy.auth.introspection.client_id_env,
-                    policy.auth.introspection.client_secret_env}
-    return {k: v for k, v in os.environ.items() if k not in secrets}
 
 
 def _stdio_credentials(claims: str | None) -> Credentials:
@@ -170,12 +114,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="stdio (default) or streamable HTTP at /mcp on HOST:PORT")
     parser.add_argument("--claims", metavar="C",
                         help="stdio only: JSON claims of the local caller (default: anonymous)")
-    parser.add_argument("--upstream-url", metavar="URL", help="a streamable-HTTP MCP server")
-    parser.add_argument("--upstream-header", action="append", default=[], metavar="NAME=env:VAR",
-                        help="an HTTP header for the upstream, its value read from $VAR")
     add_resolver_option(parser)
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
-                        help="the stdio MCP server to start, watch and restart")
+    add_upstream_options(parser)  # last: the command takes every remaining argument
     parser.set_defaults(func=run_gateway)
 
 

@@ -1,6 +1,6 @@
-"""The client's view: the tools as the server lists them (each with its requirements, the tool's own
-plus the policy's), filtered by `client.filter_tools` with a knowledge set, and why each is kept,
-demoted or hidden, next to what the server would decide for the caller.
+"""The client's view: the tools as the server lists them (each with the requirements it advertises:
+the tool's own plus the policy's, less the confidential ones), filtered by `client.filter_tools` with
+a knowledge set, and why each is kept, demoted or hidden, next to what the server decides.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ async def client_view(ctx: Context, preset: str | None, text: str | None, mode: 
         knowledge = knowledge_of(ctx, preset, text, decisions)
     except InputError as exc:
         return {**answer, "client": {"problem": str(exc)}}
-    listed = [with_requirements(t, guard.requirements_for(t["name"])) for t in ctx.bench.inputs.tools]
+    listed = [with_requirements(t, guard.advertised_for(t["name"])) for t in ctx.bench.inputs.tools]
     result = filter_tools(listed, knowledge, mode)
     server = {d.tool: d.allowed for d in decisions or []}
     kept = set(result.kept_index)
@@ -78,12 +78,14 @@ async def client_view(ctx: Context, preset: str | None, text: str | None, mode: 
     rows = []
     order = [*result.kept_index, *(i for i in range(len(listed)) if i not in kept)]
     for position, i in enumerate(order, start=1):
-        verdict, requirements = result.verdicts[i], list(guard.requirements_for(result.verdicts[i].name))
+        verdict, requirements = result.verdicts[i], list(guard.advertised_for(result.verdicts[i].name))
         states = [{"requirement": r, "known": _known(view.classify(r))} for r in requirements]
         fate = "hidden" if i not in kept else "demoted" if (
             verdict.will_fail and mode is FilterMode.DEMOTE) else "kept"
+        withheld = len(guard.requirements_for(verdict.name)) - len(requirements)
         rows.append({"name": verdict.name, "verdict": verdict.verdict.value, "fate": fate,
                      "position": position if i in kept else None, "requirements": states,
+                     "withheld": withheld,
                      "why": why(verdict, requirements), "server_allows": server.get(verdict.name)})
     return {**answer, "client": {"mode": mode.value, "tools": rows, "warnings": list(result.warnings),
                                  "knowledge": knowledge.to_dict(), "filtered": result.to_json()}}

@@ -121,7 +121,9 @@ export function renderClient(answer) {
     el("td", {}, el("span", { class: `fate ${t.fate}` }, t.fate)),
     el("td", {}, el("div", { class: "chips" }, t.requirements.length ? t.requirements.map((r) =>
       el("span", { class: `chip ${{ satisfied: "sat", unsatisfiable: "unsat", unknown: "unknown" }[r.known]}`, title: r.known }, r.requirement))
-      : el("span", { class: "muted" }, "none"))),
+      : el("span", { class: "muted" }, "none"),
+    t.withheld ? el("span", { class: "muted small", title: "confidential requirements are enforced but never listed" },
+      `+${t.withheld} confidential, not listed`) : null)),
     el("td", { class: "reason why" }, t.why),
     el("td", {}, t.server_allows === null || t.server_allows === undefined ? "—"
       : decisionBadge({ allowed: t.server_allows }),
