@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from ..logsummary import Summary, Timeline
+from ..visible import escape
 from .render import render
 
 MAX_LANES = 20  # more tools than this: the busiest ones are drawn, the table has every tool
@@ -28,6 +29,7 @@ class Bar:
 @dataclass(frozen=True)
 class Lane:
     tool: str
+    label: str  # the name as shown: characters a reader cannot see written as escapes
     y: float
     allowed: int  # the summary's totals, every record of the tool (with or without a time)
     denied: int
@@ -53,10 +55,10 @@ def _lane(tool: str, y: float, summary: Summary, timeline: Timeline, starts: lis
     step = PLOT / max(len(starts), 1)
     bars = [Bar(LABELS + i * step + 1, max(step - 2, 1), half * a / peak if peak else 0,
                 half * d / peak if peak else 0,
-                f"{tool}, {_when(s)} UTC + {_span(timeline.width)}: {a} allowed, {d} denied")
+                f"{escape(tool)}, {_when(s)} UTC + {_span(timeline.width)}: {a} allowed, {d} denied")
             for i, (s, (a, d)) in enumerate(zip(starts, counts, strict=True)) if a or d]
     totals = summary.tools[tool]
-    return Lane(tool, y, totals.allowed, totals.denied, peak, bars)
+    return Lane(tool, escape(tool), y, totals.allowed, totals.denied, peak, bars)
 
 
 def chart_svg(timeline: Timeline, summary: Summary) -> str | None:

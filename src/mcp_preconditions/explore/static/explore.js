@@ -68,8 +68,8 @@ async function refresh() {
   who = answer;
   showHead(answer);
   if (answer.facts) showFacts(answer.facts);
-  if (answer.tools && !ui.seeded) {  // first sight: the denied tools open, with their reasons
-    answer.tools.filter((t) => !t.allowed).forEach((t) => ui.open.add(t.name));
+  if (answer.tools && !ui.seeded) {  // first sight: a few denied tools open, with their reasons
+    answer.tools.filter((t) => !t.allowed).slice(0, 12).forEach((t) => ui.open.add(t.name));
     ui.seeded = true;
   }
   renderWho(answer, ui);

@@ -2,6 +2,7 @@
 // Guard, client filter and log summary decided everything shown.
 import { byId, el, fill, plural, table } from "./dom.js";
 
+const MAX_ROWS = 300;  // a long tool list: the first ones drawn, the filter finds the rest
 const STATUS_CLASS = { satisfied: "sat", unsatisfied: "unsat", error: "err" };
 
 export function decisionBadge(tool, big = false) {
@@ -61,8 +62,8 @@ export function renderWho(answer, ui) {
     changed ? el("span", { class: "was" }, `${plural(changed, "tool")} changed by your edit`) : "");
   const filter = byId("who-filter").value.trim().toLowerCase();
   const rows = [];
-  for (const tool of tools) {
-    if (filter && !tool.name.toLowerCase().includes(filter)) continue;
+  const matching = filter ? tools.filter((t) => t.name.toLowerCase().includes(filter)) : tools;
+  for (const tool of matching.slice(0, MAX_ROWS)) {
     const open = ui.open.has(tool.name);
     const row = el("tr", { class: `tool-row${tool.changed ? " changed" : ""}`, dataset: { tool: tool.name },
       "aria-expanded": String(open), on: { click: () => ui.toggle(tool.name) } },
@@ -74,7 +75,8 @@ export function renderWho(answer, ui) {
     rows.push(row);
     if (open) rows.push(el("tr", { class: "detail" }, el("td", { colspan: 3 }, outcomesTable(tool, answer.grants))));
   }
-  fill(body, table(["Tool", "Decision", "Requirements"], rows));
+  fill(body, table(["Tool", "Decision", "Requirements"], rows), matching.length > MAX_ROWS
+    ? el("p", { class: "muted" }, `Showing ${MAX_ROWS} of ${matching.length} tools: type in the filter to find the others.`) : null);
 }
 
 export function renderCall(answer, grants) {
@@ -115,7 +117,7 @@ export function renderClient(answer) {
   const failing = client.tools.filter((t) => t.verdict === "will_fail").length;
   fill(byId("client-summary"), `In ${client.mode} mode a strict client lists `, el("b", {}, `${shown} of ${client.tools.length}`),
     " tools; ", el("b", {}, plural(failing, "tool")), failing === 1 ? " will fail." : " will fail.");
-  const rows = client.tools.map((t) => el("tr", { class: t.fate === "hidden" ? "hidden-tool" : null, dataset: { tool: t.name } },
+  const rows = client.tools.slice(0, MAX_ROWS).map((t) => el("tr", { class: t.fate === "hidden" ? "hidden-tool" : null, dataset: { tool: t.name } },
     el("td", { class: "num" }, t.position ?? "—"),
     el("td", { class: "mono" }, t.name),
     el("td", {}, el("span", { class: `fate ${t.fate}` }, t.fate)),
@@ -129,6 +131,8 @@ export function renderClient(answer) {
       : decisionBadge({ allowed: t.server_allows }),
       t.server_allows && t.fate !== "kept" ? el("span", { class: "mismatch" }, "the server allows it: the knowledge is wrong") : null)));
   fill(body, table(["##", "Tool", "Client", "Requirements (as the client knows them)", "Why", "Server"], rows),
+    client.tools.length > MAX_ROWS ? el("p", { class: "muted" }, `Showing the first ${MAX_ROWS} of ${client.tools.length} tools, `
+      + "in the order the client would list them.") : null,
     client.warnings.length ? el("div", { class: "problems" }, client.warnings.map((w) => el("div", { class: "line" }, w))) : null);
   return client.knowledge;
 }
