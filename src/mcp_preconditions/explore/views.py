@@ -80,12 +80,11 @@ def tool_json(decision: Decision, before: Decision | None, own: frozenset[str],
         "errors": list(decision.errors),
         "outcomes": [_outcome_json(o, decision, before, own, overrides) for o in decision.outcomes]}
     if before is not None:
-        out["was_allowed"] = before.allowed
-        out["changed"] = before.allowed != decision.allowed or any(
-            o.get("was") is not None for o in out["outcomes"])
         now = {o.requirement for o in decision.outcomes}
+        out["was_allowed"] = before.allowed
         out["removed"] = [o.requirement for o in before.outcomes if o.requirement not in now]
-        out["changed"] = out["changed"] or bool(out["removed"])
+        out["changed"] = (before.allowed != decision.allowed or bool(out["removed"])
+                          or any(o["was"] is not None for o in out["outcomes"]))
     return out
 
 
@@ -96,9 +95,9 @@ def _outcome_json(outcome: Outcome, decision: Decision, before: Decision | None,
     out["confidential"] = requirement in decision.confidential
     out["from"] = "tool" if requirement in own else "policy"
     out["what_if"] = requirement in overrides
-    if before is not None:
+    if before is not None:  # "new": the edit added it; else its status before, when it differs
         was = before.outcome(requirement)
-        out["was"] = "absent" if was is None else was.status.value if was.status != outcome.status \
+        out["was"] = "new" if was is None else was.status.value if was.status != outcome.status \
             else None
     return out
 

@@ -121,19 +121,15 @@ class Workbench:
         """The caller from claims typed on the page, else a preset, else anonymous."""
         if claims is not None and claims.strip():
             principal = Principal.from_claims(claims_of(parse_json(claims, "claims"), "claims"))
-            return Caller(_identity(principal), f"{principal.subject or '(no sub)'} (claims typed "
-                                                "on this page)")
+            return Caller(Identity(principal=principal), f"{principal.subject or '(no sub)'} (claims "
+                                                        "typed on this page)")
         if preset:
             if preset not in self.inputs.presets:
                 raise InputError(f"caller: no preset named {preset!r}")
             principal = Principal.from_claims(self.inputs.presets[preset])
-            return Caller(_identity(principal), f"{principal.subject or '(no sub)'} (preset "
-                                                f"{preset!r})")
+            return Caller(Identity(principal=principal), f"{principal.subject or '(no sub)'} (preset "
+                                                        f"{preset!r})")
         return Caller(ANONYMOUS_IDENTITY, "anonymous (no access token)")
-
-
-def _identity(principal: Principal) -> Identity:
-    return Identity(principal=principal)
 
 
 def with_overrides(source: PolicySource, overrides: Sequence[tuple[str, bool]]) -> PolicySource:

@@ -132,12 +132,6 @@ function setupPolicy() {
   lineNumbers();
   text.addEventListener("input", () => { state.policy = text.value; lineNumbers(); soon(); });
   text.addEventListener("scroll", () => { byId("policy-gutter").scrollTop = text.scrollTop; });
-  text.addEventListener("keydown", (e) => {  // Tab indents, as in an editor
-    if (e.key !== "Tab" || e.shiftKey) return;
-    e.preventDefault();
-    text.setRangeText("  ", text.selectionStart, text.selectionEnd, "end");
-    text.dispatchEvent(new Event("input"));
-  });
   byId("policy-reset").addEventListener("click", () => {
     text.value = state.policy = config.policy_text;
     lineNumbers();

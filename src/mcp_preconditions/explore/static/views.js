@@ -33,7 +33,8 @@ export function outcomesTable(tool, grants, withSource = true) {
   if (!tool.outcomes.length) return el("p", { class: "muted" }, "No requirements: every caller may call it.");
   const rows = tool.outcomes.map((o) => el("tr", { class: o.was ? "changed" : null },
     el("td", {}, el("span", { class: `status ${o.status}` }, o.status),
-      o.was ? el("span", { class: "was", title: "under the policy file as read" }, `was ${o.was}`) : null),
+      o.was ? el("span", { class: "was", title: "compared with the policy file as read" },
+        o.was === "new" ? "new" : `was ${o.was}`) : null),
     el("td", {}, o.requirement, o.confidential ? el("span", { class: "tag conf", title: "never named in a denial" }, "confidential") : null,
       o.what_if ? el("span", { class: "tag whatif" }, "what if") : null),
     el("td", { class: "reason" }, o.reason || "—", grantsFor(o.requirement, grants)),
