@@ -178,3 +178,28 @@ def _page_messages(browser: Browser, server: Explorer, big_log: Path) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "bad-input.png"), full_page=True)
     page.close()
+
+
+def test_hostile_names_are_shown_as_text(tmp_path: Path) -> None:
+    """A tool name that is HTML, or that holds a bidi override, is shown as text, escaped."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps({"tools": [
+        {"name": "<img src=x onerror=alert(1)>", "inputSchema": {"properties": "garbage"},
+         "execution": {"requirements": ["auth:oauth2"]}},
+        {"name": "safe\u202etxt.exe", "inputSchema": {"type": "object", "properties": {
+            "<b>": {"type": "string", "description": "<script>alert(2)</script>"}}}}]}),
+        encoding="utf-8")
+    with explorer("--policy", "policies/minimal.toml", "--tools", str(tools)) as proc, \
+            chromium() as browser:
+        page = browser.new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(proc.url)
+        rows = page.locator("#who-body tr.tool-row td:first-child")
+        expect(rows).to_contain_text(["<img src=x onerror=alert(1)>", "safe\\u202etxt.exe"])
+        page.click("#tab-call")
+        page.select_option("#call-tool", index=1)
+        expect(page.locator("#call-form label")).to_contain_text("<script>alert(2)</script>")
+        page.select_option("#call-tool", index=0)
+        expect(page.locator("#call-form")).to_have_text("This tool's inputSchema lists no arguments.")
+        assert dialogs == [] and page.locator("img").count() == 0

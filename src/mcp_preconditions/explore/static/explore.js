@@ -321,7 +321,9 @@ async function refreshLogs() {
   const answer = await api(`/api/history?${query}`, file || undefined, Boolean(file));
   if (!answer) return;
   fill(byId("logs-files"), answer.sources.length ? `Reading ${answer.sources.join(", ")}` : "");
-  byId("logs-reload").hidden = Boolean(file) || !config.logs.length;
+  const reload = byId("logs-reload");
+  reload.hidden = !config.logs.length;
+  fill(reload, file ? "Back to the --log files" : "Read the logs again");
   for (const [id, key, values] of [["logs-replica", "replica", answer.choices.replicas], ["logs-revision", "revision", answer.choices.revisions]]) {
     const select = byId(id);
     fill(select, el("option", { value: "" }, "all"), values.map((v) => el("option", { value: v }, v)));
