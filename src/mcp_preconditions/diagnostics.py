@@ -12,6 +12,7 @@ from typing import Any
 
 from .analysis import never_match_findings
 from .guard import EMPTY_POLICY, Guard
+from .names import check_tool_names, near_miss_message
 from .policy import PolicySource
 from .policy.load import key_path
 from .requirements import Finding, FormChecker, lint, validate
@@ -102,9 +103,7 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
     for tool in tools:
         found += _wire_findings(tool, tools_path)
     if policy is not None:
-        found += [Finding("warning", name, f"the policy's [tools.{name}] names a tool that is not in "
-                                           f"{tools_path}", None, policy.source)
-                  for name in policy.policy.tools if name not in raw]
+        found += _name_findings(policy, list(raw), tools_path)
         found += never_match_findings(guard.snapshot, tools)
     tier_lint = _tier_lint()
     if tier_lint is not None:
@@ -113,3 +112,16 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
     # about no tool of the file (policy-only tools, grants) come last.
     order = {name: i for i, name in enumerate(raw)}
     return sorted(found, key=lambda f: order.get(f.tool, len(order)))
+
+
+def _name_findings(policy: PolicySource, tools: list[str], tools_path: str) -> list[Finding]:
+    """The policy's `[tools.NAME]` keys against the file's tools: a near miss of one (what a
+    hosted server or the gateway would refuse to run with) is an error naming both, a name that
+    matches nothing a warning."""
+    names = check_tool_names(policy.policy.tools, tools)
+    found = [Finding("error", tool, near_miss_message(name, tool), None, policy.source)
+             for name, tool in names.near_misses]
+    found += [Finding("warning", name, f"the policy's [tools.{name}] names a tool that is not in "
+                                       f"{tools_path}", None, policy.source)
+              for name in names.unmatched]
+    return found

@@ -18,7 +18,7 @@ from typing import Any
 from .auth import Authenticator, build_authenticator
 from .auth.base import AuthenticateNow, authenticate_now_of
 from .decision_sinks import build_recorder
-from .decisions import DecisionRecorder
+from .decisions import DecisionRecorder, ToolLabels
 from .errors import PolicyError
 from .names import check_tool_names, near_miss_message
 from .outcomes import Decision, Ruling, Status, new_decision
@@ -49,7 +49,8 @@ class Guard:
                  resolvers: Iterable[Resolver] = (), live: LiveSources | None = None,
                  authenticator: Authenticator | None = None,
                  recorder: DecisionRecorder | None = None, entry_points: bool = True,
-                 strict: bool = True, labels: Mapping[str, str] | None = None) -> None:
+                 strict: bool = True, labels: Mapping[str, str] | None = None,
+                 tool_labels: ToolLabels | None = None) -> None:
         source = policy or EMPTY_POLICY
         self._tools: dict[str, Any] = dict(tools or {})
         # A token replaced (a new object) whenever any tool's own requirements change: compare it
@@ -66,7 +67,8 @@ class Guard:
         # against them at every reload.
         self._host_tools: tuple[str, ...] | None = None
         # `labels` (replica, upstream) go into every decision record.
-        self.recorder = recorder if recorder is not None else build_recorder(source, labels)
+        self.recorder = (recorder if recorder is not None
+                         else build_recorder(source, labels, tool_labels))
         # The snapshot and the authenticator built from the same policy travel together: a decision
         # reads the pair once, so it never verifies under one policy and decides under another.
         self._state: _State = _state(self._compile(source, self._tools),

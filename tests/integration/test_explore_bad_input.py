@@ -14,6 +14,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from mcp_preconditions.cli import main
 from tests.fixtures.explorer import MISSION, SCREENSHOTS, Explorer, chromium, explorer
 from tests.fixtures.mcp_servers import ROOT
 
@@ -203,3 +204,19 @@ def test_hostile_names_are_shown_as_text(tmp_path: Path) -> None:
         page.select_option("#call-tool", index=0)
         expect(page.locator("#call-form")).to_have_text("This tool's inputSchema lists no arguments.")
         assert dialogs == [] and page.locator("img").count() == 0
+
+
+def test_lint_findings_are_the_lines_lint_prints(server: Explorer, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A near miss of a tool name (which a server refuses to run with) and rules that can never
+    match: the page lists what `lint --policy` prints, decisions still shown as `check` does."""
+    policy = POLICY + '\n[tools.Launch_rocket]\nrequirements = ["auth:oauth2"]\n'
+    answer = ask(server, "/api/decisions", policy=policy)
+    copy = tmp_path / "mission-control.toml"
+    copy.write_text(policy, encoding="utf-8")
+    assert main(["lint", "--policy", str(copy), "--tools", "examples/mission-control-tools.json"]) == 1
+    printed = capsys.readouterr().out.splitlines()[:-1]  # the last line counts them
+    assert answer["policy"]["warnings"] == [line.replace(str(copy), "policies/mission-control.toml")
+                                            for line in printed]
+    assert any(": error: tool 'launch_rocket': " in w for w in answer["policy"]["warnings"])
+    assert answer["policy"]["ok"] and answer["tools"] is not None

@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..policy.load import PolicySource
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when a command runs
-    from ..gateway.upstream import Target
+    from ..gateway.server import Target
 
 _HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)=env:([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -34,7 +34,7 @@ def add_upstream_options(parser: argparse.ArgumentParser) -> None:
 def target_from(args: argparse.Namespace, source: PolicySource | None) -> Target:
     """The one upstream the options name. A stdio command inherits this process's environment,
     minus the variables `source` (the policy, when there is one) names as the gateway's secrets."""
-    from ..gateway.upstream import HttpTarget, StdioTarget
+    from ..gateway.server import HttpTarget, StdioTarget
 
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -48,7 +48,7 @@ def target_from(args: argparse.Namespace, source: PolicySource | None) -> Target
             raise InputError("--upstream-header is for --upstream-url only")
         if shutil.which(command[0]) is None:
             raise InputError(f"cannot start the upstream: command not found: {command[0]}")
-        return StdioTarget(command[0], tuple(command[1:]), _upstream_environment(source))
+        return StdioTarget(command[0], tuple(command[1:]), upstream_environment(source))
     url = args.upstream_url
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -71,7 +71,7 @@ def _header(spec: str) -> tuple[str, str]:
     return name, value
 
 
-def _upstream_environment(source: PolicySource | None) -> dict[str, str]:
+def upstream_environment(source: PolicySource | None) -> dict[str, str]:
     """This process's environment minus the variables the policy names as the gateway's own
     secrets (none without a policy)."""
     if source is None:
@@ -84,4 +84,4 @@ def _upstream_environment(source: PolicySource | None) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in secrets}
 
 
-__all__ = ["add_upstream_options", "target_from"]
+__all__ = ["add_upstream_options", "target_from", "upstream_environment"]

@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "lint", help="report malformed or suspicious requirements, with file and tool",
         description="Report requirements that would refuse start-up (errors: shape, namespace, form) "
                     "and suspicious ones (warnings: whitespace, invisible characters, mixed scripts, "
-                    "duplicates), policy entries for unknown tools, rules that can never match "
+                    "duplicates), policy entries that nearly match a tool's name (errors: case, "
+                    "look-alikes, separators, one edit) or match no tool, rules that can never match "
                     "(tools no caller can be allowed, grants that never apply, argument conditions "
                     "the inputSchema rules out), and tier schemas that are not callable against the "
                     "full schema. Exit 1 when there is any error (with --strict, any warning too).")

@@ -106,9 +106,11 @@ class Workbench:
             return Compiled(source, None, exc.lines(), [])
         errors, warned = requirement_problems(source, guard.snapshot.registry)
         problems = [f"{where}: {e}" for e in errors] or start_up_errors(guard, self.inputs.tools_label)
+        # `lint`'s findings; its errors too (a near miss of a tool name, which a server refuses to
+        # run with), unless they are the start-up problems already listed.
         findings = lint_findings(self.inputs.tools, self.inputs.tools_label, source, guard=guard)
         warnings = [f"{where}: {w}" for w in warned] + [
-            finding_line(f) for f in findings if f.severity != "error"]
+            finding_line(f) for f in findings if not (problems and f.severity == "error")]
         return Compiled(source, None if problems else guard, problems, warnings)
 
     async def decide(self, guard: Guard, caller: Caller, names: Sequence[str] | None = None,

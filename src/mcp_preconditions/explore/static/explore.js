@@ -90,7 +90,7 @@ function showHead(answer) {
     policy.problems.map((p) => el("div", { class: "line" }, p))] : []);
   const warnings = byId("policy-warnings");
   warnings.hidden = !policy.warnings.length;
-  fill(warnings.querySelector("summary"), `${plural(policy.warnings.length, "warning")} (lint)`);
+  fill(warnings.querySelector("summary"), `${plural(policy.warnings.length, "finding")} of policy validate and lint`);
   fill(warnings.querySelector("ul"), policy.warnings.map((w) => el("li", {}, w)));
   fill(byId("caller-label"), caller.label || "");
   const problem = byId("caller-problem");
