@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any
 
 from ..client import FilterMode, FilterResult, ToolVerdict, filter_tools
+from ..diagnostics import start_up_errors
 from ..errors import InputError
-from ..files import find_surrogate, json_type, read_claims, read_json, read_knowledge, read_line, read_tools
+from ..files import arguments_of, parse_json, read_claims, read_json, read_knowledge, read_line, read_tools
 from ..guard import Guard
 from ..outcomes import Decision
 from ..policy import load_policy
@@ -52,19 +52,8 @@ def _arguments(value: str | None) -> dict[str, Any] | None:
     if value is None:
         return None
     if value.startswith("@"):
-        parsed, where = read_json(value[1:]), value[1:]
-    else:
-        where = "--arguments"
-        try:
-            parsed = json.loads(value)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise InputError(f"--arguments: not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise InputError(f"{where}: the call's arguments must be a JSON object, got {json_type(parsed)}")
-    found = find_surrogate(parsed)
-    if found is not None:
-        raise InputError(f"{where}: {found[0]}: lone surrogate {found[1]}: not Unicode text")
-    return parsed
+        return arguments_of(read_json(value[1:]), value[1:])
+    return arguments_of(parse_json(value, "--arguments"), "--arguments")
 
 
 async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
@@ -73,13 +62,6 @@ async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
     arguments = _arguments(args.arguments)
     decisions = [await guard.check_identity(n, identity, arguments, record=False) for n in names]
     return decisions, who
-
-
-def start_up_errors(guard: Guard, tools_path: str) -> list[str]:
-    """One line per requirement that would refuse to start, blamed on the file it came from: the
-    policy for a requirement its `[tools.X]` added (the finding's `source`), else the tools file."""
-    return [f"{f.source or tools_path}: tool '{f.tool}': {f.message}"
-            for f in guard.findings if f.severity == "error"]
 
 
 def _marked(decision: Decision, requirement: str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import shutil
 import sys
 from collections.abc import Callable, Coroutine, Mapping
@@ -24,14 +23,13 @@ from ..guard import Guard
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
-from ._sockets import listening_socket
+from ._sockets import http_address, listening_socket
 from ._upstream import add_upstream_options, target_from, upstream_environment
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway, GatewayConfig
     from ..gateway.replicas import ReplicaOptions
 
-_LISTEN = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):([0-9]+)")
 SINGLE_KEY = "upstream"  # the one server of the single-upstream forms
 
 
@@ -163,13 +161,7 @@ def _listen(value: str) -> tuple[str, int] | None:
     """None for stdio, else (host, port)."""
     if value == "stdio":
         return None
-    match = _LISTEN.fullmatch(value)
-    if match is None:
-        raise InputError(f"--listen: expected 'stdio' or 'http://HOST:PORT', got {value!r}")
-    host, port = match.group(1).strip("[]"), int(match.group(2))
-    if port > 65535:
-        raise InputError(f"--listen: port out of range (0-65535): {port}")
-    return host, port
+    return http_address(value, "--listen", "'stdio' or 'http://HOST:PORT'")
 
 
 def _stdio_credentials(claims: str | None) -> Credentials:
