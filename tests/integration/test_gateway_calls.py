@@ -93,7 +93,7 @@ async def test_tools_list_has_the_union_of_requirements_on_the_wire(
     assert "execution" not in tools["slow"] and "_meta" not in tools["slow"]
     assert tools["slow"]["inputSchema"]["properties"]["seconds"] == {"type": "number"}
     assert sorted(tools) == ["ask", "bad", "crash", "echo", "env", "flip", "garbage", "mirror",
-                             "secret", "slow", "typed"]
+                             "relist", "secret", "slow", "typed"]
     # An upstream's execution.requirements and its _meta mirror are both read: neither hides the other.
     assert tools["mirror"]["execution"]["requirements"] == [*MIRROR_WIRE, *MIRROR_META]
 
