@@ -15,7 +15,7 @@ from ..analysis import never_match_findings
 from ..files import read_tools
 from ..guard import EMPTY_POLICY, Guard
 from ..policy import PolicySource, load_policy
-from ..requirements import Finding
+from ..requirements import Finding, body_of, namespace_of
 from ..resolvers import Resolver
 from ..wire import META_KEY, raw_requirements
 from ._output import FINDINGS, OK, add_format, escape, print_json
@@ -56,6 +56,14 @@ def _attributed(finding: Finding, code: Any, policy: PolicySource | None, tools_
     return dataclasses.replace(finding, source=source)
 
 
+def _unused_quotas(guard: Guard, policy: PolicySource) -> list[Finding]:
+    """A `[quotas.NAME]` no tool requires: most likely a typo on one side."""
+    used = {body_of(r) for tool in guard.snapshot.tools.values() for r in tool.requirements
+            if namespace_of(r) == "quota"}
+    return [Finding("warning", f"(policy quotas.{name})", f"no tool requires quota:{name}", None,
+                    policy.source) for name in policy.policy.quotas if name not in used]
+
+
 def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySource | None,
                   resolvers: Iterable[Resolver] = ()) -> list[Finding]:
     """Every error and warning about the tools' requirements (and the policy's, when given)."""
@@ -69,6 +77,7 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
                                            f"{tools_path}", None, policy.source)
                   for name in policy.policy.tools if name not in raw]
         found += never_match_findings(guard.snapshot, tools)
+        found += _unused_quotas(guard, policy)
     tier_lint = _tier_lint()
     if tier_lint is not None:
         found += tier_lint(tools, tools_path)

@@ -18,7 +18,7 @@ from ..requirements import body_of
 from .base import CallContext
 from .quota_store import GLOBAL, NS, UNIDENTIFIED, Bucket, Caller, QuotaStore, Rate, Waits
 
-TAKEN = "had room: one unit taken"
+TAKEN = "has room: the call takes one unit"
 NOT_TAKEN = "has room (no unit taken: the call was denied)"
 _WHOSE = {"subject": "for this caller", "client": "for this client", "global": "for all callers"}
 
