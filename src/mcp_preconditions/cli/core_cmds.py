@@ -25,9 +25,6 @@ from ._resolvers import add_resolver_option, resolvers_from
 
 
 # --- check --------------------------------------------------------------------------------------
-FRESH = "a fresh memory store: check counts no earlier calls and keeps none"
-
-
 def _read_token(value: str) -> str:
     """The token argument; `-` reads it from standard input, keeping it out of the process list."""
     token = read_line(sys.stdin, "--token -: standard input").strip() if value == "-" else value
@@ -117,6 +114,9 @@ def _outcome_rows(decision: Decision) -> list[str]:
         return []
     return table([("STATUS", "REQUIREMENT", "REASON")] + [
         (o.status.value, _marked(decision, o.requirement), o.reason) for o in decision.outcomes])
+
+
+FRESH = "a fresh memory store: check counts no earlier calls and keeps none"
 
 
 def run_check(args: argparse.Namespace) -> int:
