@@ -20,6 +20,7 @@ from .quota_store import GLOBAL, NS, UNIDENTIFIED, Bucket, Caller, QuotaStore, R
 
 TAKEN = "has room: the call takes one unit"
 NOT_TAKEN = "has room (no unit taken: the call was denied)"
+LOOKED = "has room (no unit taken)"
 _WHOSE = {"subject": "for this caller", "client": "for this client", "global": "for all callers"}
 
 
@@ -77,12 +78,12 @@ class QuotaResolver:
             return unidentified(requirement)
         waits = quota.store.peek([((quota.name, caller), quota.rate)])
         if isinstance(waits, list):
-            return self.outcome(requirement, quota, waits[0], "has room")
+            return self.outcome(requirement, quota, checked(waits, 1)[0], LOOKED)
         return self._peeked(requirement, quota, waits)
 
     async def _peeked(self, requirement: str, quota: CompiledQuota, pending: Awaitable[Waits]
                       ) -> Outcome:
-        return self.outcome(requirement, quota, (await pending)[0], "has room")
+        return self.outcome(requirement, quota, checked(await pending, 1)[0], LOOKED)
 
     def plan(self, requirements: Sequence[str]) -> QuotaPlan:
         """How to take from these quotas (a tool's, in its order), compiled once per snapshot."""
@@ -91,7 +92,7 @@ class QuotaResolver:
     def outcome(self, requirement: str, quota: CompiledQuota, wait: int, room: str) -> Outcome:
         """A quota's outcome: satisfied (`room` says whether a unit was taken) when `wait` is 0,
         else unsatisfied with the seconds until it has room again."""
-        if wait <= 0:
+        if wait == 0:
             key = (requirement, room, quota.store.name)
             found = self._outcomes.lookup(key)
             return found if found is not None else self._outcomes.keep(key, Outcome(
@@ -144,7 +145,7 @@ class QuotaPlan:
             waits = single.store.take(buckets)
             if not isinstance(waits, list):
                 return self._awaited(buckets, [], waits, 0)
-            return self._taken if waits[0] == 0 else self._outcomes(waits, False)
+            return self._taken if checked(waits, 1)[0] == 0 else self._outcomes(waits, False)
         buckets = []
         for quota in self.quotas:
             caller = caller_of(quota.by, identity)
@@ -214,10 +215,21 @@ class QuotaPlan:
             self.quotas[group[0]].store.refund([buckets[i] for i in group])
 
 
-def _fill(waits: list[int], group: tuple[int, ...], answer: Waits) -> None:
-    if not isinstance(answer, list) or len(answer) != len(group):
-        raise TypeError(f"a quota store answered {type(answer).__name__}, not one wait per bucket")
-    for i, wait in zip(group, answer, strict=True):
+def checked(answer: Any, count: int) -> Waits:
+    """A store's answer when it is one wait (an int >= 0) per bucket; anything else raises, and the
+    guard makes it `error`: a store's garbage never allows a call."""
+    if answer.__class__ is list and len(answer) == count:
+        for wait in answer:
+            if wait.__class__ is not int or wait < 0:
+                break
+        else:
+            return answer
+    raise TypeError(f"a quota store answered {str(answer)[:80]}, not one wait (an int >= 0) per "
+                    "bucket")
+
+
+def _fill(waits: list[int], group: tuple[int, ...], answer: Any) -> None:
+    for i, wait in zip(group, checked(answer, len(group)), strict=True):
         waits[i] = wait
 
 
