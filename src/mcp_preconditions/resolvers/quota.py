@@ -16,7 +16,17 @@ from ..outcomes import Outcome, OutcomeMemo, Status
 from ..principal import Identity
 from ..requirements import body_of
 from .base import CallContext
-from .quota_store import GLOBAL, NS, UNIDENTIFIED, Bucket, Caller, QuotaStore, Rate, Waits
+from .quota_store import (
+    GLOBAL,
+    NS,
+    UNIDENTIFIED,
+    Bucket,
+    Caller,
+    MemoryQuotaStore,
+    QuotaStore,
+    Rate,
+    Waits,
+)
 
 TAKEN = "has room: the call takes one unit"
 NOT_TAKEN = "has room (no unit taken: the call was denied)"
@@ -130,6 +140,8 @@ class QuotaPlan:
         if awaited > 1:  # one Redis store per snapshot serves every redis quota
             raise ValueError("a tool's quotas may use at most one store that must be awaited")
         self._single = quotas[0] if len(quotas) == 1 else None
+        # The memory store answers ints >= 0 by construction; any other store's answer is checked.
+        self._trusted = self._single is not None and isinstance(self._single.store, MemoryQuotaStore)
         # Every quota had room and gave a unit: the same outcomes each time.
         self._taken = tuple(resolver.outcome(r, q, 0, TAKEN) for r, q in zip(requirements, quotas,
                                                                                   strict=True))
@@ -145,7 +157,8 @@ class QuotaPlan:
             waits = single.store.take(buckets)
             if not isinstance(waits, list):
                 return self._awaited(buckets, [], waits, 0)
-            return self._taken if checked(waits, 1)[0] == 0 else self._outcomes(waits, False)
+            wait = waits[0] if self._trusted else checked(waits, 1)[0]
+            return self._taken if wait == 0 else self._outcomes(waits, False)
         buckets = []
         for quota in self.quotas:
             caller = caller_of(quota.by, identity)
