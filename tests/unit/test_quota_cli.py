@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mcp_preconditions.cli import main
-from mcp_preconditions.policy import load_policy
+from mcp_preconditions.policy import load_policy, parse_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 Run = tuple[int, str, str]
@@ -167,3 +167,10 @@ def test_lint_names_an_undefined_quota_and_one_no_tool_requires(
         "resolver)",
         "p.toml: warning: tool '(policy quotas.spare)': no tool requires quota:spare",
         "1 error(s), 3 warning(s) in 2 tool(s)"]
+
+
+def test_the_policy_on_the_quotas_page_is_valid() -> None:
+    text = (ROOT / "docs" / "quotas.md").read_text(encoding="utf-8")
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    quota = parse_policy(example.encode(), "docs/quotas.md").policy.quotas["launch.hourly"]
+    assert (quota.calls, quota.per_seconds, quota.by, quota.store) == (3, 3600, "subject", "memory")
