@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,30 @@ def test_a_quota_store_error_is_listed_with_the_errors_and_as_transient() -> Non
     assert not decision.allowed and decision.errors == ("quota:q",)
     assert decision.retry_after_seconds is None
     assert denial_meta(decision) == {DENIAL_ERRORS_META_KEY: ["quota:q"], TRANSIENT_META_KEY: ["quota:q"]}
+
+
+class Deferred(Remote):
+    """A store whose plain `take` returns an awaitable (so it is not known to be awaited until it
+    answers) and that can give units back."""
+
+    def __init__(self) -> None:
+        super().__init__([0])
+        self.refunded: list[Sequence[Bucket]] = []
+
+    def take(self, buckets: Sequence[Bucket]) -> Any:  # type: ignore[override]
+        return Remote.take(self, buckets)
+
+    def refund(self, buckets: Sequence[Bucket]) -> None:
+        self.refunded.append(buckets)
+
+
+def test_a_store_that_answers_later_than_expected_is_still_both_or_neither() -> None:
+    deferred, memory = Deferred(), MemoryQuotaStore(clock=lambda: 0)
+    quotas = {"d": CompiledQuota("d", Rate.of(2, 60), "global", deferred, 60),
+              "m": CompiledQuota("m", Rate.of(1, 60), "global", memory, 60)}
+    quota_plan = QuotaResolver(quotas).plan(["quota:d", "quota:m"])
+    first = asyncio.run(quota_plan.take(ALICE))  # type: ignore[arg-type]
+    assert [o.status for o in first] == [Status.SATISFIED, Status.SATISFIED]
+    second = asyncio.run(quota_plan.take(ALICE))  # type: ignore[arg-type]
+    assert [o.status for o in second] == [Status.SATISFIED, Status.UNSATISFIED]
+    assert len(deferred.taken) == 2 and len(deferred.refunded) == 1  # the second unit went back

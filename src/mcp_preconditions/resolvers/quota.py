@@ -156,9 +156,9 @@ class QuotaPlan:
             buckets = [((single.name, caller), single.rate)]
             waits = single.store.take(buckets)
             if not isinstance(waits, list):
-                return self._awaited(buckets, [], waits, 0)
+                return self._awaited(buckets, [], [0], waits, 0)
             wait = waits[0] if self._trusted else checked(waits, 1)[0]
-            return self._taken if wait == 0 else self._outcomes(waits, False)
+            return self._taken if wait == 0 else self._refused(waits)
         buckets = []
         for quota in self.quotas:
             caller = caller_of(quota.by, identity)
@@ -167,14 +167,18 @@ class QuotaPlan:
             buckets.append(((quota.name, caller), quota.rate))
         return self._take_groups(buckets)
 
-    def _take_groups(self, buckets: list[Bucket]
+    def _take_groups(self, buckets: list[Bucket], start: int = 0, taken: list[int] | None = None,
+                     waits: list[int] | None = None
                      ) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
-        taken: list[int] = []  # indexes of the groups taken so far
-        waits = [0] * len(buckets)
-        for g, group in enumerate(self.groups):
+        """Take from the groups from `start` on, in order; a refusal gives back what the groups
+        before it took (`taken`), and the groups after it are only looked at."""
+        taken = [] if taken is None else taken
+        waits = [0] * len(buckets) if waits is None else waits
+        for g in range(start, len(self.groups)):
+            group = self.groups[g]
             answer = self.quotas[group[0]].store.take([buckets[i] for i in group])
-            if not isinstance(answer, list):  # the awaited store: the last group
-                return self._awaited(buckets, taken, answer, g)
+            if not isinstance(answer, list):  # an awaited store (Redis: the last group)
+                return self._awaited(buckets, taken, waits, answer, g)
             _fill(waits, group, answer)
             if any(answer):
                 self._refund(buckets, taken)
@@ -182,21 +186,21 @@ class QuotaPlan:
             taken.append(g)
         return self._taken
 
-    async def _awaited(self, buckets: list[Bucket], taken: list[int], pending: Awaitable[Waits],
-                       g: int) -> tuple[Outcome, ...]:
-        """The last group's take (an awaited store); a refusal or a failure gives back what the
-        groups before it took."""
+    async def _awaited(self, buckets: list[Bucket], taken: list[int], waits: list[int],
+                       pending: Awaitable[Waits], g: int) -> tuple[Outcome, ...]:
+        """Group `g`'s take, awaited, then the groups after it; a refusal or a failure gives back
+        what the groups before it took."""
         try:
-            answer = await pending
+            _fill(waits, self.groups[g], await pending)
         except BaseException:
             self._refund(buckets, taken)
             raise
-        waits = [0] * len(buckets)
-        _fill(waits, self.groups[g], answer)
-        if any(answer):
+        if any(waits[i] for i in self.groups[g]):
             self._refund(buckets, taken)
-            return self._outcomes(waits, False)
-        return self._taken
+            rest = self._looked(buckets, waits, self.groups[g + 1:])
+        else:
+            rest = self._take_groups(buckets, g + 1, [*taken, g], waits)
+        return rest if isinstance(rest, tuple) else await rest
 
     def _looked(self, buckets: list[Bucket], waits: list[int], groups: Sequence[tuple[int, ...]]
                 ) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
@@ -208,18 +212,18 @@ class QuotaPlan:
                 _fill(waits, group, answer)
             else:
                 pending.append((group, answer))
-        return self._looked_later(waits, pending) if pending else self._outcomes(waits, False)
+        return self._looked_later(waits, pending) if pending else self._refused(waits)
 
     async def _looked_later(self, waits: list[int],
                             pending: list[tuple[tuple[int, ...], Awaitable[Waits]]]
                             ) -> tuple[Outcome, ...]:
         for group, answer in pending:
             _fill(waits, group, await answer)
-        return self._outcomes(waits, False)
+        return self._refused(waits)
 
-    def _outcomes(self, waits: list[int], taken: bool) -> tuple[Outcome, ...]:
-        room = TAKEN if taken else NOT_TAKEN
-        return tuple(self.resolver.outcome(self.requirements[i], self.quotas[i], wait, room)
+    def _refused(self, waits: list[int]) -> tuple[Outcome, ...]:
+        """The outcomes of a call that took nothing: used up, or had room (and gave nothing)."""
+        return tuple(self.resolver.outcome(self.requirements[i], self.quotas[i], wait, NOT_TAKEN)
                      for i, wait in enumerate(waits))
 
     def _refund(self, buckets: list[Bucket], taken: list[int]) -> None:
