@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-EXTRAS := mcp,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
+EXTRAS := mcp,explore,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
 
 .PHONY: all install install-core node services demo test check lint typecheck pytest bench clean
 
@@ -14,9 +14,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# Core + the MCP SDK: enough for the demo.
+# Core + the MCP SDK and the explorer page: enough for the demo.
 $(VENV)/.core: $(PY) pyproject.toml
-	$(PIP) install --quiet -e ".[mcp]"
+	$(PIP) install --quiet -e ".[mcp,explore]"
 	touch $@
 
 # Everything: every extra, the test and bench tools, and the example custom-resolver package.
@@ -36,7 +36,7 @@ node_modules/.package-lock.json: package.json package-lock.json
 node: node_modules/.package-lock.json
 
 # Debian's redis-server and haproxy; the tests start and stop their own instances on 127.0.0.1.
-SERVICES := redis-server haproxy
+SERVICES := redis-server haproxy chromium
 services:
 	@missing=""; for s in $(SERVICES); do command -v $$s >/dev/null 2>&1 || missing="$$missing $$s"; done; \
 	if [ -n "$$missing" ]; then \

@@ -4,3 +4,10 @@ pytest_plugins: list[str] = ["tests.fixtures.redis", "tests.fixtures.flagd", "te
                              "tests.fixtures.mcp_servers", "tests.fixtures.upstreams",
                              # a plugin, not a conftest: an xdist controller collects nothing itself
                              "tests.reliability.report"]
+
+# No hypothesis deadline anywhere: a deadline is a timing assertion, and on a shared 2-core machine
+# an example that waits for the scheduler fails it for no fault of the code under test.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("no-deadline", deadline=None)
+settings.load_profile("no-deadline")

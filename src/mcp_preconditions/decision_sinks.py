@@ -20,6 +20,7 @@ from .decisions import (
     DecisionRecorder,
     FanOutRecorder,
     LoggingRecorder,
+    ToolLabels,
     decision_record,
 )
 from .errors import PolicyError
@@ -37,14 +38,16 @@ class JsonlRecorder:
     sharing the file, never interleave, and a line is in the OS as soon as `record` returns.
     """
 
-    def __init__(self, path: str | Path, labels: Mapping[str, str] | None = None) -> None:
+    def __init__(self, path: str | Path, labels: Mapping[str, str] | None = None,
+                 tool_labels: ToolLabels | None = None) -> None:
         self.path = Path(path)
         self.labels = dict(labels or {})
+        self.tool_labels = tool_labels
         self._lock = threading.Lock()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
     def record(self, decision: Decision) -> None:
-        line = json.dumps(decision_record(decision, self.labels), ensure_ascii=False,
+        line = json.dumps(decision_record(decision, self.labels, self.tool_labels), ensure_ascii=False,
                           separators=(",", ":"))
         data = (line + "\n").encode("utf-8")
         with self._lock:
@@ -91,8 +94,9 @@ class LoggingAndSpanRecorder(LoggingRecorder):
     logged and never affects the decision or the other part."""
 
     def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER,
-                 labels: Mapping[str, str] | None = None) -> None:
-        super().__init__(logger, labels)
+                 labels: Mapping[str, str] | None = None,
+                 tool_labels: ToolLabels | None = None) -> None:
+        super().__init__(logger, labels, tool_labels)
         from opentelemetry import context, trace
 
         # The current span, read the way `trace.get_current_span` does, minus two calls and an
@@ -107,8 +111,8 @@ class LoggingAndSpanRecorder(LoggingRecorder):
     def record(self, decision: Decision) -> None:
         try:
             if self.logger.isEnabledFor(logging.INFO):
-                self.logger.info(json.dumps(decision_record(decision, self.labels),
-                                            ensure_ascii=False))
+                self.logger.info(json.dumps(decision_record(decision, self.labels,
+                                                            self.tool_labels), ensure_ascii=False))
         except Exception:
             logging.getLogger(DEFAULT_LOGGER).exception("decision log sink failed")
         try:
@@ -144,20 +148,21 @@ def opentelemetry_available() -> bool:
     return True
 
 
-def build_recorder(source: PolicySource, labels: Mapping[str, str] | None = None) -> DecisionRecorder:
+def build_recorder(source: PolicySource, labels: Mapping[str, str] | None = None,
+                   tool_labels: ToolLabels | None = None) -> DecisionRecorder:
     """The recorder a policy's `[decision_log]` asks for: JSON through logging always, plus a JSONL
     file (`jsonl_path`, relative to the policy file) and span attributes (`opentelemetry`, when
-    `opentelemetry-api` is installed). `labels` go into every record. Raises PolicyError when the
-    file cannot be opened."""
+    `opentelemetry-api` is installed). `labels`, and `tool_labels(tool)`, go into every record.
+    Raises PolicyError when the file cannot be opened."""
     settings = source.policy.decision_log
     spans = settings.opentelemetry and opentelemetry_available()
     sinks: list[DecisionRecorder] = [
-        LoggingAndSpanRecorder(settings.logger, labels) if spans
-        else LoggingRecorder(settings.logger, labels)]
+        LoggingAndSpanRecorder(settings.logger, labels, tool_labels) if spans
+        else LoggingRecorder(settings.logger, labels, tool_labels)]
     if settings.jsonl_path is not None:
         path = source.resolve_path(settings.jsonl_path)
         try:
-            sinks.append(JsonlRecorder(path, labels))
+            sinks.append(JsonlRecorder(path, labels, tool_labels))
         except OSError as exc:
             raise PolicyError(source.source, [f"decision_log.jsonl_path: cannot open '{path}' for "
                                               f"appending: {exc.strerror or exc}"]) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .outcomes import Decision
@@ -17,9 +17,15 @@ from .outcomes import Decision
 DEFAULT_LOGGER = "mcp_preconditions.decisions"
 
 
-def decision_record(decision: Decision, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+# Labels that depend on the tool (a gateway's `server`): tool name -> labels, added to its records.
+ToolLabels = Callable[[str], Mapping[str, str]]
+
+
+def decision_record(decision: Decision, labels: Mapping[str, str] | None = None,
+                    tool_labels: ToolLabels | None = None) -> dict[str, Any]:
     """The decision as a JSON-ready record. Reasons are included only for failed requirements.
-    `labels` (who recorded it: `replica`, `upstream`) are added as top-level keys."""
+    `labels` (who recorded it: `replica`, `upstream`) are added as top-level keys, and so are
+    `tool_labels(tool)` (which server a gateway's tool belongs to)."""
     record: dict[str, Any] = {
         "time": time.time(),
         "tool": decision.tool,
@@ -34,6 +40,8 @@ def decision_record(decision: Decision, labels: Mapping[str, str] | None = None)
         record["argument_dependent"] = sorted(decision.argument_dependent)
     if labels:
         record.update(labels)
+    if tool_labels is not None:
+        record.update(tool_labels(decision.tool))
     return record
 
 
@@ -45,13 +53,16 @@ class LoggingRecorder:
     """JSON lines through `logging`; costs one level check when the logger is disabled."""
 
     def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER,
-                 labels: Mapping[str, str] | None = None) -> None:
+                 labels: Mapping[str, str] | None = None,
+                 tool_labels: ToolLabels | None = None) -> None:
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
         self.labels = dict(labels or {})
+        self.tool_labels = tool_labels
 
     def record(self, decision: Decision) -> None:
         if self.logger.isEnabledFor(logging.INFO):
-            self.logger.info(json.dumps(decision_record(decision, self.labels), ensure_ascii=False))
+            self.logger.info(json.dumps(decision_record(decision, self.labels, self.tool_labels),
+                                        ensure_ascii=False))
 
 
 class FanOutRecorder:

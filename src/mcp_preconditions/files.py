@@ -150,23 +150,31 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def read_json(path: str | Path) -> Any:
     """The parsed contents of a JSON file (UTF-8, an optional byte-order mark is ignored)."""
-    data = read_bounded(path)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ToolsFileError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    return parse_json(read_bounded(path), str(path))
+
+
+def parse_json(data: bytes | str, where: str) -> Any:
+    """JSON text parsed as strictly as a file is (no duplicate keys, NaN or absurd nesting, no lone
+    surrogate); every problem a ToolsFileError starting with `where` (a file name, an option)."""
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ToolsFileError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    else:
+        text = data
     try:
         value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
-        raise ToolsFileError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
+        raise ToolsFileError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
                              f"{exc.msg}") from None
     except ValueError as exc:
-        raise ToolsFileError(f"{path}: not valid JSON: {exc}") from None
+        raise ToolsFileError(f"{where}: not valid JSON: {exc}") from None
     except RecursionError:
-        raise ToolsFileError(f"{path}: not usable JSON: nested too deeply") from None
+        raise ToolsFileError(f"{where}: not usable JSON: nested too deeply") from None
     found = find_surrogate(value)
     if found is not None:
-        raise ToolsFileError(f"{path}: {found[0]}: lone surrogate {found[1]}: not Unicode text")
+        raise ToolsFileError(f"{where}: {found[0]}: lone surrogate {found[1]}: not Unicode text")
     return value
 
 
@@ -216,8 +224,21 @@ def read_knowledge(path: str | Path) -> Knowledge:
 
 def read_claims(path: str | Path) -> dict[str, Any]:
     """The claims of an already-verified token: a JSON object."""
-    raw = read_json(path)
+    return claims_of(read_json(path), str(path))
+
+
+def claims_of(raw: Any, where: str) -> dict[str, Any]:
+    """Parsed claims, which must be a JSON object; `where` names their file or field."""
     if not isinstance(raw, dict):
-        raise ToolsFileError(f"{path}: expected a JSON object of claims, got {json_type(raw)}")
+        raise ToolsFileError(f"{where}: expected a JSON object of claims, got {json_type(raw)}")
     claims: dict[str, Any] = raw
     return claims
+
+
+def arguments_of(raw: Any, where: str) -> dict[str, Any]:
+    """A call's parsed arguments, which must be a JSON object; `where` names their file or option."""
+    if not isinstance(raw, dict):
+        raise ToolsFileError(f"{where}: the call's arguments must be a JSON object, got "
+                             f"{json_type(raw)}")
+    arguments: dict[str, Any] = raw
+    return arguments

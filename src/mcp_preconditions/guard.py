@@ -18,7 +18,7 @@ from typing import Any
 from .auth import Authenticator, build_authenticator
 from .auth.base import AuthenticateNow, authenticate_now_of
 from .decision_sinks import build_recorder
-from .decisions import DecisionRecorder
+from .decisions import DecisionRecorder, ToolLabels
 from .errors import PolicyError
 from .names import check_tool_names, near_miss_message
 from .outcomes import Decision, Ruling, Status, new_decision
@@ -49,7 +49,8 @@ class Guard:
                  resolvers: Iterable[Resolver] = (), live: LiveSources | None = None,
                  authenticator: Authenticator | None = None,
                  recorder: DecisionRecorder | None = None, entry_points: bool = True,
-                 strict: bool = True, labels: Mapping[str, str] | None = None) -> None:
+                 strict: bool = True, labels: Mapping[str, str] | None = None,
+                 tool_labels: ToolLabels | None = None) -> None:
         source = policy or EMPTY_POLICY
         self._tools: dict[str, Any] = dict(tools or {})
         # A token replaced (a new object) whenever any tool's own requirements change: compare it
@@ -66,15 +67,17 @@ class Guard:
         # against them at every reload.
         self._host_tools: tuple[str, ...] | None = None
         # `labels` (replica, upstream) go into every decision record.
-        self.recorder = recorder if recorder is not None else build_recorder(source, labels)
+        self.recorder = (recorder if recorder is not None
+                         else build_recorder(source, labels, tool_labels))
         # The snapshot and the authenticator built from the same policy travel together: a decision
         # reads the pair once, so it never verifies under one policy and decides under another.
         self._state: _State = _state(self._compile(source, self._tools),
                                      authenticator or build_authenticator(source))
 
-    def _compile(self, source: PolicySource, tools: Mapping[str, Any]) -> Snapshot:
+    def _compile(self, source: PolicySource, tools: Mapping[str, Any],
+                 previous: Snapshot | None = None) -> Snapshot:
         return Snapshot(source, tools, custom=self._custom, live=self._live,
-                        entry_points=self._entry_points, strict=self._strict)
+                        entry_points=self._entry_points, strict=self._strict, previous=previous)
 
     # -- introspection ---------------------------------------------------------------------------
     @property
@@ -99,9 +102,16 @@ class Guard:
         return list(self._snapshot.findings)
 
     def requirements_for(self, tool: str) -> tuple[str, ...]:
-        """The effective requirement list of a tool (code ∪ policy): what `tools/list` shows."""
+        """The effective requirement list of a tool (code ∪ policy): what a call enforces."""
         compiled = self._snapshot.tools.get(tool)
         return compiled.requirements if compiled else ()
+
+    def advertised_for(self, tool: str) -> tuple[str, ...]:
+        """What `tools/list` shows for a tool: `requirements_for` less the snapshot's confidential
+        requirements (SPEC §3: a subset of what is enforced, never naming a confidential one).
+        Computed once per snapshot."""
+        compiled = self._snapshot.tools.get(tool)
+        return compiled.advertised if compiled else ()
 
     def own_requirements(self, tool: str) -> tuple[str, ...]:
         """The requirements a tool declared in code (without the policy's), as registered."""
@@ -114,11 +124,21 @@ class Guard:
     # -- changes ---------------------------------------------------------------------------------
     def add_tool(self, name: str, requirements: Sequence[str] | None = None) -> None:
         """Register (or replace) a tool's own requirements; validates them now."""
-        reqs = list(requirements or [])
+        self.update_tools({name: requirements or []})
 
+    def update_tools(self, changes: Mapping[str, Sequence[str] | None]) -> None:
+        """Register, replace (a list) or forget (None) many tools' own requirements in one swap:
+        only the changed tools are compiled (a gateway applies a whole upstream listing this
+        way). Validates them now; RequirementError leaves everything as it was."""
         def make(state: _State, tools: dict[str, Any]) -> tuple[_State, dict[str, Any]]:
-            new_tools = {**tools, name: reqs}
-            return _state(self._compile(state[0].source, new_tools), state[1]), new_tools
+            new_tools = dict(tools)
+            for name, reqs in changes.items():
+                if reqs is None:
+                    new_tools.pop(name, None)
+                else:
+                    new_tools[name] = list(reqs)
+            snapshot = self._compile(state[0].source, new_tools, previous=state[0])
+            return _state(snapshot, state[1]), new_tools
         self._swap(make)
 
     def know_tools(self, names: Iterable[str]) -> None:

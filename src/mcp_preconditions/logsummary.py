@@ -1,5 +1,6 @@
 """Summaries of JSONL decision logs from many replicas: per tool, allowed and denied counts, the top
-unmet requirements, and the revisions and replicas seen; per revision and per replica, convergence.
+unmet requirements, and the revisions and replicas seen; per revision and per replica, convergence;
+and per tool over time (`Timeline`, the explorer's chart).
 
 Files are read line by line: memory grows with the distinct tools, requirements, revisions and
 replicas, never with the number of lines, and a line longer than MAX_LINE_BYTES is skipped unread.
@@ -18,6 +19,7 @@ from typing import IO, Any
 from .errors import InputError
 
 MAX_LINE_BYTES = 1 << 20  # a decision record is a few hundred bytes; 1 MiB is not one
+MAX_WARNINGS = 5  # bad lines named per file: a wrong file passed by mistake must not flood anyone
 OnBadLine = Callable[[str, int, str], None]  # (file, line number, problem)
 STDIN = "-"
 
@@ -70,9 +72,7 @@ class Summary:
         self.records += 1
         tool = self.tools.setdefault(record["tool"], ToolSummary())
         revision, replica = record.get("revision"), record.get("replica")
-        when = record.get("time")
-        when = float(when) if isinstance(when, int | float) and not isinstance(when, bool) \
-            and math.isfinite(when) else None
+        when = time_of(record)
         if record["allowed"]:
             tool.allowed += 1
         else:
@@ -116,6 +116,18 @@ class Summary:
         }
 
 
+def time_of(record: Mapping[str, Any]) -> float | None:
+    """A record's `time` (seconds since the epoch), or None when it has no usable one."""
+    when = record.get("time")
+    if isinstance(when, int | float) and not isinstance(when, bool):
+        try:
+            seconds = float(when)
+        except OverflowError:  # an integer too large for a float
+            return None
+        return seconds if math.isfinite(seconds) else None
+    return None
+
+
 def top_unmet(tool: ToolSummary, top: int) -> list[tuple[str, int]]:
     """The `top` most frequent unmet requirements, ties in code point order."""
     return sorted(tool.unmet.items(), key=lambda item: (-item[1], item[0]))[:top]
@@ -127,6 +139,73 @@ def _min(a: float | None, b: float | None) -> float | None:
 
 def _max(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
+
+
+# -- over time -------------------------------------------------------------------------------------
+# Bucket widths in seconds, each a multiple of the one before, so buckets merge without splitting.
+_WIDTHS = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 7200, 21600, 86400, 604800)
+
+
+@dataclass
+class Timeline:
+    """Allowed and denied counts per tool per time bucket, in at most `max_buckets` buckets: when the
+    records span more, the buckets widen (1 s, 5 s, ... a week, then doubling) and merge. Memory
+    grows with buckets times tools, never with the number of records."""
+
+    max_buckets: int = 60
+    width: int = 1
+    counts: dict[int, dict[str, list[int]]] = field(default_factory=dict)  # start -> tool -> [a, d]
+    untimed: int = 0  # records without a usable time, counted in the summary but not here
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        when = time_of(record)
+        if when is None:
+            self.untimed += 1
+            return
+        start = math.floor(when / self.width) * self.width
+        per_tool = self.counts.setdefault(start, {})
+        pair = per_tool.setdefault(record["tool"], [0, 0])
+        pair[0 if record["allowed"] else 1] += 1
+        while len(self.counts) > 1 and \
+                (max(self.counts) - min(self.counts)) // self.width >= self.max_buckets:
+            self._widen()
+
+    def _widen(self) -> None:
+        wider = next((w for w in _WIDTHS if w > self.width), self.width * 2)
+        merged: dict[int, dict[str, list[int]]] = {}
+        for start, per_tool in self.counts.items():
+            into = merged.setdefault(start // wider * wider, {})
+            for tool, (allowed, denied) in per_tool.items():
+                pair = into.setdefault(tool, [0, 0])
+                pair[0] += allowed
+                pair[1] += denied
+        self.width, self.counts = wider, merged
+
+    def buckets(self) -> list[int]:
+        """Every bucket start from the first to the last, empty ones included."""
+        if not self.counts:
+            return []
+        return list(range(min(self.counts), max(self.counts) + self.width, self.width))
+
+
+class BadLines:
+    """An `OnBadLine` that tells `say` about the first MAX_WARNINGS bad lines of each file, as
+    `FILE:LINE: problem; line skipped`, and counts the rest (`report_rest` tells those)."""
+
+    def __init__(self, say: Callable[[str], None], most: int = MAX_WARNINGS) -> None:
+        self.say = say
+        self.most = most
+        self.per_file: Counter[str] = Counter()
+
+    def __call__(self, name: str, number: int, problem: str) -> None:
+        self.per_file[name] += 1
+        if self.per_file[name] <= self.most:
+            self.say(f"{name}:{number}: {problem}; line skipped")
+
+    def report_rest(self) -> None:
+        for name, count in self.per_file.items():
+            if count > self.most:
+                self.say(f"{name}: {count - self.most} more bad line(s) skipped")
 
 
 # -- reading ---------------------------------------------------------------------------------------

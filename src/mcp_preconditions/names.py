@@ -2,9 +2,14 @@
 
 Decisions stay exact (SPEC §2): `[tools.Launch_Rocket]` never applies to `launch_rocket`. But such an
 entry silently applies to nothing and leaves the real tool less guarded than its author meant, so a
-host that knows its tools refuses it. A near miss is a different string with the same *skeleton*:
-compatibility-normalised, case-folded, with white space and invisible characters removed and
-common Cyrillic and Greek look-alikes read as the Latin letters they imitate.
+host that knows its tools refuses it. A policy name that is not exactly one of the host's tools is a
+near miss of a tool when their *skeletons* (compatibility-normalised, case-folded, white space and
+invisible characters removed, common Cyrillic and Greek look-alikes read as the Latin letters they
+imitate) are equal once the separators `-`, `_` and `.` are removed too (`write-file`, `writefile`,
+`Write.File` for `write_file`), or are one edit apart: one character inserted, deleted or
+substituted, or two adjacent ones swapped (`wirte_file`). Against false alarms, the edit rule needs
+both names to keep at least EDIT_MIN_LENGTH characters, and changing one digit for another is no
+edit (`report_v2` is not a typo of `report_v1`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,34 @@ def skeleton(name: str) -> str:
     return unicodedata.normalize("NFKC", text.translate(_LOOK_ALIKES))
 
 
+# The edit rule applies only when both squashed names have at least this many characters: among
+# short names one edit is often another real word (`read`/`head`, `list`/`lint`).
+EDIT_MIN_LENGTH = 5
+_SEPARATORS = str.maketrans("", "", "-_.")
+
+
+def squashed(name: str) -> str:
+    """The skeleton without separators: names equal here differ only in case, look-alikes, white
+    space, invisible characters or `-`/`_`/`.`."""
+    return skeleton(name).translate(_SEPARATORS)
+
+
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether two different strings are one insertion, deletion, substitution (not of a digit by
+    a digit) or adjacent transposition apart."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    if len(a) != len(b):  # one inserted (or deleted) character at i
+        longer, shorter = (a, b) if len(a) > len(b) else (b, a)
+        return longer[i + 1:] == shorter[i:]
+    if a[i + 1:] == b[i + 1:]:  # one substituted character
+        return not (a[i].isdigit() and b[i].isdigit())
+    return a[i + 2:] == b[i + 2:] and a[i] == b[i + 1] and a[i + 1] == b[i]
+
+
 @dataclass(frozen=True, slots=True)
 class NameFindings:
     """`near_misses`: (policy name, the host's tool it imitates) pairs; `unmatched`: policy names
@@ -43,19 +76,40 @@ class NameFindings:
     unmatched: tuple[str, ...]
 
 
+class _HostTools:
+    """The host's tools indexed for the near-miss rules: by squashed name, and by its length."""
+
+    def __init__(self, tools: list[str]) -> None:
+        self.exact = set(tools)
+        self.by_squash: dict[str, list[str]] = {}
+        for tool in tools:
+            self.by_squash.setdefault(squashed(tool), []).append(tool)
+        self.by_length: dict[int, list[str]] = {}
+        for squash in self.by_squash:
+            if len(squash) >= EDIT_MIN_LENGTH:
+                self.by_length.setdefault(len(squash), []).append(squash)
+
+    def twins(self, name: str) -> list[str]:
+        """The tools `name` nearly matches, in the host's order."""
+        squash = squashed(name)
+        found = list(self.by_squash.get(squash, ()))
+        if len(squash) >= EDIT_MIN_LENGTH:
+            for length in (len(squash) - 1, len(squash), len(squash) + 1):
+                for other in self.by_length.get(length, ()):
+                    if one_edit_apart(squash, other):
+                        found += self.by_squash[other]
+        return found
+
+
 def check_tool_names(policy_names: Iterable[str], tool_names: Iterable[str]) -> NameFindings:
     """Compare the policy's `[tools.NAME]` keys with the tools a host actually has."""
-    tools = list(dict.fromkeys(tool_names))
-    exact = set(tools)
-    by_skeleton: dict[str, list[str]] = {}
-    for tool in tools:
-        by_skeleton.setdefault(skeleton(tool), []).append(tool)
+    host = _HostTools(list(dict.fromkeys(tool_names)))
     near: list[tuple[str, str]] = []
     unmatched: list[str] = []
     for name in policy_names:
-        if name in exact:
+        if name in host.exact:  # an exact name is never a near miss of another tool
             continue
-        twins = by_skeleton.get(skeleton(name))
+        twins = host.twins(name)
         if twins:
             near.extend((name, twin) for twin in twins)
         else:

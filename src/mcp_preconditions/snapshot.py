@@ -47,6 +47,8 @@ class CompiledTool:
     requirements: tuple[str, ...]
     checks: tuple[Check, ...]
     dynamic: bool  # True when some check needs a resolver call (and so the caller's identity)
+    # What `tools/list` shows: `requirements` less the snapshot's confidential ones (SPEC §3).
+    advertised: tuple[str, ...]
     # Set when the caller alone decides every check (see memo.py): what they read of the arguments.
     # Its outcomes are then remembered per caller.
     reads: Reads | None = None
@@ -92,22 +94,50 @@ class Snapshot:
 
     def __init__(self, source: PolicySource, tools: Mapping[str, Any], *,
                  custom: Iterable[Resolver] = (), live: LiveSources | None = None,
-                 entry_points: bool = True, strict: bool = True) -> None:
+                 entry_points: bool = True, strict: bool = True,
+                 previous: Snapshot | None = None) -> None:
+        """`previous`: the snapshot this one replaces. When it compiled the same policy source
+        (only the tools changed, e.g. a gateway's upstream listed again), its resolvers, compiled
+        checks and every unchanged tool are reused: a listing of 1,500 tools with one new tool
+        compiles one tool, and no resolver (a Redis client, a flag provider) is built again."""
         self.source = source
         self.revision = source.revision
         self.timeout = source.policy.guard.lookup_timeout_seconds
         self.confidential = frozenset(source.policy.confidential)
-        self.registry: Registry = build_registry(source, self.evaluate_one, custom=custom, live=live,
-                                                 entry_points=entry_points)
+        self._options = (tuple(custom), live, entry_points, strict)
+        base = previous if previous is not None and previous.source is source and \
+            previous._options == self._options else None
         self.findings: list[Finding] = []
-        self._checks: dict[str, Check] = {}  # one per distinct string: tools share them
         self.memo = CallerMemo()
-        self._check_grants(strict)
+        self._raw: dict[str, Any] = {}  # each tool's own requirements, as compiled
+        self._tool_findings: dict[str, list[Finding]] = {}
+        if base is None:
+            self.registry: Registry = build_registry(source, self.evaluate_one, custom=custom,
+                                                     live=live, entry_points=entry_points)
+            self._checks: dict[str, Check] = {}  # one per distinct string: tools share them
+            self._check_grants(strict)
+            self._grant_findings = list(self.findings)
+        else:
+            self.registry = base.registry
+            self._checks = dict(base._checks)
+            self._grant_findings = base._grant_findings
+            self.findings.extend(self._grant_findings)
         self.tools: dict[str, CompiledTool] = {}
-        names = merge(tools, source.policy.tools)
-        for name in names:
-            compiled = self._compile(name, tools.get(name), strict)
-            if compiled.requirements:
+        for name in merge(tools, source.policy.tools):
+            raw = tools.get(name)
+            if base is not None and name in base._raw and base._raw[name] == raw:
+                compiled: CompiledTool | None = base.tools.get(name)
+                found = base._tool_findings.get(name, [])
+            else:
+                before = len(self.findings)
+                compiled = self._compile(name, raw, strict)
+                found = self.findings[before:]
+                del self.findings[before:]
+            self._raw[name] = raw
+            if found:
+                self._tool_findings[name] = found
+                self.findings.extend(found)
+            if compiled is not None and compiled.requirements:
                 self.tools[name] = compiled
         errors = [str(f) for f in self.findings if f.severity == "error"]
         if errors and strict:
@@ -148,7 +178,9 @@ class Snapshot:
             # Garbage in the tool's own field must never open it: deny the tool outright.
             bad = Check("(malformed requirements)", Outcome.unsatisfied(
                 "(malformed requirements)", "the tool's requirements are not a list of strings"), None)
-            return CompiledTool(name, (*reqs, bad.requirement), (*map(self._check, reqs), bad), True)
+            shown = (*reqs, bad.requirement)
+            return CompiledTool(name, shown, (*map(self._check, reqs), bad), True,
+                                self._advertised(shown))
         checks = tuple(self._check(r) for r in reqs)
         positions = tuple(i for i, c in enumerate(checks) if isinstance(c.resolver, QuotaResolver))
         if positions:
@@ -160,7 +192,7 @@ class Snapshot:
         dynamic = any(c.static is None for c in checks)
         reads = [self._caller_reads(c, frozenset()) for c in checks]
         caller_only = dynamic and None not in reads
-        return CompiledTool(name, reqs, checks, dynamic,
+        return CompiledTool(name, reqs, checks, dynamic, self._advertised(reqs),
                             reads_of(r for rs in reads if rs for r in rs) if caller_only else None)
 
     def _metered(self, name: str, reqs: tuple[str, ...], checks: tuple[Check, ...],
@@ -174,8 +206,15 @@ class Snapshot:
         assert isinstance(resolver, QuotaResolver)  # how `positions` were chosen
         plan = resolver.plan([c.requirement for c in quotas])
         last = positions == tuple(range(len(others), len(checks)))
-        return CompiledTool(name, reqs, checks, True, None,
+        return CompiledTool(name, reqs, checks, True, self._advertised(reqs), None,
                             Metered(rest, quotas, positions, plan, last))
+
+    def _advertised(self, requirements: tuple[str, ...]) -> tuple[str, ...]:
+        """What a listing may show of a tool's requirements: the confidential ones left out."""
+        confidential = self.confidential
+        if not confidential.intersection(requirements):
+            return requirements  # the common case shares the tuple
+        return tuple(r for r in requirements if r not in confidential)
 
     def _caller_reads(self, check: Check, seen: frozenset[str]) -> tuple[ArgumentCondition, ...] | None:
         """The argument conditions a check reads when the caller alone decides it (a static check

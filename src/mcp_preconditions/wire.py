@@ -41,16 +41,31 @@ def raw_requirements(tool: Mapping[str, Any]) -> Any:
 
 
 def with_requirements(tool: Mapping[str, Any], requirements: Sequence[str]) -> dict[str, Any]:
-    """A copy of a tool definition carrying `requirements` on the wire and in the `_meta` mirror."""
+    """A copy of a tool definition whose requirements on the wire and in the `_meta` mirror are
+    exactly `requirements`: whatever the tool carried there is replaced (it may name a confidential
+    requirement, or be garbage), and with none, neither is left (nor an `execution` that is not
+    an object)."""
     out = dict(tool)
-    if not requirements:
+    execution, meta = out.get("execution"), out.get("_meta")
+    if requirements:
+        out["execution"] = {**(execution if isinstance(execution, Mapping) else {}),
+                            "requirements": list(requirements)}
+        out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), META_KEY: list(requirements)}
         return out
-    execution = dict(out.get("execution") or {})
-    execution["requirements"] = list(requirements)
-    out["execution"] = execution
-    meta = dict(out.get("_meta") or {})
-    meta[META_KEY] = list(requirements)
-    out["_meta"] = meta
+    if execution is not None and not isinstance(execution, Mapping):
+        del out["execution"]  # garbage where requirements would be: shown as none
+    elif isinstance(execution, Mapping) and "requirements" in execution:
+        rest = {k: v for k, v in execution.items() if k != "requirements"}
+        if rest:
+            out["execution"] = rest
+        else:
+            del out["execution"]
+    if isinstance(meta, Mapping) and META_KEY in meta:
+        rest = {k: v for k, v in meta.items() if k != META_KEY}
+        if rest:
+            out["_meta"] = rest
+        else:
+            del out["_meta"]
     return out
 
 

@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
-from mcp_preconditions.gateway.calls import DENIAL_META_KEY
+from mcp_preconditions.client import DENIAL_META_KEY
 from mcp_preconditions.integrations._calls import DENIAL_CODE
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.gateway_upstream import (
@@ -175,7 +175,9 @@ async def test_a_near_miss_policy_name_refuses_every_call(files: tuple[Path, Pat
         refused = await raw_call(client, "echo")
         also = await raw_call(client, "slow", {"seconds": 0})
     assert refused["isError"] is True and also["isError"] is True
-    assert "Echo" in refused["content"][0]["text"] and "echo" in refused["content"][0]["text"]
+    # The caller learns that the policy is unusable, never its path or the names in it.
+    assert refused["content"][0]["text"] == also["content"][0]["text"] == \
+        "the gateway's policy is unusable"
     assert not tool_calls(log)
 
 

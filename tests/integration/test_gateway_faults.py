@@ -49,7 +49,7 @@ async def until_echo_works(client: Client) -> dict[str, Any]:
         result = await raw_call(client, "echo")
         if not result.get("isError") or time.monotonic() > deadline:
             return result
-        assert result["content"][0]["text"].startswith("upstream ")
+        assert result["content"][0]["text"].startswith("server upstream ")
         await anyio.sleep(0.2)
 
 
@@ -63,7 +63,7 @@ async def test_upstream_killed_mid_call_fails_that_call_at_once_and_is_restarted
         denied_meanwhile = await raw_call(client, "secret")
         recovered = await until_echo_works(client)
     assert crashed["isError"] is True
-    assert crashed["content"][0]["text"].startswith("upstream ")
+    assert crashed["content"][0]["text"].startswith("server upstream ")
     assert elapsed < 60  # seen when the process exited, not at the 120 s call timeout
     assert denied_meanwhile["structuredContent"]["error"] == "unmet_requirements"
     assert recovered["structuredContent"] == ECHO_RESULT["structuredContent"]
@@ -102,7 +102,7 @@ def test_http_upstream_down_at_start_then_up_then_restarted(tmp_path: Path) -> N
     with gateway_http(policy, log, "--upstream-url", url) as gw:
         assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
         down = httpx.get(gw.url + "/readyz", timeout=30)
-        assert down.status_code == 503 and down.json()["upstream_connected"] is False
+        assert down.status_code == 503 and down.json()["servers"]["upstream"]["connected"] is False
         refused = anyio.run(_call_anonymously, gw.url + "/mcp", "slow")
         assert refused["isError"] is True  # a tool the gateway never saw is not forwarded blind
         with upstream_http(log, port):
@@ -118,7 +118,7 @@ def test_http_upstream_down_at_start_then_up_then_restarted(tmp_path: Path) -> N
     assert denied["structuredContent"]["unmet"] == ["auth:claim:role:observer"]
     assert allowed == {"content": [{"type": "text", "text": "slow done"}], "isError": False}
     assert while_down["isError"] is True
-    assert while_down["content"][0]["text"].startswith("upstream ")
+    assert while_down["content"][0]["text"].startswith("server upstream ")
     assert again == allowed
     assert tool_calls(log) == ["slow", "slow"]
 

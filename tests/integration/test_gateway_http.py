@@ -141,7 +141,7 @@ def test_health_and_readiness(gateway: tuple[Process, Path]) -> None:
     assert httpx.get(gw.url + "/healthz", timeout=30).json() == {"status": "up"}
     ready = httpx.get(gw.url + "/readyz", timeout=30)
     assert ready.status_code == 200
-    assert ready.json()["status"] == "ready" and ready.json()["upstream_connected"] is True
+    assert ready.json()["status"] == "ready" and ready.json()["servers"]["upstream"]["connected"] is True
     stale = httpx.post(gw.url + "/mcp", headers={**ACCEPT, "mcp-session-id": "no-such-session",
                                                  "mcp-protocol-version": "2025-11-25"},
                        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)

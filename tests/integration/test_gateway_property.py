@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from mcp_preconditions.gateway import Gateway, HttpTarget, Upstream
+from mcp_preconditions.gateway import Gateway, ServerSpec
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
@@ -72,9 +72,9 @@ async def run_example(url: str, policy: dict[str, Any], roles: list[str | None])
     caller: list[Credentials] = [ANONYMOUS]
     guard = Guard(parse_policy(policy_text(policy).encode(), "random.toml"),
                   labels={"upstream": url})
-    gateway = Gateway(guard, Upstream(HttpTarget(url)), lambda _ctx: caller[0])
+    gateway = Gateway(guard, [ServerSpec("upstream", "", url=url)], lambda _ctx: caller[0])
     async with anyio.create_task_group() as tg:
-        tg.start_soon(gateway.upstream.run)
+        tg.start_soon(gateway.run)
         async with Client(gateway.server, mode="legacy") as client:
             for role in roles:
                 caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))

@@ -48,7 +48,7 @@ async def test_list_tools_returns_requirements_and_applies_each_mode(version: st
         hidden = await wrapped.list_tools()
         demoted = await wrapped.list_tools("demote")
         annotated = await wrapped.list_tools("annotate")
-    assert hidden.requirements("closed_door") == list(DENIED)
+    assert hidden.requirements("closed_door") == list(DENIED[:2])  # the confidential one unshown
     assert hidden.requirements("from_policy") == ["env:production"]
     assert hidden.names == ["open_door", "from_policy"]
     assert hidden.filtered.hidden == (("closed_door", ("env:staging",)),)

@@ -25,9 +25,11 @@ def test_demo_shows_listing_verdicts_an_allowed_and_a_denied_call() -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "1. tools/list with execution.requirements" in out
+    # state:weather.clear is enforced but confidential in the policy: never listed (SPEC §3).
     assert ("   launch_rocket         auth:oauth2, auth:claim:role:mission_control, "
-            "capability:rocket.launch,\n                         env:production, state:weather.clear, "
+            "capability:rocket.launch,\n                         env:production, "
             "feature:launch_window.open\n") in out
+    assert "weather.clear" not in out
     assert "   get_weather           (none)\n" in out
     assert ("   stream_telemetry_v2   WILL FAIL  unsatisfiable: feature:telemetry.v2  -> hidden\n"
             in out)
@@ -44,9 +46,13 @@ async def test_the_example_server_matches_examples_mission_control_tools() -> No
     async with Client(build_server(Guard(default_policy())), mode="legacy") as client:
         served = await raw_tools(client.session)
     assert [t["name"] for t in served] == [t["name"] for t in SOURCE_TOOLS]
+    confidential = set(default_policy().policy.confidential)
     for tool, source in zip(served, SOURCE_TOOLS, strict=True):
         assert tool["description"] == source["description"]
-        assert tool.get("execution") == source.get("execution")
+        # Listed as declared, less the requirements the policy marks confidential.
+        declared = (source.get("execution") or {}).get("requirements", [])
+        assert (tool.get("execution") or {}).get("requirements", []) == [
+            r for r in declared if r not in confidential]
         assert list(tool["inputSchema"]["properties"]) == list(source["inputSchema"]["properties"])
         assert tool["inputSchema"].get("required", []) == source["inputSchema"].get("required", [])
 

@@ -60,13 +60,14 @@ async def test_tools_list_carries_requirements_and_mirror_on_the_wire(
         typed = {t.name: t for t in (await client.list_tools()).tools}
     assert wire["open_door"]["execution"]["requirements"] == ["env:production"]
     assert wire["open_door"]["_meta"][META_KEY] == ["env:production"]
-    assert wire["closed_door"]["execution"]["requirements"] == list(DENIED)
-    assert wire["closed_door"]["_meta"][META_KEY] == list(DENIED)
+    # The confidential `state:secret.door` is enforced but never advertised (SPEC §3).
+    assert wire["closed_door"]["execution"]["requirements"] == list(DENIED[:2])
+    assert wire["closed_door"]["_meta"][META_KEY] == list(DENIED[:2])
     # Requirements from the policy's per-tool list reach the wire too (code ∪ policy).
     assert wire["from_policy"]["execution"]["requirements"] == ["env:production"]
     # The SDK's typed models drop the field; the _meta mirror survives them.
     assert typed["closed_door"].meta is not None
-    assert typed["closed_door"].meta[META_KEY] == list(DENIED)
+    assert typed["closed_door"].meta[META_KEY] == list(DENIED[:2])
     assert typed["closed_door"].execution is None or "requirements" not in typed[
         "closed_door"].execution.model_dump()
 

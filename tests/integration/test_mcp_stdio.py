@@ -6,6 +6,7 @@ Bad `serve` input exits 2 with a message naming the problem.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions.cli import main
 from mcp_preconditions.examples_server import LAUNCH_REQUIREMENTS
@@ -32,6 +34,8 @@ from tests.fixtures.mcp_servers import (
 from tests.fixtures.oidc import OidcServer
 
 pytestmark = pytest.mark.integration
+
+LAUNCH_LISTED = [r for r in LAUNCH_REQUIREMENTS if r != "state:weather.clear"]
 
 CLAIMS = ROOT / "examples" / "claims" / "mission-control.json"
 
@@ -59,8 +63,9 @@ async def test_stdio_serve_puts_requirements_on_the_wire_and_guards_calls(versio
         denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
     assert list(wire) == ["launch_rocket", "abort_launch", "read_telemetry", "schedule_maintenance",
                           "stream_telemetry_v2", "fuel_status", "get_weather"]
-    assert wire["launch_rocket"]["execution"]["requirements"] == list(LAUNCH_REQUIREMENTS)
-    assert wire["launch_rocket"]["_meta"][META_KEY] == list(LAUNCH_REQUIREMENTS)
+    # Listed less the policy's confidential `state:weather.clear` (enforced, never named).
+    assert wire["launch_rocket"]["execution"]["requirements"] == LAUNCH_LISTED
+    assert wire["launch_rocket"]["_meta"][META_KEY] == LAUNCH_LISTED
     assert "execution" not in wire["get_weather"] and "_meta" not in wire["get_weather"]
     assert weather.is_error is False
     assert denied.structured_content == {
@@ -129,6 +134,32 @@ def test_serve_refuses_a_policy_with_a_bad_requirement(tmp_path: Path,
     assert capsys.readouterr().err == (
         f"mcp-preconditions: error: {policy}: tool 'launch_rocket': requirement 'env' has no namespace "
         f"(expected NAMESPACE:..., known namespaces: {known})\n")
+
+
+@pytest.mark.parametrize(("near", "shown"), [("launch-rocket", "launch-rocket"),
+                                             ("abort_lanuch", "abort_lanuch"),
+                                             ("Fuel_Status", "Fuel_Status"),
+                                             ("get_w\u0435ather", "get_w\\u0435ather")])
+async def test_serve_refuses_to_start_on_a_near_miss_policy_name(tmp_path: Path, near: str,
+                                                                 shown: str) -> None:
+    """A real subprocess: `serve` exits 2 naming both names before it serves anything; an SDK
+    client that launches it gets no session."""
+    policy = tmp_path / "near.toml"
+    policy.write_text(f'[tools.{json.dumps(near)}]\nrequirements = ["env:production"]\n',
+                      encoding="utf-8")
+    done = subprocess.run([*CLI, "serve", "--policy", str(policy)], env=server_env(), cwd=ROOT,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                          check=False)
+    tool = {"launch-rocket": "launch_rocket", "abort_lanuch": "abort_launch",
+            "Fuel_Status": "fuel_status"}.get(near, "get_weather")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f'mcp-preconditions: error: {policy}: tools."{shown}": names no tool, but nearly matches '
+        f'the tool "{tool}" (names are compared exactly; a typo here would leave that tool less '
+        f"guarded than the policy says)\n")
+    with pytest.RaisesGroup(pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="Connection closed"))):
+        async with stdio(policy):
+            pass
 
 
 def test_serve_refuses_a_missing_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,9 @@
 """Property: for random tool registrations through every hosted adapter (code arguments, `@requires`,
-by-name declarations, `_meta` mirrors, duplicate names, policy lists), what `tools/list` advertises
-for a tool is exactly what a call enforces, before any listing and after it, and it holds the
-requirements of the function that actually runs. The reliability suite reuses these builders.
+by-name declarations, `_meta` mirrors, duplicate names, policy lists, confidential requirements),
+what `tools/list` advertises is a subset of what a call enforces, and what is enforced but not
+advertised is exactly the confidential requirements (SPEC §3), before any listing and after it; what
+is enforced holds the requirements of the function that actually runs. The reliability suite reuses
+these builders.
 """
 
 from __future__ import annotations
@@ -48,9 +50,19 @@ class Registration:
 class Case:
     registrations: tuple[Registration, ...]
     policy: Mapping[str, tuple[str, ...]]
+    confidential: tuple[str, ...] = ()
+    denial: Literal["result", "jsonrpc"] = "result"  # the policy's `[guard] denial`
 
     def names(self) -> list[str]:
         return list(dict.fromkeys(r.name for r in self.registrations))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What a denied call told its caller: the requirements it named, and how many it withheld."""
+
+    unmet: frozenset[str]
+    withheld: int
 
 
 @dataclass
@@ -69,13 +81,15 @@ class Built:
         self.by_name[reg.name] = merge(self.by_name.get(reg.name, ()), reg.code)
 
 
-def policy_bytes(policy: Mapping[str, tuple[str, ...]]) -> bytes:
+def policy_bytes(policy: Mapping[str, tuple[str, ...]], confidential: tuple[str, ...] = ()) -> bytes:
     tables = "".join(f"[tools.{n}]\nrequirements = {list(r)!r}\n" for n, r in policy.items())
-    return ('environment = ["z"]\n' + tables).replace("'", '"').encode()
+    head = f'environment = ["z"]\nconfidential = {list(confidential)!r}\n'
+    return (head + tables).replace("'", '"').encode()
 
 
 def guard_for(case: Case) -> Guard:
-    return Guard(parse_policy(policy_bytes(case.policy), "policy.toml"), entry_points=False)
+    text = policy_bytes(case.policy, case.confidential) + f'[guard]\ndenial = "{case.denial}"\n'.encode()
+    return Guard(parse_policy(text, "policy.toml"), entry_points=False)
 
 
 def function(built: Built, reg: Registration) -> Callable[[], str]:
@@ -177,28 +191,46 @@ def expected(case: Case, built: Built, name: str) -> set[str]:
                      reg.mirror or (), built.extra.get(name, ())))
 
 
+def expected_refusal(case: Case, enforced: set[str]) -> Refusal | None:
+    """The denial a call gets when it must enforce `enforced` (none of them holds): the disclosed
+    ones named, the confidential ones counted; None when there is nothing to enforce."""
+    if not enforced:
+        return None
+    hidden = enforced & set(case.confidential)
+    return Refusal(frozenset(enforced - hidden), len(hidden))
+
+
 @dataclass
 class Observed:
-    before: dict[str, set[str] | None]  # per name: unmet of the call before any list (None: ran)
+    before: dict[str, Refusal | None]  # per name: the call before any list (None: it ran)
     listed: dict[str, tuple[set[str], set[str]]]  # (execution.requirements, the _meta mirror)
-    after: dict[str, set[str] | None]
+    after: dict[str, Refusal | None]
     ran: list[str]
 
 
-async def call(client: Client, name: str) -> set[str] | None:
-    """The requirements a call was denied for; None when it was allowed."""
+async def refusal(client: Client, name: str) -> Refusal | None:
+    """What a call was denied for; None when it was allowed."""
     with contextlib.suppress(MCPError):
         result = await client.call_tool(name, {})
-        return set(result.structured_content["unmet"]) if result.is_error else None
-    return {"<refused>"}
+        if not result.is_error:
+            return None
+        return Refusal(frozenset(result.structured_content["unmet"]),
+                       result.structured_content["withheld"])
+    return Refusal(frozenset({"<refused>"}), 0)
+
+
+async def call(client: Client, name: str) -> set[str] | None:
+    """The requirements a call was denied for by name; None when it was allowed."""
+    found = await refusal(client, name)
+    return set(found.unmet) if found is not None else None
 
 
 async def observe(case: Case, flavour: str) -> tuple[Built, Observed]:
     built = build(case, flavour)
     async with Client(built.target) as client:
-        before = {n: await call(client, n) for n in case.names()}
+        before = {n: await refusal(client, n) for n in case.names()}
         tools = await raw_tools(client.session)
-        after = {n: await call(client, n) for n in case.names()}
+        after = {n: await refusal(client, n) for n in case.names()}
     listed = {t["name"]: (set((t.get("execution") or {}).get("requirements") or ()),
                           set((t.get("_meta") or {}).get(META_KEY) or ())) for t in tools}
     return built, Observed(before, listed, after, list(built.ran))
@@ -213,17 +245,36 @@ def registrations() -> st.SearchStrategy[Registration]:
 def cases() -> st.SearchStrategy[Case]:
     return st.builds(Case, st.lists(registrations(), min_size=1, max_size=5).map(tuple),
                      st.dictionaries(st.sampled_from(NAMES),
-                                     st.lists(st.sampled_from(REQUIREMENTS), max_size=2).map(tuple)))
+                                     st.lists(st.sampled_from(REQUIREMENTS), max_size=2).map(tuple)),
+                     st.lists(st.sampled_from(REQUIREMENTS), max_size=3, unique=True).map(tuple))
 
 
 @settings(max_examples=40, deadline=None)
 @given(cases(), st.sampled_from(FLAVOURS))
-def test_what_tools_list_advertises_is_what_a_call_enforces(case: Case, flavour: str) -> None:
+def test_advertised_is_enforced_less_the_confidential(case: Case, flavour: str) -> None:
     built, seen = asyncio.run(observe(case, flavour))
+    confidential = set(case.confidential)
     for name in case.names():
         execution, mirror = seen.listed[name]
         assert execution == mirror, name
-        want = expected(case, built, name)
-        assert mirror == want, (name, flavour)
-        assert seen.before[name] == seen.after[name] == (want or None), (name, flavour)
+        enforced = expected(case, built, name)
+        assert mirror <= enforced, (name, flavour)
+        assert enforced - mirror == enforced & confidential, (name, flavour)
+        assert seen.before[name] == seen.after[name] == expected_refusal(case, enforced), (name, flavour)
     assert seen.ran == [n for n in [*case.names(), *case.names()] if not expected(case, built, n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(NAMES), st.lists(st.sampled_from(REQUIREMENTS), max_size=4)),
+       st.dictionaries(st.sampled_from(NAMES),
+                       st.lists(st.sampled_from(REQUIREMENTS), max_size=3).map(tuple)),
+       st.lists(st.sampled_from(REQUIREMENTS), max_size=4, unique=True).map(tuple))
+def test_the_guards_advertised_list_is_its_enforced_list_less_the_confidential(
+        code: dict[str, list[str]], policy: dict[str, tuple[str, ...]],
+        confidential: tuple[str, ...]) -> None:
+    guard = Guard(parse_policy(policy_bytes(policy, confidential), "policy.toml"), code,
+                  entry_points=False)
+    for name in NAMES:
+        enforced, advertised = guard.requirements_for(name), guard.advertised_for(name)
+        assert enforced == merge(code.get(name, ()), policy.get(name, ()))
+        assert advertised == tuple(r for r in enforced if r not in confidential)  # order kept

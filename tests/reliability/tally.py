@@ -1,5 +1,6 @@
-"""The reliability suite's counts (cases tried, calls made, calls wrongly allowed, tracebacks), kept
-for the run and written to `.run/reliability.json` and the terminal summary for the README.
+"""The reliability suite's counts (cases tried, calls made, calls wrongly allowed, tracebacks,
+confidential requirement names a caller saw), kept for the run and written to
+`.run/reliability.json` and the terminal summary for the README.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Counts:
     calls: int = 0
     wrongly_allowed: int = 0
     tracebacks: int = 0
+    confidential_seen: int = 0
 
 
 @dataclass
@@ -27,13 +29,14 @@ class Tally:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, suite: str, *, cases: int = 0, calls: int = 0, wrongly_allowed: int = 0,
-            tracebacks: int = 0) -> None:
+            tracebacks: int = 0, confidential_seen: int = 0) -> None:
         with self._lock:
             counts = self.suites.setdefault(suite, Counts())
             counts.cases += cases
             counts.calls += calls
             counts.wrongly_allowed += wrongly_allowed
             counts.tracebacks += tracebacks
+            counts.confidential_seen += confidential_seen
 
     def export(self) -> dict[str, dict[str, int]]:
         """The counts as plain data (what an xdist worker sends its controller)."""
@@ -52,14 +55,12 @@ class Tally:
             out.calls += c.calls
             out.wrongly_allowed += c.wrongly_allowed
             out.tracebacks += c.tracebacks
+            out.confidential_seen += c.confidential_seen
         return out
 
     def lines(self) -> list[str]:
-        rows = [f"{name}: {c.cases} cases, {c.calls} calls, {c.wrongly_allowed} wrongly allowed, "
-                f"{c.tracebacks} tracebacks" for name, c in sorted(self.suites.items())]
-        t = self.total()
-        rows.append(f"total: {t.cases} cases, {t.calls} calls, {t.wrongly_allowed} wrongly allowed, "
-                    f"{t.tracebacks} tracebacks")
+        rows = [f"{name}: {_line(c)}" for name, c in sorted(self.suites.items())]
+        rows.append(f"total: {_line(self.total())}")
         return rows
 
     def write(self, path: Path = ARTEFACT) -> None:
@@ -67,6 +68,11 @@ class Tally:
         payload = {"suites": {k: asdict(v) for k, v in sorted(self.suites.items())},
                    "total": asdict(self.total())}
         path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def _line(c: Counts) -> str:
+    return (f"{c.cases} cases, {c.calls} calls, {c.wrongly_allowed} wrongly allowed, "
+            f"{c.tracebacks} tracebacks, {c.confidential_seen} confidential names seen")
 
 
 TALLY = Tally()

@@ -94,8 +94,8 @@ def test_mission_control_may_not_launch_a_vehicle_the_policy_does_not_list(
 
 @pytest.mark.parametrize(("value", "message"), [
     ("[1]", "--arguments: the call's arguments must be a JSON object, got array"),
-    ("{", "--arguments: not valid JSON: Expecting property name enclosed in double quotes: line 1 "
-          "column 2 (char 1)"),
+    ("{", "--arguments: not valid JSON (line 1, column 2): Expecting property name enclosed in "
+          "double quotes"),
     ('{"vehicle": ["\\ud800"]}', "--arguments: vehicle[0]: lone surrogate \\ud800: not Unicode text"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], value: str,

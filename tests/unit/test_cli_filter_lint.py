@@ -203,3 +203,27 @@ def test_lint_bad_input_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     write(tmp_path, "t.json", [])
     write(tmp_path, "p.toml", "[tols.x]\nrequirements = []\n")
     assert run(capsys, "lint", *argv) == (2, "", f"mcp-preconditions: error: {message}\n")
+
+
+def test_lint_reports_a_near_miss_policy_name_as_an_error_naming_both(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "t.json", {"tools": [{"name": "write_file"}, {"name": "read_file"},
+                                         {"name": "list_directory"}]})
+    write(tmp_path, "p.toml", '[tools.write-file]\nrequirements = ["env:production"]\n'
+                              '[tools."re\u0430d_file"]\nrequirements = ["env:production"]\n'
+                              '[tools.list_directroy]\nrequirements = ["env:production"]\n'
+                              '[tools.ghost_tool]\nrequirements = []\n')
+    code, out, err = run(capsys, "lint", "--tools", "t.json", "--policy", "p.toml")
+    tail = ("names no tool, but nearly matches the tool {} (names are compared exactly; a typo "
+            "here would leave that tool less guarded than the policy says)")
+    assert (code, err) == (1, "")
+    assert out.splitlines() == [
+        "p.toml: error: tool 'write_file': tools.\"write-file\": " + tail.format('"write_file"'),
+        "p.toml: error: tool 'read_file': tools.\"re\\u0430d_file\": " + tail.format('"read_file"'),
+        "p.toml: error: tool 'list_directory': tools.\"list_directroy\": "
+        + tail.format('"list_directory"'),
+        "p.toml: warning: tool 'ghost_tool': the policy's [tools.ghost_tool] names a tool that is "
+        "not in t.json",
+        "3 error(s), 1 warning(s) in 3 tool(s)",
+    ]

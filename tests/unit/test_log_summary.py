@@ -15,7 +15,7 @@ import pytest
 from mcp_preconditions import Guard, Identity
 from mcp_preconditions.cli import main
 from mcp_preconditions.decision_sinks import JsonlRecorder
-from mcp_preconditions.logsummary import MAX_LINE_BYTES, Summary, read_records
+from mcp_preconditions.logsummary import MAX_LINE_BYTES, BadLines, Summary, Timeline, read_records
 from mcp_preconditions.policy.load import parse_policy
 
 POLICY_A = b'environment = ["production"]\n[tools.launch]\nrequirements = ["env:production", "state:go"]\n'
@@ -188,3 +188,44 @@ def test_the_latest_revision_is_by_record_time_not_file_order(
     untimed.write_text(line("first", None) + line("second", None))
     code, out, _ = run(capsys, str(untimed), "--format", "json")
     assert json.loads(out)["replicas"][0]["last_revision"] == "second"
+
+
+def test_a_time_too_large_for_a_float_is_no_time(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "d.jsonl"
+    log.write_text('{"time": 1' + "0" * 400 + ', "tool": "t", "allowed": true, "unmet": [], '
+                   '"revision": "r"}\n', encoding="utf-8")
+    code, out, _ = run(capsys, str(log), "--format", "json")
+    assert code == 0
+    assert json.loads(out)["revisions"] == [{"revision": "r", "records": 1, "first_time": None,
+                                             "last_time": None, "replicas": []}]
+
+
+def _record(when: Any, tool: str = "t", allowed: bool = True) -> dict[str, Any]:
+    return {"time": when, "tool": tool, "allowed": allowed, "unmet": []}
+
+
+def test_the_timeline_widens_its_buckets_and_keeps_every_count() -> None:
+    timeline = Timeline(max_buckets=10)
+    for second in range(0, 3600, 7):  # an hour, a record every 7 s, every third one denied
+        timeline.add(_record(1_000_000 + second, allowed=second % 3 != 0))
+    timeline.add(_record(None))
+    starts = timeline.buckets()
+    assert timeline.width == 600 and len(starts) <= 10  # 1 s, 5 s, ... 10 min: 7 buckets
+    assert starts == list(range(starts[0], starts[-1] + 600, 600))
+    counts = [timeline.counts.get(s, {}).get("t", [0, 0]) for s in starts]
+    expected_denied = sum(1 for second in range(0, 3600, 7) if second % 3 == 0)
+    assert sum(a for a, _ in counts) == 515 - expected_denied
+    assert sum(d for _, d in counts) == expected_denied
+    assert timeline.untimed == 1
+
+
+def test_bad_lines_are_told_five_per_file_then_counted() -> None:
+    told: list[str] = []
+    bad = BadLines(told.append)
+    for number in range(1, 9):
+        bad("a.jsonl", number, "not JSON")
+    bad("b.jsonl", 3, "not UTF-8")
+    bad.report_rest()
+    assert told == [*(f"a.jsonl:{n}: not JSON; line skipped" for n in range(1, 6)),
+                    "b.jsonl:3: not UTF-8; line skipped", "a.jsonl: 3 more bad line(s) skipped"]

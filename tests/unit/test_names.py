@@ -8,7 +8,14 @@ import pytest
 
 from mcp_preconditions.errors import PolicyError
 from mcp_preconditions.guard import Guard
-from mcp_preconditions.names import check_tool_names, skeleton
+from mcp_preconditions.names import (
+    EDIT_MIN_LENGTH,
+    NameFindings,
+    check_tool_names,
+    one_edit_apart,
+    skeleton,
+    squashed,
+)
 from mcp_preconditions.policy.load import parse_policy
 
 
@@ -60,3 +67,73 @@ def test_a_name_matching_nothing_is_a_logged_warning(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.WARNING, logger="mcp_preconditions.policy"):
         guard.know_tools(["launch_rocket"])
     assert [r.getMessage() for r in caplog.records] == ["p.toml: tools.ghost: names no tool of this server"]
+
+
+# --- separators and one edit (issue 22, item 7) ----------------------------------------------------
+HOST = ["write_file", "read_text_file", "list_directory", "get_user", "report_v1", "head", "move"]
+
+
+@pytest.mark.parametrize("near", ["write-file", "writefile", "write.file", "Write_File", "write file",
+                                  "WRITE-FILE", "write__file", "write_.file"])
+def test_a_name_differing_only_in_separators_is_a_near_miss(near: str) -> None:
+    assert check_tool_names([near], HOST).near_misses == ((near, "write_file"),)
+
+
+@pytest.mark.parametrize(("near", "edit"), [
+    ("write_fle", "deletion"), ("write_fiile", "insertion"), ("write_fike", "substitution"),
+    ("wirte_file", "transposition"), ("write_files", "insertion at the end"),
+    ("rite_file", "deletion at the start"), ("write-fle", "separator and a deletion"),
+    ("read_text_fiel", "transposition at the end"), ("list_directroy", "transposition"),
+    ("Get_Users", "case and an insertion"), ("write_f\u0456le", "look-alike letter"),
+])
+def test_a_name_one_edit_away_is_a_near_miss(near: str, edit: str) -> None:
+    found = check_tool_names([near], HOST)
+    assert len(found.near_misses) == 1, edit
+    assert found.near_misses[0][0] == near
+    assert found.unmatched == ()
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("wrote_fyle", "two substitutions"), ("write_filesx", "two insertions"),
+    ("wirte_fiel", "two transpositions"), ("report_v2", "a digit for a digit is a different version"),
+    ("read", "short names: no edit rule (head)"), ("mode", "short names: no edit rule (move)"),
+    ("delete_file", "unrelated"),
+])
+def test_names_two_edits_away_short_or_versioned_are_not_near_misses(name: str, why: str) -> None:
+    assert check_tool_names([name], HOST) == NameFindings((), (name,)), why
+
+
+def test_a_name_that_is_exactly_one_tool_is_never_a_near_miss_of_another() -> None:
+    found = check_tool_names(["write_file", "write_files"], ["write_file", "write_files", "write-file"])
+    assert found == NameFindings((), ())
+
+
+def test_a_near_miss_of_two_tools_names_both() -> None:
+    found = check_tool_names(["write-files"], ["write_file", "write_files"])
+    assert found.near_misses == (("write-files", "write_files"), ("write-files", "write_file"))
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), [
+    ("abcde", "abcde", False), ("abcde", "abcdef", True), ("abcde", "bcde", True),
+    ("abcde", "abxde", True), ("abcde", "bacde", True), ("abcde", "abced", True),
+    ("abcde", "acbed", False), ("ab1de", "ab2de", False), ("ab1de", "abxde", True),
+    ("abcde", "abcdefg", False), ("", "a", True),
+])
+def test_one_edit_apart(a: str, b: str, expected: bool) -> None:
+    assert one_edit_apart(a, b) is expected
+    assert one_edit_apart(b, a) is expected
+
+
+def test_squashed_removes_separators_after_the_skeleton() -> None:
+    assert squashed("Write\u2010File") == squashed("write.file") == squashed("write file") == "writefile"
+    assert EDIT_MIN_LENGTH == 5
+
+
+def test_know_tools_refuses_a_separator_near_miss_naming_both() -> None:
+    guard = Guard(parse_policy(b'[tools.write-file]\nrequirements = ["env:x"]\n', "p.toml"),
+                  entry_points=False)
+    with pytest.raises(PolicyError) as err:
+        guard.know_tools(HOST)
+    assert err.value.lines() == [
+        'p.toml: tools."write-file": names no tool, but nearly matches the tool "write_file" (names '
+        "are compared exactly; a typo here would leave that tool less guarded than the policy says)"]

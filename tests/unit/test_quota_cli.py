@@ -99,7 +99,7 @@ def test_check_counts_in_a_fresh_memory_store_and_says_so(capsys: pytest.Capture
         assert run(capsys, "check", "--policy", "p.toml", "--tools", "tools.json", "--claims",
                    "alice.json", "--tool", "launch") == (0, f"""policy: p.toml (revision {revision})
 principal: alice (claims from alice.json)
-quotas: a fresh memory store: check counts no earlier calls and keeps none
+quotas: counted in a fresh memory store: no earlier calls are counted and none is kept
 
 TOOL    DECISION  UNMET
 launch  ALLOWED
@@ -108,7 +108,7 @@ launch: ALLOWED
   STATUS     REQUIREMENT   REASON
   satisfied  auth:oauth2   access token verified (claims)
   satisfied  quota:hourly  quota 'hourly' has room: the call takes one unit (a fresh memory store: \
-check counts no earlier calls and keeps none)
+no earlier calls are counted and none is kept)
 """, "")
 
 

@@ -107,11 +107,11 @@ def test_a_reload_racing_add_tool_loses_neither_the_tool_nor_the_new_policy() ->
     class Interleaved(Guard):
         hook: Any = None
 
-        def _compile(self, source: Any, tools: Any) -> Any:
+        def _compile(self, source: Any, tools: Any, previous: Any = None) -> Any:
             hook, self.hook = self.hook, None
             if hook is not None:
                 hook()  # another thread runs here, while this compile is in progress
-            return super()._compile(source, tools)
+            return super()._compile(source, tools, previous)
 
     guard = Interleaved(old, {"t": ["env:a"]}, entry_points=False)
     adder = threading.Thread(target=guard.add_tool, args=("late", ["auth:oauth2"]))

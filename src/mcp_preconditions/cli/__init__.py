@@ -19,6 +19,7 @@ from ..errors import PreconditionsError
 from . import (
     core_cmds,
     demo_cmd,
+    explore_cmd,
     gateway_cmds,
     lint_cmd,
     log_cmds,
@@ -49,14 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd,
-                   gateway_cmds, log_cmds):
+                   gateway_cmds, log_cmds, explore_cmd):
         module.register(subparsers)
     return parser
 
 
 def _needs_stdout(args: argparse.Namespace) -> bool:
-    """Every command prints its result on stdout but `serve` over HTTP (it announces on stderr)."""
-    return not (args.command == "serve" and args.transport == "http")
+    """Every command prints its result on stdout but `serve` over HTTP and `explore` (they announce
+    on stderr)."""
+    return not ((args.command == "serve" and args.transport == "http") or args.command == "explore")
 
 
 def _output_lost(exc: OSError) -> int:

@@ -10,41 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..visible import escape, hidden_characters
+
+__all__ = ["BAD_INPUT", "FINDINGS", "OK", "PROG", "add_format", "escape", "fail", "hidden_characters",
+           "print_json", "table", "warn"]
+
 PROG = "mcp-preconditions"
 OK, FINDINGS, BAD_INPUT = 0, 1, 2
-# Characters a terminal does not show as themselves: controls (Cc), formats such as the bidi
-# overrides U+202A-U+202E and U+2066-U+2069 (Cf), lone surrogates (Cs), private-use and unassigned
-# code points (Co, Cn), and line/paragraph separators (Zl, Zp).
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def hidden_characters(text: str) -> list[str]:
-    """The characters of `text` a terminal would not show as themselves, as `U+XXXX`, in order."""
-    if text.isascii() and text.isprintable():
-        return []
-    found = (f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in _HIDDEN)
-    return list(dict.fromkeys(found))
-
-
-def escape(text: str) -> str:
-    """`text` with every hidden character written as a Python escape (`\\n`, `\\u202e`)."""
-    if text.isascii() and text.isprintable():
-        return text
-    out: list[str] = []
-    for char in text:
-        if unicodedata.category(char) not in _HIDDEN:
-            out.append(char)
-        elif char in "\n\r\t":
-            out.append(repr(char)[1:-1])
-        else:
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
-                       else f"\\U{code:08x}")
-    return "".join(out)
 
 
 def _say(kind: str, lines: Iterable[str]) -> None:

@@ -1,11 +1,38 @@
-"""The listening socket of an HTTP-serving subcommand (`serve`, `gateway`), bound before anything is
-announced, so early clients queue instead of failing."""
+"""The listening socket of an HTTP-serving subcommand (`serve`, `gateway`, `explore`), bound before
+anything is announced, so early clients queue instead of failing; and the `http://HOST:PORT` form of
+its `--listen` option."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import socket
 
-from ..errors import PreconditionsError
+from ..errors import InputError, PreconditionsError
+
+_LISTEN = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):([0-9]+)")
+
+
+def http_address(value: str, option: str, expected: str = "'http://HOST:PORT'") -> tuple[str, int]:
+    """(host, port) of `http://HOST:PORT` (an IPv6 host in brackets); InputError naming `option`
+    and what it `expected`."""
+    match = _LISTEN.fullmatch(value)
+    if match is None:
+        raise InputError(f"{option}: expected {expected}, got {value!r}")
+    host, port = match.group(1).strip("[]"), int(match.group(2))
+    if port > 65535:
+        raise InputError(f"{option}: port out of range (0-65535): {port}")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and the loopback addresses (127.0.0.0/8, ::1): only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: whatever it resolves to, it is not known to stay here
+        return False
 
 
 def listening_socket(host: str, port: int, option: str) -> socket.socket:

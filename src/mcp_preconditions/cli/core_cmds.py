@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any
 
 from ..client import FilterMode, FilterResult, ToolVerdict, filter_tools
+from ..diagnostics import start_up_errors
 from ..errors import InputError
-from ..files import find_surrogate, json_type, read_claims, read_json, read_knowledge, read_line, read_tools
+from ..files import arguments_of, parse_json, read_claims, read_json, read_knowledge, read_line, read_tools
 from ..guard import Guard
 from ..outcomes import Decision
 from ..policy import load_policy
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
-from ..resolvers import FixedQuotaStore, LiveSources
+from ..resolvers import LiveSources, fresh_quota_store
 from ..wire import raw_requirements
 from ._output import OK, add_format, escape, fail, print_json, table, warn
 from ._resolvers import add_resolver_option, resolvers_from
@@ -53,19 +53,8 @@ def _arguments(value: str | None) -> dict[str, Any] | None:
     if value is None:
         return None
     if value.startswith("@"):
-        parsed, where = read_json(value[1:]), value[1:]
-    else:
-        where = "--arguments"
-        try:
-            parsed = json.loads(value)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise InputError(f"--arguments: not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise InputError(f"{where}: the call's arguments must be a JSON object, got {json_type(parsed)}")
-    found = find_surrogate(parsed)
-    if found is not None:
-        raise InputError(f"{where}: {found[0]}: lone surrogate {found[1]}: not Unicode text")
-    return parsed
+        return arguments_of(read_json(value[1:]), value[1:])
+    return arguments_of(parse_json(value, "--arguments"), "--arguments")
 
 
 async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
@@ -74,13 +63,6 @@ async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
     arguments = _arguments(args.arguments)
     decisions = [await guard.check_identity(n, identity, arguments, record=False) for n in names]
     return decisions, who
-
-
-def start_up_errors(guard: Guard, tools_path: str) -> list[str]:
-    """One line per requirement that would refuse to start, blamed on the file it came from: the
-    policy for a requirement its `[tools.X]` added (the finding's `source`), else the tools file."""
-    return [f"{f.source or tools_path}: tool '{f.tool}': {f.message}"
-            for f in guard.findings if f.severity == "error"]
 
 
 def _marked(decision: Decision, requirement: str) -> str:
@@ -116,9 +98,6 @@ def _outcome_rows(decision: Decision) -> list[str]:
         (o.status.value, _marked(decision, o.requirement), o.reason) for o in decision.outcomes])
 
 
-FRESH = "a fresh memory store: check counts no earlier calls and keeps none"
-
-
 def run_check(args: argparse.Namespace) -> int:
     """`check`: the guard's decision for each tool, for one principal."""
     source = load_policy(args.policy)
@@ -129,7 +108,7 @@ def run_check(args: argparse.Namespace) -> int:
     # Quotas count from a fresh store that remembers nothing: `check` says whether a caller may
     # call, never how many calls they made elsewhere (and never touches a live Redis).
     guard = Guard(source, {t["name"]: raw_requirements(t) for t in tools}, strict=False,
-                  resolvers=resolvers_from(args), live=LiveSources(quotas=FixedQuotaStore(name=FRESH)))
+                  resolvers=resolvers_from(args), live=LiveSources(quotas=fresh_quota_store()))
     problems = start_up_errors(guard, args.tools)
     if problems:
         return fail(problems)
@@ -141,7 +120,7 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         header = [f"policy: {args.policy} (revision {guard.revision})", f"principal: {who}"]
         if source.policy.quotas:
-            header.append(f"quotas: {FRESH}")
+            header.append(f"quotas: counted in {fresh_quota_store().name}")
         print(_check_table(decisions, header, outcomes))
     return OK
 

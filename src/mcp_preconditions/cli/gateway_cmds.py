@@ -1,5 +1,7 @@
-"""The `gateway` subcommand: put the guard in front of an MCP server this library did not build
-(SPEC §10). Argument checking, wiring and starting only; the gateway itself lives in gateway/.
+"""The `gateway` subcommand: put the guard in front of MCP servers this library did not build
+(SPEC §10, §12): one server (`-- COMMAND`, `--upstream-url`), a desktop client's `mcpServers`
+(`--servers`), or a gateway.toml (`--config`). Argument checking, wiring and starting only; the
+gateway itself lives in gateway/.
 
 Exit codes: 0 done, 2 bad input (one line on stderr as `mcp-preconditions: error: ...`).
 """
@@ -8,64 +10,66 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import re
 import shutil
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import anyio
 
 from ..errors import InputError
 from ..files import read_claims
 from ..guard import Guard
-from ..policy.load import PolicySource
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
-from ._sockets import listening_socket
+from ._sockets import http_address, listening_socket
+from ._upstream import add_upstream_options, target_from, upstream_environment
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
-    from ..gateway import Gateway
+    from ..gateway import Gateway, GatewayConfig
     from ..gateway.replicas import ReplicaOptions
-    from ..gateway.upstream import Target
 
-_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)=env:([A-Za-z_][A-Za-z0-9_]*)")
-_LISTEN = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):([0-9]+)")
+SINGLE_KEY = "upstream"  # the one server of the single-upstream forms
 
 
 def run_gateway(args: argparse.Namespace) -> int:
     """`gateway`: check the command line, load the policy, serve until the listener ends."""
-    from ..gateway import Gateway, Upstream, replicas
-    from ..gateway.run import serve_http, serve_stdio
-    from ..integrations._calls import credentials_from_request
+    from ..gateway import Gateway, replicas
+    from ..gateway.listener import Limits, serve_http, serve_stdio
 
-    listen = _listen(args.listen)
-    if listen is not None and args.claims is not None:
+    config, policy = _servers(args)
+    listen = _listen(args.listen or config.listen or "stdio")
+    claims = args.claims if args.claims is not None else config.claims
+    if listen is not None and claims is not None:
         raise InputError("--claims is for --listen stdio only; over HTTP each call's bearer token "
                          "decides who is calling")
-    options = replicas.options_from(args.policy, args.policy_poll_seconds, args.policy_public_key,
+    options = replicas.options_from(policy, args.policy_poll_seconds, args.policy_public_key,
                                     args.replica_id)
     source = replicas.load_source(options)
-    target = _target(args, source)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
-    guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, target.label))
+    label = _single_label(args) if args.config is None and args.servers is None else None
+    gateways: list[Gateway] = []  # the gateway names each decision's server; it is made next
+    guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, label),
+                  tool_labels=lambda tool: gateways[0].server_labels(tool))
+    credentials = _credentials(listen, claims)
+    gateway = Gateway(guard, config.servers, credentials, environment=upstream_environment(source))
+    gateways.append(gateway)
+    tasks = _reloading(guard, gateway, options)
     if listen is None:
-        fixed = _stdio_credentials(args.claims)
-        gateway = Gateway(guard, Upstream(target), lambda _ctx: fixed)
-        anyio.run(serve_stdio, gateway, *_reloading(guard, gateway, options))
+        anyio.run(serve_stdio, gateway, *tasks)
         return 0
-    gateway = Gateway(guard, Upstream(target), lambda ctx: credentials_from_request(ctx.request))
+    limits = Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
+                    int(_positive(args.max_connections, "--max-connections", int)))
     sock = listening_socket(*listen, "--listen")
+    names = ", ".join(s.key for s in config.servers)
     try:
-        anyio.run(serve_http, gateway, sock,
-                  f"{PROG}: gateway for {target.label} on {{url}} (policy {args.policy}, "
-                  f"revision {guard.revision}, replica {options.replica()})",
-                  *_reloading(guard, gateway, options))
+        anyio.run(lambda: serve_http(
+            gateway, sock, f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, "
+                           f"revision {guard.revision}, replica {options.replica()})",
+            *tasks, limits=limits))
     except KeyboardInterrupt:
         return 0
     finally:
@@ -73,76 +77,91 @@ def run_gateway(args: argparse.Namespace) -> int:
     return 0
 
 
+def _servers(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
+    """The servers and the policy the command line names, in one of its three forms."""
+    from ..gateway import HttpTarget, ServerSpec, config
+
+    single = bool(args.upstream_url is not None or [c for c in args.command if c != "--"])
+    if args.config is not None:
+        if args.policy is not None or args.servers is not None or single:
+            raise InputError("--config names the policy and the servers: give no --policy, "
+                             "--servers, --upstream-url or command with it")
+        found = config.load_config(args.config)
+        assert found.policy is not None
+        _commands_exist(found.servers, "servers")
+        return found, found.policy
+    if args.policy is None:
+        raise InputError("no policy: give --policy P (or --config gateway.toml)")
+    if args.servers is not None:
+        if single:
+            raise InputError("--servers names the servers: give no --upstream-url or command with it")
+        found = config.load_servers(args.servers)
+        _commands_exist(found.servers, "mcpServers")
+        return found, args.policy
+    target = target_from(args, None)
+    spec = (ServerSpec(SINGLE_KEY, "", url=target.url, headers=dict(target.headers))
+            if isinstance(target, HttpTarget) else
+            ServerSpec(SINGLE_KEY, "", command=target.command, args=tuple(target.args)))
+    return config.single_server(spec), args.policy
+
+
+def _commands_exist(servers: Any, top: str) -> None:
+    for spec in servers:
+        if spec.command is not None and shutil.which(spec.command) is None:
+            raise InputError(f"{top}.{spec.key}.command: cannot start the server: command not "
+                             f"found: {spec.command}")
+
+
+def _single_label(args: argparse.Namespace) -> str:
+    """The `upstream` label of a single-upstream gateway's records: its URL or command line."""
+    command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else args.command
+    return str(args.upstream_url) if args.upstream_url is not None else " ".join(command)
+
+
+def _credentials(listen: tuple[str, int] | None, claims: str | None) -> Callable[[Any], Credentials]:
+    """Who is calling: over HTTP each request's bearer token (the raw header: the guard verifies
+    it, and its cache makes every later call of the same token one lookup); over stdio whoever
+    started the gateway (trusted --claims, else anonymous)."""
+    if listen is None:
+        fixed = _stdio_credentials(claims)
+        return lambda _ctx: fixed
+    from ..auth.header import credentials_from_authorization_header
+
+    def of(ctx: Any) -> Credentials:
+        headers = getattr(ctx.request, "headers", None)
+        if not isinstance(headers, Mapping):
+            return ANONYMOUS
+        return credentials_from_authorization_header(headers.get("authorization"))
+    return of
+
+
+def _positive(value: str | None, option: str, kind: Callable[[str], float]) -> float:
+    if value is None:
+        raise InputError(f"{option}: missing")
+    try:
+        number = kind(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number == float("inf"):
+        raise InputError(f"{option}: expected a positive number, got {value!r}")
+    return number
+
+
 def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions
                ) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-    """The policy poller as a task for the gateway's task group (none for an unpolled file). After
-    a swap the upstream's tools are applied again, so the new policy's name checks see them."""
+    """The policy poller as a task for the gateway's task group (none when not watched). After a
+    swap the servers' tool names are checked against the new policy and clients list again."""
     from ..gateway import replicas
 
-    reloader = replicas.reloader(guard, options, lambda _change: gateway.tools.reload_quietly())
+    reloader = replicas.reloader(guard, options, lambda _change: gateway.policy_changed())
     return [] if reloader is None else [replicas.keep_current(reloader)]
-
-
-def _target(args: argparse.Namespace, source: PolicySource) -> Target:
-    from ..gateway.upstream import HttpTarget, StdioTarget
-
-
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if args.upstream_url is None and not command:
-        raise InputError("no upstream: give --upstream-url URL or a command after --")
-    if args.upstream_url is not None and command:
-        raise InputError("two upstreams: give --upstream-url URL or a command after --, not both")
-    if args.upstream_url is None:
-        if args.upstream_header:
-            raise InputError("--upstream-header is for --upstream-url only")
-        if shutil.which(command[0]) is None:
-            raise InputError(f"cannot start the upstream: command not found: {command[0]}")
-        return StdioTarget(command[0], tuple(command[1:]), _upstream_environment(source))
-    url = args.upstream_url
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"--upstream-url: not an http(s) URL: {url!r}")
-    try:
-        parts.port  # noqa: B018  (a port out of range raises here)
-    except ValueError:
-        raise InputError(f"--upstream-url: port out of range: {url!r}") from None
-    return HttpTarget(url, dict(_header(h) for h in args.upstream_header))
-
-
-def _header(spec: str) -> tuple[str, str]:
-    match = _HEADER.fullmatch(spec)
-    if match is None:
-        raise InputError(f"--upstream-header: expected NAME=env:VAR, got {spec!r}")
-    name, var = match.groups()
-    value = os.environ.get(var)
-    if value is None:
-        raise InputError(f"--upstream-header {name}: environment variable {var} is not set")
-    return name, value
 
 
 def _listen(value: str) -> tuple[str, int] | None:
     """None for stdio, else (host, port)."""
     if value == "stdio":
         return None
-    match = _LISTEN.fullmatch(value)
-    if match is None:
-        raise InputError(f"--listen: expected 'stdio' or 'http://HOST:PORT', got {value!r}")
-    host, port = match.group(1).strip("[]"), int(match.group(2))
-    if port > 65535:
-        raise InputError(f"--listen: port out of range (0-65535): {port}")
-    return host, port
-
-
-def _upstream_environment(source: PolicySource) -> dict[str, str]:
-    """The gateway's environment minus the variables the policy names as its own secrets."""
-    policy = source.policy
-    secrets = {policy.state.redis.url_env if policy.state.redis else None}
-    if policy.auth.introspection is not None:
-        secrets |= {policy.auth.introspection.client_id_env,
-                    policy.auth.introspection.client_secret_env}
-    return {k: v for k, v in os.environ.items() if k not in secrets}
+    return http_address(value, "--listen", "'stdio' or 'http://HOST:PORT'")
 
 
 def _stdio_credentials(claims: str | None) -> Credentials:
@@ -155,15 +174,22 @@ def _stdio_credentials(claims: str | None) -> Credentials:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `gateway` to the main parser."""
     parser = subparsers.add_parser(
-        "gateway", help="guard an MCP server you did not write (stdio command or HTTP URL)",
+        "gateway", help="guard MCP servers you did not write (stdio commands or HTTP URLs)",
         usage=f"{PROG} gateway --policy P [--listen stdio | --listen http://HOST:PORT] [--claims C]\n"
               "        [--policy-poll-seconds S] [--policy-public-key FILE] [--replica-id ID]\n"
-              "        (--upstream-url URL [--upstream-header NAME=env:VAR ...] | -- COMMAND [ARG ...])",
-        description="Serve the upstream MCP server's tools, resources and prompts with every tool call "
-                    "decided by the policy first. tools/list shows each tool's requirements (its own "
-                    "plus the policy's). The caller's token is never sent upstream.")
-    parser.add_argument("--policy", required=True, metavar="P",
+              "        (--upstream-url URL [--upstream-header NAME=env:VAR ...] | -- COMMAND [ARG ...]\n"
+              "         | --servers DESKTOP_CONFIG.json)\n"
+              f"   or: {PROG} gateway --config gateway.toml [--listen ...] [options]",
+        description="Serve the servers' tools, resources and prompts with every tool call decided by "
+                    "the policy first. tools/list shows each tool's requirements (its own plus the "
+                    "policy's, less the confidential ones). Several servers' names carry a prefix "
+                    "(KEY__ by default). The caller's token is never sent to a server.")
+    parser.add_argument("--policy", metavar="P",
                         help="policy file (TOML), or an http(s):// URL of a policy bundle")
+    parser.add_argument("--config", metavar="FILE",
+                        help="a gateway.toml naming the policy, the listener and the servers")
+    parser.add_argument("--servers", metavar="FILE",
+                        help='a desktop client\'s config JSON: its {"mcpServers": {...}} are guarded')
     parser.add_argument("--policy-poll-seconds", metavar="S",
                         help="poll the policy every S seconds (default: 10 for a URL; a file is "
                              "not polled unless this is given)")
@@ -173,16 +199,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--replica-id", metavar="ID",
                         help="this replica's name in every decision record (default: "
                              "$MCP_PRECONDITIONS_REPLICA_ID, else hostname:pid)")
-    parser.add_argument("--listen", default="stdio", metavar="stdio|http://HOST:PORT",
+    parser.add_argument("--listen", default=None, metavar="stdio|http://HOST:PORT",
                         help="stdio (default) or streamable HTTP at /mcp on HOST:PORT")
     parser.add_argument("--claims", metavar="C",
                         help="stdio only: JSON claims of the local caller (default: anonymous)")
-    parser.add_argument("--upstream-url", metavar="URL", help="a streamable-HTTP MCP server")
-    parser.add_argument("--upstream-header", action="append", default=[], metavar="NAME=env:VAR",
-                        help="an HTTP header for the upstream, its value read from $VAR")
+    parser.add_argument("--header-timeout-seconds", default="10", metavar="S",
+                        help="HTTP: close a connection whose request headers are not complete "
+                             "within S seconds (default 10)")
+    parser.add_argument("--max-connections", default="1000", metavar="N",
+                        help="HTTP: at most N connections and requests at once; more get 503 "
+                             "(default 1000)")
     add_resolver_option(parser)
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
-                        help="the stdio MCP server to start, watch and restart")
+    add_upstream_options(parser)  # last: the command takes every remaining argument
     parser.set_defaults(func=run_gateway)
 
 

@@ -1,94 +1,21 @@
 """The `lint` subcommand: malformed or suspicious requirements in a tools file, by file and tool.
-
-It gathers the findings the guard's start-up validation already produces (built non-strict, so every
-problem is listed), plus wire-field and policy cross-checks and the tier-schema checks.
+Argument parsing and printing only: the findings are diagnostics.lint_findings.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from collections.abc import Callable, Iterable
-from typing import Any
 
-from ..analysis import never_match_findings
+from ..diagnostics import finding_line, lint_findings
 from ..files import read_tools
-from ..guard import EMPTY_POLICY, Guard
-from ..policy import PolicySource, load_policy
-from ..requirements import Finding, body_of, namespace_of
-from ..resolvers import Resolver
-from ..wire import META_KEY, raw_requirements
+from ..policy import load_policy
+from ..requirements import Finding
 from ._output import FINDINGS, OK, add_format, escape, print_json
 from ._resolvers import add_resolver_option, resolvers_from
 
-TierLint = Callable[[list[dict[str, Any]], str], list[Finding]]
-
-
-def _tier_lint() -> TierLint | None:
-    try:
-        from ..presentation.tiers import tier_lint_findings
-    except ImportError:
-        return None
-    return tier_lint_findings
-
-
-def _wire_findings(tool: dict[str, Any], source: str) -> list[Finding]:
-    """Suspicious wire shapes the guard cannot see: it only reads the requirements value itself."""
-    name: str = tool["name"]
-    execution = tool.get("execution")  # a non-object `execution` is a validation error already
-    meta = tool.get("_meta")
-    if isinstance(execution, dict) and "requirements" in execution and isinstance(meta, dict) \
-            and META_KEY in meta and meta[META_KEY] != execution["requirements"]:
-        return [Finding("warning", name, f"the _meta mirror '{META_KEY}' differs from "
-                                         "execution.requirements (clients see different lists)",
-                        None, source)]
-    return []
-
-
-def _attributed(finding: Finding, code: Any, policy: PolicySource | None, tools_path: str) -> Finding:
-    """The finding with the file its requirement came from: the tools file or the policy."""
-    if finding.source is not None:
-        return finding
-    in_code = isinstance(code, list) and finding.requirement in code
-    entry = policy.policy.tools.get(finding.tool) if policy else None
-    from_policy = entry is not None and finding.requirement in entry.requirements and not in_code
-    source = policy.source if from_policy and policy else tools_path
-    return dataclasses.replace(finding, source=source)
-
-
-def _unused_quotas(guard: Guard, policy: PolicySource) -> list[Finding]:
-    """A `[quotas.NAME]` no tool requires: most likely a typo on one side."""
-    used = {body_of(r) for tool in guard.snapshot.tools.values() for r in tool.requirements
-            if namespace_of(r) == "quota"}
-    return [Finding("warning", f"(policy quotas.{name})", f"no tool requires quota:{name}", None,
-                    policy.source) for name in policy.policy.quotas if name not in used]
-
-
-def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySource | None,
-                  resolvers: Iterable[Resolver] = ()) -> list[Finding]:
-    """Every error and warning about the tools' requirements (and the policy's, when given)."""
-    raw = {t["name"]: raw_requirements(t) for t in tools}
-    guard = Guard(policy or EMPTY_POLICY, raw, strict=False, resolvers=resolvers)
-    found = [_attributed(f, raw.get(f.tool), policy, tools_path) for f in guard.findings]
-    for tool in tools:
-        found += _wire_findings(tool, tools_path)
-    if policy is not None:
-        found += [Finding("warning", name, f"the policy's [tools.{name}] names a tool that is not in "
-                                           f"{tools_path}", None, policy.source)
-                  for name in policy.policy.tools if name not in raw]
-        found += never_match_findings(guard.snapshot, tools)
-        found += _unused_quotas(guard, policy)
-    tier_lint = _tier_lint()
-    if tier_lint is not None:
-        found += tier_lint(tools, tools_path)
-    # Grouped by tool in file order (stable, so each tool's findings keep their order); findings
-    # about no tool of the file (policy-only tools, grants) come last.
-    order = {name: i for i, name in enumerate(raw)}
-    return sorted(found, key=lambda f: order.get(f.tool, len(order)))
-
 
 def _line(finding: Finding) -> str:
-    return escape(f"{finding.source}: {finding.severity}: tool '{finding.tool}': {finding.message}")
+    return escape(finding_line(finding))
 
 
 def run_lint(args: argparse.Namespace) -> int:
@@ -114,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "lint", help="report malformed or suspicious requirements, with file and tool",
         description="Report requirements that would refuse start-up (errors: shape, namespace, form) "
                     "and suspicious ones (warnings: whitespace, invisible characters, mixed scripts, "
-                    "duplicates), policy entries for unknown tools, rules that can never match "
+                    "duplicates), policy entries that nearly match a tool's name (errors: case, "
+                    "look-alikes, separators, one edit) or match no tool, rules that can never match "
                     "(tools no caller can be allowed, grants that never apply, argument conditions "
                     "the inputSchema rules out), and tier schemas that are not callable against the "
                     "full schema. Exit 1 when there is any error (with --strict, any warning too).")

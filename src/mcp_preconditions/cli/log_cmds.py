@@ -9,35 +9,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import Counter
 
-from ..logsummary import Summary, summarize, top_unmet
+from ..logsummary import BadLines, Summary, summarize, top_unmet
 from ._output import FINDINGS, OK, add_format, fail, print_json, table, warn
-
-MAX_WARNINGS = 5  # per file: a wrong file passed by mistake must not flood the terminal
-
-
-class _BadLines:
-    """Prints the first MAX_WARNINGS bad lines of each file, then counts the rest."""
-
-    def __init__(self) -> None:
-        self.per_file: Counter[str] = Counter()
-
-    def __call__(self, name: str, number: int, problem: str) -> None:
-        self.per_file[name] += 1
-        if self.per_file[name] <= MAX_WARNINGS:
-            warn(f"{name}:{number}: {problem}; line skipped")
-
-    def report_rest(self) -> None:
-        for name, count in self.per_file.items():
-            if count > MAX_WARNINGS:
-                warn(f"{name}: {count - MAX_WARNINGS} more bad line(s) skipped")
 
 
 def run_summarize(args: argparse.Namespace) -> int:
     if args.top < 1:
         return fail(f"--top must be 1 or more, got {args.top}")
-    bad = _BadLines()
+    bad = BadLines(warn)
     summary = summarize(args.files, bad)
     bad.report_rest()
     if args.format == "json":

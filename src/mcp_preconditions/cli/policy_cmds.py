@@ -7,38 +7,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..diagnostics import requirement_problems
 from ..drivers.policy_tests import load_tests, report, run_tests
 from ..errors import PolicyError
 from ..guard import Guard
-from ..policy import PolicySource, load_policy, policy_schema
-from ..policy.load import key_path
-from ..requirements import FormChecker, lint, validate
-from ._output import FINDINGS, OK, add_format, fail, hidden_characters, print_json, warn
+from ..policy import load_policy, policy_schema
+from ._output import FINDINGS, OK, add_format, fail, print_json, warn
 from ._resolvers import add_resolver_option, resolvers_from
-
-
-def requirement_problems(source: PolicySource, registry: FormChecker) -> tuple[list[str], list[str]]:
-    """(errors, warnings) about the policy's own requirement strings, by key path."""
-    errors: list[str] = []
-    warnings: list[str] = []
-    for name, entry in source.policy.tools.items():
-        odd = hidden_characters(name)
-        if odd or name != name.strip():
-            what = ", ".join(odd) if odd else "leading or trailing white space"
-            warnings.append(f"{key_path(('tools', name))}: the tool name holds characters a reader "
-                            f"cannot see ({what}); it applies only to a tool named exactly so")
-        reqs = entry.requirements
-        for kind, found in ((errors, validate(name, reqs, registry)), (warnings, lint(name, reqs))):
-            for f in found:
-                index = reqs.index(f.requirement) if f.requirement in reqs else None
-                path = ("tools", name, "requirements") + ((index,) if index is not None else ())
-                kind.append(f"{key_path(path)}: {f.message}")
-    for i, grant in enumerate(source.policy.capabilities.grants):
-        for j, req in enumerate(grant.when):
-            problem = registry.check_form(req)
-            if problem is not None:
-                errors.append(f"capabilities.grants[{i}].when[{j}]: requirement {req!r}: {problem}")
-    return errors, warnings
 
 
 def _validate_json(path: str, revision: str | None, errors: list[str],

@@ -69,6 +69,7 @@ def run_serve(args: argparse.Namespace) -> int:
         fixed = _stdio_credentials(args)
         options["credentials"] = lambda _request: fixed
     server = build_server(guard, **options)
+    server.know_tools()  # a policy name that nearly matches a tool: exit 2 now, naming both
     sock = (listening_socket(args.host, args.port, "--host/--port") if args.transport == "http"
             else None)
     try:

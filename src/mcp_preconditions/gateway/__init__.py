@@ -1,10 +1,18 @@
-"""The gateway (SPEC §10): the guard in front of an MCP server that was not written against this
-library, reached over stdio (a command the gateway supervises) or streamable HTTP.
+"""The gateway (SPEC §10, §12): the guard in front of MCP servers that were not written against this
+library, each reached over stdio (a command the gateway supervises) or streamable HTTP.
 
-    gateway = Gateway(guard, Upstream(StdioTarget("npx", ("-y", "some-server"))), credentials)
+    gateway = Gateway(guard, [ServerSpec("fs", "fs__", command="npx", args=("-y", "...")),
+                              ServerSpec("crm", "crm__", url="https://crm.example.com/mcp")],
+                      credentials)
+
+The pipeline, one stage per file: `listener` (stdio, HTTP) -> `session` (the clients) -> `decide`
+(the guard on tools) -> `route` (which server) -> `forward` -> `server` (one supervised server).
+`fleet` keeps the servers and their listings (`catalog`); `config` reads the deployment file.
 """
 
-from .server import Gateway
-from .upstream import HttpTarget, StdioTarget, Upstream, UpstreamUnavailable
+from .config import GatewayConfig, ServerSpec, load_config, load_servers
+from .gateway import Gateway
+from .server import HttpTarget, StdioTarget, Upstream, UpstreamUnavailable
 
-__all__ = ["Gateway", "HttpTarget", "StdioTarget", "Upstream", "UpstreamUnavailable"]
+__all__ = ["Gateway", "GatewayConfig", "HttpTarget", "ServerSpec", "StdioTarget", "Upstream",
+           "UpstreamUnavailable", "load_config", "load_servers"]

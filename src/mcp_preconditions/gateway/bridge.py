@@ -85,3 +85,19 @@ def downstream_capabilities(upstream: Mapping[str, Any], version: str) -> dict[s
     tools["listChanged"] = True
     caps["tools"] = tools
     return caps
+
+
+def union_capabilities(each: list[dict[str, Any]]) -> dict[str, Any]:
+    """The capabilities of several servers as one (SPEC §12): every capability any of them has;
+    within one, every flag any of them sets."""
+    out: dict[str, Any] = {}
+    for caps in each:
+        for name, value in caps.items():
+            if isinstance(value, dict) and isinstance(out.get(name), dict):
+                merged = dict(out[name])
+                for flag, on in value.items():
+                    merged[flag] = merged.get(flag) or on
+                out[name] = merged
+            elif name not in out:
+                out[name] = value
+    return out

@@ -73,7 +73,7 @@ def _key(options: ReplicaOptions) -> Ed25519PublicKey | None:
     return load_public_key(options.public_key) if options.public_key is not None else None
 
 
-def labels(options: ReplicaOptions, upstream: str) -> dict[str, str]:
+def labels(options: ReplicaOptions, upstream: str | None) -> dict[str, str]:
     """`replica` and `upstream`, for `Guard(..., labels=...)`: in every decision record."""
     return replica_labels(upstream=upstream, replica=options.replica())
 

@@ -17,7 +17,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from ..principal import Credentials
+from ..principal import Credentials, Identity
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -34,13 +34,20 @@ _ENDED = "gateway: the call this request belongs to has ended"
 Send = Callable[[], Awaitable[dict[str, Any]]]
 
 
-def caller_key(credentials: Credentials) -> str:
-    """Who a call came from, as a digest (a token is never kept): a retry must come from the
-    same caller as the call it continues."""
-    if credentials.token is not None:
+def caller_key(credentials: Credentials, identity: Identity | None = None) -> str:
+    """Who a call came from, as a digest: a retry must come from the same caller as the call it
+    continues. A verified caller is its principal (issuer, subject, client), so a client that
+    refreshes its token between rounds continues; claims given over stdio are the caller; else
+    anonymous. A token is never kept, and a token that did not verify binds nobody else's round."""
+    principal = identity.principal if identity is not None else credentials.principal
+    if principal is not None:
+        claims = principal.claims
+        who = [str(claims.get(k)) if claims.get(k) is not None else None
+               for k in ("iss", "sub", "client_id", "azp")]
+        raw = "principal:" + json.dumps(who) if any(who) else \
+            "claims:" + json.dumps(dict(claims), sort_keys=True, default=str)
+    elif credentials.token is not None:  # not verified (no [auth]): the token is all there is
         raw = "token:" + credentials.token
-    elif credentials.principal is not None:
-        raw = "claims:" + json.dumps(dict(credentials.principal.claims), sort_keys=True, default=str)
     else:
         raw = "anonymous"
     return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
@@ -74,8 +81,9 @@ class PendingCall:
     """One client call forwarded upstream, across as many input rounds as the upstream needs."""
 
     def __init__(self, rounds: Rounds, caller: str, about: str, timeout: float,
-                 capabilities: Mapping[str, Any]) -> None:
+                 capabilities: Mapping[str, Any], server: str) -> None:
         self.token = _TOKEN_PREFIX + secrets.token_urlsafe(24)
+        self.server = server  # the server the call went to: only its requests belong to it
         self.capabilities = capabilities  # what the client declared it can answer
         self.caller = caller
         self.about = about
@@ -215,9 +223,9 @@ class Rounds:
 
     async def start(self, ctx: ServerRequestContext[Any, Any], caller: str, about: str,
                     timeout: float, capabilities: Mapping[str, Any],
-                    spawn: Callable[[PendingCall], None]) -> dict[str, Any]:
-        """A new call: `spawn` starts its upstream request in the background."""
-        call = PendingCall(self, caller, about, timeout, capabilities)
+                    spawn: Callable[[PendingCall], None], server: str) -> dict[str, Any]:
+        """A new call to `server`: `spawn` starts its request there in the background."""
+        call = PendingCall(self, caller, about, timeout, capabilities, server)
         self._calls[call.token] = call
         try:
             spawn(call)

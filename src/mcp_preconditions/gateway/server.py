@@ -1,289 +1,374 @@
-"""The downstream side of the gateway: an MCP SDK lowlevel `Server` whose one middleware forwards
-every request to the upstream, decides `tools/call` with the guard first, and rewrites `tools/list`
-so each tool carries its effective requirements.
-
-Forwarded results are returned from the middleware as the upstream's own wire dicts (only the
-envelope bridged), so the SDK's per-version result sieve never re-models or drops a field.
+"""The gateway's session to one server it guards: a stdio command that it starts, watches and
+restarts with backoff, or a streamable-HTTP URL. Requests go out through the MCP SDK's own `Client`,
+and results come back as the wire dicts the server sent (validated, never re-modelled).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TextIO, cast
 
 import anyio
+import httpx2
 import mcp_types as types
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.lowlevel.server import Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from anyio.abc import TaskGroup
+from mcp import Client
+from mcp.client._transport import Transport, TransportStreams
+from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import SERVER_INFO_META_KEY
-from mcp_types import methods as _methods
-from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
-from pydantic import ValidationError
+from mcp_types.methods import MONOLITH_NOTIFICATIONS, MONOLITH_REQUESTS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .. import __version__
-from ..guard import Guard
-from ..policy.model import Policy
-from ..principal import Credentials
-from ..wire import with_requirements
-from . import bridge, rounds
-from .calls import ToolCalls
-from .clients import Downstream, client_capabilities
-from .rounds import PendingCall, Rounds
-from .tools import UpstreamTools
-from .upstream import Upstream, UpstreamUnavailable
+from ._streams import WatchedReadStream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
-# Client requests passed through as they are (tools/* and the handshake are handled below).
-FORWARDED = frozenset({"prompts/list", "prompts/get", "resources/list", "resources/templates/list",
-                       "resources/read", "resources/subscribe", "resources/unsubscribe",
-                       "completion/complete", "logging/setLevel"})
-# Client notifications the upstream must see: a client's roots changed. (A client's progress
-# concerns a request the gateway sent it, and its cancellations are applied by the SDK, which
-# cancels the forwarded request upstream.)
-FORWARDED_NOTIFICATIONS = frozenset({"notifications/roots/list_changed"})
-SERVER_NAME = "mcp-preconditions-gateway"
-# How long the handshake waits for an upstream that is still starting (an npx download) before
-# answering with the gateway's own capabilities; `server/discover` waits less, well inside the SDK
-# client's 10 s probe timeout (a timed-out probe strands the client: the connection has already
-# chosen 2026-07-28).
-CONNECT_WAIT_SECONDS = 20.0
-DISCOVER_WAIT_SECONDS = 5.0
-# A 2026-07-28 upstream's input rounds answered for a 2025-11-25 client (the SDK client's own cap is
-# 10); a state-only round is retried after a short pause.
-MAX_INPUT_ROUNDS = 8
-STATE_ONLY_PAUSE = 0.05
+CLIENT_INFO = types.Implementation(name="mcp-preconditions-gateway", version=__version__)
+_RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+_LIST_PAGES = 100  # a paginator that never ends cannot hang a listing
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+# Notifications the upstream session sends that are its own business, not every client's: progress
+# reaches the one caller through the request's own progress callback (the SDK also tees it here,
+# where broadcasting it would show one client's call to all the others).
+_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged",
+                           "notifications/progress"})
 
-CredentialsOf = Callable[[ServerRequestContext[Any, Any]], Credentials]
+# Raw (method, params) -> raw result: how the gateway answers requests the upstream sends.
+RequestHook = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+NotificationHook = Callable[[str, dict[str, Any]], Awaitable[None]]
+ProgressHook = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
-class Gateway:
-    """The guard in front of one upstream, served to any number of downstream clients."""
+class UpstreamUnavailable(Exception):
+    """The upstream is not connected (starting, restarting, or unreachable)."""
 
-    def __init__(self, guard: Guard, upstream: Upstream, credentials: CredentialsOf) -> None:
-        self.guard = guard
-        self.upstream = upstream
-        self.credentials = credentials
-        self.bus = InMemorySubscriptionBus()
-        self.rounds = Rounds()
-        self.downstream = Downstream(self.bus, self.rounds, upstream)
-        self.tools = UpstreamTools(guard, upstream, self.policy)
-        self.calls = ToolCalls(guard, upstream, self.tools, self.policy)
-        self.server: Server[Any] = Server(SERVER_NAME, version=__version__,
-                                          on_subscriptions_listen=ListenHandler(self.bus))
-        self.server.middleware.append(self)
-        upstream.on_connect = self.on_connect
-        upstream.on_notification = self.on_notification
-        upstream.on_request = self.on_request
 
-    def policy(self) -> Policy:
-        """The policy in force (a reload swaps it)."""
-        return self.guard.snapshot.source.policy
+@dataclass(frozen=True)
+class StdioTarget:
+    """A command to run; `env` is the whole environment it gets (secrets already removed)."""
 
-    # -- the upstream's side ---------------------------------------------------------------------
-    async def on_connect(self) -> None:
-        """A new upstream session: learn its tools (the guard needs their own requirements). A
-        server without tools has none; one whose list fails is asked again when a client needs it
-        (until then no tool call is forwarded)."""
-        connected = self.upstream.current
-        if connected is not None and "tools" not in connected.capabilities:
-            self.tools.apply([])
-        else:
-            await self.tools.reload_quietly()
-        await self.downstream.subscriptions.renew()
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
 
-    async def on_notification(self, method: str, params: dict[str, Any]) -> None:
-        if method == "notifications/tools/list_changed":
-            await self.tools.reload_quietly()
-        await self.downstream.notify(method, params)
+    @property
+    def label(self) -> str:
+        return " ".join((self.command, *self.args))
 
-    async def on_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        return await self.downstream.ask(method, params, self.policy().gateway.call_timeout_seconds)
 
-    # -- the downstream's side: the ServerMiddleware ---------------------------------------------
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        method = ctx.method
-        if method == "tools/call":
-            return await self._tracked(ctx, self._call_tool)
-        if method == "tools/list":
-            return await self._list_tools(ctx)
-        if method in FORWARDED:
-            return await self._tracked(ctx, self._forward)
-        if method == "initialize":
-            return await self._initialize(ctx, call_next)
-        if method == "server/discover":
-            return await self._discover(ctx, call_next)
-        if method == "subscriptions/listen":
-            return await self.downstream.listen(ctx, call_next)
-        if method in FORWARDED_NOTIFICATIONS:
-            await self.upstream.notify(method, bridge.upstream_params(ctx.params))
-        return await call_next(ctx)
+@dataclass(frozen=True)
+class HttpTarget:
+    """A streamable-HTTP endpoint; `headers` carry the upstream's own credentials."""
 
-    async def _tracked(self, ctx: ServerRequestContext[Any, Any],
-                       handle: Callable[[ServerRequestContext[Any, Any]], Any]) -> HandlerResult:
-        self.downstream.seen(ctx)
-        result: HandlerResult = await handle(ctx)
-        return result
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
 
-    async def _forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        _check_request(ctx)
-        params = ctx.params
-        if ctx.method == "logging/setLevel":  # the shared session's level; each client's is kept
-            params = {**(params or {}), "level": self.downstream.set_level(ctx)}
-        if ctx.method in ("resources/subscribe", "resources/unsubscribe"):
-            result = await self.downstream.subscription(
-                ctx, lambda: self.request(ctx, ctx.method, params))
-        else:
-            result = await self.request(ctx, ctx.method, params)
-        return bridge.downstream_result(ctx.method, result, ctx.protocol_version)
+    @property
+    def label(self) -> str:
+        return self.url
 
-    async def request(self, ctx: ServerRequestContext[Any, Any], method: str,
-                      params: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Forward one request upstream, and carry the upstream's requests for client input
-        between the two protocol versions (see `rounds.py` and `answer_rounds`)."""
-        timeout = self.policy().gateway.call_timeout_seconds
-        if (bridge.is_modern(ctx.protocol_version) and method in INPUT_REQUIRED_METHODS
-                and not self.upstream.modern):
-            return await self._in_rounds(ctx, method, params, timeout)
-        with self.downstream.in_flight(ctx):
-            result = await self._send(ctx, method, params, timeout)
-            if not bridge.is_modern(ctx.protocol_version) and is_input_required(result):
-                result = await self._answer_rounds(ctx, method, params, result, timeout)
-        return result
 
-    async def _send(self, ctx: ServerRequestContext[Any, Any], method: str,
-                    params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
-        """One request upstream, progress mapped back to the caller; upstream faults become
-        JSON-RPC errors (never a crash, never a result the upstream did not send)."""
-        token = bridge.progress_token(params)
-        on_progress = None
-        if token is not None:
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                with contextlib.suppress(Exception):  # the caller's request may be answered already
-                    await ctx.session.send_progress_notification(
-                        token, progress, total, message,
-                        related_request_id=cast(Any, ctx.request_id))
+Target = StdioTarget | HttpTarget
+
+
+@dataclass
+class Connected:
+    """What the upstream said about itself when this connection was made."""
+
+    client: Client
+    protocol_version: str
+    capabilities: dict[str, Any]
+    server_info: dict[str, Any] | None
+    instructions: str | None
+    lost: anyio.Event
+
+
+class Upstream:
+    """One supervised session to the upstream, shared by every downstream client.
+
+    `run()` keeps it connected: it connects, and when the stdio process exits (or an HTTP session
+    is lost) it reconnects after a backoff that doubles up to 5 s. `request()` forwards one request
+    and returns the raw result; with no live session it raises UpstreamUnavailable at once, and a
+    request in flight when the process exits fails as soon as the exit is seen.
+    """
+
+    def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr) -> None:
+        self.target = target
+        self.key = key  # the server's name in the gateway's config: all a caller is ever told
+        self.label = f"{key} ({target.label})"  # for the gateway's own log
+        # Set by the gateway that serves this upstream's clients.
+        self.on_request: RequestHook = _no_client
+        self.on_notification: NotificationHook = _ignore
+        self.on_connect: Callable[[], Awaitable[None]] = _nothing
+        self._errlog = errlog
+        self.current: Connected | None = None
+        self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
+        self.attempts = 0
+        self.last_error: str | None = None
+        self._background: TaskGroup | None = None
+
+    # -- supervision -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Connect, and reconnect with backoff whenever the session is lost; runs until cancelled.
+        Requests that outlive the client request that started them (`spawn`) run here too."""
+        async with anyio.create_task_group() as background:
+            self._background = background
+            try:
+                await self._supervise()
+            finally:
+                self._background = None
+
+    def spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `task` for as long as the gateway runs (it must end by itself)."""
+        if self._background is None:
+            raise UpstreamUnavailable("the gateway is not running")
+        self._background.start_soon(task)
+
+    async def _supervise(self) -> None:
+        delay = BACKOFF_FIRST
+        while True:
+            self.attempts += 1
+            try:
+                async with AsyncExitStack() as stack:
+                    connected = await self._connect(stack)
+                    delay = BACKOFF_FIRST
+                    await self._serve(connected)
+            except Exception as exc:  # whatever the upstream or its transport does: retry later
+                error = _describe(exc)
+                if error != self.last_error:  # once per failure, not once per retry
+                    log.warning("upstream %s: %s (retrying with backoff)", self.label, error)
+                self.last_error = error
+            await anyio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _serve(self, connected: Connected) -> None:
+        self.current = connected
+        self.last_error = None
+        self._signal()
         try:
-            return await self.upstream.request(
-                method, bridge.upstream_params(params, modern=self.upstream.modern),
-                timeout=timeout, on_progress=on_progress)
-        except UpstreamUnavailable as exc:
-            raise MCPError(types.INTERNAL_ERROR, f"upstream unavailable: {exc}") from None
-        except ValidationError:
-            raise MCPError(types.INTERNAL_ERROR, "the upstream sent an invalid result") from None
+            await self.on_connect()
+            async with anyio.create_task_group() as tg:
+                if connected.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    tg.start_soon(self._listen, connected)
+                await connected.lost.wait()
+                tg.cancel_scope.cancel()
+            log.warning("upstream %s: session lost; reconnecting", self.label)
+        finally:
+            self.current = None
+            self._signal()
 
-    async def _in_rounds(self, ctx: ServerRequestContext[Any, Any], method: str,
-                         params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
-        """A 2026-07-28 client's call to a 2025-11-25 upstream: the upstream's requests come back
-        as `input_required`, and the retry carrying the answers continues the same upstream call
-        (the retry was decided by the guard again before it got here)."""
-        caller = rounds.caller_key(self.credentials(ctx))
-        about = rounds.binding(method, params)
-        p = dict(params or {})
-        if p.get("requestState") is not None:
-            return await self.rounds.resume(ctx, p["requestState"], caller, about,
-                                            p.get("inputResponses"))
-        p.pop("inputResponses", None)  # answers to nothing this upstream asked
-        p.pop("requestState", None)
+    def _signal(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
 
-        def spawn(call: PendingCall) -> None:
-            self.upstream.spawn(lambda: call.run(lambda: self._send(ctx, method, p, timeout)))
-        return await self.rounds.start(ctx, caller, about, timeout, client_capabilities(ctx), spawn)
+    async def wait_connected(self, timeout: float) -> Connected | None:
+        """The live session, waiting up to `timeout` seconds for one."""
+        with anyio.move_on_after(timeout):
+            while self.current is None:
+                await self.changed.wait()
+        return self.current
 
-    async def _answer_rounds(self, ctx: ServerRequestContext[Any, Any], method: str,
-                             params: Mapping[str, Any] | None, result: dict[str, Any],
-                             timeout: float) -> dict[str, Any]:
-        """A 2026-07-28 upstream's `input_required` for a 2025-11-25 client: each input request is
-        put to the caller on its request's stream, and the call retried upstream with the answers."""
-        for _ in range(MAX_INPUT_ROUNDS):
-            if not is_input_required(result):
-                return result
-            asks = result.get("inputRequests")
-            if asks is not None and not isinstance(asks, dict):
-                raise MCPError(types.INTERNAL_ERROR, "the upstream sent an invalid result")
-            answers: dict[str, Any] = {}
-            for key, ask in (asks or {}).items():
-                if not isinstance(ask, dict) or not isinstance(ask.get("method"), str):
-                    raise MCPError(types.INTERNAL_ERROR, "the upstream sent an invalid result")
-                answers[key] = await self.downstream.ask_caller(
-                    ctx, ask["method"], dict(ask.get("params") or {}), timeout)
-            if not answers:
-                await anyio.sleep(STATE_ONLY_PAUSE)  # the upstream is working: ask again shortly
-            retry = {k: v for k, v in (params or {}).items()
-                     if k not in ("inputResponses", "requestState")}
-            retry["inputResponses"] = answers
-            if result.get("requestState") is not None:
-                retry["requestState"] = result["requestState"]
-            result = await self._send(ctx, method, retry, timeout)
-        raise MCPError(types.INTERNAL_ERROR,
-                       f"the upstream asked for input more than {MAX_INPUT_ROUNDS} times")
-
-    async def _call_tool(self, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
-        _check_request(ctx)
-        params = ctx.params or {}
-        return await self.calls.call(ctx, params["name"], params.get("arguments"),
-                                     self.credentials(ctx), self.request)
-
-    def _connect_wait(self) -> float:
-        """How long a handshake or a listing waits for an upstream that is not connected: bounded
-        like a call, never longer."""
-        return min(CONNECT_WAIT_SECONDS, self.policy().gateway.call_timeout_seconds)
-
-    async def _list_tools(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        _check_request(ctx)
-        self.downstream.seen(ctx)
+    async def _connect(self, stack: AsyncExitStack) -> Connected:
+        # The handshake era (2025-11-25) is asked for first: it carries everything clients of
+        # either version may need (subscriptions, server-to-client requests, logging). A server
+        # that refuses the handshake is reached with the SDK's own negotiation (2026-07-28).
         try:
-            tools = await self.tools.current(self._connect_wait())
-        except UpstreamUnavailable as exc:
-            raise MCPError(types.INTERNAL_ERROR, f"upstream unavailable: {exc}") from None
-        names = list(tools)
-        if self.policy().guard.list_filtering:
-            allowed = set(await self.guard.callable_tools(self.credentials(ctx), names))
-            names = [n for n in names if n in allowed and self.calls.listed(n)]
-        requirements_for = self.guard.requirements_for
-        result = {"tools": [with_requirements(tools[n], requirements_for(n)) for n in names]}
-        return bridge.downstream_result(ctx.method, result, ctx.protocol_version)
+            client, lost = await self._open(stack, "legacy")
+        except Exception as exc:
+            if not isinstance(_innermost(exc), MCPError):
+                raise
+            client, lost = await self._open(stack, "auto")
+        session = client.session
+        init = session.initialize_result
+        caps = init.capabilities if init is not None else session.server_capabilities
+        info = session.server_info
+        return Connected(
+            client=client, protocol_version=client.protocol_version,
+            capabilities=caps.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if caps is not None else {},
+            server_info=info.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if info is not None else None,
+            instructions=session.instructions, lost=lost)
 
-    # -- the handshake: the upstream's capabilities, the gateway's own session --------------------
-    async def _initialize(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        result = await call_next(ctx)
-        if not isinstance(result, dict):
+    async def _open(self, stack: AsyncExitStack, mode: str) -> tuple[Client, anyio.Event]:
+        lost = anyio.Event()  # one per attempt: a refused handshake's exit is not this session's
+        callbacks: dict[str, Any] = {  # typed by the SDK as Protocols; these match them
+            "sampling_callback": self._sampling, "elicitation_callback": self._elicitation,
+            "list_roots_callback": self._roots}
+        client = Client(self._transport(lost), mode=mode, cache=None, client_info=CLIENT_INFO,
+                        message_handler=cast(Any, self._message(lost)), **callbacks)
+        return await stack.enter_async_context(client), lost
+
+    async def _listen(self, connected: Connected) -> None:
+        """At 2026-07-28 an upstream's change notifications ride a listen stream only: keep one
+        open (its events reach `on_notification` through the message handler, like any other)."""
+        try:
+            async with connected.client.listen(tools_list_changed=True, prompts_list_changed=True,
+                                               resources_list_changed=True) as subscription:
+                async for _event in subscription:
+                    pass
+        except Exception as exc:  # the session goes on; changes are just not heard
+            log.warning("upstream %s: no change notifications: %s", self.label, _describe(exc))
+
+    def _transport(self, lost: anyio.Event) -> Transport:
+        target = self.target
+        if isinstance(target, StdioTarget):
+            params = StdioServerParameters(command=target.command, args=list(target.args),
+                                           env=dict(target.env))
+            return cast(Transport, _watched(stdio_client(params, errlog=self._errlog), lost))
+        http = httpx2.AsyncClient(headers=dict(target.headers),
+                                  timeout=httpx2.Timeout(30.0, read=300.0))
+        return cast(Transport, _watched(streamable_http_client(target.url, http_client=http), lost,
+                                        http))
+
+    # -- requests to the upstream ----------------------------------------------------------------
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_progress: ProgressHook | None = None) -> dict[str, Any]:
+        """Forward one request; the upstream's raw result. Raises MCPError (the upstream's error,
+        a timeout, a lost connection), UpstreamUnavailable, or ValidationError (a malformed
+        request or result)."""
+        connected = self.current
+        if connected is None:
+            raise UpstreamUnavailable(self.last_error or "not connected")
+        request = MONOLITH_REQUESTS[method].model_validate(
+            {"method": method, **({"params": params} if params is not None else {})}, by_name=False)
+        try:
+            result: dict[str, Any] = await connected.client.session.send_request(
+                request, cast(Any, _RAW), request_read_timeout_seconds=timeout,
+                progress_callback=cast(Any, on_progress))
             return result
-        connected = await self.upstream.wait_connected(self._connect_wait())
-        if connected is not None:
-            version = str(result.get("protocolVersion", ctx.protocol_version))
-            result["capabilities"] = bridge.downstream_capabilities(connected.capabilities, version)
-            if connected.server_info is not None:
-                result["serverInfo"] = connected.server_info
-            if connected.instructions is not None:
-                result["instructions"] = connected.instructions
-        return result
+        except MCPError as exc:
+            if exc.error.code == types.CONNECTION_CLOSED:
+                connected.lost.set()
+            raise
 
-    async def _discover(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        result = await call_next(ctx)
-        connected = await self.upstream.wait_connected(DISCOVER_WAIT_SECONDS)
-        if isinstance(result, dict) and connected is not None:
-            result["capabilities"] = bridge.downstream_capabilities(connected.capabilities,
-                                                                    ctx.protocol_version)
-            if connected.instructions is not None:
-                result["instructions"] = connected.instructions
-            if connected.server_info is not None:  # the discover result names the upstream
-                meta = result.get("_meta")
-                result["_meta"] = {**(meta if isinstance(meta, dict) else {}),
-                                   SERVER_INFO_META_KEY: connected.server_info}
-        return result
+    @property
+    def modern(self) -> bool:
+        """Whether the live session speaks 2026-07-28 (the upstream refused the handshake era)."""
+        connected = self.current
+        return connected is not None and connected.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    async def reachable(self, timeout: float) -> bool:
+        """Whether the upstream answers a ping now (a 2026-07-28-only upstream: whether a session
+        is up). A failed ping on a lost connection starts the reconnect."""
+        connected = self.current
+        if connected is None:
+            return False
+        if connected.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return True  # no ping at that version; the session's requests tell
+        try:
+            await self.request("ping", None, timeout=timeout)
+        except MCPError as exc:
+            if exc.error.code == types.REQUEST_TIMEOUT:
+                return False
+            connected.lost.set()
+            return False
+        except Exception:
+            connected.lost.set()
+            return False
+        return True
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        """Pass a client notification on (progress, roots list_changed); dropped when down."""
+        connected = self.current
+        if connected is None:
+            return
+        model = MONOLITH_NOTIFICATIONS.get(method)
+        if model is None:
+            return
+        try:
+            notification = model.model_validate(
+                {"method": method, **({"params": params} if params is not None else {})})
+        except ValidationError:
+            return
+        await connected.client.session.send_notification(cast(Any, notification))
+
+    async def list_all(self, method: str, field: str, timeout: float) -> list[dict[str, Any]]:
+        """Every item of a listing (`tools/list` -> `tools`, ...), all pages, as raw dicts."""
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES):
+            result = await self.request(method, {"cursor": cursor} if cursor else None,
+                                        timeout=timeout)
+            page = result.get(field)
+            if isinstance(page, list):
+                items.extend(i for i in page if isinstance(i, dict))
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+        return items
+
+    # -- requests and notifications from the upstream --------------------------------------------
+    async def _sampling(self, _ctx: ClientRequestContext, params: types.CreateMessageRequestParams
+                        ) -> Any:
+        return await self._ask("sampling/createMessage", params, types.CreateMessageResult)
+
+    async def _elicitation(self, _ctx: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        return await self._ask("elicitation/create", params, types.ElicitResult)
+
+    async def _roots(self, _ctx: ClientRequestContext) -> Any:
+        return await self._ask("roots/list", None, types.ListRootsResult)
+
+    async def _ask(self, method: str, params: BaseModel | None, result: type[BaseModel]) -> Any:
+        raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params else {}
+        try:
+            return result.model_validate(await self.on_request(method, raw), by_name=False)
+        except MCPError as exc:
+            return exc.error
+        except (ValidationError, Exception) as exc:  # the client's answer is not the upstream's fault
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"gateway: {_describe(exc)}")
+
+    def _message(self, lost: anyio.Event) -> Callable[[IncomingMessage], Awaitable[None]]:
+        async def handle(message: IncomingMessage) -> None:
+            if isinstance(message, Exception):  # a garbage line: logged, the session goes on
+                log.warning("upstream %s: unreadable message: %s", self.label, _describe(message))
+                return
+            data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+            method = data.get("method")
+            if isinstance(method, str) and method not in _SESSION_ONLY:
+                await self.on_notification(method, data.get("params") or {})
+        return handle
 
 
-def _check_request(ctx: ServerRequestContext[Any, Any]) -> None:
-    """The SDK's own per-version check of a client request (it runs in the handler step, which
-    forwarded requests never reach): unknown at this version, or malformed, is refused here."""
-    try:
-        _methods.validate_client_request(ctx.method, ctx.protocol_version, ctx.params)
-    except KeyError:
-        raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method) from None
-    except ValidationError:
-        raise MCPError(types.INVALID_PARAMS, "Invalid request parameters", "") from None
+@asynccontextmanager  # a transport whose read stream sets `lost` when it ends
+async def _watched(transport: Transport, lost: anyio.Event,
+                   http: httpx2.AsyncClient | None = None) -> AsyncIterator[TransportStreams]:
+    async with AsyncExitStack() as stack:
+        if http is not None:
+            await stack.enter_async_context(http)
+        read, write = await stack.enter_async_context(transport)
+        yield WatchedReadStream(read, lost), write
+
+
+async def _no_client(method: str, _params: dict[str, Any]) -> dict[str, Any]:
+    raise MCPError(types.INVALID_REQUEST, f"no client can answer {method}")
+
+
+async def _ignore(_method: str, _params: dict[str, Any]) -> None:
+    return None
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The one exception a chain of single-member exception groups (task groups) carries."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    exc = _innermost(exc)
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:299] + "…"
+

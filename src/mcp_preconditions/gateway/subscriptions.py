@@ -1,4 +1,4 @@
-"""Resource subscriptions held upstream for the gateway's clients: one upstream subscription per
+"""Resource subscriptions held at one server for the gateway's clients: one subscription there per
 URI, whoever holds it (2025-11-25 `resources/subscribe`, or a 2026-07-28 listen stream naming the
 URI), released when the last client lets go, and made again when the upstream reconnects.
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from .upstream import Upstream
+from .server import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -24,6 +24,11 @@ class Subscriptions:
         self._upstream = upstream
         self._holders: dict[str, set[int]] = {}  # URI -> the clients (or listen streams) holding it
         self._streams: dict[str, anyio.CancelScope] = {}  # URI -> its listen stream upstream
+
+    @property
+    def modern(self) -> bool:
+        """Whether the server speaks 2026-07-28 (subscriptions ride listen streams there)."""
+        return self._upstream.modern
 
     def held_by_others(self, uri: str, key: int) -> bool:
         return bool(self._holders.get(uri, set()) - {key})

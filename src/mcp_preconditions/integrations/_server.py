@@ -70,6 +70,13 @@ def register_function(fn: Callable[..., Any], preconditions: Preconditions, tool
         setattr(fn, TOOLS_ATTR, (*getattr(fn, TOOLS_ATTR, ()), (preconditions, tool)))
 
 
+def told_to_callers(lines: Iterable[str], confidential: Collection[str]) -> str:
+    """Problem lines as a caller may read them: a line that names a confidential requirement is
+    replaced by a pointer to the server's log (SPEC §3: never named to a caller)."""
+    return "\n".join("a problem with a confidential requirement (see the server's log)"
+                     if any(c in line for c in confidential) else line for line in lines)
+
+
 def as_wire_dict(result: HandlerResult) -> dict[str, Any] | None:
     if isinstance(result, dict):
         return result
@@ -302,7 +309,9 @@ class Preconditions:
                     self.attach(tool["name"], wire_requirements(tool))
                     names.append(tool["name"])
         except RequirementError as exc:  # fail closed: shown unenforced is not an option
-            raise MCPError(INTERNAL_ERROR, f"the guard refuses this tool list: {exc}") from exc
+            log.warning("the guard refuses this tool list: %s", exc)
+            shown = told_to_callers(exc.messages, self.guard.snapshot.confidential)
+            raise MCPError(INTERNAL_ERROR, f"the guard refuses this tool list: {shown}") from exc
         if not self.tool_functions:  # the listing is all we know of this server's tools
             self.know(self.listed.union(names))  # before `listed`: a refusal is retried per call
         self.listed.update(names)
@@ -321,8 +330,8 @@ class Preconditions:
             tools = [t for t in tools if isinstance(t, dict) and t.get("name") in allowed]
             if "cacheScope" in result:
                 result["cacheScope"] = "private"  # the list depends on who asked
-        requirements_for = self.guard.requirements_for
-        result["tools"] = [with_requirements(t, requirements_for(t["name"]))
+        advertised_for = self.guard.advertised_for  # never a confidential requirement (SPEC §3)
+        result["tools"] = [with_requirements(t, advertised_for(t["name"]))
                            if isinstance(t, dict) and isinstance(t.get("name"), str) else t
                            for t in tools]
         if self.notify_list_changed and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
@@ -347,13 +356,14 @@ class Preconditions:
 
     # -- list changes ----------------------------------------------------------------------------
     async def view(self, credentials: Credentials) -> Hashable:
-        """What a session's tool list depends on: every guarded tool's requirements, and (with list
-        filtering) which of them this caller may call now."""
+        """What a session's tool list depends on: every guarded tool's advertised requirements (a
+        change to a confidential one must not be told by a notification), and (with list filtering)
+        which of them this caller may call now."""
         if self.sync is not None:
             await self.sync()
         snapshot = self.guard.snapshot
         names = sorted(set(self.guard.tool_names()) | set(snapshot.tools))
-        requirements = tuple(self.guard.requirements_for(n) for n in names)
+        requirements = tuple(self.guard.advertised_for(n) for n in names)
         allowed = (frozenset(await self.guard.callable_tools(credentials, names))
                    if self.list_filtering else None)
         return tuple(names), requirements, allowed

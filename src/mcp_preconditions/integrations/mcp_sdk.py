@@ -157,7 +157,7 @@ class GuardedMCPServer(MCPServer[Any]):
             pre = self.preconditions
             name = params.name
             if not pre.told:  # the tool set changed: the policy's names are checked against it
-                self._tell()
+                self.know_tools()
             tool = self._tool_manager.get_tool(name)
             if tool is not None:  # requirements put on the function after registration count too
                 fn = tool.fn  # `attach_function`'s "nothing changed" test, inlined (every call)
@@ -179,24 +179,26 @@ class GuardedMCPServer(MCPServer[Any]):
     async def _handle_list_tools(self, ctx: ServerRequestContext[Any, Any],
                                  params: PaginatedRequestParams | None) -> ListToolsResult:
         """The SDK's `tools/list` handler, after the guard has checked the policy's tool names."""
-        self._tell()
+        self.know_tools()
         return await super()._handle_list_tools(ctx, params)
 
-    def _tell(self) -> None:
-        """`Guard.know_tools` with the server's tool names (PolicyError for a near-miss policy)."""
+    def know_tools(self) -> None:
+        """`Guard.know_tools` with the server's tool names: PolicyError for a policy `[tools.NAME]`
+        that nearly matches one. Runs at every list and at a call after the tools changed; call it
+        before serving to refuse to start on such a policy (`serve` does)."""
         self.preconditions.know(t.name for t in self._tool_manager.list_tools())
 
     def _register_call(self, name: str) -> None:
         """Before a call: the guard knows the tool names and holds what the tool that will run
         carries (its function's requirements, its `_meta` mirror)."""
-        self._tell()
+        self.know_tools()
         tool = self._tool_manager.get_tool(name)
         if tool is not None:
             self.preconditions.attach_function(name, tool.fn, tool.meta)
 
     async def _sync(self) -> None:
         """Register every tool's requirements up front (for list_changed session views)."""
-        self._tell()
+        self.know_tools()
         for tool in self._tool_manager.list_tools():
             self.preconditions.attach_function(tool.name, tool.fn, tool.meta)
 

@@ -19,7 +19,7 @@ from .capability import CapabilityResolver, CompiledGrant, Evaluate
 from .env import EnvResolver, environment_labels
 from .feature import FeatureResolver, FlagSource
 from .quota import CompiledQuota, QuotaResolver
-from .quota_store import FixedQuotaStore, MemoryQuotaStore, QuotaStore, Rate
+from .quota_store import FixedQuotaStore, MemoryQuotaStore, QuotaStore, Rate, fresh_quota_store
 from .state import StateCallable, StateResolver, StateSource
 
 BUILTIN_NAMESPACES = ("auth", "capability", "env", "feature", "quota", "state")
@@ -128,5 +128,5 @@ __all__ = [
     "BUILTIN_NAMESPACES", "AuthResolver", "CallContext", "CapabilityResolver", "EnvResolver",
     "FeatureResolver", "FixedQuotaStore", "FlagSource", "LiveSources", "MemoryQuotaStore",
     "QuotaResolver", "QuotaStore", "Registry", "Resolver", "StateResolver", "StateSource",
-    "build_registry",
+    "build_registry", "fresh_quota_store",
 ]

@@ -159,3 +159,8 @@ class FixedQuotaStore:
 
     def refund(self, buckets: Sequence[Bucket]) -> None:
         """Nothing was taken."""
+
+
+def fresh_quota_store() -> FixedQuotaStore:
+    """The store of `check` and the explorer: every bucket full, nothing kept, no live Redis."""
+    return FixedQuotaStore(name="a fresh memory store: no earlier calls are counted and none is kept")

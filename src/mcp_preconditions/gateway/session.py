@@ -1,14 +1,14 @@
-"""The gateway's downstream clients, as the upstream needs them: where its notifications go
+"""The gateway's client sessions, as the servers behind it need them: where their notifications go
 (2025-11-25 connections directly, 2026-07-28 clients through `subscriptions/listen`), which
-resource URIs each client subscribed to, and who can answer the upstream's own requests
-(sampling, elicitation, roots).
+resource URIs each client subscribed to, and who can answer a server's own requests (sampling,
+elicitation, roots): the one client whose calls to *that* server are in flight.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, cast, get_args
 
 import anyio
@@ -26,7 +26,6 @@ from pydantic import BaseModel
 from . import bridge
 from .rounds import PendingCall, Rounds
 from .subscriptions import Subscriptions
-from .upstream import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -74,14 +73,15 @@ def _declared(item: Exchange, method: str) -> bool:
 class Downstream:
     """Connected clients and their in-flight requests."""
 
-    def __init__(self, bus: InMemorySubscriptionBus, rounds: Rounds, upstream: Upstream) -> None:
+    def __init__(self, bus: InMemorySubscriptionBus, rounds: Rounds,
+                 holders: Callable[[], Iterable[Subscriptions]]) -> None:
         self._bus = bus
         self._rounds = rounds
-        self._upstream = upstream
-        self.subscriptions = Subscriptions(upstream)
+        self._holders = holders  # every server's subscriptions
         self._connections: dict[int, Connection] = {}  # handshake-era connections with a channel
         self._subscribed: dict[int, set[str]] = {}  # connection -> resource URIs it subscribed to
-        self._active: list[ServerRequestContext[Any, Any]] = []  # newest last
+        # Requests forwarded to a server, with the server's key; newest last.
+        self._active: list[tuple[ServerRequestContext[Any, Any], str]] = []
         self._stdio: int | None = None  # the stdio listener's connection
         self._levels: dict[int, str] = {}  # connection -> the log level it asked for
 
@@ -105,19 +105,21 @@ class Downstream:
         self._levels.pop(key, None)
         self._subscribed.pop(key, None)
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await self.subscriptions.release_all(key)
+            for subscriptions in self._holders():
+                await subscriptions.release_all(key)
 
     @contextlib.contextmanager
-    def in_flight(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
-        """A client request being forwarded upstream: the upstream's requests meanwhile may be
+    def in_flight(self, ctx: ServerRequestContext[Any, Any], server: str) -> Iterator[None]:
+        """A client request being forwarded to `server`: that server's requests meanwhile may be
         this caller's (2026-07-28 calls that can take input rounds are tracked by `Rounds`)."""
-        self._active.append(ctx)
+        entry = (ctx, server)
+        self._active.append(entry)
         try:
             yield
         finally:
-            self._active.remove(ctx)
+            self._active.remove(entry)
 
-    async def subscription(self, ctx: ServerRequestContext[Any, Any],
+    async def subscription(self, ctx: ServerRequestContext[Any, Any], subscriptions: Subscriptions,
                            forward: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         """A 2025-11-25 client's `resources/subscribe` or `unsubscribe`: held upstream once per
         URI for all clients. A 2025-11-25 upstream is sent the client's own request (`forward`),
@@ -129,14 +131,13 @@ class Downstream:
         if not isinstance(uri, str):
             return await forward()
         result: dict[str, Any] = {}
-        if self._upstream.modern:
-            await (self.subscriptions.hold(uri, key) if subscribe
-                   else self.subscriptions.release(uri, key))
-        elif subscribe or not self.subscriptions.held_by_others(uri, key):
+        if subscriptions.modern:
+            await (subscriptions.hold(uri, key) if subscribe else subscriptions.release(uri, key))
+        elif subscribe or not subscriptions.held_by_others(uri, key):
             result = await forward()
-            self.subscriptions.note(uri, key, subscribe)
+            subscriptions.note(uri, key, subscribe)
         else:
-            self.subscriptions.note(uri, key, False)
+            subscriptions.note(uri, key, False)
         uris = self._subscribed.setdefault(key, set())
         if subscribe:
             uris.add(uri)
@@ -145,25 +146,26 @@ class Downstream:
         return result
 
     # -- from the upstream -----------------------------------------------------------------------
-    def _caller(self) -> tuple[Exchange | None, int]:
-        """The newest upstream exchange in flight when they all belong to one client, and how
-        many clients have exchanges in flight."""
+    def _caller(self, server: str) -> tuple[Exchange | None, int]:
+        """The newest exchange with `server` in flight when they all belong to one client, and how
+        many clients have exchanges with it in flight."""
         owners: dict[int, Exchange] = {}
-        items: list[Exchange] = [*self._active, *self._rounds.calls()]
+        items: list[Exchange] = [*(ctx for ctx, s in self._active if s == server),
+                                 *(c for c in self._rounds.calls() if c.server == server)]
         for item in items:
             owners[_owner(item)] = item  # the newest of each client's
         if len(owners) != 1:
             return None, len(owners)
         return next(iter(owners.values())), 1
 
-    async def log(self, params: dict[str, Any]) -> None:
-        """An upstream log message goes where a request from the upstream would (see `ask`): to
-        the one client whose calls are in flight, on that call's stream; else nowhere (a stdio
+    async def log(self, server: str, params: dict[str, Any]) -> None:
+        """A server's log message goes where a request from it would (see `ask`): to the one
+        client whose calls to it are in flight, on that call's stream; else nowhere (a stdio
         listener's one client aside). Another client's call never sees it."""
         level = params.get("level")
         if level not in _LEVELS:
             return
-        item, clients = self._caller()
+        item, clients = self._caller(server)
         ctx = item.current if isinstance(item, PendingCall) else item
         if ctx is not None:
             connection = getattr(ctx.session, "_connection", None)
@@ -195,10 +197,10 @@ class Downstream:
             self._levels[id(connection)] = level
         return min(self._levels.values(), key=_LEVELS.index, default=None)
 
-    async def notify(self, method: str, params: dict[str, Any]) -> None:
-        """Pass an upstream notification to every client that should see it."""
+    async def notify(self, server: str, method: str, params: dict[str, Any]) -> None:
+        """Pass a server's notification to every client that should see it."""
         if method == "notifications/message":
-            await self.log(params)
+            await self.log(server, params)
             return
         event = event_from_wire(method, params)
         if event is not None:
@@ -209,13 +211,14 @@ class Downstream:
                 continue
             await connection.notify(method, params)
 
-    async def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Put an upstream's request to the client whose call caused it. The shared upstream
-        session does not say which call that is, so it is only known when the upstream calls of
-        one client alone are in flight; otherwise the upstream gets an error, never a guess."""
+    async def ask(self, server: str, method: str, params: dict[str, Any], timeout: float
+                  ) -> dict[str, Any]:
+        """Put a server's request to the client whose call caused it. The shared session to the
+        server does not say which call that is, so it is only known when the calls of one client
+        alone are in flight to that server; otherwise the server gets an error, never a guess."""
         if method not in _RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found", method)
-        item, clients = self._caller()
+        item, clients = self._caller(server)
         if clients > 1:
             raise MCPError(types.INVALID_REQUEST, f"gateway: {method} not routed: calls of "
                            f"{clients} clients are in flight and the upstream does not say "
@@ -232,6 +235,11 @@ class Downstream:
             raw: dict[str, Any] = await connection.send_raw_request(method, params,
                                                                      {"timeout": timeout})
             return raw
+        if method == "roots/list":
+            # Nobody to ask (a server asking as it starts, before any client): the gateway offers
+            # no roots of its own. An empty list never widens what a server may touch, where an
+            # error makes servers log a failure at every clean start.
+            return {"roots": []}
         raise MCPError(types.INVALID_REQUEST, f"gateway: {method} not routed: no client call is "
                        "in flight (over HTTP the gateway cannot tell which client it is for)")
 
@@ -257,18 +265,27 @@ class Downstream:
         return raw
 
     # -- 2026-07-28 listen streams ---------------------------------------------------------------
-    async def listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """Serve a listen stream; the resources it asks about are held upstream meanwhile."""
+    async def listen(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext,
+                     owner: Callable[[str], Subscriptions | None]) -> HandlerResult:
+        """Serve a listen stream; the resources it asks about are held, each at the server that
+        lists it (`owner`), meanwhile."""
         notifications = (ctx.params or {}).get("notifications")
         uris = notifications.get("resourceSubscriptions") if isinstance(notifications, dict) else None
         uris = [u for u in uris if isinstance(u, str)] if isinstance(uris, list) else []
+        held: list[Subscriptions] = []
         for uri in uris:
+            subscriptions = owner(uri)
+            if subscriptions is None:
+                log.warning("resource subscription %s: no single server lists it", uri)
+                continue
             try:
-                await self.subscriptions.hold(uri, id(ctx))
+                await subscriptions.hold(uri, id(ctx))
+                held.append(subscriptions)
             except Exception as exc:  # the stream is still served; updates may just not come
                 log.warning("resource subscription %s failed: %s", uri, exc)
         try:
             return await call_next(ctx)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self.subscriptions.release_all(id(ctx))
+                for subscriptions in dict.fromkeys(held):
+                    await subscriptions.release_all(id(ctx))

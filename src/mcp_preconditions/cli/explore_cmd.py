@@ -1,0 +1,136 @@
+"""The `explore` subcommand: read the policy, the tools and the presets once, then serve the policy
+explorer page (explore/) until interrupted. Argument checking, reading and starting only.
+
+The page is on loopback unless `--allow-remote` says otherwise: it shows the whole policy,
+confidential requirements included, to whoever can reach it, without authentication.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..client import Knowledge
+from ..errors import FileReadError, InputError, PolicyError
+from ..files import read_bounded, read_claims, read_json, read_tools
+from ._output import PROG, warn
+from ._resolvers import add_resolver_option, resolvers_from
+from ._sockets import http_address, is_loopback, listening_socket
+from .core_cmds import TOOLS_HELP
+
+DEFAULT_LISTEN = "http://127.0.0.1:8088"
+
+
+def run_explore(args: argparse.Namespace) -> int:
+    """`explore`: check the command line, read every input, serve the page until Ctrl-C."""
+    import uvicorn
+
+    from ..explore import Inputs, Workbench, build_app
+
+    host, port = http_address(args.listen, "--listen")
+    if not is_loopback(host) and not args.allow_remote:
+        raise InputError(f"--listen: {host} is not a loopback address, and the page shows the whole "
+                         "policy, confidential requirements included, without authentication; add "
+                         "--allow-remote to serve it to other machines anyway")
+    tools, tools_label = tools_from(args)
+    inputs = Inputs(policy_path=args.policy, policy_text=_policy_text(args.policy), tools=tools,
+                    tools_label=tools_label, presets=_presets(args.claims),
+                    knowledge=_knowledge(args.knowledge), logs=tuple(args.log),
+                    resolvers=tuple(resolvers_from(args)))
+    bench = Workbench(inputs)
+    for line in bench.compile(inputs.policy_text).problems:  # the page shows them too, to be fixed
+        warn(line)
+    app = build_app(bench, ["*"] if args.allow_remote else _loopback_names(host))
+    sock = listening_socket(host, port, "--listen")
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    print(f"{PROG}: explorer for {args.policy} and {tools_label} ({len(tools)} tools) on "
+          f"http://{shown}:{bound_port}/ (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    try:
+        uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
+
+
+def tools_from(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """The tools to explore and where they came from: the one place a tool source is chosen."""
+    return read_tools(args.tools), args.tools
+
+
+def _policy_text(path: str) -> str:
+    """The policy file's text. A file that cannot be read stops here; one that does not validate is
+    opened anyway, its problems on the page to be fixed."""
+    try:
+        data = read_bounded(path)
+    except FileReadError as exc:
+        raise PolicyError(path, [f"(file): {exc.problem}"]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(path, [f"(file): not UTF-8 ({exc.reason} at byte {exc.start})"]) from None
+
+
+def _named(paths: list[str]) -> list[tuple[str, str]]:
+    """(name, path) per file: its stem, numbered when two files share one."""
+    out: list[tuple[str, str]] = []
+    for path in paths:
+        name, n = Path(path).stem or path, 2
+        while any(name == taken for taken, _ in out):
+            name, n = f"{Path(path).stem} ({n})", n + 1
+        out.append((name, path))
+    return out
+
+
+def _presets(paths: list[str]) -> dict[str, dict[str, Any]]:
+    return {name: read_claims(path) for name, path in _named(paths)}
+
+
+def _knowledge(paths: list[str]) -> dict[str, Any]:
+    presets: dict[str, Any] = {}
+    for name, path in _named(paths):
+        raw = read_json(path)
+        Knowledge.from_dict(raw, source=path)  # refused now, not on the page
+        presets[name] = raw
+    return presets
+
+
+def _loopback_names(host: str) -> list[str]:
+    """The Host headers a loopback page answers: its own address and the loopback names."""
+    return ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `explore` to the main parser."""
+    parser = subparsers.add_parser(
+        "explore", help="a local web page: who can do what, try calls, edit the policy, the "
+                        "client's view, decision logs",
+        description="Serve the policy explorer on a local web page: every tool allowed or denied for "
+                    "a caller, with each requirement's outcome and reason; calls tried with "
+                    "arguments; the policy edited and re-validated as you type (downloaded, never "
+                    "saved); what a strict client would hide; decision logs over time. It reads the "
+                    "files once and writes nothing.")
+    parser.add_argument("--policy", required=True, metavar="P", help="policy file (TOML)")
+    parser.add_argument("--tools", required=True, metavar="T", help=TOOLS_HELP)
+    parser.add_argument("--claims", action="append", default=[], metavar="C",
+                        help="a caller preset: a JSON object of verified claims (repeatable)")
+    parser.add_argument("--knowledge", action="append", default=[], metavar="K",
+                        help='a client knowledge preset {"satisfied": [...], "unsatisfiable": [...]} '
+                             "(repeatable)")
+    parser.add_argument("--log", action="append", default=[], metavar="FILE",
+                        help="a JSONL decision log, read again each time the page asks (repeatable)")
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="http://HOST:PORT",
+                        help=f"where the page is served (default {DEFAULT_LISTEN}; port 0 picks a "
+                             "free one); a loopback address unless --allow-remote")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="allow a non-loopback --listen: anyone who reaches it sees the whole "
+                             "policy, without authentication")
+    add_resolver_option(parser)
+    parser.set_defaults(func=run_explore)
+
+
+__all__ = ["register", "run_explore", "tools_from"]

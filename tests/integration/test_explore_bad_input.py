@@ -1,0 +1,222 @@
+"""Bad input to the running explorer: broken claims, a policy that does not parse, a huge log, a
+request of the wrong shape. Each gets a clear message (on the page, or as the JSON the page shows),
+never a server traceback and never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, expect
+
+from mcp_preconditions.cli import main
+from tests.fixtures.explorer import MISSION, SCREENSHOTS, Explorer, chromium, explorer
+from tests.fixtures.mcp_servers import ROOT
+
+pytestmark = pytest.mark.integration
+BOUND = 100_000  # MCP_PRECONDITIONS_MAX_FILE_BYTES for this explorer: a "huge" log is small to make
+POLICY = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
+TOO_LARGE = (f"larger than {BOUND} bytes, the input size bound (set $MCP_PRECONDITIONS_MAX_FILE_BYTES "
+             "to raise it; `mcp-preconditions log summarize` reads a log of any size)")
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("logs") / "huge.jsonl"
+    record = json.dumps({"time": 1.0, "tool": "t", "allowed": True, "unmet": []}) + "\n"
+    path.write_text(record * (2 * BOUND // len(record)), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(big_log: Path) -> Iterator[Explorer]:
+    with explorer(*MISSION, "--claims", "examples/claims/observer.json", "--log", str(big_log),
+                  "--log", "no-such-log.jsonl", MCP_PRECONDITIONS_MAX_FILE_BYTES=str(BOUND)) as proc:
+        yield proc
+
+
+def ask(server: Explorer, path: str, **body: Any) -> dict[str, Any]:
+    response = httpx.post(server.url + path.lstrip("/"), json={"policy": POLICY, **body}, timeout=30)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+@pytest.mark.parametrize(("claims", "message"), [
+    ("{", "claims: not valid JSON (line 1, column 2): Expecting property name enclosed in double quotes"),
+    ('{"sub": "a", "sub": "b"}', 'claims: not valid JSON: duplicate key "sub" in one object'),
+    ("[1, 2]", "claims: expected a JSON object of claims, got array"),
+    ('{"sub": NaN}', "claims: not valid JSON: NaN is not valid JSON"),
+    ('{"sub": "\\ud800"}', "claims: sub: lone surrogate \\ud800: not Unicode text"),
+    ("[" * 20_000, "claims: not usable JSON: nested too deeply"),
+])
+def test_broken_claims_are_named(server: Explorer, claims: str, message: str) -> None:
+    answer = ask(server, "/api/decisions", claims=claims)
+    assert answer["caller"] == {"ok": False, "problem": message, "label": None}
+    assert answer["tools"] is None and answer["policy"]["ok"]
+
+
+def test_an_unknown_preset_is_named(server: Explorer) -> None:
+    answer = ask(server, "/api/decisions", preset="nobody")
+    assert answer["caller"]["problem"] == "caller: no preset named 'nobody'"
+
+
+@pytest.mark.parametrize(("policy", "start"), [
+    ("[tools.x\n", "policies/mission-control.toml: (file): not valid TOML: "),
+    ('environment = "prod"', "policies/mission-control.toml: environment: Input should be a valid list"),
+    ('[tools.x]\nrequirements = ["nope:1"]', "policies/mission-control.toml: tools.x.requirements[0]: "),
+    ("a = 1\n", "policies/mission-control.toml: a: unknown key"),
+])
+def test_a_policy_that_does_not_parse_is_named_by_key_path(server: Explorer, policy: str,
+                                                            start: str) -> None:
+    answer = ask(server, "/api/decisions", policy=policy)
+    assert answer["policy"]["ok"] is False and answer["tools"] is None
+    assert answer["policy"]["problems"][0].startswith(start), answer["policy"]["problems"]
+
+
+@pytest.mark.parametrize(("path", "body", "message"), [
+    ("/api/call", {"tool": "nope"}, "tool: no tool named 'nope'"),
+    ("/api/call", {"tool": "launch_rocket", "arguments": "[1]"},
+     "arguments: the call's arguments must be a JSON object, got array"),
+    ("/api/call", {"tool": "launch_rocket", "arguments": '{"vehicle": '},
+     "arguments: not valid JSON (line 1, column 13): Expecting value"),
+])
+def test_bad_arguments_are_named(server: Explorer, path: str, body: dict[str, Any], message: str) -> None:
+    assert ask(server, path, **body)["call"] == {"problem": message}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"knowledge": '{"satisfied": "auth:oauth2"}'},
+     "knowledge: invalid knowledge: satisfied: must be a list of strings, got str"),
+    ({"knowledge": "{"}, "knowledge: not valid JSON (line 1, column 2): Expecting property name "
+                         "enclosed in double quotes"),
+    ({"knowledge_preset": "nope"}, "knowledge: no preset named 'nope'"),
+])
+def test_bad_knowledge_is_named(server: Explorer, body: dict[str, Any], message: str) -> None:
+    assert ask(server, "/api/client", **body)["client"] == {"problem": message}
+
+
+@pytest.mark.parametrize(("content", "headers", "status", "message"), [
+    (b"{", {"content-type": "application/json"}, 400,
+     "request: not valid JSON (line 1, column 2): Expecting property name enclosed in double quotes"),
+    (b'{"policy": 1}', {"content-type": "application/json"}, 400,
+     "request: policy: Input should be a valid string"),
+    (b'{"policy": "", "extra": 1}', {"content-type": "application/json"}, 400,
+     "request: extra: Extra inputs are not permitted"),
+    (b'{"policy": "", "what_if": {"env:prod": true}}', {"content-type": "application/json"}, 400,
+     "request: what_if: 'env:prod': only state: and feature: values can be set"),
+    (b"policy=x", {"content-type": "application/x-www-form-urlencoded"}, 415,
+     "the request must be JSON (Content-Type: application/json)"),
+    (b"{" + b" " * BOUND + b"}", {"content-type": "application/json"}, 413,
+     f"the request: {BOUND + 2} bytes, {TOO_LARGE}"),
+])
+def test_requests_the_page_never_sends_get_one_line(server: Explorer, content: bytes,
+                                                    headers: dict[str, str], status: int,
+                                                    message: str) -> None:
+    response = httpx.post(server.url + "api/decisions", content=content, headers=headers, timeout=30)
+    assert (response.status_code, response.json()) == (status, {"error": message})
+
+
+def test_a_foreign_host_name_is_refused(server: Explorer) -> None:
+    """A page on loopback answers loopback names only: a rebinding DNS name cannot read the policy."""
+    response = httpx.get(server.url, headers={"host": "attacker.example:8088"}, timeout=30)
+    assert (response.status_code, response.text) == (400, "Invalid host header")
+
+
+def test_a_huge_log_is_a_message_never_a_crash(server: Explorer, big_log: Path) -> None:
+    answer = httpx.get(server.url + "api/history", timeout=30).json()
+    size = big_log.stat().st_size
+    assert answer["problems"] == [f"{big_log}: {size} bytes, {TOO_LARGE}",
+                                  "no-such-log.jsonl: cannot read: No such file or directory"]
+    response = httpx.post(server.url + "api/history?name=huge.jsonl", content=big_log.read_bytes(),
+                          timeout=30)
+    assert (response.status_code, response.json()) == (
+        413, {"error": f"huge.jsonl: {size} bytes, {TOO_LARGE}"})
+
+
+def test_bad_lines_of_a_log_are_named_as_log_summarize_names_them(server: Explorer) -> None:
+    lines = b'{"tool": "t", "allowed": true, "unmet": []}\nnot json\n\xff\n[]\n' + b"{}\n" * 9
+    answer = httpx.post(server.url + "api/history?name=odd.jsonl", content=lines, timeout=30).json()
+    assert (answer["records"], answer["skipped"]) == (1, 12)
+    assert answer["bad_lines"] == [
+        "odd.jsonl:2: not JSON (Expecting value at column 1); line skipped",
+        "odd.jsonl:3: not UTF-8; line skipped", "odd.jsonl:4: not a JSON object; line skipped",
+        'odd.jsonl:5: not a decision record: no "tool" string; line skipped',
+        'odd.jsonl:6: not a decision record: no "tool" string; line skipped',
+        "odd.jsonl: 7 more bad line(s) skipped"]
+
+
+def test_the_page_shows_each_message(server: Explorer, big_log: Path) -> None:
+    with chromium() as browser:
+        _page_messages(browser, server, big_log)
+
+
+def _page_messages(browser: Browser, server: Explorer, big_log: Path) -> None:
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.goto(server.url)
+    expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
+    page.fill("#caller-claims", '{"sub": "mallory",}')
+    problem = page.locator("#caller-problem")
+    expect(problem).to_have_text("claims: not valid JSON (line 1, column 19): Expecting property name "
+                                 "enclosed in double quotes")
+    expect(page.locator("#who-body")).to_contain_text("Fix the caller's claims")
+    page.select_option("#caller-preset", "observer")
+    expect(problem).to_be_hidden()
+    page.fill("#policy-text", POLICY + "\n[tools.launch_rocket\n")
+    expect(page.locator("#policy-problems .line")).to_contain_text(
+        "policies/mission-control.toml: (file): not valid TOML: ")
+    page.click("#tab-logs")
+    expect(page.locator("#logs-problems .line").first).to_have_text(
+        f"{big_log}: {big_log.stat().st_size} bytes, {TOO_LARGE}")
+    page.set_input_files("#logs-upload", str(big_log))
+    expect(page.locator("#logs-problems .line")).to_have_text(
+        f"huge.jsonl: {big_log.stat().st_size} bytes, {TOO_LARGE}")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "bad-input.png"), full_page=True)
+    page.close()
+
+
+def test_hostile_names_are_shown_as_text(tmp_path: Path) -> None:
+    """A tool name that is HTML, or that holds a bidi override, is shown as text, escaped."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps({"tools": [
+        {"name": "<img src=x onerror=alert(1)>", "inputSchema": {"properties": "garbage"},
+         "execution": {"requirements": ["auth:oauth2"]}},
+        {"name": "safe\u202etxt.exe", "inputSchema": {"type": "object", "properties": {
+            "<b>": {"type": "string", "description": "<script>alert(2)</script>"}}}}]}),
+        encoding="utf-8")
+    with explorer("--policy", "policies/minimal.toml", "--tools", str(tools)) as proc, \
+            chromium() as browser:
+        page = browser.new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(proc.url)
+        rows = page.locator("#who-body tr.tool-row td:first-child")
+        expect(rows).to_contain_text(["<img src=x onerror=alert(1)>", "safe\\u202etxt.exe"])
+        page.click("#tab-call")
+        page.select_option("#call-tool", index=1)
+        expect(page.locator("#call-form label")).to_contain_text("<script>alert(2)</script>")
+        page.select_option("#call-tool", index=0)
+        expect(page.locator("#call-form")).to_have_text("This tool's inputSchema lists no arguments.")
+        assert dialogs == [] and page.locator("img").count() == 0
+
+
+def test_lint_findings_are_the_lines_lint_prints(server: Explorer, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A near miss of a tool name (which a server refuses to run with) and rules that can never
+    match: the page lists what `lint --policy` prints, decisions still shown as `check` does."""
+    policy = POLICY + '\n[tools.Launch_rocket]\nrequirements = ["auth:oauth2"]\n'
+    answer = ask(server, "/api/decisions", policy=policy)
+    copy = tmp_path / "mission-control.toml"
+    copy.write_text(policy, encoding="utf-8")
+    assert main(["lint", "--policy", str(copy), "--tools", "examples/mission-control-tools.json"]) == 1
+    printed = capsys.readouterr().out.splitlines()[:-1]  # the last line counts them
+    assert answer["policy"]["warnings"] == [line.replace(str(copy), "policies/mission-control.toml")
+                                            for line in printed]
+    assert any(": error: tool 'launch_rocket': " in w for w in answer["policy"]["warnings"])
+    assert answer["policy"]["ok"] and answer["tools"] is not None

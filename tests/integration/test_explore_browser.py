@@ -1,0 +1,243 @@
+"""The policy explorer in a real browser (Debian's chromium, driven by Playwright) against the real
+`mcp-preconditions explore` command: pick a caller and see the table change, try arguments, break the
+policy and see the key-path error, fix it and see decisions return, switch knowledge and see hidden
+tools, load a decision log and see the chart's numbers match `log summarize`. Each view's screenshot
+is saved under .run/explore/.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.fixtures.explorer import MISSION, SCREENSHOTS, Explorer, chromium, explorer
+from tests.fixtures.mcp_servers import CLI, ROOT, server_env
+
+pytestmark = pytest.mark.integration
+PRESETS = ["--claims", "examples/claims/mission-control.json", "--claims", "examples/claims/observer.json",
+           "--knowledge", "examples/knowledge.json"]
+POLICY_TEXT = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Explorer]:
+    with explorer(*MISSION, *PRESETS) as proc:
+        yield proc
+
+
+@pytest.fixture
+def page(browser: Browser, server: Explorer) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(server.url)
+    expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
+    yield page
+    context.close()
+    assert errors == []  # no script error, no refused resource (the page's CSP included)
+
+
+def shot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def decision(page: Page, tool: str) -> Any:
+    return page.locator(f'#who-body tr.tool-row[data-tool="{tool}"] .decision')
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """The command line, in its own process (Playwright's loop runs in this one)."""
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, env=server_env(),
+                          timeout=60, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_picking_a_caller_changes_the_table(page: Page) -> None:
+    expect(page.locator("#caller-label")).to_have_text("alice (preset 'mission-control')")
+    expect(decision(page, "abort_launch")).to_have_text("ALLOWED")
+    expect(decision(page, "launch_rocket")).to_have_text("DEPENDS ON ARGUMENTS")
+    # The operator's view names the confidential requirement, and marks it.
+    expect(page.locator('tr.tool-row[data-tool="launch_rocket"] .chip.conf')).to_have_text(
+        "state:weather.clear")
+    expect(page.locator("#who-summary")).to_contain_text("3 of 7 tools allowed")
+    shot(page, "who")
+
+    page.select_option("#caller-preset", "observer")
+    expect(page.locator("#caller-label")).to_have_text("bob (preset 'observer')")
+    expect(decision(page, "abort_launch")).to_have_text("DENIED")
+    expect(decision(page, "read_telemetry")).to_have_text("ALLOWED")
+    page.select_option("#caller-preset", "")
+    expect(page.locator("#caller-label")).to_have_text("anonymous (no access token)")
+    expect(page.locator("#who-summary")).to_contain_text("1 of 7 tools allowed")
+
+    page.fill("#caller-claims", '{"sub": "carol", "scope": "mission:admin", "role": "mission_control"}')
+    expect(page.locator("#caller-label")).to_have_text("carol (claims typed on this page)")
+    expect(decision(page, "abort_launch")).to_have_text("ALLOWED")  # mission:admin implies :write
+
+
+def test_a_state_set_on_the_page_decides(page: Page) -> None:
+    page.select_option('#facts-list select[aria-label="state:range.safety_officer_on_duty"]', "true")
+    expect(decision(page, "fuel_status")).to_have_text("ALLOWED")
+    expect(page.locator('tr.tool-row[data-tool="fuel_status"] .chip.whatif')).to_have_count(1)
+
+
+def test_trying_arguments_decides_the_call(page: Page) -> None:
+    page.click("#tab-call")
+    page.select_option("#call-tool", "launch_rocket")
+    result = page.locator("#call-result")
+    expect(result.locator(".verdict .decision")).to_have_text("DENIED")
+    expect(result).to_contain_text("grant #0: argument /vehicle is missing")
+    page.fill('#call-form [name="vehicle"]', "Saturn V")
+    expect(result).to_contain_text('grant #0: argument /vehicle is "Saturn V" (allowed: "Falcon 9", '
+                                   '"Falcon Heavy", "Starship")')
+    page.click('#call-hints button.value:has-text("Falcon Heavy")')  # a value the grant allows
+    expect(result.locator(".verdict .decision")).to_have_text("ALLOWED")
+    shot(page, "call")
+    page.click("#call-as-json")
+    expect(page.locator("#call-json")).to_have_value('{\n  "vehicle": "Falcon Heavy"\n}')
+    page.fill("#call-json", '{"vehicle": "Starship", }')
+    expect(result).to_contain_text("arguments: not valid JSON (line 1, column 25)")
+    page.fill("#call-json", '{"vehicle": "starship"}')  # exact matching: case counts
+    expect(result.locator(".verdict .decision")).to_have_text("DENIED")
+    # What the caller is sent names the unmet requirement; the page's decision equals `check`'s.
+    code, out, _ = cli("check", *MISSION, "--claims", "examples/claims/mission-control.json",
+                       "--tool", "launch_rocket", "--arguments", '{"vehicle": "starship"}',
+                       "--format", "json")
+    reasons = [o["reason"] for o in json.loads(out)["tools"][0]["outcomes"]]
+    assert code == 0
+    expect(result.locator("td.reason")).to_contain_text(reasons)
+
+
+def test_breaking_the_policy_shows_the_key_path_and_fixing_it_brings_decisions_back(
+        page: Page, tmp_path: Path) -> None:
+    broken = POLICY_TEXT.replace('"launch_window.open" = true', '"launch_window.open" = "yes"')
+    page.fill("#policy-text", broken)
+    problem = page.locator("#policy-problems .line")
+    expect(problem).to_have_count(1)
+    expect(page.locator("#policy-status")).to_contain_text("1 problem")
+    expect(page.locator("#who-body")).to_contain_text("Fix the policy's problems")
+    # The same line `policy validate` prints, the file name aside.
+    copy = tmp_path / "mission-control.toml"
+    copy.write_text(broken, encoding="utf-8")
+    code, _, err = cli("policy", "validate", str(copy))
+    assert code == 2
+    expected = err.strip().removeprefix(f"mcp-preconditions: error: {copy}: ")
+    assert 'features.flags."launch_window.open": ' in expected
+    expect(problem).to_have_text(f"policies/mission-control.toml: {expected}")
+    shot(page, "edit-broken")
+
+    fixed = POLICY_TEXT.replace('"telemetry.v2" = false', '"telemetry.v2" = true')
+    page.fill("#policy-text", fixed)
+    expect(problem).to_have_count(0)
+    expect(decision(page, "stream_telemetry_v2")).to_have_text("ALLOWED")
+    changed = page.locator('#who-body tr.tool-row.changed[data-tool="stream_telemetry_v2"]')
+    expect(changed).to_contain_text("was denied")
+    expect(page.locator("#policy-status")).to_contain_text("edited")
+    shot(page, "edit")
+    with page.expect_download() as download:
+        page.click("#policy-download")
+    assert download.value.suggested_filename == "mission-control.toml"
+    assert Path(download.value.path()).read_text(encoding="utf-8") == fixed
+    page.click("#policy-reset")
+    expect(decision(page, "stream_telemetry_v2")).to_have_text("DENIED")
+    expect(page.locator("#who-body tr.changed")).to_have_count(0)
+
+
+def test_switching_knowledge_shows_what_a_strict_client_hides(page: Page) -> None:
+    page.click("#tab-client")
+    hidden = page.locator("#client-body tr.hidden-tool")
+    # examples/knowledge.json is the first --knowledge preset, chosen at first.
+    expect(hidden).to_have_count(1)
+    # `filter` over the tools file: here the file's requirements are the policy's, and the one the
+    # server leaves out of its listing (confidential) decides nothing for this knowledge.
+    code, out, _ = cli("filter", "--tools", "examples/mission-control-tools.json", "--knowledge",
+                       "examples/knowledge.json")
+    assert code == 0
+    names = [h["name"] for h in json.loads(out)["hidden"]]
+    expect(hidden.locator("td.mono")).to_have_text(names)
+    expect(page.locator('#client-body tr[data-tool="launch_rocket"]')).to_contain_text(
+        "+1 confidential, not listed")
+    shot(page, "client")
+    page.select_option("#client-preset", "(nothing known)")
+    expect(hidden).to_have_count(0)
+    page.fill("#client-knowledge", '{"satisfied": ["auth:oauth2"], "unsatisfiable": ["env:staging", '
+                                   '"auth:claim:realm_roles:engineer"]}')
+    expect(page.locator('#client-body tr.hidden-tool[data-tool="schedule_maintenance"]')).to_have_count(1)
+    page.click('#client-mode button[data-mode="demote"]')
+    expect(hidden).to_have_count(0)
+    expect(page.locator('#client-body tr[data-tool="schedule_maintenance"] .fate')).to_have_text("demoted")
+
+
+def _records() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    start = 1_780_000_000.0
+    for i in range(240):
+        tool = ["launch_rocket", "read_telemetry", "abort_launch", "get_weather"][i % 4]
+        allowed = tool == "get_weather" or i % 3 != 0
+        out.append({"time": start + i * 37, "tool": tool, "subject": "alice", "allowed": allowed,
+                    "unmet": [] if allowed else [f"auth:scope:{i % 2}", "auth:oauth2"], "errors": {},
+                    "revision": "rev-one" if i < 150 else "rev-two", "duration_us": 9.5,
+                    "replica": f"gw-{i % 3}"})
+    return out
+
+
+def _lanes(page: Page) -> dict[str, tuple[int, int]]:
+    lanes = page.locator("#logs-chart g.lane")
+    return {lanes.nth(i).get_attribute("data-tool") or "": (
+        int(lanes.nth(i).get_attribute("data-allowed") or -1),
+        int(lanes.nth(i).get_attribute("data-denied") or -1)) for i in range(lanes.count())}
+
+
+def _summarize(records: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    code, out, _ = cli("log", "summarize", str(path), "--format", "json")
+    assert code == 0
+    summary: dict[str, Any] = json.loads(out)
+    return summary
+
+
+def test_a_loaded_log_charts_the_numbers_log_summarize_prints(page: Page, tmp_path: Path) -> None:
+    records = _records()
+    summary = _summarize(records, tmp_path / "decisions.jsonl")
+    page.click("#tab-logs")
+    expect(page.locator("#logs-body")).to_contain_text("No decision log yet")
+    page.set_input_files("#logs-upload", str(tmp_path / "decisions.jsonl"))
+    expect(page.locator("#logs-chart g.lane")).to_have_count(4)
+    expected = {t["tool"]: (t["allowed"], t["denied"]) for t in summary["tools"]}
+    assert _lanes(page) == expected
+    for tool, (allowed, denied) in expected.items():
+        expect(page.locator(f'#logs-chart g.lane[data-tool="{tool}"] text.total')).to_have_text(
+            f"{allowed} · {denied}")
+        row = page.locator(f'#logs-body tr[data-tool="{tool}"] td')
+        top = next(t["top_unmet"] for t in summary["tools"] if t["tool"] == tool)
+        expect(row.nth(1)).to_have_text(str(allowed))
+        expect(row.nth(2)).to_have_text(str(denied))
+        expect(row.nth(4)).to_have_text("".join(f"{u['requirement']} ({u['count']})" for u in top) or "—")
+    expect(page.locator(".stat .n").first).to_have_text(str(summary["records"]))
+    shot(page, "logs")
+
+    # One replica, one revision: the numbers of `log summarize` over those records alone.
+    page.select_option("#logs-replica", "gw-1")
+    only = _summarize([r for r in records if r["replica"] == "gw-1"], tmp_path / "gw-1.jsonl")
+    expect(page.locator(".stat .n").first).to_have_text(str(only["records"]))
+    assert _lanes(page) == {t["tool"]: (t["allowed"], t["denied"]) for t in only["tools"]}
+    page.select_option("#logs-revision", "rev-two")
+    both = _summarize([r for r in records if r["replica"] == "gw-1" and r["revision"] == "rev-two"],
+                      tmp_path / "both.jsonl")
+    expect(page.locator(".stat .n").first).to_have_text(str(both["records"]))
+    assert _lanes(page) == {t["tool"]: (t["allowed"], t["denied"]) for t in both["tools"]}

@@ -1,0 +1,110 @@
+"""Confidential requirements never reach a caller (issue 22, item 1): generated policies with
+confidential requirements on every hosted adapter (in-process, the SDK's own client, both protocol
+versions and both denial forms) and `mcp-preconditions serve` as a stdio subprocess. Everything a
+caller receives (raw and typed listings, results, errors) is searched for each confidential name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.fixtures.mcp_servers import CLI, MISSION_POLICY, MODES, ROOT, VERSIONS, raw_tools, server_env
+from tests.properties.test_advertised_enforced import FLAVOURS, Case, build, cases, expected
+
+from .tally import TALLY
+
+SUITE = "confidential names"
+
+
+def seen(texts: Iterable[str], confidential: Iterable[str]) -> int:
+    """How many times a confidential requirement appears in what a caller received."""
+    return sum(text.count(name) for text in texts for name in confidential)
+
+
+async def received(client: Client, names: Iterable[str]) -> tuple[list[str], int]:
+    """Every text a caller gets from listing the tools and calling each of `names` (and one name
+    the server does not have), as JSON; and how many calls were made."""
+    texts = [json.dumps(await raw_tools(client.session)),
+             (await client.list_tools()).model_dump_json(by_alias=True)]
+    calls = 0
+    for name in [*names, "no_such_tool"]:
+        calls += 1
+        try:
+            texts.append((await client.call_tool(name, {})).model_dump_json(by_alias=True))
+        except MCPError as exc:  # a JSON-RPC denial or refusal: its message and data
+            texts.append(json.dumps({"message": str(exc), "data": exc.error.data}, default=str))
+    return texts, calls
+
+
+async def hosted_case(case: Case, flavour: str, version: str) -> tuple[int, int, int]:
+    """(calls, wrongly allowed, confidential names seen) for one generated case."""
+    built = build(case, flavour)
+    async with Client(built.target, mode=MODES[version]) as client:
+        texts, calls = await received(client, case.names())
+    # None of the requirements holds; a lowlevel handler answers an unknown name itself.
+    wrong = sum(1 for name in built.ran if name in built.runs and expected(case, built, name))
+    return calls, wrong, seen(texts, case.confidential)
+
+
+def confidential_cases() -> st.SearchStrategy[Case]:
+    return cases().filter(lambda c: bool(c.confidential)).flatmap(
+        lambda c: st.sampled_from(("result", "jsonrpc")).map(
+            lambda denial: Case(c.registrations, c.policy, c.confidential, denial)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(confidential_cases(), st.sampled_from(FLAVOURS), st.sampled_from(VERSIONS))
+def test_no_hosted_adapter_names_a_confidential_requirement(case: Case, flavour: str,
+                                                            version: str) -> None:
+    calls, wrong, names_seen = asyncio.run(hosted_case(case, flavour, version))
+    TALLY.add(SUITE, cases=1, calls=calls, wrongly_allowed=wrong, confidential_seen=names_seen)
+    assert (wrong, names_seen) == (0, 0), (flavour, version, case)
+
+
+MISSION_TOOLS = ["launch_rocket", "abort_launch", "read_telemetry", "schedule_maintenance",
+                 "stream_telemetry_v2", "fuel_status", "get_weather"]
+
+
+def cloudy_policy(directory: Path, denial: str) -> Path:
+    """The mission-control policy with its confidential `state:weather.clear` false, so that
+    launch_rocket is denied for it alone (withheld 1)."""
+    text = MISSION_POLICY.read_text("utf-8").replace('"weather.clear" = true', '"weather.clear" = false')
+    path = directory / f"cloudy-{denial}.toml"
+    path.write_text(text + f'\n[guard]\ndenial = "{denial}"\n', encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("denial", ["result", "jsonrpc"])
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_serve_over_stdio_never_names_a_confidential_requirement(
+        tmp_path: Path, version: str, denial: str) -> None:
+    policy = cloudy_policy(tmp_path, denial)
+    claims = ROOT / "examples" / "claims" / "mission-control.json"
+    params = StdioServerParameters(command=CLI[0], args=[
+        *CLI[1:], "serve", "--policy", str(policy), "--transport", "stdio", "--claims", str(claims)],
+        env=server_env(), cwd=ROOT)
+    async with Client(params, mode=MODES[version]) as client:
+        texts, calls = await received(client, MISSION_TOOLS)
+        try:
+            launched: Any = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
+            texts.append(launched.model_dump_json(by_alias=True))
+            wrong = int(not launched.is_error)  # the weather is not clear: never launched
+            withheld = launched.structured_content["withheld"]
+        except MCPError as exc:
+            texts.append(json.dumps({"message": str(exc), "data": exc.error.data}, default=str))
+            wrong, withheld = 0, exc.error.data["withheld"]
+    names_seen = seen(texts, ["state:weather.clear", "weather.clear"])
+    TALLY.add(SUITE, cases=1, calls=calls + 1, wrongly_allowed=wrong, confidential_seen=names_seen)
+    assert withheld == 1  # enforced, and counted
+    assert (wrong, names_seen) == (0, 0)
