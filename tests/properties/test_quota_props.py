@@ -82,7 +82,7 @@ async def check(program: list[tuple[Any, ...]], rates: list[tuple[int, int]], cl
     A burst is `n` takes at one instant, all in flight at once: the store must give exactly as many
     units as the reference has, and the refused ones the same wait."""
     prefix = uuid.uuid4().hex
-    buckets: list[Bucket] = [((f"{prefix}{i}", ("global",)), Rate.every(c, t))
+    buckets: list[Bucket] = [((f"{prefix}{i}", "global"), Rate.every(c, t))
                              for i, (c, t) in enumerate(rates)]
     refs = [Reference(c, t) for c, t in rates]
     for step in program:

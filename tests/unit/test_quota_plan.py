@@ -67,7 +67,7 @@ def test_when_the_awaited_store_refuses_or_fails_the_memory_unit_goes_back(
         outcomes = asyncio.run(taken)  # type: ignore[arg-type]
         assert [o.status for o in outcomes] == [status, Status.SATISFIED]
         assert outcomes[0].retry_after_seconds == 5.0
-    bucket: Bucket = (("m", ("subject", "", "alice")), Rate.of(2, 60))
+    bucket: Bucket = (("m", "subject", "", "alice"), Rate.of(2, 60))
     assert [memory.take([bucket]) for _ in range(3)] == [[0], [0], [30 * 10**9]]  # both units back
 
 
@@ -75,7 +75,7 @@ def test_when_memory_refuses_the_awaited_store_is_only_looked_at() -> None:
     memory = MemoryQuotaStore(clock=lambda: 0)
     remote = Remote([0])
     resolver, requirements = plan(memory, remote)
-    bucket: Bucket = (("m", ("subject", "", "alice")), Rate.of(2, 60))
+    bucket: Bucket = (("m", "subject", "", "alice"), Rate.of(2, 60))
     memory.take([bucket])
     memory.take([bucket])
     outcomes = asyncio.run(resolver.plan(requirements).take(ALICE))  # type: ignore[arg-type]
@@ -107,7 +107,7 @@ def test_rates_round_the_interval_up_never_faster_than_written() -> None:
 
 def test_a_fixed_store_answers_from_its_count_and_keeps_nothing() -> None:
     store = FixedQuotaStore({"q": 3})
-    bucket: Bucket = (("q", ("global",)), Rate.of(3, 3600))
+    bucket: Bucket = (("q", "global"), Rate.of(3, 3600))
     assert store.take([bucket]) == [1200 * 10**9] == store.take([bucket])
     assert FixedQuotaStore().take([bucket]) == [0]
 

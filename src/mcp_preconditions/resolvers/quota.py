@@ -16,17 +16,7 @@ from ..outcomes import Outcome, OutcomeMemo, Status
 from ..principal import Identity
 from ..requirements import body_of
 from .base import CallContext
-from .quota_store import (
-    GLOBAL,
-    NS,
-    UNIDENTIFIED,
-    Bucket,
-    Caller,
-    MemoryQuotaStore,
-    QuotaStore,
-    Rate,
-    Waits,
-)
+from .quota_store import NS, Bucket, Key, MemoryQuotaStore, QuotaStore, Rate, Waits
 
 TAKEN = "has room: the call takes one unit"
 NOT_TAKEN = "has room (no unit taken: the call was denied)"
@@ -44,14 +34,15 @@ class CompiledQuota(NamedTuple):
     per_seconds: float
 
 
-def caller_of(by: str, identity: Identity) -> Caller | None:
-    """The caller whose bucket a call draws on; None when it cannot be known (authentication failed
-    on a backend error). Callers a quota cannot tell apart (no verified token, or a token without
-    the claim `by` names) share one bucket, `UNIDENTIFIED`: never unlimited, and never another
-    caller's bucket."""
+def bucket_key(name: str, by: str, identity: Identity) -> Key | None:
+    """The key of the bucket of quota `name` a call draws on; None when it cannot be known
+    (authentication failed on a backend error). Callers a quota cannot tell apart (no verified
+    token, or a token without the claim `by` names) share one bucket, "unidentified": never
+    unlimited, and never another caller's bucket."""
     principal = identity.principal
     if principal is None or by == "global":
-        return GLOBAL if by == "global" else None if identity.error else UNIDENTIFIED
+        return (name, "global") if by == "global" else None if identity.error else (
+            name, "unidentified")
     claims = principal.claims
     if by == "subject":
         who = principal.subject  # `sub`, else `client_id` (as every decision record says)
@@ -60,9 +51,9 @@ def caller_of(by: str, identity: Identity) -> Caller | None:
         if who.__class__ is not str:
             who = claims.get("azp")
     if who.__class__ is not str:
-        return UNIDENTIFIED
+        return (name, "unidentified")
     issuer = claims.get("iss")
-    return (by, issuer if issuer.__class__ is str else "", who)
+    return (name, by, issuer if issuer.__class__ is str else "", who)
 
 
 class QuotaResolver:
@@ -83,10 +74,10 @@ class QuotaResolver:
     def resolve(self, requirement: str, context: CallContext) -> Outcome | Awaitable[Outcome]:
         """Whether the caller's bucket has a unit now; takes nothing."""
         quota = self.quotas[body_of(requirement)]
-        caller = caller_of(quota.by, context.identity)
-        if caller is None:
+        key = bucket_key(quota.name, quota.by, context.identity)
+        if key is None:
             return unidentified(requirement)
-        waits = quota.store.peek([((quota.name, caller), quota.rate)])
+        waits = quota.store.peek([(key, quota.rate)])
         if isinstance(waits, list):
             return self.outcome(requirement, quota, checked(waits, 1)[0], LOOKED)
         return self._peeked(requirement, quota, waits)
@@ -150,10 +141,10 @@ class QuotaPlan:
         """One unit from each quota's bucket for this caller, or none (the outcomes say why)."""
         single = self._single
         if single is not None:  # the usual case: one quota
-            caller = caller_of(single.by, identity)
-            if caller is None:
+            key = bucket_key(single.name, single.by, identity)
+            if key is None:
                 return (unidentified(self.requirements[0]),)
-            buckets = [((single.name, caller), single.rate)]
+            buckets = [(key, single.rate)]
             waits = single.store.take(buckets)
             if not isinstance(waits, list):
                 return self._awaited(buckets, [], [0], waits, 0)
@@ -161,10 +152,10 @@ class QuotaPlan:
             return self._taken if wait == 0 else self._refused(waits)
         buckets = []
         for quota in self.quotas:
-            caller = caller_of(quota.by, identity)
-            if caller is None:
+            key = bucket_key(quota.name, quota.by, identity)
+            if key is None:
                 return tuple(map(unidentified, self.requirements))
-            buckets.append(((quota.name, caller), quota.rate))
+            buckets.append((key, quota.rate))
         return self._take_groups(buckets)
 
     def _take_groups(self, buckets: list[Bucket], start: int = 0, taken: list[int] | None = None,

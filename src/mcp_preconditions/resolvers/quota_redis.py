@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError
 
 from ..errors import BackendError
 from ..policy.model import Redis as RedisSettings
-from .quota_store import GLOBAL, UNIDENTIFIED, Bucket, Waits
+from .quota_store import Bucket, Waits
 from .state_redis import RedisStateSource
 
 # KEYS: the buckets. ARGV: "1" to take (else only look), now in µs ("" = Redis's TIME), then per
@@ -93,11 +93,11 @@ class RedisQuotaStore:
 
     def key(self, bucket: Bucket) -> str:
         """`PREFIX NAME ":" caller`, the caller a SHA-256 of who it is (never a raw subject)."""
-        name, caller = bucket[0]
-        if caller in (GLOBAL, UNIDENTIFIED):
-            return f"{self.prefix}{name}:{caller[0]}"
-        digest = hashlib.sha256(json.dumps(caller).encode()).hexdigest()[:32]
-        return f"{self.prefix}{name}:{digest}"
+        key = bucket[0]
+        if len(key) == 2:  # "global" or "unidentified"
+            return f"{self.prefix}{key[0]}:{key[1]}"
+        digest = hashlib.sha256(json.dumps(key[1:]).encode()).hexdigest()[:32]
+        return f"{self.prefix}{key[0]}:{digest}"
 
     async def _run(self, buckets: Sequence[Bucket], take: bytes) -> Waits:
         keys = [self.key(b) for b in buckets]

@@ -19,10 +19,9 @@ from typing import Protocol
 from ..errors import BackendError
 
 NS = 1_000_000_000
-# Who a bucket belongs to: ("global",), ("unidentified",), or (by, issuer, subject or client id).
-Caller = tuple[str, ...]
-GLOBAL: Caller = ("global",)
-UNIDENTIFIED: Caller = ("unidentified",)
+# A bucket's key, flat (it is hashed on every call): (quota name, "global"), (quota name,
+# "unidentified"), or (quota name, by, issuer, subject or client id).
+Key = tuple[str, ...]
 # Per bucket, the nanoseconds until it has a unit (0: it has one now), in the buckets' order.
 Waits = list[int]
 
@@ -46,9 +45,9 @@ class Rate:
         return cls(calls, interval_ns, (calls - 1) * interval_ns)
 
 
-# One caller's bucket of one quota: ((quota name, caller), its rate). A plain tuple: one is built
-# per quota per call.
-Bucket = tuple[tuple[str, Caller], Rate]
+# One caller's bucket of one quota: (its key, the quota's rate). A plain tuple: one is built per
+# quota per call.
+Bucket = tuple[Key, Rate]
 
 
 def gcra(tat: int, now: int, rate: Rate) -> tuple[int, int]:
