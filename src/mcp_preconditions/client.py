@@ -16,6 +16,7 @@ from .knowledge import (
     DENIAL_ERRORS_META_KEY,
     DENIAL_META_KEY,
     SAT,
+    TRANSIENT_META_KEY,
     UNKNOWN,
     UNSAT,
     ClientResolver,
@@ -26,8 +27,9 @@ from .outcomes import Verdict
 from .requirements import check_shape
 from .wire import raw_requirements
 
-__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "DENIAL_META_KEY", "ClientResolver",
-           "FilterMode", "FilterResult", "Knowledge", "ToolVerdict", "filter_tools", "verdict_for"]
+__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "DENIAL_META_KEY",
+           "TRANSIENT_META_KEY", "ClientResolver", "FilterMode", "FilterResult", "Knowledge",
+           "ToolVerdict", "filter_tools", "verdict_for"]
 
 
 class ToolVerdict(NamedTuple):

@@ -15,7 +15,7 @@ from .guard import EMPTY_POLICY, Guard
 from .names import check_tool_names, near_miss_message
 from .policy import PolicySource
 from .policy.load import key_path
-from .requirements import Finding, FormChecker, lint, validate
+from .requirements import Finding, FormChecker, body_of, lint, namespace_of, validate
 from .resolvers import Resolver
 from .visible import hidden_characters
 from .wire import META_KEY, raw_requirements
@@ -105,6 +105,7 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
     if policy is not None:
         found += _name_findings(policy, list(raw), tools_path)
         found += never_match_findings(guard.snapshot, tools)
+        found += _unused_quotas(guard, policy)
     tier_lint = _tier_lint()
     if tier_lint is not None:
         found += tier_lint(tools, tools_path)
@@ -112,6 +113,14 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
     # about no tool of the file (policy-only tools, grants) come last.
     order = {name: i for i, name in enumerate(raw)}
     return sorted(found, key=lambda f: order.get(f.tool, len(order)))
+
+
+def _unused_quotas(guard: Guard, policy: PolicySource) -> list[Finding]:
+    """A `[quotas.NAME]` no tool requires: most likely a typo on one side."""
+    used = {body_of(r) for tool in guard.snapshot.tools.values() for r in tool.requirements
+            if namespace_of(r) == "quota"}
+    return [Finding("warning", f"(policy quotas.{name})", f"no tool requires quota:{name}", None,
+                    policy.source) for name in policy.policy.quotas if name not in used]
 
 
 def _name_findings(policy: PolicySource, tools: list[str], tools_path: str) -> list[Finding]:

@@ -58,7 +58,7 @@ class Guard:
         # not a property, because adapters read it on every call.
         self.registration: object = self._tools
         self._custom = tuple(resolvers)
-        self._live = live
+        self._live = live if live is not None else LiveSources()  # its memory quotas outlive reloads
         self._entry_points = entry_points
         self._strict = strict
         self._own_authenticator = authenticator is None
@@ -261,8 +261,9 @@ class Guard:
     async def callable_tools(self, credentials: Credentials, tools: Iterable[str] | None = None
                              ) -> list[str]:
         """Which of `tools` (default: every known tool) this caller may call now, in order. A tool
-        denied only by argument conditions counts as callable: some arguments may be allowed, and
-        each call is still decided with its own."""
+        denied only by argument conditions or a used-up quota counts as callable: some arguments
+        may be allowed, the quota refills, and each call is still decided on its own. Listing takes
+        no quota unit."""
         snap, authenticator, _ = self._state
         names = list(tools) if tools is not None else list(dict.fromkeys([*self._tools, *snap.tools]))
         identity = await self.authenticate(credentials, authenticator)
@@ -271,9 +272,9 @@ class Guard:
             compiled = snap.tools.get(name)
             decided: Ruling | Awaitable[Ruling] = (True, ())
             if compiled is not None:
-                decided = snap.evaluate(compiled, identity, None)
+                decided = snap.evaluate(compiled, identity, None, take=False)
             _, outcomes = decided if isinstance(decided, tuple) else await decided
-            if all(o.ok or (o.argument_dependent and o.status is Status.UNSATISFIED)
+            if all(o.ok or ((o.argument_dependent or o.transient) and o.status is Status.UNSATISFIED)
                    for o in outcomes):
                 callable_names.append(name)
         return callable_names

@@ -16,8 +16,8 @@ from cachetools import TTLCache
 from .errors import InputError, RegistryError, ToolsFileError
 from .requirements import namespace_of
 
-__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "DENIAL_META_KEY", "ClientResolver",
-           "Knowledge", "KnowledgeView"]
+__all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "DENIAL_META_KEY",
+           "TRANSIENT_META_KEY", "ClientResolver", "Knowledge", "KnowledgeView"]
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,10 @@ DENIAL_ERRORS_META_KEY = "io.github.mcp-preconditions/errors"
 # The `_meta` key under which a denial lists the unmet requirements whose outcome depended on the
 # call's arguments: another call of the same tool may be allowed, so they are never learned.
 ARGUMENT_DEPENDENT_META_KEY = "io.github.mcp-preconditions/argument-dependent"
-_NOT_LEARNED_KEYS = (DENIAL_ERRORS_META_KEY, ARGUMENT_DEPENDENT_META_KEY)
+# The `_meta` key under which a denial lists the unmet requirements that hold only for now (used-up
+# quotas): the same call may be allowed once they refill, so they are never learned.
+TRANSIENT_META_KEY = "io.github.mcp-preconditions/transient"
+_NOT_LEARNED_KEYS = (DENIAL_ERRORS_META_KEY, ARGUMENT_DEPENDENT_META_KEY, TRANSIENT_META_KEY)
 # The `_meta` key that holds the denial payload instead of `structuredContent` when the tool
 # declares an `outputSchema` (clients validate structuredContent against it, even on an error).
 DENIAL_META_KEY = "io.github.mcp-preconditions/denial"
@@ -148,14 +151,14 @@ class Knowledge:
                      meta: Mapping[str, Any] | None = None) -> tuple[str, ...]:
         """Remember each string of a denial's `unmet` list as unsatisfiable, for the TTL, except
         those the server could not decide for good: the ones that ended as `error` (they may hold
-        next time) and the ones that depended on the call's arguments (another call may be
-        allowed). Learning either would be unsound (SPEC §6).
+        next time), the ones that depended on the call's arguments (another call may be allowed)
+        and the transient ones (a used-up quota refills). Learning any would be unsound (SPEC §6).
 
         `payload`: the SPEC §3 structuredContent (or a JSON-RPC denial's `data`, whose `_meta` may
-        hold the lists too); `meta`: the result's `_meta`, whose keys `DENIAL_ERRORS_META_KEY` and
-        `ARGUMENT_DEPENDENT_META_KEY` list those requirements; `errors`: the errors list given
-        directly. Returns the requirements learned. A malformed payload or list is ignored as a
-        whole and logged as a warning; it never raises."""
+        hold the lists too); `meta`: the result's `_meta`, whose keys `DENIAL_ERRORS_META_KEY`,
+        `ARGUMENT_DEPENDENT_META_KEY` and `TRANSIENT_META_KEY` list those requirements; `errors`: the
+        errors list given directly. Returns the requirements learned. A malformed payload or list
+        is ignored as a whole and logged as a warning; it never raises."""
         inner = payload.get("_meta") if isinstance(payload, Mapping) else None
         found: list[Any] = [errors]
         for where in (meta, inner):

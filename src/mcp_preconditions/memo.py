@@ -87,9 +87,10 @@ class CallerMemo:
         return entry[1] if entry is not None and entry[0] is principal else None
 
     def keep(self, key: Hashable, principal: Principal, ruling: Ruling) -> None:
-        """Remember a ruling, unless an outcome is an error (a failure is never made to last)."""
+        """Remember a ruling, unless an outcome is an error (a failure is never made to last) or
+        transient (a quota: each call draws on it afresh)."""
         for outcome in ruling[1]:
-            if outcome.status is _ERROR:
+            if outcome.status is _ERROR or outcome.transient:
                 return
         if len(self._items) >= self._maxsize:
             self._items.clear()

@@ -7,6 +7,7 @@ An Outcome is `satisfied`, `unsatisfied` (with a reason) or `error` (the resolve
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,10 @@ class Outcome:
     # True when the call's arguments decided it (a capability grant with argument conditions):
     # another call of the same tool may end otherwise, so a client never learns it.
     argument_dependent: bool = False
+    # True when the outcome holds only for now (a quota: it refills): a client never learns it.
+    transient: bool = False
+    # For an exhausted quota: the seconds until it has room again.
+    retry_after_seconds: float | None = None
 
     @classmethod
     def satisfied(cls, requirement: str, reason: str = "", *, argument_dependent: bool = False
@@ -54,6 +59,10 @@ class Outcome:
                                "reason": self.reason}
         if self.argument_dependent:
             out["argument_dependent"] = True
+        if self.transient:
+            out["transient"] = True
+        if self.retry_after_seconds is not None:
+            out["retry_after_seconds"] = self.retry_after_seconds
         return out
 
 
@@ -98,6 +107,20 @@ class Decision:
         return frozenset(o.requirement for o in self.outcomes if o.argument_dependent)
 
     @property
+    def transient(self) -> frozenset[str]:
+        """The requirements whose outcome holds only for now (quotas): a client must never learn
+        these from a denial (the same call may be allowed once the quota refills)."""
+        return frozenset(o.requirement for o in self.outcomes if o.transient)
+
+    @property
+    def retry_after_seconds(self) -> float | None:
+        """When the disclosed exhausted quotas of a denied call all have room again: seconds,
+        rounded up to the millisecond; None when no disclosed unmet requirement says."""
+        waits = [o.retry_after_seconds for o in self.outcomes if o.retry_after_seconds is not None
+                 and o.status is not Status.SATISFIED and o.requirement not in self.confidential]
+        return math.ceil(max(waits) * 1000) / 1000 if waits else None
+
+    @property
     def disclosed_unmet(self) -> tuple[str, ...]:
         """The unmet requirements a denial may name: confidential ones are withheld."""
         return tuple(r for r in self.unmet if r not in self.confidential)
@@ -113,13 +136,18 @@ class Decision:
         return None
 
     def denial_payload(self) -> dict[str, Any]:
-        """SPEC §3 `structuredContent` of a denied call."""
-        return {
+        """SPEC §3 `structuredContent` of a denied call, with `retry_after_seconds` (SPEC §13) when
+        a disclosed quota is used up."""
+        payload: dict[str, Any] = {
             "error": "unmet_requirements",
             "tool": self.tool,
             "unmet": list(self.disclosed_unmet),
             "withheld": self.withheld,
         }
+        retry = self.retry_after_seconds
+        if retry is not None:
+            payload["retry_after_seconds"] = retry
+        return payload
 
     def denial_text(self) -> str:
         """The human-readable text of a denied call; names no confidential requirement."""
@@ -128,6 +156,9 @@ class Decision:
         parts.append(": " + ", ".join(named) if named else "")
         if self.withheld:
             parts.append(f" (+{self.withheld} withheld)")
+        retry = self.retry_after_seconds
+        if retry is not None:
+            parts.append(f". Retry after {f'{retry:.3f}'.rstrip('0').rstrip('.')} s")
         return "".join(parts) + "."
 
 
@@ -148,6 +179,8 @@ class _OutcomeFields:
         self.status = status
         self.reason = reason
         self.argument_dependent = argument_dependent
+        self.transient = False
+        self.retry_after_seconds = None
         self.__class__ = Outcome  # type: ignore[assignment]
 
 

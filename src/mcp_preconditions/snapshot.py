@@ -24,6 +24,7 @@ from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
 from .resolvers import LiveSources, Registry, Resolver, build_registry
 from .resolvers.base import CallContext, Dependencies
+from .resolvers.quota import QuotaPlan, QuotaResolver
 
 _NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
 
@@ -51,6 +52,21 @@ class CompiledTool:
     # Set when the caller alone decides every check (see memo.py): what they read of the arguments.
     # Its outcomes are then remembered per caller.
     reads: Reads | None = None
+    # Set when the tool has quotas: they are decided after the other checks (`Metered`).
+    metered: Metered | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Metered:
+    """A tool's quota checks, kept apart: `rest` is the tool without them (remembered per caller
+    when the caller alone decides it; a quota never is), `positions` where each quota sits in the
+    tool's order, `plan` takes their units."""
+
+    rest: CompiledTool
+    checks: tuple[Check, ...]
+    positions: tuple[int, ...]
+    plan: QuotaPlan
+    last: bool  # the quotas come after every other requirement
 
 
 def _short(exc: BaseException) -> str:
@@ -137,6 +153,9 @@ class Snapshot:
                     "every caller, anonymous ones included", None, self.source.source))
             for req in grant.when:
                 problem = self.registry.check_form(req)
+                if namespace_of(req) == "quota":  # a grant only looks: it would never take a unit
+                    problem = ("a quota is not a grant condition: put it in the tool's requirements, "
+                               "where an allowed call takes a unit")
                 self._check(req)
                 if problem:
                     self.findings.append(Finding("error", f"(policy capabilities.grants[{i}].when)",
@@ -163,11 +182,32 @@ class Snapshot:
             return CompiledTool(name, shown, (*map(self._check, reqs), bad), True,
                                 self._advertised(shown))
         checks = tuple(self._check(r) for r in reqs)
+        positions = tuple(i for i, c in enumerate(checks) if isinstance(c.resolver, QuotaResolver))
+        if positions:
+            return self._metered(name, reqs, checks, positions)
+        return self._compiled(name, reqs, checks)
+
+    def _compiled(self, name: str, reqs: tuple[str, ...], checks: tuple[Check, ...]
+                  ) -> CompiledTool:
         dynamic = any(c.static is None for c in checks)
         reads = [self._caller_reads(c, frozenset()) for c in checks]
         caller_only = dynamic and None not in reads
         return CompiledTool(name, reqs, checks, dynamic, self._advertised(reqs),
                             reads_of(r for rs in reads if rs for r in rs) if caller_only else None)
+
+    def _metered(self, name: str, reqs: tuple[str, ...], checks: tuple[Check, ...],
+                 positions: tuple[int, ...]) -> CompiledTool:
+        """A tool with quotas: its other checks compiled as a tool of their own, plus the plan
+        that takes the quotas' units."""
+        quotas = tuple(checks[i] for i in positions)
+        others = tuple(c for i, c in enumerate(checks) if i not in positions)
+        rest = self._compiled(name, tuple(c.requirement for c in others), others)
+        resolver = quotas[0].resolver
+        assert isinstance(resolver, QuotaResolver)  # how `positions` were chosen
+        plan = resolver.plan([c.requirement for c in quotas])
+        last = positions == tuple(range(len(others), len(checks)))
+        return CompiledTool(name, reqs, checks, True, self._advertised(reqs), None,
+                            Metered(rest, quotas, positions, plan, last))
 
     def _advertised(self, requirements: tuple[str, ...]) -> tuple[str, ...]:
         """What a listing may show of a tool's requirements: the confidential ones left out."""
@@ -253,28 +293,40 @@ class Snapshot:
         return coerce(check.requirement, result, resolver.namespace)
 
     async def _guarded(self, requirement: str, namespace: str, pending: Awaitable[Any]) -> Outcome:
+        result, failure = await self._bounded(namespace, pending)
+        if failure is not None:
+            return Outcome.error(requirement, failure)
+        return coerce(requirement, result, namespace)
+
+    async def _bounded(self, namespace: str, pending: Awaitable[Any]) -> tuple[Any, str | None]:
+        """An awaited lookup under the snapshot's timeout: (its result, None), or (None, why it
+        failed)."""
         try:
             async with asyncio.timeout(self.timeout) as deadline:  # no extra task, unlike wait_for
                 result = await pending
             if deadline.expired():  # it swallowed the cancellation and answered late: not trusted
                 raise TimeoutError
         except TimeoutError:
-            return Outcome.error(requirement, f"resolver '{namespace}' timed out after {self.timeout:g} s")
+            return None, f"resolver '{namespace}' timed out after {self.timeout:g} s"
         except asyncio.CancelledError:
             if being_cancelled():
                 raise  # the call itself is being cancelled: let it go
             # A resolver's own CancelledError (a backend client cancelling its work) is a failure
             # of this lookup, not of the call: it must still end in a decision, a denial.
-            return Outcome.error(requirement, f"resolver '{namespace}' was cancelled")
+            return None, f"resolver '{namespace}' was cancelled"
         except Exception as exc:
-            return Outcome.error(requirement, f"resolver '{namespace}' raised {_short(exc)}")
-        return coerce(requirement, result, namespace)
+            return None, f"resolver '{namespace}' raised {_short(exc)}"
+        return result, None
 
-    def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None
-                 ) -> Ruling | Awaitable[Ruling]:
+    def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None,
+                 *, take: bool = True) -> Ruling | Awaitable[Ruling]:
         """The call's ruling: every requirement's outcome, in the tool's order, and whether they
         allow it; awaitable only if some lookup is async. A tool the caller alone decides answers
-        from its memo after the first call."""
+        from its memo after the first call. A tool's quotas are decided last: when every other
+        requirement holds (and `take`), one unit of each is taken, or none; otherwise they are
+        only looked at."""
+        if tool.metered is not None:
+            return self._metered_ruling(tool.metered, identity, arguments, take)
         if not tool.dynamic:  # every outcome fixed for the snapshot
             return ruling(tuple(c.static for c in tool.checks))  # type: ignore[misc]
         reads, principal = tool.reads, identity.principal
@@ -302,11 +354,74 @@ class Snapshot:
             results.append(result)
         return self._gather(results) if pending else ruling(tuple(results))
 
+    def _metered_ruling(self, metered: Metered, identity: Identity,
+                        arguments: Mapping[str, Any] | None, take: bool) -> Ruling | Awaitable[Ruling]:
+        others = self.evaluate(metered.rest, identity, arguments)
+        if others.__class__ is tuple:
+            return self._settled(metered, others, identity, arguments, take)
+        return self._settled_later(metered, others, identity, arguments, take)  # type: ignore[arg-type]
+
+    async def _settled_later(self, metered: Metered, pending: Awaitable[Ruling], identity: Identity,
+                             arguments: Mapping[str, Any] | None, take: bool) -> Ruling:
+        decided = self._settled(metered, await pending, identity, arguments, take)
+        return decided if isinstance(decided, tuple) else await decided
+
+    def _settled(self, metered: Metered, others: Ruling, identity: Identity,
+                 arguments: Mapping[str, Any] | None, take: bool) -> Ruling | Awaitable[Ruling]:
+        """The quotas' outcomes merged into the others' (tool order), and the one rule on them."""
+        allowed, outcomes = others
+        quotas: tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]
+        if take and (allowed or not outcomes):  # every other requirement holds: take
+            try:
+                quotas = metered.plan.take(identity)
+            except Exception as exc:  # a failing store is `error` for every quota (fail closed)
+                quotas = _errors(metered.plan.requirements, f"resolver 'quota' raised {_short(exc)}")
+            if isinstance(quotas, tuple):
+                return ruling(outcomes + quotas) if metered.last else _merged(metered, outcomes, quotas)
+            quotas = self._take_later(metered.plan.requirements, quotas)
+        else:  # denied already (or only listing): look, take nothing
+            context = CallContext(metered.rest.name, identity, arguments or _NO_ARGUMENTS,
+                                  self.evaluate_one)
+            looked = [self._run(check, context) for check in metered.checks]
+            quotas = (tuple(looked) if all(r.__class__ is Outcome for r in looked)  # type: ignore[arg-type]
+                      else self._gather_outcomes(looked))
+        if isinstance(quotas, tuple):
+            return _merged(metered, outcomes, quotas)
+        return self._merged_later(metered, outcomes, quotas)
+
+    async def _take_later(self, requirements: tuple[str, ...],
+                          pending: Awaitable[tuple[Outcome, ...]]) -> tuple[Outcome, ...]:
+        taken, failure = await self._bounded("quota", pending)
+        return _errors(requirements, failure) if failure is not None else taken
+
     @staticmethod
-    async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> Ruling:
+    async def _merged_later(metered: Metered, others: tuple[Outcome, ...],
+                            pending: Awaitable[tuple[Outcome, ...]]) -> Ruling:
+        return _merged(metered, others, await pending)
+
+    @staticmethod
+    async def _gather_outcomes(results: list[Outcome | Awaitable[Outcome]]) -> tuple[Outcome, ...]:
         pending = [r for r in results if not isinstance(r, Outcome)]
         done = iter(await asyncio.gather(*pending))
-        return ruling(tuple(r if isinstance(r, Outcome) else next(done) for r in results))
+        return tuple(r if isinstance(r, Outcome) else next(done) for r in results)
+
+    @classmethod
+    async def _gather(cls, results: list[Outcome | Awaitable[Outcome]]) -> Ruling:
+        return ruling(await cls._gather_outcomes(results))
+
+
+def _merged(metered: Metered, others: tuple[Outcome, ...], quotas: tuple[Outcome, ...]) -> Ruling:
+    """Every outcome in the tool's order (each quota back at its place), ruled by the one rule."""
+    if metered.last:  # the usual order: the quotas after every other requirement
+        return ruling(others + quotas)
+    merged = list(others)
+    for position, outcome in zip(metered.positions, quotas, strict=True):
+        merged.insert(position, outcome)  # positions ascend: each lands at its final index
+    return ruling(tuple(merged))
+
+
+def _errors(requirements: tuple[str, ...], reason: str) -> tuple[Outcome, ...]:
+    return tuple(Outcome(r, Status.ERROR, reason, transient=True) for r in requirements)
 
 
 def being_cancelled() -> bool:

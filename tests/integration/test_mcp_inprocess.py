@@ -37,7 +37,7 @@ DENIAL = {"error": "unmet_requirements", "tool": "closed_door",
           "unmet": ["env:staging", "auth:scope:mission:write"], "withheld": 1}
 DENIAL_TEXT = ("Tool 'closed_door' was not run: unmet requirements: env:staging, "
                "auth:scope:mission:write (+1 withheld). Missing scopes: mission:write.")
-KNOWN = "known namespaces: 'auth', 'capability', 'env', 'feature', 'state'"
+KNOWN = "known namespaces: 'auth', 'capability', 'env', 'feature', 'quota', 'state'"
 
 
 @pytest.fixture(params=list(FLAVOURS))

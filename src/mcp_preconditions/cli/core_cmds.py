@@ -18,6 +18,7 @@ from ..guard import Guard
 from ..outcomes import Decision
 from ..policy import load_policy
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
+from ..resolvers import LiveSources, fresh_quota_store
 from ..wire import raw_requirements
 from ._output import OK, add_format, escape, fail, print_json, table, warn
 from ._resolvers import add_resolver_option, resolvers_from
@@ -104,8 +105,10 @@ def run_check(args: argparse.Namespace) -> int:
     names = [t["name"] for t in tools]
     if args.tool is not None and args.tool not in names:
         return fail(f"--tool: no tool named {args.tool!r} in {args.tools} (tools: {', '.join(names)})")
+    # Quotas count from a fresh store that remembers nothing: `check` says whether a caller may
+    # call, never how many calls they made elsewhere (and never touches a live Redis).
     guard = Guard(source, {t["name"]: raw_requirements(t) for t in tools}, strict=False,
-                  resolvers=resolvers_from(args))
+                  resolvers=resolvers_from(args), live=LiveSources(quotas=fresh_quota_store()))
     problems = start_up_errors(guard, args.tools)
     if problems:
         return fail(problems)
@@ -116,6 +119,8 @@ def run_check(args: argparse.Namespace) -> int:
         print_json({"tools": [_check_json(d, outcomes) for d in decisions]})
     else:
         header = [f"policy: {args.policy} (revision {guard.revision})", f"principal: {who}"]
+        if source.policy.quotas:
+            header.append(f"quotas: counted in {fresh_quota_store().name}")
         print(_check_table(decisions, header, outcomes))
     return OK
 

@@ -24,6 +24,7 @@ from ..outcomes import Decision
 from ..policy.load import PolicySource, key_path, load_policy
 from ..policy.model import FlagValue
 from ..principal import ANONYMOUS_IDENTITY, Identity, Principal
+from ..resolvers import FixedQuotaStore, LiveSources
 from ..resolvers.base import Resolver
 from ..wire import raw_requirements
 
@@ -44,8 +45,9 @@ class Expectation(_Strict):
 
 
 class Case(_Strict):
-    """One principal (claims; none = anonymous) in one world (state, flags, environment), calling
-    every expected tool with the same `arguments` (for grants with argument conditions)."""
+    """One principal (claims; none = anonymous) in one world (state, flags, environment, quota
+    units used), calling every expected tool with the same `arguments` (for grants with argument
+    conditions)."""
 
     name: NonEmpty
     claims: dict[str, Any] | None = None
@@ -53,6 +55,8 @@ class Case(_Strict):
     state: dict[NonEmpty, bool] = Field(default_factory=dict)
     flags: dict[NonEmpty, FlagValue] = Field(default_factory=dict)
     environment: list[NonEmpty] | None = None
+    # quota name -> units already used in the caller's bucket (every tool of the case sees it)
+    quota_used: dict[NonEmpty, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     expect: dict[str, Expectation] = Field(min_length=1)
 
     @field_validator("claims", "arguments")
@@ -146,9 +150,11 @@ def parse_test_file(data: bytes, source: str) -> PolicyTestSpec:
         raise _invalid(source, _problems(exc)) from None
 
 
-def _consistency(spec: PolicyTestSpec, tools: list[str]) -> list[str]:
-    """Problems the schema cannot see: duplicate case names, unknown tools, contradictions."""
+def _consistency(spec: PolicyTestSpec, tools: list[str], quotas: list[str]) -> list[str]:
+    """Problems the schema cannot see: duplicate case names, unknown tools and quotas,
+    contradictions."""
     problems: list[str] = []
+    defined = ", ".join(repr(q) for q in quotas) or "none"
     seen: dict[str, int] = {}
     known = ", ".join(tools) or "(none)"
     for i, case in enumerate(spec.cases):
@@ -156,6 +162,10 @@ def _consistency(spec: PolicyTestSpec, tools: list[str]) -> list[str]:
             problems.append(f"cases[{i}].name: duplicate case name {case.name!r} "
                             f"(first at cases[{seen[case.name]}])")
         seen.setdefault(case.name, i)
+        for quota in case.quota_used:
+            if quota not in quotas:
+                problems.append(f"{key_path(('cases', i, 'quota_used', quota))}: the policy defines "
+                                f"no such quota (defined quotas: {defined})")
         for tool, exp in case.expect.items():
             where = key_path(("cases", i, "expect", tool))
             if tool not in tools:
@@ -183,7 +193,7 @@ def load_tests(path: str | Path, resolvers: Iterable[Resolver] = ()) -> PolicyTe
         raise PolicyError(str(path), exc.messages,
                           what="the tools under test fail start-up validation") from None
     names += [n for n in policy.policy.tools if n not in tools]
-    problems = _consistency(spec, names)
+    problems = _consistency(spec, names, list(policy.policy.quotas))
     if problems:
         raise _invalid(str(path), problems)
     return PolicyTests(str(path), policy, tools, tuple(spec.cases), custom)
@@ -236,7 +246,10 @@ def differences(tool: str, expected: Expectation, decision: Decision) -> list[st
 
 
 def run_case(tests: PolicyTests, case: Case) -> CaseResult:
-    guard = Guard(case_policy(tests.policy, case), tests.tools, resolvers=tests.resolvers)
+    # Quotas count from the case's `quota_used`, never from a live store, and keep nothing.
+    used = FixedQuotaStore(case.quota_used, name="the case's quota_used")
+    guard = Guard(case_policy(tests.policy, case), tests.tools, resolvers=tests.resolvers,
+                  live=LiveSources(quotas=used))
     identity = _identity(case)
     found: list[str] = []
     for tool, expected in case.expect.items():

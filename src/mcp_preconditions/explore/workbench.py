@@ -20,7 +20,7 @@ from ..guard import Guard
 from ..outcomes import Decision
 from ..policy import PolicySource, parse_policy
 from ..principal import ANONYMOUS, ANONYMOUS_IDENTITY, Credentials, Identity, Principal
-from ..resolvers import Resolver
+from ..resolvers import LiveSources, Resolver, fresh_quota_store
 from ..wire import raw_requirements
 
 # The page's what-if values: `state:KEY` or `feature:KEY` -> the value it takes instead.
@@ -100,8 +100,10 @@ class Workbench:
         except PolicyError as exc:
             return Compiled(None, None, exc.lines(), [])
         try:
+            # Quotas as `check` counts them: a fresh store, nothing kept, never a live Redis.
             guard = Guard(with_overrides(source, overrides), self._own, strict=False,
-                          resolvers=self.inputs.resolvers, recorder=_NotRecorded())
+                          resolvers=self.inputs.resolvers, recorder=_NotRecorded(),
+                          live=LiveSources(quotas=fresh_quota_store()))
         except PreconditionsError as exc:  # e.g. an [auth] key file that cannot be read
             return Compiled(source, None, exc.lines(), [])
         errors, warned = requirement_problems(source, guard.snapshot.registry)

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from ..auth.header import credentials_from_authorization_header
-from ..client import ARGUMENT_DEPENDENT_META_KEY, DENIAL_ERRORS_META_KEY
+from ..client import ARGUMENT_DEPENDENT_META_KEY, DENIAL_ERRORS_META_KEY, TRANSIENT_META_KEY
 from ..outcomes import Decision, Status
 from ..principal import ANONYMOUS, Credentials, Principal
 
@@ -83,9 +83,10 @@ def disclosed_errors(decision: Decision) -> tuple[str, ...]:
 
 
 def denial_meta(decision: Decision) -> dict[str, Any] | None:
-    """The denial's `_meta`: the step-up hint, the requirements that ended as `error` and those whose
-    outcome depended on the call's arguments, each only when there are some. Kept out of
-    structuredContent, which stays exactly SPEC §3."""
+    """The denial's `_meta`: the step-up hint, the requirements that ended as `error`, those whose
+    outcome depended on the call's arguments and those that hold only for now (quotas), each only
+    when there are some: a client learns none of them. Kept out of structuredContent, which stays
+    exactly SPEC §3."""
     meta: dict[str, Any] = {}
     scopes = missing_scopes(decision)
     if scopes:
@@ -96,6 +97,10 @@ def denial_meta(decision: Decision) -> dict[str, Any] | None:
     dependent = [r for r in decision.disclosed_unmet if r in decision.argument_dependent]
     if dependent:
         meta[ARGUMENT_DEPENDENT_META_KEY] = dependent
+    transient = decision.transient
+    passing = [r for r in decision.disclosed_unmet if r in transient] if transient else []
+    if passing:
+        meta[TRANSIENT_META_KEY] = passing
     return meta or None
 
 

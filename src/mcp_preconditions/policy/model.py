@@ -17,9 +17,11 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ..arguments import parse_pointer
 from ..requirements import namespace_of
@@ -115,6 +117,8 @@ class Redis(Section):
     url: NonEmpty | None = None
     url_env: EnvVarName | None = Field(default=None, description="environment variable holding the URL")
     prefix: str = "mcp-preconditions:state:"
+    quota_prefix: str = Field(default="mcp-preconditions:quota:",
+                              description="key prefix of the buckets of quotas with store = \"redis\"")
     connect_timeout_seconds: PositiveSeconds = 0.25
     read_timeout_seconds: PositiveSeconds = 0.25
 
@@ -222,6 +226,25 @@ class Gateway(Section):
         default=30.0, description="an upstream call still running after this is cut off")
 
 
+class Quota(Section):
+    """`[quotas.NAME]`: `calls` per `per_seconds` for each caller (`by`), the bucket of `quota:NAME`
+    (docs/quotas.md). Strict: `calls = 3.0`, `calls = true` or `per_seconds = "60"` are errors."""
+
+    calls: Annotated[int, Field(strict=True, gt=0, le=1_000_000_000)]
+    per_seconds: Annotated[float, Field(strict=True, gt=0, le=315_576_000, allow_inf_nan=False,
+                                        description="the period in which `calls` units refill")]
+    by: Literal["subject", "client", "global"] = Field(
+        default="subject", description="whose bucket a call draws on (docs/quotas.md)")
+    store: Literal["memory", "redis"] = Field(
+        default="memory", description='"redis": one bucket shared by every replica ([state.redis])')
+
+    @model_validator(mode="after")
+    def _at_most_a_million_per_second(self) -> Quota:
+        if self.calls > self.per_seconds * 1_000_000:
+            raise ValueError("at most 1,000,000 calls per second (calls / per_seconds)")
+        return self
+
+
 class DecisionLog(Section):
     logger: NonEmpty = "mcp_preconditions.decisions"
     jsonl_path: NonEmpty | None = None
@@ -244,3 +267,17 @@ class Policy(Section):
     guard: GuardSettings = Field(default_factory=GuardSettings)
     decision_log: DecisionLog = Field(default_factory=DecisionLog)
     gateway: Gateway = Field(default_factory=Gateway)
+    quotas: dict[NonEmpty, Quota] = Field(default_factory=dict,
+                                          description="quota:NAME -> its rate and bucket")
+
+    @model_validator(mode="after")
+    def _redis_quotas_need_redis(self) -> Policy:
+        if self.state.redis is not None:
+            return self
+        missing = [InitErrorDetails(type=PydanticCustomError(
+            "quota_store", 'store = "redis" needs a [state.redis] connection'),
+            loc=("quotas", name, "store"), input="redis")
+            for name, quota in self.quotas.items() if quota.store == "redis"]
+        if missing:  # a ValidationError keeps each problem's own key path
+            raise ValidationError.from_exception_data("Policy", missing)
+        return self

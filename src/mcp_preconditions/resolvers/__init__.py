@@ -18,9 +18,11 @@ from .base import CallContext, Registry, Resolver, load_entry_point_resolvers
 from .capability import CapabilityResolver, CompiledGrant, Evaluate
 from .env import EnvResolver, environment_labels
 from .feature import FeatureResolver, FlagSource
+from .quota import CompiledQuota, QuotaResolver
+from .quota_store import FixedQuotaStore, MemoryQuotaStore, QuotaStore, Rate, fresh_quota_store
 from .state import StateCallable, StateResolver, StateSource
 
-BUILTIN_NAMESPACES = ("auth", "capability", "env", "feature", "state")
+BUILTIN_NAMESPACES = ("auth", "capability", "env", "feature", "quota", "state")
 
 
 @dataclass
@@ -30,6 +32,11 @@ class LiveSources:
     state_callables: Mapping[str, StateCallable] = field(default_factory=dict)
     state: StateSource | None = None
     flags: FlagSource | None = None
+    # The buckets of `store = "memory"` quotas: kept by the Guard across reloads, so a new policy
+    # revision refills nobody. Guards given one LiveSources share them.
+    quota_memory: MemoryQuotaStore = field(default_factory=MemoryQuotaStore)
+    # One store for every quota, whatever its `store` says (`check`, policy tests, tests).
+    quotas: QuotaStore | None = None
 
 
 def import_callable(spec: str, where: str) -> StateCallable:
@@ -65,6 +72,29 @@ def _flag_source(source: PolicySource, live: LiveSources) -> FlagSource | None:
     return OpenFeatureFlagSource.from_policy(source.policy.features.openfeature, source)
 
 
+def _quota_resolver(source: PolicySource, live: LiveSources) -> QuotaResolver:
+    policy = source.policy
+    redis: QuotaStore | None = None
+    if live.quotas is None and policy.state.redis is not None and any(
+            q.store == "redis" for q in policy.quotas.values()):
+        try:
+            from .quota_redis import RedisQuotaStore
+        except ImportError as exc:
+            raise RequirementError([f"{source.source}: quotas with store = \"redis\" need the "
+                                    f"'redis' extra (pip install 'mcp-preconditions[redis]'): "
+                                    f"{exc}"]) from None
+        redis = RedisQuotaStore.from_policy(policy.state.redis)  # one for all: one script per call
+    compiled = {}
+    for name, quota in policy.quotas.items():
+        store = live.quotas or (redis if quota.store == "redis" else live.quota_memory)
+        if store is None:  # the policy model refuses this already; a constructed one may not
+            raise RequirementError([f'{source.source}: quotas.{name}.store: store = "redis" needs '
+                                    "a [state.redis] connection"])
+        compiled[name] = CompiledQuota(name, Rate.of(quota.calls, quota.per_seconds), quota.by,
+                                       store, quota.per_seconds)
+    return QuotaResolver(compiled)
+
+
 def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable[Resolver] = (),
                    live: LiveSources | None = None, entry_points: bool = True) -> Registry:
     """The resolvers deciding one policy snapshot. Raises RegistryError for a namespace clash."""
@@ -81,6 +111,7 @@ def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable
         CapabilityResolver(grants, policy.capabilities.claim, evaluate, policy.confidential),
         EnvResolver(environment_labels(policy.environment, policy.environment_variable)),
         FeatureResolver(policy.features.flags, _flag_source(source, live)),
+        _quota_resolver(source, live),
         StateResolver(policy.state.values, callables, _state_source(source, live),
                       ttl_seconds=policy.state.ttl_seconds,
                       call_timeout=policy.guard.lookup_timeout_seconds),
@@ -95,6 +126,7 @@ def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable
 
 __all__ = [
     "BUILTIN_NAMESPACES", "AuthResolver", "CallContext", "CapabilityResolver", "EnvResolver",
-    "FeatureResolver", "FlagSource", "LiveSources", "Registry", "Resolver", "StateResolver",
-    "StateSource", "build_registry",
+    "FeatureResolver", "FixedQuotaStore", "FlagSource", "LiveSources", "MemoryQuotaStore",
+    "QuotaResolver", "QuotaStore", "Registry", "Resolver", "StateResolver", "StateSource",
+    "build_registry", "fresh_quota_store",
 ]

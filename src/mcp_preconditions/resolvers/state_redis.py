@@ -99,7 +99,9 @@ class RedisStateSource:
                 state = self._loops[loop]
             return state
 
-    async def _call(self, what: str, op: Callable[[Redis], Awaitable[Any]]) -> Any:
+    async def call(self, what: str, op: Callable[[Redis], Awaitable[Any]]) -> Any:
+        """Run `op` on this event loop's client; any redis or socket failure is BackendError naming
+        `what` (the quota store runs its script through this too)."""
         try:
             return await op(self._state().client)
         except RedisError as exc:
@@ -110,7 +112,7 @@ class RedisStateSource:
 
     async def ping(self) -> None:
         """Raise BackendError unless the server answers PING (for readiness probes)."""
-        await self._call("PING", lambda client: client.ping())
+        await self.call("PING", lambda client: client.ping())
 
     async def get(self, key: str) -> bool:
         """True iff the key's value is exactly `true` or `1`; raises BackendError on any failure."""
@@ -125,18 +127,18 @@ class RedisStateSource:
 
     async def _read(self, key: str) -> bool:
         name = self.prefix + key
-        value = await self._call("GET", lambda r: r.get(name))
+        value = await self.call("GET", lambda r: r.get(name))
         return value in TRUE_VALUES
 
     async def set(self, key: str, value: bool | str, *, ttl_seconds: int | None = None) -> None:
         """Set a state key (for operations and tests): booleans are stored as `true`/`false`."""
         text = ("true" if value else "false") if isinstance(value, bool) else value
         name = self.prefix + key
-        await self._call("SET", lambda r: r.set(name, text, ex=ttl_seconds))
+        await self.call("SET", lambda r: r.set(name, text, ex=ttl_seconds))
 
     async def delete(self, key: str) -> None:
         name = self.prefix + key
-        await self._call("DEL", lambda r: r.delete(name))
+        await self.call("DEL", lambda r: r.delete(name))
 
     async def aclose(self) -> None:
         """Close this loop's client and pool (other loops' clients close with their loop)."""
