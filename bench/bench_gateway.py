@@ -82,7 +82,10 @@ def http_rounds(systems: dict[str, Running], rounds: int) -> list[dict[str, Figu
         figures: dict[str, Figures] = {}
         for name in rotated(list(systems), round_):
             started = time.perf_counter()
-            figures[name] = one_system(systems[name])
+            try:
+                figures[name] = one_system(systems[name])
+            except Exception as exc:  # which system failed, and how
+                raise RuntimeError(f"{name} ({systems[name].url}): {type(exc).__name__}: {exc}") from exc
             print(f"  round {round_ + 1}: {name} in {time.perf_counter() - started:.1f} s", flush=True)
         out.append(figures)
     return out
@@ -197,8 +200,10 @@ def table(results: Figures, names: Sequence[str]) -> str:
 
 
 def measure(rounds: int = ROUNDS, only: Sequence[str] = (), extra: dict[str, str] | None = None,
-            extra_stdio: dict[str, str] | None = None) -> Figures:
-    """Every figure: HTTP rounds, then stdio rounds; the medians, the ratios, the table and the chart."""
+            extra_stdio: dict[str, str] | None = None, stdio: bool = True,
+            chart: Path | None = CHART) -> Figures:
+    """Every figure: HTTP rounds, then stdio rounds; the medians, the ratios, the table, and the chart
+    (when `chart` names where it goes)."""
     # The readiness probes close their sessions while a server may still be streaming: the SDK logs
     # that as an error, which is noise in a bench table.
     logging.getLogger("mcp.client.streamable_http").setLevel(logging.CRITICAL)
@@ -212,26 +217,33 @@ def measure(rounds: int = ROUNDS, only: Sequence[str] = (), extra: dict[str, str
         upstream = everything_stdio()
         targets = {"direct": upstream, "gateway": gateway_stdio(policy, upstream),
                    "fastmcp": fastmcp_proxy_stdio(upstream)}
-        targets = {n: t for n, t in targets.items() if not only or n in only or n == "direct"}
+        targets = {n: t for n, t in targets.items() if stdio and (not only or n in only or n == "direct")}
         for name, template in (extra_stdio or {}).items():
             targets[name] = shlex.split(template.format(upstream=shlex.join(upstream), policy=policy,
                                                         python=sys.executable,
                                                         gateway=shlex.join([*CLI, "gateway"])))
         print("gateway: stdio rounds ...", flush=True)
-        stdio = anyio.run(stdio_rounds, targets, rounds)
-    results = {**medians(http), **idle, **medians(stdio), **ratios(http, stdio)}
+        by_stdio = anyio.run(stdio_rounds, targets, rounds) if len(targets) > 1 else []
+    results = {**medians(http), **idle, **(medians(by_stdio) if by_stdio else {}),
+               **ratios(http, by_stdio)}
     names = list(http[0])
     print(table(results, names), flush=True)
+    if chart is not None:
+        draw(results, names, chart)
+    return results
+
+
+def draw(results: Figures, names: Sequence[str], path: Path) -> None:
     try:
         from bench.plot import gateway_chart
-    except ImportError:
-        return results
+    except ImportError as exc:
+        print(f"chart: not drawn ({exc}); install the bench extra", flush=True)
+        return
     from bench import machine
 
     info = machine()
-    gateway_chart(results, names, CHART, f"{info['cpu_model']}, {info['cpu_count']} CPU(s)")
-    print(f"chart: {CHART.relative_to(ROOT)}", flush=True)
-    return results
+    gateway_chart(results, names, path, f"{info['cpu_model']}, {info['cpu_count']} CPU(s)")
+    print(f"chart: {path.relative_to(ROOT)}", flush=True)
 
 
 def run() -> dict[str, float]:
@@ -245,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", default="", help="comma-separated systems (direct always runs)")
     parser.add_argument("--with", dest="extra", action="append", default=[], metavar="NAME=COMMAND",
                         help="another HTTP system: {port} {upstream} {policy} {python} {gateway}")
+    parser.add_argument("--no-stdio", action="store_true", help="HTTP systems only")
     parser.add_argument("--with-stdio", action="append", default=[], metavar="NAME=COMMAND",
                         help="another stdio system: {upstream} {policy} {python} {gateway}")
     args = parser.parse_args(argv)
@@ -252,7 +265,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     extra = dict(e.split("=", 1) for e in args.extra)
     extra_stdio = dict(e.split("=", 1) for e in args.with_stdio)
     started = time.perf_counter()
-    results = measure(args.rounds, only, extra, extra_stdio)
+    # A narrowed or extended run is an experiment: it does not replace the chart in docs/.
+    whole = not (only or extra or extra_stdio or args.no_stdio)
+    results = measure(args.rounds, only, extra, extra_stdio, stdio=not args.no_stdio,
+                      chart=CHART if whole else None)
     for key, value in sorted(results.items()):
         print(f"{key:<45} {value:10.3f}")
     print(f"gateway bench: {time.perf_counter() - started:.0f} s")

@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a build machine
 import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 
 from . import percentile
 
@@ -97,7 +98,9 @@ def gateway_chart(results: Mapping[str, float], names: Sequence[str], path: Path
                       fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
-        ax.legend(fontsize=7, frameon=False)
+        handles = [Patch(facecolor="#999999", alpha=1.0 - 0.45 * i, edgecolor="black", linewidth=0.4,
+                         label=label) for i, (_, label) in enumerate(keys)]
+        ax.legend(handles=handles, fontsize=7, frameon=False)
 
     bars(axes[0][0], [("http_p50_ms", "p50"), ("http_p99_ms", "p99")], "latency, 1 client", "ms")
     bars(axes[0][1], [("http_10_clients_per_s", "10 clients"), ("http_50_clients_per_s", "50 clients")],
@@ -106,8 +109,8 @@ def gateway_chart(results: Mapping[str, float], names: Sequence[str], path: Path
                       ("proxy_cpu_50_ms_per_call", "proxy alone")], "CPU per call at 50 clients",
          "ms of CPU")
     bars(axes[1][1], [("rss_idle_mb", "idle"), ("rss_50_mb", "50 sessions")], "proxy RSS", "MB")
-    fig.suptitle("npm server-everything `echo` over streamable HTTP: direct, through the gateway, "
-                 "through the proxies", fontsize=11)
+    fig.suptitle("npm server-everything `echo` over streamable HTTP: direct, through the gateway "
+                 "(green), through the proxies (blue)", fontsize=11)
     fig.text(0.01, 0.01, f"{machine}; median of three rounds; bench/bench_gateway.py", fontsize=7,
              color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 0.97))

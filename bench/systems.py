@@ -156,12 +156,13 @@ def pypi_mcp_proxy() -> AbstractContextManager[Listening]:
                       "--pass-environment", "--", *everything_stdio()], port)
 
 
-def custom(template: str, policy: Path) -> AbstractContextManager[Listening]:
+def custom(template: str, policy: Path, direct: str) -> AbstractContextManager[Listening]:
     """A system named on the command line (`--with NAME=COMMAND`): COMMAND is split like a shell
-    line; {port} is a free port, {upstream} the stdio command, {policy} the bench's policy file,
-    {python} this interpreter, {gateway} the gateway's command line."""
+    line; {port} is a free port, {upstream} the stdio command, {direct} the URL of server-everything
+    over HTTP, {policy} the bench's policy file, {python} this interpreter, {gateway} the gateway's
+    command line."""
     port = free_port()
-    values = {"port": str(port), "python": sys.executable, "upstream": _upstream_line(),
+    values = {"port": str(port), "python": sys.executable, "upstream": _upstream_line(), "direct": direct,
               "policy": str(policy), "gateway": shlex.join([*CLI, "gateway"])}
     return listening(shlex.split(template.format(**values)), port)
 
@@ -196,14 +197,16 @@ def everything(policy: Path, extra: dict[str, str], only: Sequence[str] = ()) ->
         "pypi_mcp_proxy": pypi_mcp_proxy,
         "npm_mcp_proxy": npm_mcp_proxy,
         "supergateway": supergateway,
-        **{name: partial(custom, template, policy) for name, template in extra.items()},
     }
     with ExitStack() as stack:
         direct = stack.enter_context(started("direct", everything_http()))
         systems = {"direct": direct}
+        for name, template in extra.items():
+            servers[name] = partial(custom, template, policy, direct.url)
         for name, server in servers.items():
             if only and name not in only and name not in extra:
                 continue
-            also = [direct.root] if name == "gateway_httpup" else []
+            calls_direct = name == "gateway_httpup" or "{direct}" in extra.get(name, "")
+            also = [direct.root] if calls_direct else []
             systems[name] = stack.enter_context(started(name, server(), also))
         yield systems
