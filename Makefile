@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 EXTRAS := mcp,explore,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
 
-.PHONY: all install install-core node services demo test check lint typecheck pytest bench clean
+.PHONY: all install install-core node services demo test check lint typecheck pytest bench bench-peers clean
 
 all: test
 
@@ -63,8 +63,21 @@ pytest: install
 
 test: install lint typecheck pytest
 
-bench: install
+# For `make bench` only: the proxies bench/bench_gateway.py compares the gateway with. npm mcp-proxy and
+# supergateway pinned in bench/peers/package-lock.json (a package of their own, so `make test` does not
+# install them); PyPI mcp-proxy needs mcp<2, so it gets a virtualenv of its own, pinned by
+# bench/peers/requirements.txt.
+PEERS_VENV := .run/peers/mcp-proxy
+bench/peers/node_modules/.package-lock.json: bench/peers/package.json bench/peers/package-lock.json
+	npm ci --prefix bench/peers --no-audit --no-fund --loglevel=error
+$(PEERS_VENV)/.installed: bench/peers/requirements.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet -r bench/peers/requirements.txt
+	touch $@
+bench-peers: bench/peers/node_modules/.package-lock.json $(PEERS_VENV)/.installed
+
+bench: install bench-peers
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules bench/peers/node_modules .run/peers .pytest_cache .mypy_cache .ruff_cache .hypothesis

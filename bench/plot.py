@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a build machine
 import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 
 from . import percentile
 
@@ -73,6 +75,45 @@ def scale_chart(rows: Mapping[int, Mapping[str, float]], path: Path, machine: st
                        textcoords="offset points", xytext=(4, -12), fontsize=7)
     fig.text(0.01, 0.01, machine, fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def gateway_chart(results: Mapping[str, float], names: Sequence[str], path: Path, machine: str) -> Path:
+    """The gateway bench side by side: latency at 1 client, calls/s at 10 and 50 clients, CPU per
+    call (the proxy's own part and the rest of its tree), and the proxy's resident memory."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), dpi=120)
+    xs = range(len(names))
+    colours = ["#1b7837" if n.startswith("gateway") else "#777777" if n == "direct" else "#2166ac"
+               for n in names]
+
+    def bars(ax: Any, keys: Sequence[tuple[str, str]], title: str, unit: str) -> None:
+        width = 0.8 / len(keys)
+        for i, (suffix, label) in enumerate(keys):
+            values = [results.get(f"{n}_{suffix}", 0.0) for n in names]
+            ax.bar([x + i * width for x in xs], values, width, label=label, color=colours,
+                   alpha=1.0 - 0.45 * i, edgecolor="black", linewidth=0.4)
+        ax.set_xticks([x + width * (len(keys) - 1) / 2 for x in xs], names, rotation=30, ha="right",
+                      fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        handles = [Patch(facecolor="#999999", alpha=1.0 - 0.45 * i, edgecolor="black", linewidth=0.4,
+                         label=label) for i, (_, label) in enumerate(keys)]
+        ax.legend(handles=handles, fontsize=7, frameon=False)
+
+    bars(axes[0][0], [("http_p50_ms", "p50"), ("http_p99_ms", "p99")], "latency, 1 client", "ms")
+    bars(axes[0][1], [("http_10_clients_per_s", "10 clients"), ("http_50_clients_per_s", "50 clients")],
+         "throughput (higher is better)", "calls/s")
+    bars(axes[1][0], [("cpu_50_ms_per_call", "proxy + upstream"),
+                      ("proxy_cpu_50_ms_per_call", "proxy alone")], "CPU per call at 50 clients",
+         "ms of CPU")
+    bars(axes[1][1], [("rss_idle_mb", "idle"), ("rss_50_mb", "50 sessions")], "proxy RSS", "MB")
+    fig.suptitle("npm server-everything `echo` over streamable HTTP: direct, through the gateway "
+                 "(green), through the proxies (blue)", fontsize=11)
+    fig.text(0.01, 0.01, f"{machine}; median of three rounds; bench/bench_gateway.py", fontsize=7,
+             color="#555555")
+    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
     fig.savefig(path)
     plt.close(fig)
     return path
