@@ -35,8 +35,16 @@ SINGLE_KEY = "upstream"  # the one server of the single-upstream forms
 
 def run_gateway(args: argparse.Namespace) -> int:
     """`gateway`: check the command line, load the policy, serve until the listener ends."""
-    from ..gateway import Gateway, replicas
-    from ..gateway.listener import Limits, serve_http, serve_stdio
+    import importlib
+    import os
+
+    # Issue 25: the old path, for the differential test only, until the new one has taken over.
+    old = os.environ.get("MCP_PRECONDITIONS_GATEWAY_IMPL") == "sdk"
+    package = f"{__package__.rsplit('.', 1)[0]}.{'gateway_sdk' if old else 'gateway'}"
+    Gateway = importlib.import_module(package).Gateway
+    replicas = importlib.import_module(f"{package}.replicas")
+    listener = importlib.import_module(f"{package}.listener")
+    Limits, serve_http, serve_stdio = listener.Limits, listener.serve_http, listener.serve_stdio
 
     config, policy = _servers(args)
     listen = _listen(args.listen or config.listen or "stdio")
@@ -51,22 +59,22 @@ def run_gateway(args: argparse.Namespace) -> int:
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
     label = _single_label(args) if args.config is None and args.servers is None else None
-    gateways: list[Gateway] = []  # the gateway names each decision's server; it is made next
+    gateways: list[Any] = []  # the gateway names each decision's server; it is made next
     guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, label),
                   tool_labels=lambda tool: gateways[0].server_labels(tool))
-    credentials = _credentials(listen, claims)
+    credentials = _credentials(listen, claims, old)
     gateway = Gateway(guard, config.servers, credentials, environment=upstream_environment(source))
     gateways.append(gateway)
     tasks = _reloading(guard, gateway, options)
     if listen is None:
-        anyio.run(serve_stdio, gateway, *tasks)
-        return 0
+        status = _run(serve_stdio, gateway, *tasks)
+        return status if isinstance(status, int) else 0
     limits = Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
                     int(_positive(args.max_connections, "--max-connections", int)))
     sock = listening_socket(*listen, "--listen")
     names = ", ".join(s.key for s in config.servers)
     try:
-        anyio.run(lambda: serve_http(
+        _run(lambda: serve_http(
             gateway, sock, f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, "
                            f"revision {guard.revision}, replica {options.replica()})",
             *tasks, limits=limits))
@@ -118,20 +126,35 @@ def _single_label(args: argparse.Namespace) -> str:
     return str(args.upstream_url) if args.upstream_url is not None else " ".join(command)
 
 
-def _credentials(listen: tuple[str, int] | None, claims: str | None) -> Callable[[Any], Credentials]:
+def _run(main: Callable[..., Any], *args: Any) -> Any:
+    """Run the gateway's event loop: uvloop when it is installed (docs/gateway-performance.md)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:  # pragma: no cover - uvloop comes with the mcp extra
+        return anyio.run(main, *args)
+    return anyio.run(main, *args, backend_options={"use_uvloop": True})
+
+
+def _credentials(listen: tuple[str, int] | None, claims: str | None,
+                 old: bool = False) -> Callable[[Any], Credentials]:
     """Who is calling: over HTTP each request's bearer token (the raw header: the guard verifies
     it, and its cache makes every later call of the same token one lookup); over stdio whoever
     started the gateway (trusted --claims, else anonymous)."""
     if listen is None:
         fixed = _stdio_credentials(claims)
-        return lambda _ctx: fixed
+        return lambda _call: fixed
     from ..auth.header import credentials_from_authorization_header
 
-    def of(ctx: Any) -> Credentials:
-        headers = getattr(ctx.request, "headers", None)
-        if not isinstance(headers, Mapping):
-            return ANONYMOUS
-        return credentials_from_authorization_header(headers.get("authorization"))
+    if old:
+        def of_ctx(ctx: Any) -> Credentials:
+            headers = getattr(ctx.request, "headers", None)
+            if not isinstance(headers, Mapping):
+                return ANONYMOUS
+            return credentials_from_authorization_header(headers.get("authorization"))
+        return of_ctx
+
+    def of(call: Any) -> Credentials:
+        return credentials_from_authorization_header(call.authorization)
     return of
 
 

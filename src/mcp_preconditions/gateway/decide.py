@@ -10,29 +10,26 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import mcp_types as types
-from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextContent
-
 from ..client import DENIAL_META_KEY
+from ..denials import DENIAL_CODE, denial_error_data, denial_result, denial_text
 from ..guard import Guard
-from ..integrations._calls import DENIAL_CODE, denial_error, denial_result
 from ..outcomes import Decision, Outcome, new_decision
 from ..policy.model import Policy
 from ..principal import Credentials
 from ..wire import with_requirements
 from . import bridge
+from .clients import Call
 from .fleet import UNUSABLE, Fleet, Member
+from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 from .route import visible
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
 # Forward one request to a member: (client request, member, method, params) -> raw result.
-Forward = Callable[[ServerRequestContext[Any, Any], Member, str, Mapping[str, Any] | None],
+Forward = Callable[[Call, Member, str, Mapping[str, Any] | None],
                    Awaitable[dict[str, Any]]]
 # Errors that mean "the server failed", not "the server refused": a tool error, not JSON-RPC.
-_SERVER_FAULTS = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT, types.INTERNAL_ERROR})
+_SERVER_FAULTS = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR})
 MALFORMED = "(malformed requirements)"
 
 
@@ -75,9 +72,9 @@ class Decide:
         return out
 
     # -- tools/call --------------------------------------------------------------------------------
-    async def call(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: Any,
+    async def call(self, ctx: Call, name: str, arguments: Any,
                    credentials: Credentials, forward: Forward) -> dict[str, Any]:
-        version = ctx.protocol_version
+        version = ctx.version
         fleet = self._fleet
         if name not in fleet.routes.tools and name not in fleet.routes.collisions:
             if not all(m.catalog.listings["tools"].loaded for m in fleet):
@@ -101,17 +98,21 @@ class Decide:
         if not self.listed(name):
             return await self._unlisted(name, version, "the policy lists no requirements for it",
                                         credentials)
-        decision = await self._guard.check(name, credentials,
-                                           arguments if isinstance(arguments, Mapping) else None)
+        if self._guard.requirements_for(name):
+            decided = self._guard.check_now(name, credentials,
+                                            arguments if isinstance(arguments, Mapping) else None)
+            decision = decided if isinstance(decided, Decision) else await decided
+        else:  # an open tool: allowed, and recorded with its caller like every decision
+            decision = await self._record(name, True, (), credentials)
         if not decision.allowed:
             return self._refuse(decision, version)
         params = {**(ctx.params or {}), "name": target.name}
         try:
             result = await forward(ctx, member, "tools/call", params)
-        except MCPError as exc:
-            if exc.error.code not in _SERVER_FAULTS:
+        except RpcError as exc:
+            if exc.code not in _SERVER_FAULTS:
                 raise  # the server's own answer (bad arguments, ...): passed on as is
-            said = exc.error.message
+            said = exc.message
             text = said if said.startswith(f"server {member.key} ") else \
                 f"server {member.key} failed: {said}"
             return bridge.downstream_result("tools/call", _fault(text), version)
@@ -119,8 +120,8 @@ class Decide:
 
     def _refuse(self, decision: Decision, version: str) -> dict[str, Any]:
         if self._policy().guard.denial == "jsonrpc":
-            raise denial_error(decision)
-        return self._shaped(decision.tool, _dump(denial_result(decision)), version)
+            raise RpcError(DENIAL_CODE, denial_text(decision), denial_error_data(decision))
+        return self._shaped(decision.tool, denial_result(decision), version)
 
     def _shaped(self, name: str, refusal: dict[str, Any], version: str) -> dict[str, Any]:
         """A refusal as this tool's clients can read it. A tool that declares an `outputSchema`
@@ -144,30 +145,29 @@ class Decide:
             return None
         return (await self._guard.authenticate(credentials)).subject
 
-    async def _broken(self, name: str, why: str, credentials: Credentials) -> Decision:
-        decision = new_decision(name, False, (Outcome.unsatisfied(MALFORMED, why),),
-                                await self._subject(credentials), self._guard.revision, 0,
-                                frozenset())
+    async def _record(self, name: str, allowed: bool, outcomes: tuple[Outcome, ...],
+                      credentials: Credentials) -> Decision:
+        """A decision the gateway makes itself (the guard has no requirement to check), recorded
+        with its caller like the guard's own."""
+        decision = new_decision(name, allowed, outcomes, await self._subject(credentials),
+                                self._guard.revision, 0, frozenset())
         self._guard.recorder.record(decision)
         return decision
 
+    async def _broken(self, name: str, why: str, credentials: Credentials) -> Decision:
+        return await self._record(name, False, (Outcome.unsatisfied(MALFORMED, why),), credentials)
+
     async def _unlisted(self, name: str, version: str, why: str, credentials: Credentials
                         ) -> dict[str, Any]:
-        decision = new_decision(name, False, (), await self._subject(credentials),
-                                self._guard.revision, 0, frozenset())
-        self._guard.recorder.record(decision)
+        await self._record(name, False, (), credentials)
         payload = {"error": "unlisted_tool", "tool": name, "unmet": [], "withheld": 0}
         text = f"Tool '{name}' was not run: {why}."
         if self._policy().guard.denial == "jsonrpc":
-            raise MCPError(DENIAL_CODE, text, payload)
-        result = CallToolResult(content=[TextContent(type="text", text=text)],
-                                structured_content=payload, is_error=True)
-        return self._shaped(name, _dump(result), version)
+            raise RpcError(DENIAL_CODE, text, payload)
+        result = {"content": [{"type": "text", "text": text}], "structuredContent": payload,
+                  "isError": True}
+        return self._shaped(name, result, version)
 
 
 def _fault(text: str) -> dict[str, Any]:
-    return _dump(CallToolResult(content=[TextContent(type="text", text=text)], is_error=True))
-
-
-def _dump(result: CallToolResult) -> dict[str, Any]:
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {"content": [{"type": "text", "text": text}], "isError": True}

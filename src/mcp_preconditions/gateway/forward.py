@@ -5,24 +5,21 @@ protocol versions (a 2026-07-28 client in front of a 2025-11-25 server, and the 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import anyio
-import mcp_types as types
-from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
 from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
-from pydantic import ValidationError
 
 from ..principal import Credentials, Identity
 from . import bridge, rounds
+from .clients import Call
 from .fleet import Member
+from .jsonrpc import INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
 from .server import UpstreamUnavailable
-from .session import Downstream, client_capabilities
+from .session import Downstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -38,7 +35,7 @@ class Forward:
     """Sends client requests on to the servers, for one gateway."""
 
     def __init__(self, downstream: Downstream, rounds: Rounds, timeout: Callable[[], float],
-                 credentials: Callable[[ServerRequestContext[Any, Any]], Credentials],
+                 credentials: Callable[[Call], Credentials],
                  authenticate: Authenticate) -> None:
         self._downstream = downstream
         self._rounds = rounds
@@ -46,22 +43,22 @@ class Forward:
         self._credentials = credentials
         self._authenticate = authenticate
 
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], member: Member, method: str,
+    async def __call__(self, ctx: Call, member: Member, method: str,
                        params: Mapping[str, Any] | None) -> dict[str, Any]:
         """Forward one request to `member`, and carry the server's requests for client input
         between the two protocol versions (see `rounds.py` and `_answer_rounds`)."""
         timeout = self._timeout()
         upstream = member.upstream
-        if (bridge.is_modern(ctx.protocol_version) and method in INPUT_REQUIRED_METHODS
+        if (ctx.modern and method in INPUT_REQUIRED_METHODS
                 and not upstream.modern):
             return await self._in_rounds(ctx, member, method, params, timeout)
         with self._downstream.in_flight(ctx, member.key):
             result = await self.send(ctx, member, method, params, timeout)
-            if not bridge.is_modern(ctx.protocol_version) and is_input_required(result):
+            if not ctx.modern and is_input_required(result):
                 result = await self._answer_rounds(ctx, member, method, params, result, timeout)
         return result
 
-    async def send(self, ctx: ServerRequestContext[Any, Any] | None, member: Member, method: str,
+    async def send(self, ctx: Call | None, member: Member, method: str,
                    params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
         """One request to the server, progress mapped back to the caller; the server's faults
         become JSON-RPC errors (never a crash, never a result the server did not send). What the
@@ -69,12 +66,15 @@ class Forward:
         token = bridge.progress_token(params)
         on_progress = None
         if token is not None and ctx is not None:
-            session, request_id = ctx.session, ctx.request_id
+            caller = ctx
 
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                with contextlib.suppress(Exception):  # the caller's request may be answered already
-                    await session.send_progress_notification(
-                        token, progress, total, message, related_request_id=cast(Any, request_id))
+            def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                params: dict[str, Any] = {"progressToken": token, "progress": progress}
+                if total is not None:
+                    params["total"] = total
+                if message is not None:
+                    params["message"] = message
+                caller.notify("notifications/progress", params)  # dropped once it is answered
         upstream = member.upstream
         try:
             return await upstream.request(
@@ -82,11 +82,9 @@ class Forward:
                 timeout=timeout, on_progress=on_progress)
         except UpstreamUnavailable as exc:
             log.warning("server %s unavailable for %s: %s", upstream.label, method, exc)
-            raise MCPError(types.INTERNAL_ERROR, f"server {member.key} is unavailable") from None
-        except ValidationError:
-            raise MCPError(types.INTERNAL_ERROR, f"server {member.key} sent an invalid result") from None
+            raise RpcError(INTERNAL_ERROR, f"server {member.key} is unavailable") from None
 
-    async def _in_rounds(self, ctx: ServerRequestContext[Any, Any], member: Member, method: str,
+    async def _in_rounds(self, ctx: Call, member: Member, method: str,
                          params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
         """A 2026-07-28 client's call to a 2025-11-25 server: the server's requests come back as
         `input_required`, and the retry carrying the answers continues the same call there (the
@@ -105,10 +103,10 @@ class Forward:
 
         def spawn(call: PendingCall) -> None:
             member.upstream.spawn(lambda: call.run(lambda: self.send(ctx, member, method, p, timeout)))
-        return await self._rounds.start(ctx, caller, about, timeout, client_capabilities(ctx), spawn,
+        return await self._rounds.start(ctx, caller, about, timeout, ctx.capabilities, spawn,
                                         member.key)
 
-    async def _answer_rounds(self, ctx: ServerRequestContext[Any, Any], member: Member, method: str,
+    async def _answer_rounds(self, ctx: Call, member: Member, method: str,
                              params: Mapping[str, Any] | None, result: dict[str, Any],
                              timeout: float) -> dict[str, Any]:
         """A 2026-07-28 server's `input_required` for a 2025-11-25 client: each input request is
@@ -118,13 +116,12 @@ class Forward:
                 return result
             asks = result.get("inputRequests")
             if asks is not None and not isinstance(asks, dict):
-                raise MCPError(types.INTERNAL_ERROR, f"server {member.key} sent an invalid result")
+                raise RpcError(INTERNAL_ERROR, f"server {member.key} sent an invalid result")
             answers: dict[str, Any] = {}
             for key, ask in (asks or {}).items():
                 if not isinstance(ask, dict) or not isinstance(ask.get("method"), str):
-                    raise MCPError(types.INTERNAL_ERROR, f"server {member.key} sent an invalid result")
-                answers[key] = await self._downstream.ask_caller(
-                    ctx, ask["method"], dict(ask.get("params") or {}), timeout)
+                    raise RpcError(INTERNAL_ERROR, f"server {member.key} sent an invalid result")
+                answers[key] = await ctx.ask(ask["method"], dict(ask.get("params") or {}), timeout)
             if not answers:
                 await anyio.sleep(STATE_ONLY_PAUSE)  # the server is working: ask again shortly
             retry = {k: v for k, v in (params or {}).items()
@@ -133,5 +130,5 @@ class Forward:
             if result.get("requestState") is not None:
                 retry["requestState"] = result["requestState"]
             result = await self.send(ctx, member, method, retry, timeout)
-        raise MCPError(types.INTERNAL_ERROR,
+        raise RpcError(INTERNAL_ERROR,
                        f"server {member.key} asked for input more than {MAX_INPUT_ROUNDS} times")

@@ -1,57 +1,157 @@
-"""The gateway's HTTP app: the MCP SDK's streamable-HTTP app at `/mcp`, `/healthz` and `/readyz`, and,
-when the policy's `[auth]` verifies tokens, a 401 with `WWW-Authenticate` for a request without a
-valid bearer token, plus RFC 9728 protected-resource metadata. A verified caller is put where the
-SDK's session manager looks (`scope["user"]`), so each session belongs to the principal that opened
-it: anyone else gets 404 for it, as for an unknown session (SPEC §10).
+"""The gateway's HTTP app, a bare ASGI app: streamable HTTP at `/mcp`, `/healthz` and `/readyz`,
+and, when the policy's `[auth]` verifies tokens, a 401 with `WWW-Authenticate` for a request without a
+valid bearer token, plus RFC 9728 protected-resource metadata. A verified caller owns the sessions it
+opens: anyone else gets 404 for them, as for an unknown session (SPEC §10).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.build import verification_configured
 from ..auth.header import credentials_from_authorization_header
 from ..principal import Principal
+from .dispatch import Dispatch
 from .gateway import Gateway
+from .http_sessions import Owner, Sessions
+from .streamable import Security, Streamable
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 MCP_PATH = "/mcp"
 READY_PING_SECONDS = 2.0
 
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-def build_app(gateway: Gateway, host: str, base_url: str) -> ASGIApp:
+
+def build_app(gateway: Gateway, host: str, base_url: str) -> App:
     """The ASGI app; `base_url` (`http://HOST:PORT`) names the resource in the auth metadata."""
-    routes = [Route("/healthz", _healthz, methods=["GET"]),
-              Route("/readyz", _readyz(gateway), methods=["GET"])]
-    metadata = _metadata(gateway, base_url)
-    if metadata is not None:
-        endpoint = _metadata_endpoint(metadata)
-        routes += [Route(METADATA_PATH, endpoint, methods=["GET"]),
-                   Route(METADATA_PATH + MCP_PATH, endpoint, methods=["GET"])]
-    app: ASGIApp = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
-    if metadata is not None:
-        app = BearerGate(app, gateway, f"{base_url}{METADATA_PATH}{MCP_PATH}")
-    return app
+    sessions = Sessions()
+    return App(gateway, Streamable(Dispatch(gateway), Security.for_host(host), sessions), sessions,
+               base_url)
 
 
-async def _healthz(_request: Request) -> Response:
-    return JSONResponse({"status": "up"})
+class App:
+    """Routes a request to its endpoint (the ones above; anything else is 404)."""
+
+    def __init__(self, gateway: Gateway, streamable: Streamable, sessions: Sessions,
+                 base_url: str) -> None:
+        self.gateway = gateway
+        self.streamable = streamable
+        self.sessions = sessions
+        self.metadata = _metadata(gateway, base_url)
+        self.metadata_url = f"{base_url}{METADATA_PATH}{MCP_PATH}"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == MCP_PATH:
+            owner: Owner | None = None
+            if self.metadata is not None and method != "OPTIONS":
+                principal, header = await self._verified(scope)
+                if principal is None:
+                    await self._challenge(send, header)
+                    return
+                owner = owner_of(principal)
+            await self.streamable(scope, receive, send, owner)
+            return
+        endpoints: dict[str, Callable[[], Awaitable[tuple[int, Any, list[tuple[bytes, bytes]]]]]] = {
+            "/healthz": _healthz, "/readyz": self._readyz}
+        if self.metadata is not None:
+            endpoints[METADATA_PATH] = endpoints[METADATA_PATH + MCP_PATH] = self._metadata
+        endpoint = endpoints.get(path)
+        if endpoint is None:
+            if path.endswith("/") and (path[:-1] in endpoints or path[:-1] == MCP_PATH):
+                await _respond(send, 307, b"", [(b"location", path[:-1].encode())])
+            else:
+                await _respond(send, 404, b"Not Found", [(b"content-type", b"text/plain; charset=utf-8")])
+            return
+        if method not in ("GET", "HEAD"):
+            await _respond(send, 405, b"Method Not Allowed", [
+                (b"content-type", b"text/plain; charset=utf-8"), (b"allow", b"GET, HEAD")])
+            return
+        status, body, headers = await endpoint()
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        await _respond(send, status, b"" if method == "HEAD" else data,
+                       [(b"content-type", b"application/json"), *headers], length=len(data))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        expiry: asyncio.Task[None] | None = None
+        while True:
+            event = await receive()
+            if event["type"] == "lifespan.startup":
+                expiry = asyncio.get_running_loop().create_task(self.sessions.expire())
+                await send({"type": "lifespan.startup.complete"})
+            elif event["type"] == "lifespan.shutdown":
+                if expiry is not None:
+                    expiry.cancel()
+                self.sessions.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _verified(self, scope: Scope) -> tuple[Principal | None, str | None]:
+        """The caller's principal when its bearer token is accepted (the token is read here and by
+        the guard only; nothing passes it on), and the raw header."""
+        header = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value.decode("latin-1")
+                break
+        if header is None:
+            return None, None
+        identity = await self.gateway.guard.authenticate(credentials_from_authorization_header(header))
+        return identity.principal, header
+
+    async def _challenge(self, send: Send, header: str | None) -> None:
+        """401 for a missing or refused token, naming the metadata document (MCP authorization)."""
+        challenge = f'Bearer resource_metadata="{self.metadata_url}"'
+        if header is not None:
+            challenge += ', error="invalid_token", error_description="the access token was not accepted"'
+        problem = ("this server needs a bearer token" if header is None
+                   else "the access token was not accepted")
+        body = json.dumps({"error": "invalid_token" if header else "unauthorized",
+                           "error_description": problem}).encode()
+        await _respond(send, 401, body, [(b"content-type", b"application/json"),
+                                         (b"www-authenticate", challenge.encode())])
+
+    async def _readyz(self) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        body = await readiness(self.gateway)
+        return (200 if body["status"] != "not ready" else 503), body, []
+
+    async def _metadata(self) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        return 200, self.metadata, [(b"cache-control", b"public, max-age=3600")]
 
 
-def _readyz(gateway: Gateway) -> Any:
-    async def readyz(_request: Request) -> Response:
-        body = await readiness(gateway)
-        return JSONResponse(body, status_code=200 if body["status"] != "not ready" else 503)
-    return readyz
+async def _healthz() -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+    return 200, {"status": "up"}, []
+
+
+async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]], *,
+                   length: int | None = None) -> None:
+    size = len(body) if length is None else length
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(size).encode())]})
+    with contextlib.suppress(Exception):
+        await send({"type": "http.response.body", "body": body})
+
+
+def owner_of(principal: Principal) -> Owner:
+    """Whose a session is: the verified caller's client id, issuer and subject (what the MCP SDK's
+    session manager compared). A token refreshed by the same principal keeps its sessions."""
+    claims = principal.claims
+    client = claims.get("client_id", claims.get("azp"))
+    issuer = claims.get("iss")
+    return (str(client) if client is not None else "", str(issuer) if issuer is not None else None,
+            principal.subject)
 
 
 async def readiness(gateway: Gateway) -> dict[str, Any]:
@@ -115,60 +215,3 @@ def _metadata(gateway: Gateway, base_url: str) -> dict[str, Any] | None:
     if scopes:
         out["scopes_supported"] = scopes
     return out
-
-
-def _metadata_endpoint(metadata: dict[str, Any]) -> Any:
-    async def endpoint(_request: Request) -> Response:
-        return JSONResponse(metadata, headers={"Cache-Control": "public, max-age=3600"})
-    return endpoint
-
-
-def session_user(principal: Principal) -> AuthenticatedUser:
-    """The SDK's user for a verified principal: what its session manager compares to bind a
-    session to its owner (client id, issuer, subject). It carries no token."""
-    claims = principal.claims
-    client = claims.get("client_id", claims.get("azp"))
-    issuer = claims.get("iss")
-    return AuthenticatedUser(AccessToken(
-        token="", client_id=str(client) if client is not None else "", scopes=sorted(principal.scopes),
-        subject=principal.subject, claims={"iss": str(issuer)} if issuer is not None else None))
-
-
-class BearerGate:
-    """Answers a `/mcp` request whose bearer token is missing or not accepted by the policy's
-    verifier with 401 (MCP authorization spec), naming the metadata document; an accepted one
-    goes on with its principal as the request's user. The token is only read here and by the
-    guard; nothing passes it on."""
-
-    def __init__(self, app: ASGIApp, gateway: Gateway, metadata_url: str) -> None:
-        self.app = app
-        self.gateway = gateway
-        self.metadata_url = metadata_url
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") != MCP_PATH or scope.get("method") == "OPTIONS":
-            await self.app(scope, receive, send)
-            return
-        header = None
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value.decode("latin-1")
-                break
-        principal = None
-        if header is not None:
-            identity = await self.gateway.guard.authenticate(
-                credentials_from_authorization_header(header))
-            principal = identity.principal
-        if principal is not None:
-            await self.app({**scope, "user": session_user(principal)}, receive, send)
-            return
-        challenge = f'Bearer resource_metadata="{self.metadata_url}"'
-        if header is not None:
-            challenge += ', error="invalid_token", error_description="the access token was not accepted"'
-        problem = ("this server needs a bearer token" if header is None
-                   else "the access token was not accepted")
-        response = Response(json.dumps({"error": "invalid_token" if header else "unauthorized",
-                                        "error_description": problem}),
-                            status_code=401, media_type="application/json",
-                            headers={"WWW-Authenticate": challenge})
-        await response(scope, receive, send)

@@ -10,12 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import mcp_types as types
-from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
 
+from .clients import Call
 from .fleet import Fleet, Member
 from .forward import Forward
+from .jsonrpc import INVALID_PARAMS, RpcError
 from .route import visible
 from .session import Downstream
 from .subscriptions import Subscriptions
@@ -38,12 +37,12 @@ class Listings:
         self._forward = forward
         self._connect_wait = connect_wait
 
-    async def list(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    async def list(self, ctx: Call) -> dict[str, Any]:
         """`prompts/list`, `resources/list` or `resources/templates/list`: every server's items,
         all pages, in one page (the gateway hands out no cursor of its own)."""
         kind, field, key = _KINDS[ctx.method]
         if (ctx.params or {}).get("cursor") is not None:
-            raise MCPError(types.INVALID_PARAMS, "Invalid cursor: the gateway lists everything at once")
+            raise RpcError(INVALID_PARAMS, "Invalid cursor: the gateway lists everything at once")
         fleet = self._fleet
         if not any(m.connected for m in fleet):
             await fleet.first_connection(self._connect_wait())
@@ -64,7 +63,7 @@ class Listings:
                     items.append(shown)
         return {field: items}
 
-    async def routed(self, ctx: ServerRequestContext[Any, Any], downstream: Downstream
+    async def routed(self, ctx: Call, downstream: Downstream
                      ) -> dict[str, Any]:
         """A request for one prompt, resource or completion, sent to the server that has it."""
         params = dict(ctx.params or {})
@@ -87,7 +86,7 @@ class Listings:
 
     async def _prompt(self, name: Any) -> tuple[Member, str]:
         if not isinstance(name, str):
-            raise MCPError(types.INVALID_PARAMS, "Invalid request parameters")
+            raise RpcError(INVALID_PARAMS, "Invalid request parameters")
         if len(self._fleet.members) == 1:  # no prefix, nothing to choose: the server decides
             return next(iter(self._fleet)), name
         routes = self._fleet.routes
@@ -95,15 +94,15 @@ class Listings:
             await self._relist("prompts", "prompts")
             routes = self._fleet.routes
         if name in routes.prompt_collisions:
-            raise MCPError(types.INVALID_PARAMS, f"Prompt {name!r} is listed by more than one server")
+            raise RpcError(INVALID_PARAMS, f"Prompt {name!r} is listed by more than one server")
         target = routes.prompts.get(name)
         if target is None:
-            raise MCPError(types.INVALID_PARAMS, f"Unknown prompt: {name!r}")
+            raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name!r}")
         return self._fleet.members[target.server], target.name
 
     async def _completion(self, ref: Any) -> tuple[Member, Any]:
         if not isinstance(ref, dict):
-            raise MCPError(types.INVALID_PARAMS, "Invalid request parameters")
+            raise RpcError(INVALID_PARAMS, "Invalid request parameters")
         if ref.get("type") == "ref/prompt":
             member, name = await self._prompt(ref.get("name"))
             return member, {**ref, "name": name}
@@ -116,7 +115,7 @@ class Listings:
 
     async def _resource(self, uri: Any) -> Member:
         if not isinstance(uri, str):
-            raise MCPError(types.INVALID_PARAMS, "Invalid request parameters")
+            raise RpcError(INVALID_PARAMS, "Invalid request parameters")
         owner = self._fleet.routes.resource(uri)
         if owner is None:
             await self._relist_resources()
@@ -125,10 +124,10 @@ class Listings:
 
     def _owner(self, owner: str | tuple[str, ...] | None, uri: Any) -> Member:
         if isinstance(owner, tuple):
-            raise MCPError(types.INVALID_PARAMS,
+            raise RpcError(INVALID_PARAMS,
                            f"Resource {uri!r} is listed by more than one server ({', '.join(owner)})")
         if owner is None:
-            raise MCPError(types.INVALID_PARAMS, f"No server lists the resource {uri!r}")
+            raise RpcError(INVALID_PARAMS, f"No server lists the resource {uri!r}")
         return self._fleet.members[owner]
 
     async def _relist_resources(self) -> None:

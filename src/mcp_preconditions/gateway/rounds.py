@@ -13,11 +13,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-import mcp_types as types
-from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
 
 from ..principal import Credentials, Identity
+from .clients import Call
+from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_TIMEOUT, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -69,9 +68,9 @@ class _Ask:
         self.method = method
         self.params = params
         self.answered = anyio.Event()
-        self.answer: dict[str, Any] | types.ErrorData | None = None
+        self.answer: dict[str, Any] | RpcError | None = None
 
-    def settle(self, answer: dict[str, Any] | types.ErrorData) -> None:
+    def settle(self, answer: dict[str, Any] | RpcError) -> None:
         if not self.answered.is_set():
             self.answer = answer
             self.answered.set()
@@ -96,7 +95,7 @@ class PendingCall:
         self._attached = 0
         self._idle_since: float | None = None  # set while no client request waits on this call
         self._expired = False
-        self.current: ServerRequestContext[Any, Any] | None = None  # the client request waiting
+        self.current: Call | None = None  # the client request waiting
         self.scope = anyio.CancelScope()
 
     @property
@@ -111,9 +110,9 @@ class PendingCall:
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The upstream's request, answered by the client's next retry (or refused on expiry)."""
         if self._expired or self._outcome is not None or self.scope.cancel_called:
-            raise MCPError(types.REQUEST_TIMEOUT, _ENDED)
+            raise RpcError(REQUEST_TIMEOUT, _ENDED)
         if self._rounds.waiting() >= MAX_WAITING:
-            raise MCPError(types.INTERNAL_ERROR, "gateway: too many calls wait for client input")
+            raise RpcError(INTERNAL_ERROR, "gateway: too many calls wait for client input")
         self._count += 1
         key = f"r{self._count}"
         ask = self._asks[key] = _Ask(method, params)
@@ -122,8 +121,8 @@ class PendingCall:
             await ask.answered.wait()
         finally:
             self._asks.pop(key, None)
-        if isinstance(ask.answer, types.ErrorData):
-            raise MCPError.from_error_data(ask.answer)
+        if isinstance(ask.answer, RpcError):
+            raise ask.answer
         assert ask.answer is not None
         return ask.answer
 
@@ -138,14 +137,14 @@ class PendingCall:
                 except Exception as exc:
                     self._outcome = exc
                 finally:  # the upstream's call is over: nothing it asked can matter now
-                    self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_ENDED))
+                    self.fail(RpcError(REQUEST_TIMEOUT, _ENDED))
                 self._signal()
 
     def close(self) -> None:
         """The call is over for the client: forgotten, and the upstream call (and whatever it
         still asks) ended."""
         self._rounds.forget(self)
-        self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_ENDED))
+        self.fail(RpcError(REQUEST_TIMEOUT, _ENDED))
         self.scope.cancel()
 
     async def _expire_when_abandoned(self) -> None:
@@ -162,9 +161,9 @@ class PendingCall:
         log.warning("a client did not answer the upstream's request within %s s", self._timeout)
         self._expired = True
         self._rounds.forget(self)
-        self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_LATE))
+        self.fail(RpcError(REQUEST_TIMEOUT, _LATE))
 
-    def fail(self, error: types.ErrorData) -> None:
+    def fail(self, error: RpcError) -> None:
         for ask in list(self._asks.values()):
             ask.settle(error)
 
@@ -175,7 +174,7 @@ class PendingCall:
             if ask is not None and isinstance(response, Mapping):
                 ask.settle(dict(response))
 
-    async def next(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    async def next(self, ctx: Call) -> dict[str, Any]:
         """Wait for the upstream's result (returned, or raised) or for requests the client must
         answer first (an `input_required` result); `ctx` is the client request that waits."""
         self._attached += 1
@@ -221,7 +220,7 @@ class Rounds:
     def forget(self, call: PendingCall) -> None:
         self._calls.pop(call.token, None)
 
-    async def start(self, ctx: ServerRequestContext[Any, Any], caller: str, about: str,
+    async def start(self, ctx: Call, caller: str, about: str,
                     timeout: float, capabilities: Mapping[str, Any],
                     spawn: Callable[[PendingCall], None], server: str) -> dict[str, Any]:
         """A new call to `server`: `spawn` starts its request there in the background."""
@@ -234,11 +233,11 @@ class Rounds:
             raise
         return await call.next(ctx)
 
-    async def resume(self, ctx: ServerRequestContext[Any, Any], state: Any, caller: str,
+    async def resume(self, ctx: Call, state: Any, caller: str,
                      about: str, responses: Mapping[str, Any] | None) -> dict[str, Any]:
         """A retry: the client's answers go to the upstream's waiting requests."""
         call = self._calls.get(state) if isinstance(state, str) else None
         if call is None or call.caller != caller or call.about != about:
-            raise MCPError(types.INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
+            raise RpcError(INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
         call.answer(responses or {})
         return await call.next(ctx)

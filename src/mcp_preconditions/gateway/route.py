@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+if TYPE_CHECKING:  # the MCP SDK's matcher is imported when a template is first matched (its
+    # package costs 30 MB of memory, which a gateway without templates never needs)
+    from mcp.shared.uri_template import UriTemplate
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,8 @@ class Routes:
 
     def _matches(self, template: str, uri: str) -> bool:
         if template not in self._parsed:
+            from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
             try:
                 self._parsed[template] = UriTemplate.parse(template)
             except (InvalidUriTemplate, ValueError):

@@ -1,50 +1,43 @@
 """The gateway's session to one server it guards: a stdio command that it starts, watches and
-restarts with backoff, or a streamable-HTTP URL. Requests go out through the MCP SDK's own `Client`,
-and results come back as the wire dicts the server sent (validated, never re-modelled).
+restarts with backoff, or a streamable-HTTP URL. The handshake era (2025-11-25) is asked for first,
+2026-07-28 (`server/discover`, listen streams) when a server refuses it. Results come back as the
+dicts the server sent.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import anyio
-import httpx2
-import mcp_types as types
 from anyio.abc import TaskGroup
-from mcp import Client
-from mcp.client._transport import Transport, TransportStreams
-from mcp.client.session import ClientRequestContext, IncomingMessage
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types.methods import MONOLITH_NOTIFICATIONS, MONOLITH_REQUESTS
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 
 from .. import __version__
-from ._streams import WatchedReadStream
+from .jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT, RpcError
+from .peer import NotificationHook, Peer, ProgressHook, RequestHook, describe
+from .server_http import HttpLink
+from .server_stdio import StdioLink
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
-CLIENT_INFO = types.Implementation(name="mcp-preconditions-gateway", version=__version__)
-_RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+CLIENT_INFO = {"name": "mcp-preconditions-gateway", "version": __version__}
+# What the gateway can answer for a server: it puts the request to the client whose call caused it.
+CLIENT_CAPABILITIES = {"sampling": {}, "elicitation": {"form": {}, "url": {}},
+                       "roots": {"listChanged": True}}
 _LIST_PAGES = 100  # a paginator that never ends cannot hang a listing
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
-# Notifications the upstream session sends that are its own business, not every client's: progress
-# reaches the one caller through the request's own progress callback (the SDK also tees it here,
-# where broadcasting it would show one client's call to all the others).
-_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged",
-                           "notifications/progress"})
-
-# Raw (method, params) -> raw result: how the gateway answers requests the upstream sends.
-RequestHook = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-NotificationHook = Callable[[str, dict[str, Any]], Awaitable[None]]
-ProgressHook = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 class UpstreamUnavailable(Exception):
@@ -77,18 +70,23 @@ class HttpTarget:
 
 
 Target = StdioTarget | HttpTarget
+Link = StdioLink | HttpLink
 
 
 @dataclass
 class Connected:
     """What the upstream said about itself when this connection was made."""
 
-    client: Client
+    peer: Peer
+    link: Link
     protocol_version: str
     capabilities: dict[str, Any]
     server_info: dict[str, Any] | None
     instructions: str | None
-    lost: anyio.Event
+
+    @property
+    def lost(self) -> asyncio.Event:
+        return self.link.lost
 
 
 class Upstream:
@@ -100,10 +98,14 @@ class Upstream:
     request in flight when the process exits fails as soon as the exit is seen.
     """
 
-    def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr) -> None:
+    def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr,
+                 connect_timeout: Callable[[], float] | None = None) -> None:
         self.target = target
         self.key = key  # the server's name in the gateway's config: all a caller is ever told
         self.label = f"{key} ({target.label})"  # for the gateway's own log
+        # How long the handshake may take (None: forever). A server that never answers it is
+        # dropped and started again with backoff, like one that exits.
+        self._connect_timeout = connect_timeout
         # Set by the gateway that serves this upstream's clients.
         self.on_request: RequestHook = _no_client
         self.on_notification: NotificationHook = _ignore
@@ -114,6 +116,8 @@ class Upstream:
         self.attempts = 0
         self.last_error: str | None = None
         self._background: TaskGroup | None = None
+        self._listens = 0
+        self._acks: dict[str, Callable[[], None]] = {}
 
     # -- supervision -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -137,12 +141,11 @@ class Upstream:
         while True:
             self.attempts += 1
             try:
-                async with AsyncExitStack() as stack:
-                    connected = await self._connect(stack)
-                    delay = BACKOFF_FIRST
-                    await self._serve(connected)
+                connected = await self._connect()
+                delay = BACKOFF_FIRST
+                await self._serve(connected)
             except Exception as exc:  # whatever the upstream or its transport does: retry later
-                error = _describe(exc)
+                error = describe(exc)
                 if error != self.last_error:  # once per failure, not once per retry
                     log.warning("upstream %s: %s (retrying with backoff)", self.label, error)
                 self.last_error = error
@@ -156,14 +159,17 @@ class Upstream:
         try:
             await self.on_connect()
             async with anyio.create_task_group() as tg:
-                if connected.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                    tg.start_soon(self._listen, connected)
+                if isinstance(connected.link, HttpLink) and not connected.link.modern:
+                    connected.link.listen()
+                if connected.protocol_version == LATEST_MODERN_VERSION:
+                    tg.start_soon(self._listen_for_changes, connected)
                 await connected.lost.wait()
                 tg.cancel_scope.cancel()
             log.warning("upstream %s: session lost; reconnecting", self.label)
         finally:
             self.current = None
             self._signal()
+            await _closed(connected.peer, connected.link)
 
     def _signal(self) -> None:
         self.changed.set()
@@ -176,77 +182,111 @@ class Upstream:
                 await self.changed.wait()
         return self.current
 
-    async def _connect(self, stack: AsyncExitStack) -> Connected:
-        # The handshake era (2025-11-25) is asked for first: it carries everything clients of
-        # either version may need (subscriptions, server-to-client requests, logging). A server
-        # that refuses the handshake is reached with the SDK's own negotiation (2026-07-28).
+    # -- the handshake ---------------------------------------------------------------------------
+    async def _connect(self) -> Connected:
+        timeout = self._connect_timeout() if self._connect_timeout is not None else None
+        peer, link = await self._open(modern=False)
         try:
-            client, lost = await self._open(stack, "legacy")
-        except Exception as exc:
-            if not isinstance(_innermost(exc), MCPError):
-                raise
-            client, lost = await self._open(stack, "auto")
-        session = client.session
-        init = session.initialize_result
-        caps = init.capabilities if init is not None else session.server_capabilities
-        info = session.server_info
-        return Connected(
-            client=client, protocol_version=client.protocol_version,
-            capabilities=caps.model_dump(by_alias=True, mode="json", exclude_none=True)
-            if caps is not None else {},
-            server_info=info.model_dump(by_alias=True, mode="json", exclude_none=True)
-            if info is not None else None,
-            instructions=session.instructions, lost=lost)
+            init = await peer.request("initialize", {
+                "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPABILITIES,
+                "clientInfo": CLIENT_INFO}, timeout=timeout)
+        except RpcError as exc:
+            await _closed(peer, link)
+            if exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
+                raise  # a server that does not answer at all is not asked again another way
+            return await self._discover(timeout)
+        except BaseException:
+            await _closed(peer, link)
+            raise
+        version = init.get("protocolVersion")
+        if version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await _closed(peer, link)
+            raise ConnectionError(f"unsupported protocol version from the server: {version!r}")
+        await peer.notify("notifications/initialized", None)
+        if isinstance(link, HttpLink):
+            link.protocol_version = version
+        return Connected(peer, link, version, _dict(init.get("capabilities")),
+                         _dict(init.get("serverInfo")) or None, _text(init.get("instructions")))
 
-    async def _open(self, stack: AsyncExitStack, mode: str) -> tuple[Client, anyio.Event]:
-        lost = anyio.Event()  # one per attempt: a refused handshake's exit is not this session's
-        callbacks: dict[str, Any] = {  # typed by the SDK as Protocols; these match them
-            "sampling_callback": self._sampling, "elicitation_callback": self._elicitation,
-            "list_roots_callback": self._roots}
-        client = Client(self._transport(lost), mode=mode, cache=None, client_info=CLIENT_INFO,
-                        message_handler=cast(Any, self._message(lost)), **callbacks)
-        return await stack.enter_async_context(client), lost
-
-    async def _listen(self, connected: Connected) -> None:
-        """At 2026-07-28 an upstream's change notifications ride a listen stream only: keep one
-        open (its events reach `on_notification` through the message handler, like any other)."""
+    async def _discover(self, timeout: float | None) -> Connected:
+        """A server that refused the handshake: 2026-07-28, where it describes itself on request."""
+        peer, link = await self._open(modern=True)
         try:
-            async with connected.client.listen(tools_list_changed=True, prompts_list_changed=True,
-                                               resources_list_changed=True) as subscription:
-                async for _event in subscription:
-                    pass
-        except Exception as exc:  # the session goes on; changes are just not heard
-            log.warning("upstream %s: no change notifications: %s", self.label, _describe(exc))
+            found = await peer.request("server/discover", None, timeout=timeout)
+            if LATEST_MODERN_VERSION not in (found.get("supportedVersions") or ()):
+                raise ConnectionError("the server supports no protocol version the gateway speaks")
+        except BaseException:
+            await _closed(peer, link)
+            raise
+        meta = _dict(found.get("_meta"))
+        return Connected(peer, link, LATEST_MODERN_VERSION, _dict(found.get("capabilities")),
+                         _dict(meta.get(SERVER_INFO_META_KEY)) or None,
+                         _text(found.get("instructions")))
 
-    def _transport(self, lost: anyio.Event) -> Transport:
+    async def _open(self, *, modern: bool) -> tuple[Peer, Link]:
+        envelope = {PROTOCOL_VERSION_META_KEY: LATEST_MODERN_VERSION,
+                    CLIENT_INFO_META_KEY: CLIENT_INFO,
+                    CLIENT_CAPABILITIES_META_KEY: CLIENT_CAPABILITIES} if modern else None
+        holder: list[Peer] = []
+
+        def received(message: Any) -> None:
+            holder[0].received(message)
+
         target = self.target
+        link: Link
         if isinstance(target, StdioTarget):
-            params = StdioServerParameters(command=target.command, args=list(target.args),
-                                           env=dict(target.env))
-            return cast(Transport, _watched(stdio_client(params, errlog=self._errlog), lost))
-        http = httpx2.AsyncClient(headers=dict(target.headers),
-                                  timeout=httpx2.Timeout(30.0, read=300.0))
-        return cast(Transport, _watched(streamable_http_client(target.url, http_client=http), lost,
-                                        http))
+            link = await StdioLink.start(target.command, target.args, dict(target.env), received,
+                                         self.label, self._errlog)
+        else:
+            link = HttpLink(target.url, target.headers, received, self.label)
+            link.modern = modern
+        peer = Peer(link, self.label, self._answer, self._notified, envelope)
+        holder.append(peer)
+        return peer, link
+
+    async def _answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.on_request(method, params)
+
+    def _notified(self, method: str, params: dict[str, Any]) -> None:
+        self.on_notification(method, params)
+
+    async def _listen_for_changes(self, connected: Connected) -> None:
+        """At 2026-07-28 an upstream's change notifications ride a listen stream only: keep one
+        open (its events reach `on_notification` like any other notification)."""
+        try:
+            await self.listen({"toolsListChanged": True, "promptsListChanged": True,
+                               "resourcesListChanged": True}, lambda: None)
+        except Exception as exc:  # the session goes on; changes are just not heard
+            log.warning("upstream %s: no change notifications: %s", self.label, describe(exc))
+
+    async def listen(self, notifications: dict[str, Any], acknowledged: Callable[[], None]) -> None:
+        """Hold a `subscriptions/listen` stream open until cancelled (or the session ends);
+        `acknowledged` is called when the server confirms it."""
+        connected = self.current
+        if connected is None:
+            raise UpstreamUnavailable(self.last_error or "not connected")
+        self._listens += 1
+        rid = f"listen-{self._listens}"
+        connected.peer.acks[rid] = acknowledged
+        try:
+            await connected.peer.request("subscriptions/listen", {"notifications": notifications},
+                                         timeout=None, request_id=rid)
+        finally:
+            connected.peer.acks.pop(rid, None)
 
     # -- requests to the upstream ----------------------------------------------------------------
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_progress: ProgressHook | None = None) -> dict[str, Any]:
-        """Forward one request; the upstream's raw result. Raises MCPError (the upstream's error,
-        a timeout, a lost connection), UpstreamUnavailable, or ValidationError (a malformed
-        request or result)."""
+        """Forward one request; the upstream's raw result. Raises RpcError (the upstream's error,
+        a timeout, a lost connection) or UpstreamUnavailable."""
         connected = self.current
         if connected is None:
             raise UpstreamUnavailable(self.last_error or "not connected")
-        request = MONOLITH_REQUESTS[method].model_validate(
-            {"method": method, **({"params": params} if params is not None else {})}, by_name=False)
         try:
-            result: dict[str, Any] = await connected.client.session.send_request(
-                request, cast(Any, _RAW), request_read_timeout_seconds=timeout,
-                progress_callback=cast(Any, on_progress))
-            return result
-        except MCPError as exc:
-            if exc.error.code == types.CONNECTION_CLOSED:
+            return await connected.peer.request(method, params, timeout=timeout,
+                                                on_progress=on_progress)
+        except RpcError as exc:
+            if exc.code == CONNECTION_CLOSED:
                 connected.lost.set()
             raise
 
@@ -254,7 +294,7 @@ class Upstream:
     def modern(self) -> bool:
         """Whether the live session speaks 2026-07-28 (the upstream refused the handshake era)."""
         connected = self.current
-        return connected is not None and connected.protocol_version in MODERN_PROTOCOL_VERSIONS
+        return connected is not None and connected.protocol_version == LATEST_MODERN_VERSION
 
     async def reachable(self, timeout: float) -> bool:
         """Whether the upstream answers a ping now (a 2026-07-28-only upstream: whether a session
@@ -262,14 +302,13 @@ class Upstream:
         connected = self.current
         if connected is None:
             return False
-        if connected.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        if connected.protocol_version == LATEST_MODERN_VERSION:
             return True  # no ping at that version; the session's requests tell
         try:
             await self.request("ping", None, timeout=timeout)
-        except MCPError as exc:
-            if exc.error.code == types.REQUEST_TIMEOUT:
-                return False
-            connected.lost.set()
+        except RpcError as exc:
+            if exc.code != REQUEST_TIMEOUT:
+                connected.lost.set()
             return False
         except Exception:
             connected.lost.set()
@@ -277,19 +316,10 @@ class Upstream:
         return True
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
-        """Pass a client notification on (progress, roots list_changed); dropped when down."""
+        """Pass a client notification on (roots list_changed); dropped when down."""
         connected = self.current
-        if connected is None:
-            return
-        model = MONOLITH_NOTIFICATIONS.get(method)
-        if model is None:
-            return
-        try:
-            notification = model.model_validate(
-                {"method": method, **({"params": params} if params is not None else {})})
-        except ValidationError:
-            return
-        await connected.client.session.send_notification(cast(Any, notification))
+        if connected is not None:
+            await connected.peer.notify(method, params)
 
     async def list_all(self, method: str, field: str, timeout: float) -> list[dict[str, Any]]:
         """Every item of a listing (`tools/list` -> `tools`, ...), all pages, as raw dicts."""
@@ -306,69 +336,30 @@ class Upstream:
                 break
         return items
 
-    # -- requests and notifications from the upstream --------------------------------------------
-    async def _sampling(self, _ctx: ClientRequestContext, params: types.CreateMessageRequestParams
-                        ) -> Any:
-        return await self._ask("sampling/createMessage", params, types.CreateMessageResult)
 
-    async def _elicitation(self, _ctx: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
-        return await self._ask("elicitation/create", params, types.ElicitResult)
-
-    async def _roots(self, _ctx: ClientRequestContext) -> Any:
-        return await self._ask("roots/list", None, types.ListRootsResult)
-
-    async def _ask(self, method: str, params: BaseModel | None, result: type[BaseModel]) -> Any:
-        raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params else {}
-        try:
-            return result.model_validate(await self.on_request(method, raw), by_name=False)
-        except MCPError as exc:
-            return exc.error
-        except (ValidationError, Exception) as exc:  # the client's answer is not the upstream's fault
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"gateway: {_describe(exc)}")
-
-    def _message(self, lost: anyio.Event) -> Callable[[IncomingMessage], Awaitable[None]]:
-        async def handle(message: IncomingMessage) -> None:
-            if isinstance(message, Exception):  # a garbage line: logged, the session goes on
-                log.warning("upstream %s: unreadable message: %s", self.label, _describe(message))
-                return
-            data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
-            method = data.get("method")
-            if isinstance(method, str) and method not in _SESSION_ONLY:
-                await self.on_notification(method, data.get("params") or {})
-        return handle
+async def _closed(peer: Peer, link: Link) -> None:
+    """A session is over: its waiting requests fail, the process is stopped (shielded: the
+    gateway's own shutdown must not leave a server running)."""
+    peer.close()
+    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+        await link.close()
 
 
-@asynccontextmanager  # a transport whose read stream sets `lost` when it ends
-async def _watched(transport: Transport, lost: anyio.Event,
-                   http: httpx2.AsyncClient | None = None) -> AsyncIterator[TransportStreams]:
-    async with AsyncExitStack() as stack:
-        if http is not None:
-            await stack.enter_async_context(http)
-        read, write = await stack.enter_async_context(transport)
-        yield WatchedReadStream(read, lost), write
+def _dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 async def _no_client(method: str, _params: dict[str, Any]) -> dict[str, Any]:
-    raise MCPError(types.INVALID_REQUEST, f"no client can answer {method}")
+    raise RpcError(-32600, f"no client can answer {method}")
 
 
-async def _ignore(_method: str, _params: dict[str, Any]) -> None:
+def _ignore(_method: str, _params: dict[str, Any]) -> None:
     return None
 
 
 async def _nothing() -> None:
     return None
-
-
-def _innermost(exc: BaseException) -> BaseException:
-    """The one exception a chain of single-member exception groups (task groups) carries."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _describe(exc: BaseException) -> str:
-    exc = _innermost(exc)
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 300 else text[:299] + "…"
-

@@ -92,16 +92,10 @@ class Subscriptions:
     async def _listen(self, uri: str, scope: anyio.CancelScope, acked: anyio.Event,
                       failure: list[BaseException]) -> None:
         """A listen stream naming `uri`: its updates reach the gateway's clients through the
-        upstream's message handler, like any notification."""
-        connected = self._upstream.current
+        upstream's notification hook, like any notification."""
         with scope:
             try:
-                if connected is None:
-                    raise ConnectionError("the upstream is not connected")
-                async with connected.client.listen(resource_subscriptions=[uri]) as events:
-                    acked.set()
-                    async for _event in events:
-                        pass
+                await self._upstream.listen({"resourceSubscriptions": [uri]}, acked.set)
             except Exception as exc:
                 failure.append(exc)
                 log.warning("upstream %s: listening for %s: %s", self._upstream.label, uri, exc)

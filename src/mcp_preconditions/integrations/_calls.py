@@ -14,18 +14,23 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
 
 from ..auth.header import credentials_from_authorization_header
-from ..client import ARGUMENT_DEPENDENT_META_KEY, DENIAL_ERRORS_META_KEY, TRANSIENT_META_KEY
+from ..denials import (
+    DENIAL_CODE,
+    SCOPE_PREFIX,
+    STEP_UP_META_KEY,
+    denial_error_data,
+    denial_meta,
+    denial_text,
+    disclosed_errors,
+    missing_scopes,
+)
+from ..denials import denial_result as denial_wire
 from ..outcomes import Decision, Status
 from ..principal import ANONYMOUS, Credentials, Principal
 
-# JSON-RPC error code of a denied call in `[guard] denial = "jsonrpc"` mode (implementation-defined
-# server error range; clear of the codes the MCP specification assigns).
-DENIAL_CODE = -32003
-STEP_UP_META_KEY = "io.github.mcp-preconditions/step-up"
-SCOPE_PREFIX = "auth:scope:"
 # RFC 6749 §3.3 scope-token characters: anything else cannot be put in a WWW-Authenticate challenge.
 _SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]+")
 
@@ -57,68 +62,14 @@ def credentials_from_request(request: Any) -> Credentials:
     return credentials_from_authorization_header(headers.get("authorization"))
 
 
-def missing_scopes(decision: Decision) -> tuple[str, ...]:
-    """The scopes a step-up would add: disclosed `auth:scope:` requirements that were unsatisfied
-    (not `error`: a backend failure is not fixed by asking for more scopes)."""
-    out: list[str] = []
-    for outcome in decision.outcomes:
-        req = outcome.requirement
-        if (outcome.status is Status.UNSATISFIED and req.startswith(SCOPE_PREFIX)
-                and req not in decision.confidential and req[len(SCOPE_PREFIX):] not in out):
-            out.append(req[len(SCOPE_PREFIX):])
-    return tuple(out)
-
-
-def denial_text(decision: Decision) -> str:
-    """The denial's text, plus every missing scope on one line so a client can ask for all at once."""
-    text = decision.denial_text()
-    scopes = missing_scopes(decision)
-    return f"{text} Missing scopes: {' '.join(scopes)}." if scopes else text
-
-
-def disclosed_errors(decision: Decision) -> tuple[str, ...]:
-    """The unmet requirements that ended as `error` (backend down, timeout), confidential ones
-    left out: a client must not learn these as unsatisfiable (SPEC §6)."""
-    return tuple(r for r in decision.errors if r not in decision.confidential)
-
-
-def denial_meta(decision: Decision) -> dict[str, Any] | None:
-    """The denial's `_meta`: the step-up hint, the requirements that ended as `error`, those whose
-    outcome depended on the call's arguments and those that hold only for now (quotas), each only
-    when there are some: a client learns none of them. Kept out of structuredContent, which stays
-    exactly SPEC §3."""
-    meta: dict[str, Any] = {}
-    scopes = missing_scopes(decision)
-    if scopes:
-        meta[STEP_UP_META_KEY] = {"error": "insufficient_scope", "scope": " ".join(scopes)}
-    errors = disclosed_errors(decision)
-    if errors:
-        meta[DENIAL_ERRORS_META_KEY] = list(errors)
-    dependent = [r for r in decision.disclosed_unmet if r in decision.argument_dependent]
-    if dependent:
-        meta[ARGUMENT_DEPENDENT_META_KEY] = dependent
-    transient = decision.transient
-    passing = [r for r in decision.disclosed_unmet if r in transient] if transient else []
-    if passing:
-        meta[TRANSIENT_META_KEY] = passing
-    return meta or None
-
-
 def denial_result(decision: Decision) -> CallToolResult:
     """SPEC §3: an `isError` result whose structuredContent is exactly the denial payload."""
-    return CallToolResult(content=[TextContent(type="text", text=denial_text(decision))],
-                          structured_content=decision.denial_payload(), is_error=True,
-                          _meta=denial_meta(decision))
+    return CallToolResult.model_validate(denial_wire(decision))
 
 
 def denial_error(decision: Decision) -> MCPError:
-    """The JSON-RPC error form of a denial: `data` is the same payload, plus the result's `_meta`
-    (step-up hint, `error` requirements) under `data["_meta"]` when there is one."""
-    data = decision.denial_payload()
-    meta = denial_meta(decision)
-    if meta:
-        data["_meta"] = meta
-    return MCPError(DENIAL_CODE, denial_text(decision), data)
+    """The JSON-RPC error form of a denial (see `denials.denial_error_data`)."""
+    return MCPError(DENIAL_CODE, denial_text(decision), denial_error_data(decision))
 
 
 def only_scopes_missing(decision: Decision) -> bool:
@@ -143,3 +94,8 @@ def insufficient_scope_challenge(decision: Decision) -> str | None:
 def _quoted(text: str) -> str:
     """Text safe inside a quoted-string of an HTTP header (no quotes, backslashes or controls)."""
     return "".join(c for c in text if c.isascii() and c.isprintable() and c not in '"\\')
+
+
+__all__ = ["DENIAL_CODE", "SCOPE_PREFIX", "STEP_UP_META_KEY", "credentials_from_request", "denial_error",
+           "denial_meta", "denial_result", "denial_text", "disclosed_errors", "insufficient_scope_challenge",
+           "missing_scopes", "only_scopes_missing", "principal_from_access_token"]

@@ -1,0 +1,152 @@
+"""Who the gateway serves: a client's connection (`Client`: the stdio client, or one 2025-11-25 HTTP
+session), one request of a client (`Call`), and where messages to them go (`Sink`: the stdio pipe, a
+request's own stream, a session's GET stream). Writes never wait: a sink buffers or drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+
+from . import jsonrpc
+from .jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
+
+LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert",
+                           "emergency")  # least severe first (the spec's LoggingLevel)
+
+
+class Sink(Protocol):
+    """Somewhere messages to a client can be written, in order, without waiting."""
+
+    def push(self, message: Message) -> None:
+        """Write (or buffer) one message; dropped when the sink has closed."""
+        ...
+
+    @property
+    def open(self) -> bool: ...
+
+
+class Client:
+    """One client connection that outlives its requests: the stdio client (either protocol
+    version) or a 2025-11-25 HTTP session. `standalone` is where messages outside any request go
+    (the stdio pipe; an HTTP session's GET stream while one is open)."""
+
+    def __init__(self, standalone: Sink | None, *, http: bool) -> None:
+        self.standalone = standalone
+        self.http = http
+        self.version = LATEST_HANDSHAKE_VERSION  # until `initialize` negotiates one
+        self.params: dict[str, Any] | None = None  # the client's `initialize` params
+        self.initialized = False
+        self.modern = False  # a stdio connection whose first request carried the 2026 envelope
+        self.level: str | None = None  # what `logging/setLevel` asked for
+        self.closed = False
+        self.on_close: list[Callable[[], None]] = []
+        self._asked: dict[RequestId, asyncio.Future[dict[str, Any]]] = {}
+        self._next = 0
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        caps = (self.params or {}).get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    async def ask(self, method: str, params: dict[str, Any] | None, timeout: float, sink: Sink
+                  ) -> dict[str, Any]:
+        """Send the client a request on `sink` (a request's stream, or the standalone one) and
+        wait for its answer, which comes back through `answered`."""
+        if self.closed or not sink.open:
+            raise RpcError(CONNECTION_CLOSED, "Connection closed")
+        self._next += 1
+        rid = self._next
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._asked[rid] = future
+        try:
+            sink.push(jsonrpc.request(rid, method, params))
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            sink.push(jsonrpc.notification("notifications/cancelled",
+                                           {"requestId": rid, "reason": f"timed out after {timeout}s"}))
+            raise RpcError(jsonrpc.REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
+        finally:
+            self._asked.pop(rid, None)
+
+    def answered(self, message: Message) -> None:
+        """The client's answer to one of the gateway's requests (a late one is dropped)."""
+        future = self._asked.get(message.get("id"))  # type: ignore[arg-type]
+        if future is None or future.done():
+            return
+        if "result" in message:
+            future.set_result(message["result"])
+        else:
+            future.set_exception(RpcError.of(message.get("error")))
+
+    def close(self) -> None:
+        """The client has gone: what was put to it fails, and whatever it held is let go."""
+        if self.closed:
+            return
+        self.closed = True
+        for future in self._asked.values():
+            if not future.done():
+                future.set_exception(RpcError(CONNECTION_CLOSED, "Connection closed"))
+        for hook in self.on_close:
+            hook()
+
+
+@dataclass(eq=False)
+class Call:
+    """One client request on its way through the gateway."""
+
+    method: str
+    params: dict[str, Any] | None
+    id: RequestId
+    version: str  # the protocol version it was made at
+    stream: Sink  # this request's own channel back: its progress, logs and the server's requests
+    client: Client | None = None  # None: a 2026-07-28 request over HTTP, which stands alone
+    authorization: str | None = None  # the raw Authorization header (HTTP), for the guard
+    closed: bool = False  # answered (or abandoned): nothing more goes on its stream
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def modern(self) -> bool:
+        return self.version in MODERN_PROTOCOL_VERSIONS
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        meta = (self.params or {}).get("_meta")
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """What the client of this request declared it can do: in the request's `_meta` at
+        2026-07-28, on its connection at 2025-11-25."""
+        if self.modern:
+            caps = self.meta.get(CLIENT_CAPABILITIES_META_KEY)
+            return caps if isinstance(caps, dict) else {}
+        return self.client.capabilities if self.client is not None else {}
+
+    def logs(self, level: str) -> bool:
+        """Whether a log message at `level` may go on this request's stream: at 2026-07-28 only
+        when the request opted in, at that level or a more severe one."""
+        if not self.modern:
+            return True
+        wanted = self.meta.get(LOG_LEVEL_META_KEY)
+        return wanted in LEVELS and LEVELS.index(level) >= LEVELS.index(wanted)
+
+    def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        """A notification about this request, on its stream (dropped once it is answered)."""
+        if not self.closed:
+            self.stream.push(jsonrpc.notification(method, params))
+
+    async def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Put a request to this call's client on this call's stream (2025-11-25 only)."""
+        if self.modern or self.client is None:
+            raise RpcError(INVALID_REQUEST,
+                           f"gateway: {method} cannot reach a 2026-07-28 client during {self.method}")
+        if self.closed:
+            raise RpcError(CONNECTION_CLOSED, "Connection closed")
+        return await self.client.ask(method, params, timeout, self.stream)

@@ -1,0 +1,209 @@
+"""The gateway's JSON-RPC session with one server, over one link (a stdio process or streamable HTTP):
+request ids and their answers, timeouts and cancellation told to the server, progress mapped back,
+the server's own requests and notifications handed to the gateway. Messages stay dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from . import jsonrpc
+from .jsonrpc import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT, Message, RpcError
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
+
+# Raw (method, params) -> raw result: how the gateway answers requests the server sends.
+RequestHook = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# A server's notification, handled at once (in the order the server sent them).
+NotificationHook = Callable[[str, dict[str, Any]], None]
+# Progress of one request (its caller is told at once, before the request's answer).
+ProgressHook = Callable[[float, float | None, str | None], None]
+# Notifications that are this session's own business, never the clients': progress reaches its
+# caller through the request's hook, cancellations and acknowledgements are answered here.
+_SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged",
+                           "notifications/progress"})
+
+
+class Link(Protocol):
+    """A connection to a server that carries JSON-RPC messages both ways."""
+
+    async def send(self, message: Message, *, modern: bool) -> None:
+        """Deliver one message; a request's answer comes back through the session's `received`.
+        Raises ConnectionError (or OSError) when the link is gone."""
+        ...
+
+    def abandon(self, request_id: jsonrpc.RequestId) -> bool:
+        """Stop waiting for a request's answer where the link can say so itself (a 2026-07-28
+        HTTP request is cancelled by closing its stream); False: tell the server instead."""
+        ...
+
+
+class Peer:
+    """One JSON-RPC session over one link. `envelope` (2026-07-28 servers) is stamped into every
+    request's `_meta`; `received` takes every message the link reads."""
+
+    def __init__(self, link: Link, label: str, on_request: RequestHook,
+                 on_notification: NotificationHook, envelope: dict[str, Any] | None = None) -> None:
+        self.link = link
+        self.label = label
+        self.envelope = envelope
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._next = 0
+        self._pending: dict[jsonrpc.RequestId, asyncio.Future[dict[str, Any]]] = {}
+        self._progress: dict[jsonrpc.RequestId, ProgressHook] = {}
+        self._serving: dict[jsonrpc.RequestId, asyncio.Task[None]] = {}
+        # Listen streams (2026-07-28) waiting for the server's acknowledgement, by request id.
+        self.acks: dict[jsonrpc.RequestId, Callable[[], None]] = {}
+        self.closed = False
+
+    # -- out ---------------------------------------------------------------------------------------
+    def next_id(self) -> int:
+        self._next += 1
+        return self._next
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None,
+                      on_progress: ProgressHook | None = None,
+                      request_id: jsonrpc.RequestId | None = None) -> dict[str, Any]:
+        """Send one request and wait for its result (the server's raw dict). RpcError: the server's
+        error, REQUEST_TIMEOUT, or CONNECTION_CLOSED when the link is lost meanwhile."""
+        if self.closed:
+            raise RpcError(CONNECTION_CLOSED, "Connection closed")
+        rid = self.next_id() if request_id is None else request_id
+        out = dict(params) if params is not None else {}
+        if on_progress is not None or self.envelope is not None:
+            meta = dict(out.get("_meta") or {})
+            if on_progress is not None:  # the request id doubles as the progress token
+                meta["progressToken"] = rid
+                self._progress[rid] = on_progress
+            if self.envelope is not None:
+                meta.update(self.envelope)
+            out["_meta"] = meta
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        sent = False
+        try:
+            async with asyncio.timeout(timeout):
+                sent = True
+                await self.link.send(jsonrpc.request(rid, method, out or None),
+                                     modern=self.envelope is not None)
+                return await future
+        except TimeoutError:  # (the wait was cancelled: a future cancelled is not an answer)
+            if not future.done() or future.cancelled():
+                await self._cancel(rid, f"timed out after {timeout}s")
+            raise RpcError(REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
+        except asyncio.CancelledError:
+            if sent and (not future.done() or future.cancelled()):
+                await asyncio.shield(self._cancel(rid, "caller cancelled"))
+            raise
+        except OSError:
+            raise RpcError(CONNECTION_CLOSED, "Connection closed") from None
+        finally:
+            self._pending.pop(rid, None)
+            self._progress.pop(rid, None)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
+        if self.closed:
+            return
+        with contextlib.suppress(OSError):  # fire and forget: the link's loss is seen by its reader
+            await self.link.send(jsonrpc.notification(method, dict(params) if params is not None
+                                                      else None), modern=self.envelope is not None)
+
+    async def _cancel(self, rid: jsonrpc.RequestId, reason: str) -> None:
+        """Tell the server a request is abandoned (courtesy; it may have finished already)."""
+        if self.closed or self.link.abandon(rid):
+            return
+        try:
+            async with asyncio.timeout(2.0):
+                await self.link.send(jsonrpc.notification(
+                    "notifications/cancelled", {"requestId": rid, "reason": reason}),
+                    modern=self.envelope is not None)
+        except (OSError, TimeoutError):
+            pass
+
+    def close(self) -> None:
+        """The link is gone: every request waiting on it fails at once."""
+        self.closed = True
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RpcError(CONNECTION_CLOSED, "Connection closed"))
+        for task in self._serving.values():
+            task.cancel()
+
+    # -- in ----------------------------------------------------------------------------------------
+    def received(self, message: Any) -> None:
+        """One message from the server, handled in the order it came."""
+        what = jsonrpc.kind(message)
+        if what in ("response", "error"):
+            future = self._pending.get(message.get("id"))
+            if future is None or future.done():
+                return  # a late answer to a request given up
+            if what == "response":
+                future.set_result(message["result"])
+            else:
+                future.set_exception(RpcError.of(message["error"]))
+        elif what == "notification":
+            self._notification(message["method"], message.get("params") or {})
+        elif what == "request":
+            rid = message["id"]
+            task = asyncio.get_running_loop().create_task(
+                self._serve(rid, message["method"], message.get("params") or {}))
+            self._serving[rid] = task
+        else:
+            log.warning("upstream %s: unreadable message: not a JSON-RPC 2.0 message", self.label)
+
+    def _notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == "notifications/progress":
+            hook = self._progress.get(params.get("progressToken"))  # type: ignore[arg-type]
+            progress, total, text = params.get("progress"), params.get("total"), params.get("message")
+            if hook is not None and isinstance(progress, int | float) and not isinstance(progress, bool):
+                hook(float(progress), float(total) if isinstance(total, int | float) else None,
+                     text if isinstance(text, str) else None)
+        elif method == "notifications/subscriptions/acknowledged":
+            meta = params.get("_meta")
+            sid = meta.get(SUBSCRIPTION_ID_META_KEY) if isinstance(meta, dict) else None
+            ack = self.acks.get(sid) if jsonrpc.is_id(sid) else None
+            if ack is not None:
+                ack()
+        elif method == "notifications/cancelled":
+            task = self._serving.get(params.get("requestId"))  # type: ignore[arg-type]
+            if task is not None:
+                task.cancel()
+        if method not in _SESSION_ONLY:
+            self._on_notification(method, params)
+
+    async def _serve(self, rid: jsonrpc.RequestId, method: str, params: dict[str, Any]) -> None:
+        """Answer one request of the server's (sampling, elicitation, roots; ping here)."""
+        try:
+            if method == "ping":
+                answer = jsonrpc.response(rid, {})
+            else:
+                answer = jsonrpc.response(rid, await self._on_request(method, params))
+        except RpcError as exc:
+            answer = jsonrpc.error(rid, exc)
+        except asyncio.CancelledError:
+            return  # the server cancelled it (or the link is gone): nothing is answered
+        except Exception as exc:  # the client's failure is not the server's: it gets an error
+            answer = jsonrpc.error(rid, RpcError(jsonrpc.INTERNAL_ERROR, f"gateway: {describe(exc)}"))
+        finally:
+            self._serving.pop(rid, None)
+        with contextlib.suppress(OSError):
+            await self.link.send(answer, modern=self.envelope is not None)
+
+
+def unknown_method(method: str) -> RpcError:
+    return RpcError(METHOD_NOT_FOUND, "Method not found", method)
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in one line for the gateway's log (the one exception a group carries)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:299] + "…"

@@ -1,0 +1,103 @@
+"""Protocol-version bridging: the few envelope fields that differ between what the upstream speaks
+and what each downstream client negotiated (2025-11-25 or 2026-07-28). Bodies are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types._v2025_11_25 as legacy_types
+import mcp_types._v2026_07_28 as modern_types
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+)
+from mcp_types.methods import CACHEABLE_METHODS, is_input_required
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+# Per-request `_meta` keys of the 2026-07-28 envelope: the gateway's own upstream session stamps
+# its own; a downstream client's would claim a version and capabilities the upstream never agreed.
+# `progressToken` is replaced by the upstream session's own token (progress is mapped back).
+_ENVELOPE_META = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY,
+                            CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, "progressToken"})
+# Result fields that exist only at 2026-07-28 (completion marker and cache hints).
+_MODERN_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")
+
+
+def is_modern(version: str) -> bool:
+    return version in MODERN_PROTOCOL_VERSIONS
+
+
+def upstream_params(params: Mapping[str, Any] | None, *, modern: bool = True
+                    ) -> dict[str, Any] | None:
+    """A downstream request's params as sent upstream: envelope `_meta` keys removed (and, for
+    an upstream older than 2026-07-28, the input-round fields it does not know), the rest kept."""
+    if params is None:
+        return None
+    out = dict(params)
+    if not modern:
+        out.pop("inputResponses", None)
+        out.pop("requestState", None)
+    meta = out.get("_meta")
+    if isinstance(meta, Mapping):
+        kept = {k: v for k, v in meta.items() if k not in _ENVELOPE_META}
+        if kept:
+            out["_meta"] = kept
+        else:
+            del out["_meta"]
+    return out
+
+
+def progress_token(params: Mapping[str, Any] | None) -> str | int | None:
+    meta = params.get("_meta") if params is not None else None
+    token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+
+def downstream_result(method: str, result: Mapping[str, Any], version: str) -> dict[str, Any]:
+    """An upstream result shaped for a client at `version`: 2026-07-28 requires `resultType`, and
+    cache hints on the cacheable methods (filled as "do not cache" when the upstream, at an older
+    version, gave none); an older client must not see fields its version does not define."""
+    out = dict(result)
+    if is_modern(version):
+        out.setdefault("resultType", "complete")
+        if method in CACHEABLE_METHODS and not is_input_required(out):  # interim: never cached
+            out.setdefault("ttlMs", 0)
+            out.setdefault("cacheScope", "private")
+    else:
+        for key in _MODERN_RESULT_FIELDS:
+            out.pop(key, None)
+    return out
+
+
+def downstream_capabilities(upstream: Mapping[str, Any], version: str) -> dict[str, Any]:
+    """The upstream's capabilities as a client at `version` may see them. At 2026-07-28 change
+    notifications ride `subscriptions/listen`, which the gateway serves for every version."""
+    model = modern_types.ServerCapabilities if is_modern(version) else legacy_types.ServerCapabilities
+    caps: dict[str, Any] = model.model_validate(dict(upstream)).model_dump(
+        by_alias=True, mode="json", exclude_none=True)
+    # The gateway itself serves tools (even when the upstream has none, a call is refused cleanly)
+    # and tells its clients when the list changes (upstream list_changed, policy reloads).
+    tools = dict(caps.get("tools") or {})
+    tools["listChanged"] = True
+    caps["tools"] = tools
+    return caps
+
+
+def union_capabilities(each: list[dict[str, Any]]) -> dict[str, Any]:
+    """The capabilities of several servers as one (SPEC §12): every capability any of them has;
+    within one, every flag any of them sets."""
+    out: dict[str, Any] = {}
+    for caps in each:
+        for name, value in caps.items():
+            if isinstance(value, dict) and isinstance(out.get(name), dict):
+                merged = dict(out[name])
+                for flag, on in value.items():
+                    merged[flag] = merged.get(flag) or on
+                out[name] = merged
+            elif name not in out:
+                out[name] = value
+    return out

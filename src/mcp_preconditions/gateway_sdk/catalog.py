@@ -1,0 +1,140 @@
+"""One server's listings as the gateway knows them (tools, prompts, resources, resource templates):
+the last good answer of each, refreshed one at a time. The server's list is untrusted input: a
+tool name listed twice, or requirements that cannot be read, are recorded here so that calls to
+them are refused (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from ..errors import RequirementError
+from ..wire import wire_requirements
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+# A call to a name no server lists re-lists the tools, at most this often per server: a caller
+# sending random names gets no more re-lists than this, whatever it sends (SPEC §10).
+UNKNOWN_NAME_RELIST_SECONDS = 1.0
+
+Fetch = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+class Listing:
+    """One kind of listing of one server: its last good items (None until one arrives), and a
+    refresh that runs one at a time. A refresh asked for while one runs makes that one run again
+    when it ends (the change may have come after its request went out); everyone waiting is
+    released once, after the last run. `applied` runs with every new answer before anyone is
+    released."""
+
+    def __init__(self, kind: str, fetch: Fetch, applied: Callable[[list[dict[str, Any]]], None]
+                 ) -> None:
+        self.kind = kind
+        self.items: list[dict[str, Any]] | None = None
+        self.error: str | None = None
+        self._fetch = fetch
+        self._applied = applied
+        self._running: anyio.Event | None = None
+        self._again = False
+        self._last_unknown = -math.inf
+
+    @property
+    def loaded(self) -> bool:
+        return self.items is not None
+
+    async def refresh(self) -> bool:
+        """List again (or wait for the listing under way); whether the last attempt worked."""
+        if self._running is not None:
+            self._again = True
+            await self._running.wait()
+            return self.error is None
+        running = self._running = anyio.Event()
+        try:
+            while True:
+                self._again = False
+                try:
+                    items = await self._fetch()
+                except Exception as exc:  # down, slow, garbage: the last good listing stays
+                    self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                else:
+                    self.error = None
+                    self.items = items
+                    self._applied(items)
+                if not self._again:
+                    break
+        finally:
+            self._running = None
+            running.set()
+        return self.error is None
+
+    async def refresh_for_unknown(self) -> None:
+        """A name nobody lists was asked for: list again, unless a listing is already under way
+        (then wait for it: it may bring the name) or the last one for this reason was under a
+        second ago."""
+        running = self._running
+        if running is not None:
+            await running.wait()
+            return
+        now = anyio.current_time()
+        if now - self._last_unknown < UNKNOWN_NAME_RELIST_SECONDS:
+            return
+        self._last_unknown = now
+        await self.refresh()
+
+
+class Catalog:
+    """A server's tools (by original name), prompts, resources and templates."""
+
+    def __init__(self, key: str, fetch: Callable[[str, str], Awaitable[list[dict[str, Any]]]],
+                 tools_changed: Callable[[], None], other_changed: Callable[[], None]) -> None:
+        self.key = key
+        self.tools: dict[str, dict[str, Any]] = {}  # name -> definition (the first copy)
+        self.duplicates: frozenset[str] = frozenset()  # names listed more than once: refused
+        self.own: dict[str, tuple[str, ...]] = {}  # name -> the requirements it carries itself
+        self.broken: dict[str, str] = {}  # name -> why its requirements cannot be read
+        self._tools_changed = tools_changed
+        self.listings = {
+            "tools": Listing("tools", lambda: fetch("tools/list", "tools"), self.apply_tools),
+            "prompts": Listing("prompts", lambda: fetch("prompts/list", "prompts"),
+                               lambda _items: other_changed()),
+            "resources": Listing("resources", lambda: fetch("resources/list", "resources"),
+                                 lambda _items: other_changed()),
+            "templates": Listing("templates", lambda: fetch("resources/templates/list",
+                                                            "resourceTemplates"),
+                                 lambda _items: other_changed()),
+        }
+
+    def names(self, kind: str, field: str = "name") -> list[str] | None:
+        items = self.listings[kind].items
+        if items is None:
+            return None
+        return [i[field] for i in items if isinstance(i.get(field), str)]
+
+    def apply_tools(self, items: list[dict[str, Any]]) -> None:
+        """A new tools listing: definitions, duplicates, and the requirements each carries."""
+        named = [t for t in items if isinstance(t.get("name"), str)]
+        counts = Counter(t["name"] for t in named)
+        tools: dict[str, dict[str, Any]] = {}
+        own: dict[str, tuple[str, ...]] = {}
+        broken: dict[str, str] = {}
+        for tool in named:
+            name = tool["name"]
+            if name in tools:
+                continue
+            tools[name] = tool
+            try:  # execution.requirements ∪ the _meta mirror; garbage is never "no requirements"
+                own[name] = wire_requirements(tool)
+            except RequirementError as exc:
+                broken[name] = str(exc)
+        duplicates = frozenset(n for n, c in counts.items() if c > 1)
+        for name in sorted(duplicates - self.duplicates):
+            log.error("server %s lists the tool %r %d times: every call to it is refused until "
+                      "it lists it once", self.key, name, counts[name])
+        self.tools, self.own, self.broken, self.duplicates = tools, own, broken, duplicates
+        self._tools_changed()

@@ -1,0 +1,227 @@
+"""The servers behind one gateway (SPEC §12): each started, supervised and listed on its own, its
+tools registered with the guard under their visible names, and the routing tables rebuilt from the
+last good listings whenever one changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from ..errors import RequirementError
+from ..guard import Guard
+from ..names import check_tool_names
+from ..policy.model import Policy
+from ..requirements import validate
+from .catalog import Catalog
+from .config import ServerSpec
+from .route import Routes, ServerListing, build_routes
+from .server import HttpTarget, StdioTarget, Target, Upstream
+from .subscriptions import Subscriptions
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+# What a caller is told when the policy cannot be applied to a server's tools (the details, which
+# name the policy's entries and its file, go to the gateway's log only).
+UNUSABLE = "the gateway's policy is unusable"
+# After the first listing, a server that is still starting delays the others' listing this long at
+# most; its tools come later, with a list_changed notification.
+LATE_SERVER_GRACE = 2.0
+
+
+@dataclass
+class Member:
+    """One server: how it is reached, what it listed, and what the gateway thinks of it."""
+
+    spec: ServerSpec
+    upstream: Upstream
+    catalog: Catalog
+    subscriptions: Subscriptions
+    problem: str | None = None  # set: the policy is unusable for this server (why, for the log)
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def connected(self) -> bool:
+        return self.upstream.current is not None
+
+
+def target_of(spec: ServerSpec, environment: dict[str, str]) -> Target:
+    """How to reach a server: a stdio command (the gateway's environment, less its secrets, plus
+    the server's own `env`) or a URL with its headers."""
+    if spec.command is not None:
+        return StdioTarget(spec.command, spec.args, {**environment, **spec.env})
+    assert spec.url is not None
+    return HttpTarget(spec.url, dict(spec.headers))
+
+
+class Fleet:
+    """Every member, the routes through them, and the guard's view of their tools."""
+
+    def __init__(self, guard: Guard, specs: Sequence[ServerSpec], environment: dict[str, str],
+                 policy: Callable[[], Policy], notify: Callable[[str], Awaitable[None]]) -> None:
+        self._guard = guard
+        self._policy = policy
+        self._notify = notify  # sends a list_changed notification of a kind to every client
+        self.members: dict[str, Member] = {}
+        for spec in specs:
+            upstream = Upstream(target_of(spec, environment), key=spec.key)
+            catalog = Catalog(spec.key, self._fetcher(upstream), self._tools_changed,
+                              self._others_changed)
+            self.members[spec.key] = Member(spec, upstream, catalog, Subscriptions(upstream))
+        self.routes = Routes(servers=tuple(self.members))
+        self.invalid: dict[str, str] = {}  # visible tool name -> why its requirements are refused
+        self._registered: frozenset[str] = frozenset()
+        self._pending: set[str] = set()  # kinds whose list_changed the clients are owed
+        self._warned: set[str] = set()  # policy tool names already logged as matching nothing
+
+    def __iter__(self) -> Iterator[Member]:
+        return iter(self.members.values())
+
+    def _fetcher(self, upstream: Upstream) -> Callable[[str, str], Awaitable[list[dict[str, Any]]]]:
+        async def fetch(method: str, field: str) -> list[dict[str, Any]]:
+            return await upstream.list_all(method, field, self._policy().gateway.call_timeout_seconds)
+        return fetch
+
+    # -- the servers' life -----------------------------------------------------------------------
+    async def connected(self, member: Member) -> None:
+        """A new session to `member`: list its tools (the guard needs their own requirements) and
+        hold its clients' subscriptions again. Clients hear of the new tools. Prompts and
+        resources are listed when a client lists them or names one nobody listed yet."""
+        caps = member.upstream.current.capabilities if member.upstream.current else {}
+        listing = member.catalog.listings["tools"]
+        if "tools" in caps:
+            await listing.refresh()
+        else:  # a server without tools has none (not "unknown")
+            listing.items = []
+            listing.error = None
+            member.catalog.apply_tools([])
+        await member.subscriptions.renew()
+        await self.flush()
+
+    async def changed(self, member: Member, method: str) -> None:
+        """A `notifications/*/list_changed` from `member`: that server alone is listed again."""
+        kinds = {"notifications/tools/list_changed": ("tools",),
+                 "notifications/prompts/list_changed": ("prompts",),
+                 "notifications/resources/list_changed": ("resources", "templates")}[method]
+        for kind in kinds:
+            await member.catalog.listings[kind].refresh()
+        self._pending.add(kinds[0])
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Send the list_changed notifications the clients are owed, once per kind."""
+        pending, self._pending = self._pending, set()
+        for kind in sorted(pending):
+            await self._notify(kind)
+
+    async def unknown_tool(self, name: str) -> None:
+        """A call to a name no server lists: each server's tools are listed again (at most once a
+        second each, one listing at a time), in parallel."""
+        async with anyio.create_task_group() as tg:
+            for member in self:
+                if member.connected:
+                    tg.start_soon(member.catalog.listings["tools"].refresh_for_unknown)
+
+    async def first_listing(self, wait: float) -> None:
+        """Wait (at most `wait` seconds) until some server's tools are listed; then at most a short
+        grace for servers still starting, whose tools come later with a list_changed."""
+        await self._settle(wait, lambda m: m.catalog.listings["tools"].loaded)
+
+    async def first_connection(self, wait: float) -> None:
+        """The same for connections (the handshake shows the connected servers' capabilities)."""
+        await self._settle(wait, lambda m: m.connected)
+
+    async def _settle(self, wait: float, ready: Callable[[Member], bool]) -> None:
+        with anyio.move_on_after(wait):
+            while not any(ready(m) for m in self):
+                await anyio.sleep(0.02)
+        # Servers that are starting (not failing) get a short grace; one that failed its last
+        # attempt is not waited for.
+        with anyio.move_on_after(min(wait, LATE_SERVER_GRACE)):
+            while any(not ready(m) and m.upstream.last_error is None for m in self):
+                await anyio.sleep(0.02)
+
+    # -- keeping routes and the guard in step with the listings -----------------------------------
+    def _listing(self, member: Member) -> ServerListing:
+        catalog = member.catalog
+        return ServerListing(member.key, member.spec.prefix, catalog.names("tools"),
+                             catalog.duplicates, catalog.names("prompts"),
+                             catalog.names("resources", "uri"),
+                             catalog.names("templates", "uriTemplate"))
+
+    def _others_changed(self) -> None:
+        self.routes = build_routes(self._listing(m) for m in self)
+        self._pending.update(("prompts", "resources"))
+
+    def _tools_changed(self) -> None:
+        """A server's tools changed: routes rebuilt, every routable tool's own requirements
+        registered with the guard (one swap), and the policy's names checked against them."""
+        self.routes = build_routes(self._listing(m) for m in self)
+        self._register()
+        self.check_names()
+        self._pending.add("tools")
+
+    def _register(self) -> None:
+        registry = self._guard.snapshot.registry
+        wanted: dict[str, tuple[str, ...]] = {}
+        invalid: dict[str, str] = {}
+        for visible, target in self.routes.tools.items():
+            catalog = self.members[target.server].catalog
+            own = catalog.own.get(target.name, ())
+            if not own or target.name in catalog.broken:
+                continue
+            errors = [str(f) for f in validate(visible, list(own), registry) if f.severity == "error"]
+            if errors:
+                invalid[visible] = "; ".join(errors)
+                continue
+            wanted[visible] = own
+        changes: dict[str, list[str] | None] = {
+            v: list(r) for v, r in wanted.items() if self._guard.own_requirements(v) != r}
+        changes.update({v: None for v in self._registered - wanted.keys()})
+        try:
+            if changes:
+                self._guard.update_tools(changes)
+        except RequirementError as exc:  # a reload raced this listing: refuse them until the next
+            log.error("tools could not be registered with the guard: %s", exc)
+            invalid.update({v: str(exc) for v in changes})
+        else:
+            self._registered = frozenset(wanted)
+        for visible in sorted(invalid.keys() - self.invalid.keys()):
+            log.error("tool %r refused: its requirements are unusable: %s", visible, invalid[visible])
+        self.invalid = invalid
+
+    def check_names(self) -> None:
+        """The policy's `[tools.NAME]` against each server's visible tool names: a near miss makes
+        the policy unusable for that server (every call to it refused) until one of them changes."""
+        policy = self._policy()
+        everywhere = set(self.routes.tools)
+        unmatched = [name for name in policy.tools if name not in everywhere]
+        for member in self:
+            names = [v for v, t in self.routes.tools.items() if t.server == member.key]
+            found = check_tool_names(unmatched, names)
+            problem = None
+            if found.near_misses:
+                problem = "; ".join(f"[tools.{p!r}] nearly matches {t!r}" for p, t in found.near_misses)
+                if problem != member.problem:
+                    log.error("server %s: the policy names a near miss of its tools (%s); every "
+                              "call to this server is refused until the policy is fixed",
+                              member.key, problem)
+            member.problem = problem
+        if all(m.catalog.listings["tools"].loaded for m in self):
+            for name in sorted(set(unmatched) - self._warned):
+                log.warning("tools.%s: names no tool of any server", name)
+            self._warned.update(unmatched)
+
+    def policy_changed(self) -> None:
+        """A new policy is in force: its names are checked again, and clients re-list (the
+        requirements they are shown may have changed)."""
+        self._register()
+        self.check_names()
+        self._pending.add("tools")

@@ -1,0 +1,130 @@
+"""Where clients reach the gateway: one client on stdio, or streamable HTTP on a socket that is already
+bound. The servers' supervisors and the listener run in one task group; when the listener ends,
+everything ends. Over HTTP, slow clients are bounded: a connection whose request headers are not
+complete in time is closed, and open connections are capped (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from mcp.server.stdio import stdio_server
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .gateway import Gateway
+from .http import build_app
+
+EXIT_GRACE_SECONDS = 3.0
+Task = Callable[[], Coroutine[Any, Any, None]]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one HTTP client may hold: request headers complete within `header_seconds`, and at
+    most `connections` connections (plus requests in progress) open at once; beyond that a new
+    one gets 503 at once."""
+
+    header_seconds: float = 10.0
+    connections: int = 1000
+
+
+async def serve_stdio(gateway: Gateway, *also: Task) -> None:
+    """Serve one client on this process's stdin/stdout until it closes them; `also` are tasks that
+    live as long as the listener (the policy poller)."""
+    work = anyio.CancelScope()
+    async with anyio.create_task_group() as outer:
+        # Signals are watched until the servers have stopped, not only while the client is there:
+        # a client that closes stdin and then sends SIGTERM (the MCP Inspector does, 2 s later)
+        # would otherwise kill the gateway in the middle of the servers' shutdown, orphaning them.
+        outer.start_soon(_stop_on_signals, work)
+        with work:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(gateway.run)
+                for task in also:
+                    tg.start_soon(task)
+                async with stdio_server() as (read, write):
+                    await gateway.server.run(read, write, gateway.server.create_initialization_options())
+                tg.cancel_scope.cancel()
+        outer.cancel_scope.cancel()
+
+
+async def _stop_on_signals(scope: anyio.CancelScope) -> None:
+    """SIGTERM or SIGHUP (a desktop client closing us) ends the gateway through its task group, so
+    the servers' process groups are terminated too: the SDK's stdio client starts each in a
+    session of its own, which a killed gateway would leave running. Later signals change nothing."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if scope.cancel_called:
+                continue
+            # The stdin reader blocks in a thread that no cancellation reaches: exit for certain
+            # once the servers had their time to stop (the SDK waits 2 s, then kills its group).
+            threading.Timer(EXIT_GRACE_SECONDS, os._exit, (128 + signum,)).start()
+            scope.cancel()
+
+
+async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None = None,
+                     *also: Task, limits: Limits = Limits()) -> None:
+    """Serve streamable HTTP on `sock` until cancelled; `also` as for serve_stdio."""
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    app: Any = build_app(gateway, host, f"http://{shown}:{port}")
+    if announce is not None:
+        print(announce.format(url=f"http://{shown}:{port}/mcp"), file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", http=_bounded(limits),
+                            limit_concurrency=limits.connections)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gateway.run)
+        for task in also:
+            tg.start_soon(task)
+        await uvicorn.Server(config).serve(sockets=[sock])
+        tg.cancel_scope.cancel()
+
+
+def _bounded(limits: Limits) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, plus the header deadline it lacks (it times out only idle
+    keep-alive connections, so a client that sends half its headers holds a connection forever)."""
+
+    class HeaderDeadline(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self._idle():
+                self._arm()  # the next request on a kept-alive connection starts now
+            super().data_received(data)
+            if self._deadline is not None and not self._idle():
+                self._deadline.cancel()  # its headers are complete: a request is under way
+                self._deadline = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            super().connection_lost(exc)
+
+        def _idle(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.call_later(limits.header_seconds, self._late)
+
+        def _late(self) -> None:
+            self._deadline = None
+            if self._idle() and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderDeadline

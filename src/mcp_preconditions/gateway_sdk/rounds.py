@@ -1,0 +1,244 @@
+"""Input rounds for 2026-07-28 clients in front of a 2025-11-25 upstream: the upstream asks for
+sampling, elicitation or roots with a request of its own, the client expects an `input_required`
+result and retries the call with its answers. The upstream's call waits here between the rounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from ..principal import Credentials, Identity
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+# Calls waiting for a client's retry at once: beyond this the upstream's next request is refused
+# (bounded memory, whatever clients do).
+MAX_WAITING = 256
+_TOKEN_PREFIX = "mcp-preconditions-gateway:"
+# The SDK's own wording for a state it cannot honour (mcp.server.request_state), so clients see one
+# message whoever refused it.
+INVALID_STATE = "Invalid or expired requestState"
+_LATE = "gateway: the client did not answer in time"
+_ENDED = "gateway: the call this request belongs to has ended"
+
+Send = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def caller_key(credentials: Credentials, identity: Identity | None = None) -> str:
+    """Who a call came from, as a digest: a retry must come from the same caller as the call it
+    continues. A verified caller is its principal (issuer, subject, client), so a client that
+    refreshes its token between rounds continues; claims given over stdio are the caller; else
+    anonymous. A token is never kept, and a token that did not verify binds nobody else's round."""
+    principal = identity.principal if identity is not None else credentials.principal
+    if principal is not None:
+        claims = principal.claims
+        who = [str(claims.get(k)) if claims.get(k) is not None else None
+               for k in ("iss", "sub", "client_id", "azp")]
+        raw = "principal:" + json.dumps(who) if any(who) else \
+            "claims:" + json.dumps(dict(claims), sort_keys=True, default=str)
+    elif credentials.token is not None:  # not verified (no [auth]): the token is all there is
+        raw = "token:" + credentials.token
+    else:
+        raw = "anonymous"
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def binding(method: str, params: Mapping[str, Any] | None) -> str:
+    """What the request is about (the tool or prompt and its arguments, or the URI): a retry
+    must name the same."""
+    p = params or {}
+    about = {"method": method, "name": p.get("name"), "uri": p.get("uri"),
+             "arguments": p.get("arguments") or {}}
+    return json.dumps(about, sort_keys=True, default=str)
+
+
+class _Ask:
+    """One request from the upstream, waiting for the client's answer."""
+
+    def __init__(self, method: str, params: dict[str, Any]) -> None:
+        self.method = method
+        self.params = params
+        self.answered = anyio.Event()
+        self.answer: dict[str, Any] | types.ErrorData | None = None
+
+    def settle(self, answer: dict[str, Any] | types.ErrorData) -> None:
+        if not self.answered.is_set():
+            self.answer = answer
+            self.answered.set()
+
+
+class PendingCall:
+    """One client call forwarded upstream, across as many input rounds as the upstream needs."""
+
+    def __init__(self, rounds: Rounds, caller: str, about: str, timeout: float,
+                 capabilities: Mapping[str, Any], server: str) -> None:
+        self.token = _TOKEN_PREFIX + secrets.token_urlsafe(24)
+        self.server = server  # the server the call went to: only its requests belong to it
+        self.capabilities = capabilities  # what the client declared it can answer
+        self.caller = caller
+        self.about = about
+        self._rounds = rounds
+        self._timeout = timeout
+        self._asks: dict[str, _Ask] = {}
+        self._count = 0
+        self._outcome: dict[str, Any] | BaseException | None = None
+        self._changed = anyio.Event()
+        self._attached = 0
+        self._idle_since: float | None = None  # set while no client request waits on this call
+        self._expired = False
+        self.current: ServerRequestContext[Any, Any] | None = None  # the client request waiting
+        self.scope = anyio.CancelScope()
+
+    @property
+    def waiting(self) -> bool:
+        return self._attached == 0 and self._outcome is None
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- the upstream's side ---------------------------------------------------------------------
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's request, answered by the client's next retry (or refused on expiry)."""
+        if self._expired or self._outcome is not None or self.scope.cancel_called:
+            raise MCPError(types.REQUEST_TIMEOUT, _ENDED)
+        if self._rounds.waiting() >= MAX_WAITING:
+            raise MCPError(types.INTERNAL_ERROR, "gateway: too many calls wait for client input")
+        self._count += 1
+        key = f"r{self._count}"
+        ask = self._asks[key] = _Ask(method, params)
+        self._signal()
+        try:
+            await ask.answered.wait()
+        finally:
+            self._asks.pop(key, None)
+        if isinstance(ask.answer, types.ErrorData):
+            raise MCPError.from_error_data(ask.answer)
+        assert ask.answer is not None
+        return ask.answer
+
+    async def run(self, send: Send) -> None:
+        """Forward the call and keep its outcome (result or error) for the client, until the
+        client takes it or the call is abandoned (`close()` ends this task either way)."""
+        with self.scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._expire_when_abandoned)
+                try:
+                    self._outcome = await send()
+                except Exception as exc:
+                    self._outcome = exc
+                finally:  # the upstream's call is over: nothing it asked can matter now
+                    self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_ENDED))
+                self._signal()
+
+    def close(self) -> None:
+        """The call is over for the client: forgotten, and the upstream call (and whatever it
+        still asks) ended."""
+        self._rounds.forget(self)
+        self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_ENDED))
+        self.scope.cancel()
+
+    async def _expire_when_abandoned(self) -> None:
+        """A client that never retries: after the call timeout (counted from its last request)
+        the call is forgotten and the upstream's requests get an error."""
+        while True:
+            idle = self._idle_since
+            now = anyio.current_time()
+            if idle is not None and now - idle >= self._timeout:
+                break
+            await anyio.sleep(self._timeout if idle is None else idle + self._timeout - now)
+        # The upstream's requests get an error; its call goes on to its own end (it is bounded by
+        # the same timeout), so the upstream sees the error rather than a cancellation.
+        log.warning("a client did not answer the upstream's request within %s s", self._timeout)
+        self._expired = True
+        self._rounds.forget(self)
+        self.fail(types.ErrorData(code=types.REQUEST_TIMEOUT, message=_LATE))
+
+    def fail(self, error: types.ErrorData) -> None:
+        for ask in list(self._asks.values()):
+            ask.settle(error)
+
+    # -- the client's side -----------------------------------------------------------------------
+    def answer(self, responses: Mapping[str, Any]) -> None:
+        for key, response in responses.items():
+            ask = self._asks.get(key)
+            if ask is not None and isinstance(response, Mapping):
+                ask.settle(dict(response))
+
+    async def next(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """Wait for the upstream's result (returned, or raised) or for requests the client must
+        answer first (an `input_required` result); `ctx` is the client request that waits."""
+        self._attached += 1
+        self._idle_since = None
+        self.current = ctx
+        try:
+            while True:
+                if isinstance(self._outcome, BaseException):
+                    self.close()
+                    raise self._outcome
+                if self._outcome is not None:
+                    self.close()
+                    return self._outcome
+                open_asks = {k: a for k, a in self._asks.items() if not a.answered.is_set()}
+                if open_asks:
+                    return {"resultType": "input_required", "requestState": self.token,
+                            "inputRequests": {k: {"method": a.method, "params": a.params}
+                                              for k, a in open_asks.items()}}
+                await self._changed.wait()
+        except anyio.get_cancelled_exc_class():
+            self.close()  # the client gave up on its call: so does the gateway
+            raise
+        finally:
+            self._attached -= 1
+            if self.current is ctx:
+                self.current = None
+            if self._attached == 0:
+                self._idle_since = anyio.current_time()
+
+
+class Rounds:
+    """The calls of 2026-07-28 clients that are forwarded to a 2025-11-25 upstream."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, PendingCall] = {}
+
+    def calls(self) -> list[PendingCall]:
+        return list(self._calls.values())
+
+    def waiting(self) -> int:
+        return sum(1 for call in self._calls.values() if call.waiting)
+
+    def forget(self, call: PendingCall) -> None:
+        self._calls.pop(call.token, None)
+
+    async def start(self, ctx: ServerRequestContext[Any, Any], caller: str, about: str,
+                    timeout: float, capabilities: Mapping[str, Any],
+                    spawn: Callable[[PendingCall], None], server: str) -> dict[str, Any]:
+        """A new call to `server`: `spawn` starts its request there in the background."""
+        call = PendingCall(self, caller, about, timeout, capabilities, server)
+        self._calls[call.token] = call
+        try:
+            spawn(call)
+        except BaseException:
+            self.forget(call)
+            raise
+        return await call.next(ctx)
+
+    async def resume(self, ctx: ServerRequestContext[Any, Any], state: Any, caller: str,
+                     about: str, responses: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A retry: the client's answers go to the upstream's waiting requests."""
+        call = self._calls.get(state) if isinstance(state, str) else None
+        if call is None or call.caller != caller or call.about != about:
+            raise MCPError(types.INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
+        call.answer(responses or {})
+        return await call.next(ctx)
