@@ -163,8 +163,11 @@ class Upstream:
                     connected.link.listen()
                 if connected.protocol_version == LATEST_MODERN_VERSION:
                     tg.start_soon(self._listen_for_changes, connected)
-                await connected.lost.wait()
-                tg.cancel_scope.cancel()
+                try:
+                    await connected.lost.wait()
+                finally:
+                    connected.peer.closed = True  # the session is over: nothing more is sent on it
+                    tg.cancel_scope.cancel()
             log.warning("upstream %s: session lost; reconnecting", self.label)
         finally:
             self.current = None
@@ -202,9 +205,9 @@ class Upstream:
         if version not in HANDSHAKE_PROTOCOL_VERSIONS:
             await _closed(peer, link)
             raise ConnectionError(f"unsupported protocol version from the server: {version!r}")
-        await peer.notify("notifications/initialized", None)
         if isinstance(link, HttpLink):
-            link.protocol_version = version
+            link.protocol_version = version  # every later request says it, as a header
+        await peer.notify("notifications/initialized", None)
         return Connected(peer, link, version, _dict(init.get("capabilities")),
                          _dict(init.get("serverInfo")) or None, _text(init.get("instructions")))
 
