@@ -1,7 +1,8 @@
 """Decision-log sinks beyond `logging`: a JSONL file, and OpenTelemetry span attributes.
 
 `build_recorder(source)` assembles what a policy's `[decision_log]` asks for. Every sink writes
-only `decision_record()` fields, so no token, secret or claim value can reach a sink.
+only `decision_record()` fields, so no token, secret or claim value can reach a sink; span
+attributes also leave out the subject and confidential requirements (`span_attributes`).
 """
 
 from __future__ import annotations
@@ -121,18 +122,19 @@ class LoggingAndSpanRecorder(LoggingRecorder):
 
 
 def span_attributes(decision: Decision) -> dict[str, Any]:
-    """The decision record as OpenTelemetry attribute values (strings, booleans, numbers, lists)."""
-    record = decision_record(decision)
+    """The decision as OpenTelemetry attribute values: what a denial may say (disclosed unmet and
+    errored requirements, the withheld count), never a subject or a confidential requirement (a
+    trace leaves the operator's hands: collectors, vendors, shared dashboards)."""
+    confidential = decision.confidential
     attributes: dict[str, Any] = {
-        "tool": record["tool"],
-        "allowed": record["allowed"],
-        "unmet": record["unmet"],
-        "errors": list(record["errors"]),
-        "revision": record["revision"],
-        "duration_us": record["duration_us"],
+        "tool": decision.tool,
+        "allowed": decision.allowed,
+        "unmet": list(decision.disclosed_unmet),
+        "withheld": decision.withheld,
+        "errors": [r for r in decision.errors if r not in confidential],
+        "revision": decision.revision,
+        "duration_us": round(decision.duration_ns / 1000, 1),
     }
-    if record["subject"] is not None:
-        attributes["subject"] = record["subject"]
     return {ATTRIBUTE_PREFIX + k: v for k, v in attributes.items()}
 
 

@@ -1,11 +1,27 @@
-"""The listening socket of an HTTP-serving subcommand (`serve`, `gateway`), bound before anything is
-announced, so early clients queue instead of failing."""
+"""The listening sockets of HTTP-serving subcommands (`serve`, `gateway`): an `http://HOST:PORT`
+option read, and the socket bound before anything is announced, so early clients queue instead of
+failing."""
 
 from __future__ import annotations
 
+import re
 import socket
 
-from ..errors import PreconditionsError
+from ..errors import InputError, PreconditionsError
+
+_HTTP_LISTEN = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):([0-9]+)")
+
+
+def http_listen(value: str, option: str) -> tuple[str, int]:
+    """(host, port) of an `http://HOST:PORT` option value (an IPv6 host in brackets); raises
+    InputError naming `option` for anything else."""
+    match = _HTTP_LISTEN.fullmatch(value)
+    if match is None:
+        raise InputError(f"{option}: expected http://HOST:PORT, got {value!r}")
+    port = int(match.group(2))
+    if port > 65535:
+        raise InputError(f"{option}: port out of range (0-65535): {port}")
+    return match.group(1).strip("[]"), port
 
 
 def listening_socket(host: str, port: int, option: str) -> socket.socket:

@@ -1,0 +1,116 @@
+"""A hosted server's calls in metrics and traces: each decision counted (when metrics are on) and,
+under a recording server span, a decision span plus the call's attributes on the server span; and
+the HTTP `traceparent` header continued by the SDK's server span.
+
+The MCP SDK (and fastmcp) already open a server span per message, from `_meta.traceparent`; this
+only adds to it. With no tracer provider installed, a call pays one `recording_span()` test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from ..outcomes import Decision
+from ..telemetry.labels import result_of
+from ..telemetry.metrics import Metrics
+from ..telemetry.propagation import carrier, incoming_context
+from ..telemetry.tracing import call_attributes, decision_span, recording_span
+
+if TYPE_CHECKING:
+    from ..snapshot import Snapshot
+    from ._server import Preconditions
+
+
+class HostedMetrics:
+    """One hosted server in a `Metrics`: its listed tools declared again whenever they or the
+    policy change (read on each call: two identity tests), then each decision counted."""
+
+    def __init__(self, metrics: Metrics, preconditions: Preconditions) -> None:
+        self.metrics = metrics
+        self._pre = preconditions
+        self._known: frozenset[str] | None = None
+        self._snapshot: Snapshot | None = None
+
+    def observe(self, decision: Decision) -> None:
+        pre = self._pre
+        if pre.known is not self._known or pre.guard.snapshot is not self._snapshot:
+            self._declare()
+        self.metrics.observe_decision(pre.name, decision)
+
+    def _declare(self) -> None:
+        pre = self._pre
+        known, snapshot = pre.known, pre.guard.snapshot
+        requirements_for = pre.guard.requirements_for
+        self.metrics.declare(pre.name, {t: requirements_for(t) for t in known or ()},
+                             snapshot.confidential)
+        self.metrics.policy_loaded(snapshot.revision)
+        self._known, self._snapshot = known, snapshot
+
+
+def observed_check(pre: Preconditions, request: Any, tool: str, arguments: Mapping[str, Any] | None
+                   ) -> Decision | Coroutine[Any, Any, Decision]:
+    """`Guard.check_now` for one call, counted and traced: the Decision, or a coroutine for it."""
+    span = recording_span()
+    if span is not None:
+        return _traced(pre, span, request, tool, arguments)
+    decided = pre.guard.check_now(tool, pre.credentials(request), arguments)
+    if isinstance(decided, Decision):
+        _observe(pre, decided, None)
+        return decided
+    return _observed_later(pre, decided)
+
+
+async def _observed_later(pre: Preconditions, pending: Awaitable[Decision]) -> Decision:
+    decision = await pending
+    _observe(pre, decision, None)
+    return decision
+
+
+async def _traced(pre: Preconditions, span: trace.Span, request: Any, tool: str,
+                  arguments: Mapping[str, Any] | None) -> Decision:
+    with decision_span(tool):  # the decision-log span sink writes the decision's attributes here
+        decision = await pre.guard.check(tool, pre.credentials(request), arguments)
+    _observe(pre, decision, span)
+    return decision
+
+
+def _observe(pre: Preconditions, decision: Decision, span: trace.Span | None) -> None:
+    if pre.telemetry is not None:
+        pre.telemetry.observe(decision)
+    if span is not None:
+        listed = pre.known is not None and decision.tool in pre.known
+        span.set_attributes(call_attributes(pre.name, decision, result_of(decision, listed)))
+
+
+class TraceHeaderContext:
+    """SDK server middleware, outermost: an HTTP request whose `traceparent` header is valid (and
+    whose `_meta` carries none, which the SDK reads itself) runs with the header's context current,
+    so the SDK's server span continues the caller's trace."""
+
+    def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+                 ) -> Coroutine[Any, Any, HandlerResult]:
+        request = ctx.request
+        headers = getattr(request, "headers", None) if request is not None else None
+        if headers is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            return call_next(ctx)  # type: ignore[return-value]  # the SDK only awaits it
+        if carrier(ctx.params):  # `_meta.traceparent`: the SDK's own span continues it
+            return call_next(ctx)  # type: ignore[return-value]
+        context = incoming_context(None, headers)
+        if context is None:
+            return call_next(ctx)  # type: ignore[return-value]
+        return _within(context, ctx, call_next)
+
+
+async def _within(context: otel_context.Context, ctx: ServerRequestContext[Any, Any],
+                  call_next: CallNext) -> HandlerResult:
+    token = otel_context.attach(context)
+    try:
+        result: HandlerResult = await call_next(ctx)
+        return result
+    finally:
+        otel_context.detach(token)
