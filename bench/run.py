@@ -1,8 +1,8 @@
 """`make bench`: every benchmark, each in a fresh interpreter of its own, a table on stdout,
 bench/results.json (regenerated, not committed) and the charts bench/latency.png and bench/scale.png.
 
-The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway) join when present: each
-module's `run() -> dict[str, float]` is merged into the results.
+The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway, bench_telemetry, ...)
+join when present: each module's `run() -> dict[str, float]` is merged into the results.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from . import fresh, machine, pace_ms
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
-OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway", "bench_agents", "bench_replicas")
+OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway", "bench_agents", "bench_replicas",
+          "bench_telemetry")
 
 # metric -> (goal text, test): bounds a user would feel (a decision, a gateway hop, a tool list),
 # plus "flat" read as at most 1.5x from 10 to 100k tools. Cedar and Casbin are shown, not goals.
@@ -35,6 +36,7 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "gateway_vs_fastmcp_throughput": (">= 3x", lambda v: v >= 3),
     "agents_pydantic_ai_filter_pct": ("<= 5 %", lambda v: v <= 5),
     "agents_openai_filter_pct": ("<= 5 %", lambda v: v <= 5),
+    "telemetry_metrics_overhead_pct": ("<= 3 %", lambda v: v <= 3),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -48,7 +50,11 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "gateway_http_ratio", "direct_stdio_p50_ms", "gateway_stdio_p50_ms", "fastmcp_stdio_p50_ms",
          "gateway_stdio_ratio", "direct_http_50_clients_per_s", "gateway_http_50_clients_per_s",
          "fastmcp_http_50_clients_per_s", "gateway_vs_fastmcp_throughput",
-         "agents_pydantic_ai_filter_pct", "agents_openai_filter_pct")
+         "agents_pydantic_ai_filter_pct", "agents_openai_filter_pct",
+         "telemetry_metrics_off_p50_us", "telemetry_metrics_on_p50_us",
+         "telemetry_metrics_overhead_us", "telemetry_metrics_overhead_pct",
+         "telemetry_tracing_untraced_p50_us", "telemetry_tracing_p50_us",
+         "telemetry_tracing_overhead_pct")
 
 
 def need(module: str) -> None:

@@ -1,17 +1,18 @@
 """The Prometheus series of SPEC §13 on a registry of their own, and the calls that move them.
 
 One `Metrics` object per process (a gateway, a hosted server, a test): its registry is its own, so
-two in one process never collide. Every label value is bounded (see labels.py); the per-call
-methods cost a dictionary lookup and a locked add or two.
+two in one process never collide. Every label value is bounded (see labels.py). The per-call
+series live in a `Tally` (one lock per call); the rare events are prometheus_client's own types.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ..outcomes import Decision, Status
 from .labels import (
@@ -26,8 +27,11 @@ from .labels import (
     requirement_label,
     result_of,
 )
+from .tally import Tally
 
 PREFIX = "mcp_preconditions"
+DECISIONS, UNMET, QUOTA = f"{PREFIX}_decisions", f"{PREFIX}_unmet", f"{PREFIX}_quota_exhausted"
+DECISION_SECONDS, UPSTREAM_SECONDS = f"{PREFIX}_decision_seconds", f"{PREFIX}_upstream_seconds"
 # A decision takes microseconds (a cached caller) to a resolver's timeout (seconds).
 DECISION_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -35,6 +39,7 @@ UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
                     30.0, 60.0, 120.0)
 ReloadResult = Literal["success", "failure"]
 _NOTHING = Bounds()
+_NO_LABELS: tuple[str, ...] = ()
 
 
 class Metrics:
@@ -46,18 +51,18 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._tally = Tally(
+            {DECISIONS: ("Tool calls decided, by server, tool and result (allowed, denied, error, "
+                         "unlisted).", ("server", "tool", "result")),
+             UNMET: ("Unmet requirements of refused calls (confidential ones as (withheld)).",
+                     ("requirement",)),
+             QUOTA: ("Calls refused because a quota had no unit left, by quota.", ("quota",))},
+            {DECISION_SECONDS: ("Time to decide a call (authentication included).", (),
+                                DECISION_BUCKETS),
+             UPSTREAM_SECONDS: ("Time an allowed call spent upstream, by server.", ("server",),
+                                UPSTREAM_BUCKETS)})
+        self.registry.register(self._tally)
         r = self.registry
-        self._decisions = Counter(f"{PREFIX}_decisions", "Tool calls decided, by server, tool and "
-                                  "result (allowed, denied, error, unlisted).",
-                                  ("server", "tool", "result"), registry=r)
-        self._unmet = Counter(f"{PREFIX}_unmet", "Unmet requirements of denied calls "
-                              "(confidential ones as (withheld)).", ("requirement",), registry=r)
-        self._decision_seconds = Histogram(f"{PREFIX}_decision_seconds", "Time to decide a call "
-                                           "(authentication included).", buckets=DECISION_BUCKETS,
-                                           registry=r)
-        self._upstream_seconds = Histogram(f"{PREFIX}_upstream_seconds", "Time an allowed call "
-                                           "spent upstream, by server.", ("server",),
-                                           buckets=UPSTREAM_BUCKETS, registry=r)
         self._upstream_up = Gauge(f"{PREFIX}_upstream_up", "1 while the upstream server is "
                                   "connected, else 0.", ("server",), registry=r)
         self._restarts = Counter(f"{PREFIX}_upstream_restarts", "Upstream server restarts "
@@ -67,17 +72,18 @@ class Metrics:
                                   ("revision",), registry=r)
         self._reloads = Counter(f"{PREFIX}_policy_reloads", "Policy reloads, by result (success, "
                                 "failure: the old policy stays).", ("result",), registry=r)
-        self._quota = Counter(f"{PREFIX}_quota_exhausted", "Calls denied because a quota had no "
-                              "unit left, by quota.", ("quota",), registry=r)
         for result in ("success", "failure"):
             self._reloads.labels(result)
-        self._lock = threading.RLock()  # declarations, and a requirement label's first use
+        self._lock = threading.Lock()  # declarations and the policy revision
         self._bounds: dict[str, Bounds] = {}
         self._declared: frozenset[str] = frozenset()  # every server's requirement labels
         self._revision: str | None = None
-        self._counters: dict[tuple[str, str, str], Any] = {}  # (server, tool, result) -> child
-        self._unmet_children: dict[str, Any] = {}
-        self._quota_children: dict[str, Any] = {}
+        tally = self._tally
+        self._counts = tally.counts[DECISIONS]
+        self._unmet = tally.counts[UNMET]
+        self._quota = tally.counts[QUOTA]
+        seconds = tally.histograms[DECISION_SECONDS]
+        self._decision_buckets, self._decision_sums = seconds.series(_NO_LABELS), seconds.sums
 
     # -- what the owner declares -----------------------------------------------------------------
     def declare(self, server: str, tools: Tools, confidential: Iterable[str] = ()) -> None:
@@ -85,70 +91,68 @@ class Metrics:
         confidential requirements. Call it whenever the listing or the policy changes. Series
         start at 0 for every listed tool and declared requirement, so `rate()` sees the first
         denial; a requirement that became confidential loses its series."""
+        tools = {name: list(reqs) for name, reqs in tools.items()}
         bounds = Bounds.of(tools, confidential)
         secret = frozenset(confidential)
-        with self._lock:
+        with self._lock, self._tally.lock:
             self._bounds[server] = bounds
             self._declared = frozenset().union(*(b.requirements for b in self._bounds.values()))
-            for tool in bounds.tools:
-                for result in RESULTS[:3]:
-                    self._counter(server, tool, result)
-            self._counter(server, UNLISTED, "unlisted")
-            for requirement in bounds.requirements:
-                self._unmet_child(requirement)
-                if requirement.startswith(QUOTA_PREFIX):
-                    self._quota_child(requirement[len(QUOTA_PREFIX):])
+            tally = self._tally
+            tally.start(DECISIONS, [(server, t, r) for t in bounds.tools for r in RESULTS[:3]])
+            tally.start(DECISIONS, [(server, UNLISTED, "unlisted")])
+            tally.start(UNMET, [(r,) for r in bounds.requirements])
+            tally.start(QUOTA, [(r[len(QUOTA_PREFIX):],) for r in bounds.requirements
+                                if r.startswith(QUOTA_PREFIX)])
             if any(r in secret for reqs in tools.values() for r in reqs):
-                self._unmet_child(WITHHELD)
-            self._forget(secret - self._declared)
-
-    def _forget(self, secret: frozenset[str]) -> None:
-        """Drop the series of requirements that are confidential now (lock held)."""
-        for requirement in secret & self._unmet_children.keys():
-            self._unmet.remove(requirement)
-            del self._unmet_children[requirement]
-            quota = requirement[len(QUOTA_PREFIX):]
-            if requirement.startswith(QUOTA_PREFIX) and quota in self._quota_children:
-                self._quota.remove(quota)
-                del self._quota_children[quota]
+                tally.start(UNMET, [(WITHHELD,)])
+            gone = secret - self._declared
+            tally.forget(UNMET, [(r,) for r in gone])
+            tally.forget(QUOTA, [(r[len(QUOTA_PREFIX):],) for r in gone if r.startswith(QUOTA_PREFIX)])
 
     # -- per call --------------------------------------------------------------------------------
     def observe_decision(self, server: str, decision: Decision, seconds: float | None = None) -> None:
         """Count one decided call (after the guard decided it, allowed or not). `seconds` defaults
-        to the decision's own duration."""
-        bounds = self._bounds.get(server, _NOTHING)
-        listed = decision.tool in bounds.tools
-        key = (server, decision.tool if listed else UNLISTED, result_of(decision, listed))
-        counter = self._counters.get(key)
-        (counter if counter is not None else self._counter(*key)).inc()
-        self._decision_seconds.observe(decision.duration_ns / 1e9 if seconds is None else seconds)
-        if not decision.allowed:
-            self._count_unmet(decision)
-
-    def observe_unlisted(self, server: str, tool: str) -> None:
-        """Count a call refused without a decision because `server` does not offer `tool` (the
-        gateway's `unlisted_tool` refusal)."""
-        key = (server, self._bounds.get(server, _NOTHING).tool(tool), "unlisted")
-        counter = self._counters.get(key)
-        (counter if counter is not None else self._counter(*key)).inc()
+        to the decision's own duration. (On every call's path: one lock and a few lookups, 0.65 µs;
+        prometheus_client's own types took 2.7 µs: see tally.py.)"""
+        tool = decision.tool
+        listed = tool in self._bounds.get(server, _NOTHING).tools
+        key = ((server, tool, "allowed") if listed and decision.allowed
+               else (server, tool if listed else UNLISTED, result_of(decision, listed)))
+        elapsed = decision.duration_ns / 1e9 if seconds is None else seconds
+        bucket = bisect_left(DECISION_BUCKETS, elapsed)
+        counts = self._counts
+        with self._tally.lock:
+            counts[key] = counts.get(key, 0) + 1
+            self._decision_buckets[bucket] += 1
+            self._decision_sums[_NO_LABELS] += elapsed
+            if not decision.allowed:
+                self._count_unmet(decision)
 
     def _count_unmet(self, decision: Decision) -> None:
-        confidential, declared = decision.confidential, self._declared
+        """(tally lock held: `_declared` and the series agree, even during a declaration)"""
+        confidential, declared, unmet, quota = decision.confidential, self._declared, self._unmet, \
+            self._quota
         for outcome in decision.outcomes:
             if outcome.status is Status.SATISFIED:
                 continue
             requirement = outcome.requirement
             label = requirement_label(requirement, confidential, declared)
-            child = self._unmet_children.get(label)
-            (child if child is not None else self._unmet_child(label)).inc()
+            unmet[(label,)] = unmet.get((label,), 0) + 1
             if outcome.status is Status.UNSATISFIED and requirement.startswith(QUOTA_PREFIX):
-                quota = quota_label(requirement, confidential, declared)
-                child = self._quota_children.get(quota)
-                (child if child is not None else self._quota_child(quota)).inc()
+                name = (quota_label(requirement, confidential, declared),)
+                quota[name] = quota.get(name, 0) + 1
+
+    def observe_unlisted(self, server: str, tool: str) -> None:
+        """Count a call refused without a decision because `server` does not offer `tool` (the
+        gateway's `unlisted_tool` refusal)."""
+        key = (server, self._bounds.get(server, _NOTHING).tool(tool), "unlisted")
+        with self._tally.lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
 
     def observe_upstream(self, server: str, seconds: float) -> None:
         """The time one allowed call spent upstream (request sent to result received)."""
-        self._upstream_seconds.labels(server).observe(seconds)
+        with self._tally.lock:
+            self._tally.histograms[UPSTREAM_SECONDS].add((server,), seconds)
 
     # -- events ----------------------------------------------------------------------------------
     def upstream_up(self, server: str, up: bool) -> None:
@@ -173,20 +177,5 @@ class Metrics:
             raise ValueError(f"policy_reload: result must be 'success' or 'failure', got {result!r}")
         self._reloads.labels(result).inc()
 
-    # -- label children: created on first use, then read without a lock --------------------------
-    def _counter(self, server: str, tool: str, result: str) -> Any:
-        # `labels()` returns the one child of a label set, so racing first uses agree.
-        return self._counters.setdefault((server, tool, result),
-                                         self._decisions.labels(server, tool, result))
 
-    def _unmet_child(self, label: str) -> Any:
-        with self._lock:  # re-checked here: a declaration may just have made it confidential
-            if label not in self._declared and label not in (WITHHELD, OTHER):
-                label = OTHER
-            return self._unmet_children.setdefault(label, self._unmet.labels(label))
-
-    def _quota_child(self, label: str) -> Any:
-        with self._lock:
-            if QUOTA_PREFIX + label not in self._declared and label not in (WITHHELD, OTHER):
-                label = OTHER
-            return self._quota_children.setdefault(label, self._quota.labels(label))
+__all__ = ["OTHER", "Metrics"]
