@@ -2,7 +2,8 @@
 calls; PromQL through its HTTP API gives the exact count per tool and result. A caller sending
 1,000 random tool names adds no series. `--metrics-listen` serves a stdio server's metrics.
 
-The harness (`run_script`, `prometheus`) takes any MCP URL and metrics URL: a gateway's too.
+The harness (tests/fixtures/prometheus.py: `prometheus`, `scripted_calls`, `decision_counts`) takes
+any MCP URL and metrics URL: a gateway's too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import string
 import subprocess
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import anyio
@@ -34,39 +34,26 @@ from tests.fixtures.mcp_servers import (
     server_env,
 )
 from tests.fixtures.oidc import OidcServer
-from tests.fixtures.prometheus import prometheus
+from tests.fixtures.prometheus import Step, decision_counts, metrics_url, prometheus, scripted_calls
 
 pytestmark = pytest.mark.integration
 
-Call = tuple[str, dict[str, str], bool]  # tool, arguments, with the mission-control token
-SCRIPT: list[tuple[Call, int]] = [
-    (("get_weather", {}, False), 3),                         # allowed: no requirements
-    (("launch_rocket", {"vehicle": "Falcon 9"}, True), 2),   # allowed: the token's role, capability
-    (("launch_rocket", {"vehicle": "Falcon 9"}, False), 4),  # denied: anonymous
-    (("abort_launch", {}, True), 1),                         # allowed: role grant, mission:write
-    (("abort_launch", {}, False), 2),                        # denied: anonymous
-    (("fuel_status", {}, True), 1),                          # denied: the officer is off duty
-    (("fuel_status", {}, False), 1),                         # denied: that, and anonymous
-]
+
+def script(token: str) -> list[Step]:
+    return [
+        ("get_weather", {}, None, 3),                         # allowed: no requirements
+        ("launch_rocket", {"vehicle": "Falcon 9"}, token, 2),  # allowed: the token's role, capability
+        ("launch_rocket", {"vehicle": "Falcon 9"}, None, 4),   # denied: anonymous
+        ("abort_launch", {}, token, 1),                        # allowed: role grant, mission:write
+        ("abort_launch", {}, None, 2),                         # denied: anonymous
+        ("fuel_status", {}, token, 1),                         # denied: the officer is off duty
+        ("fuel_status", {}, None, 1),                          # denied: that, and anonymous
+    ]
+
+
 EXPECTED = {("get_weather", "allowed"): 3, ("launch_rocket", "allowed"): 2,
             ("launch_rocket", "denied"): 4, ("abort_launch", "allowed"): 1,
             ("abort_launch", "denied"): 2, ("fuel_status", "denied"): 2}
-
-
-def metrics_url(mcp_url: str) -> str:
-    return mcp_url.removesuffix("/mcp") + "/metrics"
-
-
-async def run_script(url: str, token: str | None) -> Counter[tuple[str, str]]:
-    """Every call of SCRIPT, in order; what each call's result said (allowed or denied)."""
-    seen: Counter[tuple[str, str]] = Counter()
-    async with Client(streamable_http_client(url, http_client=bearer(token))) as with_token, \
-            Client(streamable_http_client(url, http_client=bearer(None))) as anonymous:
-        for (tool, arguments, signed), times in SCRIPT:
-            for _ in range(times):
-                result = await (with_token if signed else anonymous).call_tool(tool, arguments)
-                seen[(tool, "denied" if result.is_error else "allowed")] += 1
-    return seen
 
 
 def random_name(rng: random.Random) -> str:
@@ -78,19 +65,18 @@ def test_prometheus_counts_each_tools_allowed_and_denied_calls_exactly(
         oidc_server: OidcServer, tmp_path: Path) -> None:
     with serve_http(oidc_policy(tmp_path, oidc_server)) as server, \
             prometheus({"mission": metrics_url(server.url)}) as prom:
-        seen = anyio.run(run_script, server.url, oidc_server.token())
-        finished = time.time()
-        prom.scraped_after(finished, "mission")
-        counts = prom.values('sum by (tool, result) (mcp_preconditions_decisions_total{job="mission"})',
-                             "tool", "result")
+        seen = anyio.run(scripted_calls, server.url, script(oidc_server.token()))
+        prom.scraped_after(time.time(), "mission")
+        counts = decision_counts(prom, "mission")
+        zero = prom.values('mcp_preconditions_decisions_total{tool="read_telemetry"}', "result")
         unmet = prom.values("mcp_preconditions_unmet_total", "requirement")
         revision = prom.values("mcp_preconditions_policy_info == 1", "revision")
         announced = re.search(r"revision (\w+)", server.output())
     assert announced is not None
     assert list(revision) == [(announced.group(1),)]
     assert seen == EXPECTED  # what the clients saw ...
-    assert {k: v for k, v in counts.items() if v} == EXPECTED  # ... is what Prometheus counted
-    assert counts[("launch_rocket", "error")] == 0 and counts[("read_telemetry", "denied")] == 0
+    assert counts == EXPECTED  # ... is what Prometheus counted
+    assert zero == {("allowed",): 0, ("denied",): 0, ("error",): 0}  # listed, never called
     assert unmet[("auth:oauth2",)] == 7  # the anonymous calls: 4 launches, 2 aborts, 1 fuel check
     assert unmet[("capability:rocket.launch",)] == 4
     assert unmet[("auth:scope:mission:write",)] == 2

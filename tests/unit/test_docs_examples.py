@@ -3,8 +3,9 @@ docs/operations.md.
 
 Convention: a block fenced ```python is a whole program. It runs on its own, in a fresh module
 namespace (as `__main__`), from the repository root, and checks itself with `assert` lines (every
-block in the docs/ pages has at least one); async examples call `asyncio.run` themselves. Printed output is not checked. Blocks fenced ```py-norun, or in any
-other language, are shown to the reader and never run.
+block in the docs/ pages has at least one); async examples call `asyncio.run` themselves. Printed
+output is not checked. Blocks fenced ```py-norun, or in any other language, are shown to the reader
+and never run.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import math
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -21,10 +21,12 @@ from ..files import read_claims
 from ..guard import Guard
 from ..policy.load import load_policy
 from ..principal import ANONYMOUS, Credentials, Principal
-from ..telemetry import Metrics, MetricsListener, Tracing, configure_tracing, watch_policy
 from ._output import PROG, fail
 from ._resolvers import add_resolver_option, resolvers_from
 from ._sockets import http_listen, listening_socket
+
+if TYPE_CHECKING:  # the telemetry needs the mcp extra, imported when `serve` runs
+    from ..telemetry import Metrics, MetricsListener, Tracing
 
 TOKEN_ENV = "MCP_PRECONDITIONS_TOKEN"
 
@@ -53,6 +55,7 @@ def _stdio_credentials(args: argparse.Namespace) -> Credentials:
 def run_serve(args: argparse.Namespace) -> int:
     """`serve`: the guarded mission-control server on stdio or streamable HTTP."""
     from ..examples_server import build_server
+    from ..telemetry import Metrics, MetricsListener, configure_tracing
 
     if args.transport == "http" and args.claims is not None:
         return fail("--claims is for --transport stdio only; over HTTP each call's bearer token "
@@ -108,6 +111,8 @@ async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | No
                  metrics: Metrics) -> None:
     """Serve until the transport ends. With --refresh-seconds, hot-reload the policy file and
     re-check connected sessions, so reloads and live-fact changes reach them as list_changed."""
+    from ..telemetry import watch_policy
+
     preconditions = server.preconditions
     reloader = PolicyReloader(server.guard, args.policy, interval=args.refresh_seconds or 1.0,
                               on_change=lambda _change: preconditions.refresh())
