@@ -5,7 +5,9 @@ undeclared requirements), results classified, policy revisions and reloads, `/me
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,7 +18,7 @@ from starlette.testclient import TestClient
 
 from mcp_preconditions.drivers.reload import PolicyReloader
 from mcp_preconditions.guard import Guard
-from mcp_preconditions.outcomes import Decision, Outcome
+from mcp_preconditions.outcomes import Decision, Outcome, Status
 from mcp_preconditions.policy.load import load_policy
 from mcp_preconditions.telemetry import Metrics, MetricsListener, metrics_app, result_of, watch_policy
 
@@ -240,3 +242,64 @@ def test_the_listener_serves_metrics_on_its_own_port() -> None:
         listener.close()
     assert page.status_code == 200 and "mcp_preconditions_decisions_total" in page.text
     assert other.status_code == 404
+
+
+# -- counts against a tiny reference model ---------------------------------------------------------
+NAMES = ("open_door", "closed_door", "launch", "ghost")
+REQUIREMENTS = ("env:production", "env:staging", SECRET, "quota:launch.hourly", "env:nowhere")
+outcome_st = st.builds(lambda r, s: Outcome(r, s, "why"), st.sampled_from(REQUIREMENTS),
+                       st.sampled_from(list(Status)))
+step_st = st.one_of(
+    st.tuples(st.just("declare"), st.lists(st.sampled_from(NAMES), unique=True)),
+    st.tuples(st.just("call"), st.sampled_from(NAMES), st.lists(outcome_st, max_size=3)),
+    st.tuples(st.just("unlisted"), st.sampled_from(NAMES)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(step_st, max_size=40))
+def test_counts_match_a_reference_model(steps: list[tuple[Any, ...]]) -> None:
+    m = Metrics()
+    listed: set[str] = set()
+    expected: dict[tuple[str, str], int] = {}
+    for step in steps:
+        if step[0] == "declare":
+            listed = set(step[1])
+            m.declare("s", {name: TOOLS.get(name, []) for name in listed}, CONFIDENTIAL)
+            continue
+        tool = step[1]
+        label = tool if tool in listed else "(unlisted)"
+        if step[0] == "unlisted":
+            m.observe_unlisted("s", tool)
+            result = "unlisted"
+        else:
+            outcomes = tuple(step[2])
+            allowed = bool(outcomes) and all(o.status is Status.SATISFIED for o in outcomes)
+            unmet = [o.status for o in outcomes if o.status is not Status.SATISFIED]
+            result = ("unlisted" if tool not in listed else "allowed" if allowed
+                      else "error" if unmet and all(s is Status.ERROR for s in unmet) else "denied")
+            m.observe_decision("s", Decision(tool, allowed, outcomes, confidential=CONFIDENTIAL))
+        expected[(label, result)] = expected.get((label, result), 0) + 1
+    counted = {(s.labels["tool"], s.labels["result"]): s.value
+               for f in m.registry.collect() for s in f.samples
+               if s.name == "mcp_preconditions_decisions_total" and s.value}
+    assert counted == expected
+
+
+def test_counts_from_many_threads_are_exact() -> None:
+    m = metrics()
+    allowed = decision("open_door", Outcome.satisfied("env:production"))
+
+    def count() -> None:
+        for _ in range(2_000):
+            m.observe_decision("small", allowed)
+            m.observe_decision("small", DENIED)
+
+    threads = [threading.Thread(target=count) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert value(m, "mcp_preconditions_decisions_total", server="small", tool="open_door",
+                 result="allowed") == 16_000
+    assert value(m, "mcp_preconditions_unmet_total", requirement="(withheld)") == 16_000
+    assert value(m, "mcp_preconditions_decision_seconds_count") == 32_000
