@@ -100,3 +100,19 @@ def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpRec
     assert "secret.door" not in repr([(s.name, s.attributes) for s in spans])
 
 
+
+
+def test_the_http_traceparent_wrapper_costs_in_process_calls_nothing() -> None:
+    from mcp_preconditions.integrations._telemetry import TraceHeaderContext
+
+    flavour: Flavour = FLAVOURS["MCPServer"](small_guard())
+    chain = flavour.target._lowlevel_server.middleware
+    opener = chain[0]
+    assert not any(isinstance(m, TraceHeaderContext) for m in chain)  # in-process: not there
+    flavour.target.streamable_http_app()
+    flavour.target.streamable_http_app()  # twice: still one wrapper, around the span opener
+    assert isinstance(chain[0], TraceHeaderContext) and chain[0].inner is opener
+    assert sum(isinstance(m, TraceHeaderContext) for m in chain) == 1
+    for name in ("lowlevel", "fastmcp"):  # their HTTP apps are built beyond our reach: wrapped now
+        server = FLAVOURS[name](small_guard()).target
+        assert sum(isinstance(m, TraceHeaderContext) for m in server.middleware) == 1

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
+from mcp.server.lowlevel.server import Server
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -88,29 +89,48 @@ def _observe(pre: Preconditions, decision: Decision, span: trace.Span | None) ->
 
 
 class TraceHeaderContext:
-    """SDK server middleware, outermost: an HTTP request whose `traceparent` header is valid (and
-    whose `_meta` carries none, which the SDK reads itself) runs with the header's context current,
-    so the SDK's server span continues the caller's trace."""
+    """Runs a server's outermost middleware (the SDK's or fastmcp's span opener) with the caller's
+    HTTP `traceparent` header as the current context, when the request has a valid one and its
+    `_meta` has none (the span opener reads `_meta` itself), so the server span continues the
+    caller's trace. It wraps that middleware rather than adding a layer (a layer of its own cost an
+    in-process call 0.7 µs), and GuardedMCPServer wraps only when it builds an HTTP app (the wrap
+    costs 0.4 µs)."""
+
+    def __init__(self, inner: ServerMiddleware[Any] | None) -> None:
+        self.inner = inner
 
     def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
                  ) -> Coroutine[Any, Any, HandlerResult]:
         request = ctx.request
-        headers = getattr(request, "headers", None) if request is not None else None
-        if headers is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-            return call_next(ctx)  # type: ignore[return-value]  # the SDK only awaits it
-        if carrier(ctx.params):  # `_meta.traceparent`: the SDK's own span continues it
-            return call_next(ctx)  # type: ignore[return-value]
-        context = incoming_context(None, headers)
-        if context is None:
-            return call_next(ctx)  # type: ignore[return-value]
-        return _within(context, ctx, call_next)
+        if request is not None:  # HTTP; None on stdio and in-process
+            context = _header_context(ctx.params, getattr(request, "headers", None))
+            if context is not None:
+                return _within(context, self.inner, ctx, call_next)
+        if self.inner is not None:
+            return self.inner(ctx, call_next)
+        return call_next(ctx)  # type: ignore[return-value]  # the SDK only awaits it
 
 
-async def _within(context: otel_context.Context, ctx: ServerRequestContext[Any, Any],
-                  call_next: CallNext) -> HandlerResult:
+def continue_http_traces(server: Server[Any]) -> None:
+    """Make `server`'s spans continue the HTTP `traceparent` header (idempotent)."""
+    middleware = server.middleware
+    if not (middleware and isinstance(middleware[0], TraceHeaderContext)):
+        middleware[:1] = [TraceHeaderContext(middleware[0] if middleware else None)]
+
+
+def _header_context(params: Mapping[str, Any] | None, headers: Any) -> otel_context.Context | None:
+    if headers is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None  # no tracer provider: nothing would record the span anyway
+    if carrier(params):  # `_meta.traceparent`: the span opener continues it itself
+        return None
+    return incoming_context(None, headers)
+
+
+async def _within(context: otel_context.Context, inner: ServerMiddleware[Any] | None,
+                  ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
     token = otel_context.attach(context)
     try:
-        result: HandlerResult = await call_next(ctx)
+        result: HandlerResult = await (inner(ctx, call_next) if inner is not None else call_next(ctx))
         return result
     finally:
         otel_context.detach(token)

@@ -38,7 +38,7 @@ from ..telemetry.metrics import Metrics
 from ..wire import meta_requirements
 from ._calls import denial_error, denial_meta, denial_text
 from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
-from ._telemetry import TraceHeaderContext
+from ._telemetry import continue_http_traces
 
 __all__ = ["Preconditions", "PreconditionsMiddleware", "guard_fastmcp", "requirements_of_tool",
            "resolve_tool"]
@@ -202,8 +202,8 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
     # fastmcp 4.1.2 serves through an SDK lowlevel Server kept as `_mcp_server`. Outermost, so the
     # wire form we write is what leaves (fastmcp's own root middleware re-types results).
     lowlevel = app._mcp_server
+    continue_http_traces(lowlevel)  # before `pre` goes first: it wraps fastmcp's span opener
     lowlevel.middleware.insert(0, pre)
-    lowlevel.middleware.insert(0, TraceHeaderContext())
     if notify_list_changed and lowlevel.get_request_handler("subscriptions/listen") is None:
         lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams,
                                      ListenHandler(pre.bus))

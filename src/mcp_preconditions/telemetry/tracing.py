@@ -19,6 +19,7 @@ from opentelemetry.trace import Span, SpanKind
 from ..decision_sinks import ATTRIBUTE_PREFIX
 from ..errors import InputError
 from ..outcomes import Decision
+from ..spans import CurrentSpan
 
 TRACER_NAME = "mcp_preconditions"
 EXPORTERS = ("otlp", "console")
@@ -27,6 +28,7 @@ OTLP_PROTOCOL = "http/protobuf"
 # default exporter is otlp; here an unset environment exports nothing.)
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _tracer = trace.get_tracer(TRACER_NAME)  # a proxy: follows the provider installed later
+_current = CurrentSpan()
 
 
 def exporters_wanted(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -105,9 +107,12 @@ def _otlp() -> Any:
 # -- the spans of one call ---------------------------------------------------------------------------
 def recording_span() -> Span | None:
     """The current span if it records (the server span of a traced call), else None: the one
-    test on every call's path when tracing is off."""
-    span = trace.get_current_span()
-    return span if span.is_recording() else None
+    test on every call's path when tracing is off (about 0.1 µs)."""
+    try:
+        span: Span | None = _current.recording()
+    except Exception:  # something that is not a span filed as the current one: no tracing here
+        return None
+    return span
 
 
 def decision_span(tool: str) -> AbstractContextManager[Span]:
