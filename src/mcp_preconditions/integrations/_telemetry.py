@@ -23,34 +23,35 @@ from ..telemetry.propagation import carrier, incoming_context
 from ..telemetry.tracing import call_attributes, decision_span, recording_span
 
 if TYPE_CHECKING:
-    from ..snapshot import Snapshot
     from ._server import Preconditions
 
 
 class HostedMetrics:
     """One hosted server in a `Metrics`: its listed tools declared again whenever they or the
-    policy change (read on each call: two identity tests), then each decision counted."""
+    policy change (read on each call: an identity and a string test), then each decision counted."""
 
     def __init__(self, metrics: Metrics, preconditions: Preconditions) -> None:
         self.metrics = metrics
         self._pre = preconditions
         self._known: frozenset[str] | None = None
-        self._snapshot: Snapshot | None = None
+        self._registration: object = None  # the guard's token of its tools' own requirements
+        self._revision = ""
 
     def observe(self, decision: Decision) -> None:
         pre = self._pre
-        if pre.known is not self._known or pre.guard.snapshot is not self._snapshot:
+        if (pre.known is not self._known or pre.guard.registration is not self._registration
+                or decision.revision != self._revision):
             self._declare()
         self.metrics.observe_decision(pre.name, decision)
 
     def _declare(self) -> None:
         pre = self._pre
-        known, snapshot = pre.known, pre.guard.snapshot
-        requirements_for = pre.guard.requirements_for
-        self.metrics.declare(pre.name, {t: requirements_for(t) for t in known or ()},
+        guard = pre.guard
+        known, registration, snapshot = pre.known, guard.registration, guard.snapshot
+        self.metrics.declare(pre.name, {t: guard.requirements_for(t) for t in known or ()},
                              snapshot.confidential)
         self.metrics.policy_loaded(snapshot.revision)
-        self._known, self._snapshot = known, snapshot
+        self._known, self._registration, self._revision = known, registration, snapshot.revision
 
 
 def observed_check(pre: Preconditions, request: Any, tool: str, arguments: Mapping[str, Any] | None
@@ -60,15 +61,17 @@ def observed_check(pre: Preconditions, request: Any, tool: str, arguments: Mappi
     if span is not None:
         return _traced(pre, span, request, tool, arguments)
     decided = pre.guard.check_now(tool, pre.credentials(request), arguments)
-    if isinstance(decided, Decision):
-        _observe(pre, decided, None)
-        return decided
-    return _observed_later(pre, decided)
+    if not isinstance(decided, Decision):
+        return _observed_later(pre, decided)
+    if pre.telemetry is not None:
+        pre.telemetry.observe(decided)
+    return decided
 
 
 async def _observed_later(pre: Preconditions, pending: Awaitable[Decision]) -> Decision:
     decision = await pending
-    _observe(pre, decision, None)
+    if pre.telemetry is not None:
+        pre.telemetry.observe(decision)
     return decision
 
 
@@ -76,16 +79,11 @@ async def _traced(pre: Preconditions, span: trace.Span, request: Any, tool: str,
                   arguments: Mapping[str, Any] | None) -> Decision:
     with decision_span(tool):  # the decision-log span sink writes the decision's attributes here
         decision = await pre.guard.check(tool, pre.credentials(request), arguments)
-    _observe(pre, decision, span)
-    return decision
-
-
-def _observe(pre: Preconditions, decision: Decision, span: trace.Span | None) -> None:
     if pre.telemetry is not None:
         pre.telemetry.observe(decision)
-    if span is not None:
-        listed = pre.known is not None and decision.tool in pre.known
-        span.set_attributes(call_attributes(pre.name, decision, result_of(decision, listed)))
+    listed = pre.known is not None and decision.tool in pre.known
+    span.set_attributes(call_attributes(pre.name, decision, result_of(decision, listed)))
+    return decision
 
 
 class TraceHeaderContext:
