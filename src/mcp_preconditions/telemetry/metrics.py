@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ..outcomes import Decision, Status
 from .labels import (
-    OTHER,
     QUOTA_PREFIX,
     RESULTS,
     UNLISTED,
@@ -177,5 +176,3 @@ class Metrics:
             raise ValueError(f"policy_reload: result must be 'success' or 'failure', got {result!r}")
         self._reloads.labels(result).inc()
 
-
-__all__ = ["OTHER", "Metrics"]
