@@ -191,7 +191,7 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
                         notify_list_changed=notify_list_changed, tool_functions=True)
     pre.name = app.name
-    if metrics is not False:
+    if metrics:
         counted = pre.enable_metrics(metrics if isinstance(metrics, Metrics) else None)
         app.custom_route(METRICS_PATH, ["GET"], include_in_schema=False)(metrics_endpoint(counted))
     for name, reqs in (requirements or {}).items():

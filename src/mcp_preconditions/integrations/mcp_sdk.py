@@ -145,7 +145,7 @@ class GuardedMCPServer(MCPServer[Any]):
         self.middleware.append(self.preconditions)
         self.preconditions.sync = self._sync
         self.preconditions.name = self.name
-        if metrics is not False:
+        if metrics:
             counted = self.preconditions.enable_metrics(metrics if isinstance(metrics, Metrics) else None)
             self.custom_route(METRICS_PATH, ["GET"], include_in_schema=False)(metrics_endpoint(counted))
 
@@ -301,7 +301,7 @@ def guard_server(server: Server[Any], guard: Guard, *,
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
                         notify_list_changed=notify_list_changed, guard_calls=True)
     pre.name = server.name
-    if metrics is not False:
+    if metrics:
         pre.enable_metrics(metrics if isinstance(metrics, Metrics) else None)
     for tool_name, reqs in (requirements or {}).items():
         pre.add_tool(tool_name, reqs)
