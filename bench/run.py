@@ -2,8 +2,9 @@
 bench/results.json (regenerated, not committed) and the charts bench/latency.png, bench/scale.png and
 docs/gateway-performance.png (drawn by bench_gateway).
 
-The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway, bench_quota, ...) join
-when present: each module's `run() -> dict[str, float]` is merged into the results.
+The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway, bench_quota,
+bench_telemetry, ...) join when present: each module's `run() -> dict[str, float]` is merged
+into the results.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from . import fresh, machine, pace_ms
 HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
 OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway", "bench_agents", "bench_replicas",
-          "bench_quota")
+          "bench_quota", "bench_telemetry")
 
 # metric -> (goal text, test): bounds a user would feel (a decision, a gateway hop, a tool list),
 # plus "flat" read as at most 1.5x from 10 to 100k tools. Cedar and Casbin are shown, not goals.
@@ -47,6 +48,7 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "agents_openai_filter_pct": ("<= 5 %", lambda v: v <= 5),
     "quota_memory_added_us": ("<= 2 µs", lambda v: v <= 2),
     "quota_redis_round_trips": ("1 per decision", lambda v: v == 1),
+    "telemetry_metrics_overhead_pct": ("<= 3 %", lambda v: v <= 3),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -68,7 +70,11 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "gateway_stdio_added_ms",
          "agents_pydantic_ai_filter_pct", "agents_openai_filter_pct",
          "quota_plain_p50_us", "quota_memory_p50_us", "quota_memory_added_us", "quota_redis_p50_us",
-         "quota_redis_p99_us", "quota_redis_round_trips")
+         "quota_redis_p99_us", "quota_redis_round_trips",
+         "telemetry_metrics_off_p50_us", "telemetry_metrics_on_p50_us",
+         "telemetry_metrics_overhead_us", "telemetry_metrics_overhead_pct",
+         "telemetry_tracing_untraced_p50_us", "telemetry_tracing_p50_us",
+         "telemetry_tracing_overhead_pct")
 
 
 def need(module: str) -> None:

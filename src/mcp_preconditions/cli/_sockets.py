@@ -1,6 +1,6 @@
-"""The listening socket of an HTTP-serving subcommand (`serve`, `gateway`, `explore`), bound before
-anything is announced, so early clients queue instead of failing; and the `http://HOST:PORT` form of
-its `--listen` option."""
+"""The listening sockets of HTTP-serving subcommands (`serve`, `gateway`, `explore`): the
+`http://HOST:PORT` form of their options read, and the socket bound before anything is
+announced, so early clients queue instead of failing."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import math
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -23,7 +23,10 @@ from ..policy.load import load_policy
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG, fail
 from ._resolvers import add_resolver_option, resolvers_from
-from ._sockets import listening_socket
+from ._sockets import http_address, listening_socket
+
+if TYPE_CHECKING:  # the telemetry needs the mcp extra, imported when `serve` runs
+    from ..telemetry import Metrics, MetricsListener, Tracing
 
 TOKEN_ENV = "MCP_PRECONDITIONS_TOKEN"
 
@@ -52,6 +55,7 @@ def _stdio_credentials(args: argparse.Namespace) -> Credentials:
 def run_serve(args: argparse.Namespace) -> int:
     """`serve`: the guarded mission-control server on stdio or streamable HTTP."""
     from ..examples_server import build_server
+    from ..telemetry import Metrics, MetricsListener, configure_tracing
 
     if args.transport == "http" and args.claims is not None:
         return fail("--claims is for --transport stdio only; over HTTP each call's bearer token "
@@ -61,33 +65,59 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.refresh_seconds < math.inf:  # NaN fails this too
         return fail(f"--refresh-seconds must be a finite number, 0 or more, got "
                     f"{args.refresh_seconds:g}")
+    metrics_at = (http_address(args.metrics_listen, "--metrics-listen")
+                  if args.metrics_listen is not None else None)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
+    tracing = configure_tracing()  # first: an unusable OTEL_* setting is bad input, said at once
     guard = Guard(load_policy(args.policy), resolvers=resolvers_from(args))
     options: dict[str, Any] = {}
     if args.transport == "stdio":
         fixed = _stdio_credentials(args)
         options["credentials"] = lambda _request: fixed
+    metrics = Metrics()
+    if args.transport == "http" and metrics_at is None:  # /metrics on the HTTP listener
+        options["metrics"] = metrics
     server = build_server(guard, **options)
     server.know_tools()  # a policy name that nearly matches a tool: exit 2 now, naming both
-    sock = (listening_socket(args.host, args.port, "--host/--port") if args.transport == "http"
-            else None)
+    if metrics_at is not None:  # counted for a listener of its own (stdio: nobody else could ask)
+        server.preconditions.enable_metrics(metrics)
+    sock: socket.socket | None = None
+    listener: MetricsListener | None = None
     try:
-        anyio.run(_serve, server, args, sock)
+        if args.transport == "http":
+            sock = listening_socket(args.host, args.port, "--host/--port")
+        if metrics_at is not None:
+            listener = MetricsListener(metrics, *metrics_at)
+            print(f"{PROG}: metrics on {listener.url}", file=sys.stderr, flush=True)
+        anyio.run(_serve, server, args, sock, metrics)
     except KeyboardInterrupt:
         return 0
     finally:
-        if sock is not None:
-            sock.close()
+        _close(sock, listener, tracing)
     return 0
 
 
-async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None) -> None:
+def _close(sock: socket.socket | None, listener: MetricsListener | None, tracing: Tracing | None
+           ) -> None:
+    if sock is not None:
+        sock.close()
+    if listener is not None:
+        listener.close()
+    if tracing is not None:
+        tracing.shutdown()  # the spans still queued are exported now
+
+
+async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None,
+                 metrics: Metrics) -> None:
     """Serve until the transport ends. With --refresh-seconds, hot-reload the policy file and
     re-check connected sessions, so reloads and live-fact changes reach them as list_changed."""
+    from ..telemetry import watch_policy
+
     preconditions = server.preconditions
     reloader = PolicyReloader(server.guard, args.policy, interval=args.refresh_seconds or 1.0,
                               on_change=lambda _change: preconditions.refresh())
+    watch_policy(metrics, reloader)
     async with anyio.create_task_group() as tg:
         if args.refresh_seconds > 0:
             reloader.start()
@@ -139,6 +169,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="every S seconds re-read a changed policy and re-check connected "
                             "sessions, sending tools/list_changed when their tools change "
                             "(default 2; 0 turns it off)")
+    serve.add_argument("--metrics-listen", metavar="URL",
+                       help="serve GET /metrics on a listener of its own, http://HOST:PORT (for "
+                            "stdio; over HTTP it moves /metrics off the main listener)")
     add_resolver_option(serve)
     serve.set_defaults(func=run_serve)
 
