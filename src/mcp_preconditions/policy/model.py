@@ -36,9 +36,11 @@ HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
 
 
 class Section(BaseModel):
-    """Every policy section: unknown keys are errors, values are immutable once loaded."""
+    """Every policy section: unknown keys are errors, values are immutable once loaded, and scalars
+    are strict (SPEC §5): a key takes only its own TOML type (`true` or `"30"` is not 30 seconds;
+    an integer is a fine float)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _pointer(value: str) -> str:
