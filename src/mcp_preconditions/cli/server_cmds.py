@@ -1,5 +1,5 @@
 """The `serve` subcommand: the guarded mission-control server for real MCP clients, on stdio or
-streamable HTTP, with policy hot reload. Argument parsing, wiring and printing only.
+streamable HTTP, its policy file watched (hot reload). Argument parsing, wiring and printing only.
 
 Exit codes: 0 done, 2 bad input (message on stderr as `mcp-preconditions: error: ...`).
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from ..drivers.bundle import DEFAULT_FILE_POLL_SECONDS, poll_interval, poll_seconds
 from ..drivers.reload import PolicyReloader
 from ..files import read_claims
 from ..guard import Guard
@@ -61,6 +62,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.refresh_seconds < math.inf:  # NaN fails this too
         return fail(f"--refresh-seconds must be a finite number, 0 or more, got "
                     f"{args.refresh_seconds:g}")
+    watch = poll_interval(args.policy, poll_seconds(args.policy_poll_seconds))
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     guard = Guard(load_policy(args.policy), resolvers=resolvers_from(args))
@@ -73,7 +75,7 @@ def run_serve(args: argparse.Namespace) -> int:
     sock = (listening_socket(args.host, args.port, "--host/--port") if args.transport == "http"
             else None)
     try:
-        anyio.run(_serve, server, args, sock)
+        anyio.run(_serve, server, args, sock, watch)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -82,15 +84,18 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None) -> None:
-    """Serve until the transport ends. With --refresh-seconds, hot-reload the policy file and
-    re-check connected sessions, so reloads and live-fact changes reach them as list_changed."""
+async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None,
+                 watch: float | None) -> None:
+    """Serve until the transport ends, watching the policy file every `watch` seconds (None: not
+    watched) and, with --refresh-seconds, re-checking connected sessions: reloads and live-fact changes
+    reach them as list_changed."""
     preconditions = server.preconditions
-    reloader = PolicyReloader(server.guard, args.policy, interval=args.refresh_seconds or 1.0,
+    reloader = PolicyReloader(server.guard, args.policy, interval=watch or 1.0,
                               on_change=lambda _change: preconditions.refresh())
     async with anyio.create_task_group() as tg:
-        if args.refresh_seconds > 0:
+        if watch is not None:
             reloader.start()
+        if args.refresh_seconds > 0:
             tg.start_soon(preconditions.watch, args.refresh_seconds)
         if sock is None:
             await server.run_stdio_async()
@@ -135,10 +140,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--step-up", action="store_true",
                        help="HTTP only: answer a call that only lacks scopes with 403 and "
                             'WWW-Authenticate: Bearer error="insufficient_scope", scope="..."')
+    serve.add_argument("--policy-poll-seconds", metavar="S",
+                       help=f"re-read the policy file every S seconds when it changed: a change "
+                            f"is in force within S seconds (default {DEFAULT_FILE_POLL_SECONDS:g}; "
+                            f"0 turns watching off)")
     serve.add_argument("--refresh-seconds", type=float, default=2.0, metavar="S",
-                       help="every S seconds re-read a changed policy and re-check connected "
-                            "sessions, sending tools/list_changed when their tools change "
-                            "(default 2; 0 turns it off)")
+                       help="every S seconds re-check connected sessions (live state and flags), "
+                            "sending tools/list_changed when their tools change (default 2; 0 "
+                            "turns it off); a policy reload notifies them at once")
     add_resolver_option(serve)
     serve.set_defaults(func=run_serve)
 
