@@ -160,7 +160,9 @@ class Auth(Section):
     discovery: bool = Field(default=False, description="find jwks_uri from the issuer's metadata")
     keys: list[dict[str, str | list[str]]] = Field(
         default_factory=list, description="static public JWKs (`key_ops`, `x5c` may be arrays)")
-    public_keys_pem: list[NonEmpty] = Field(default_factory=list)
+    public_keys_pem: NonEmpty | list[NonEmpty] = Field(
+        default_factory=list,
+        description="PEM public keys: PEM text, or a file relative to the policy (one or a list)")
     algorithms: list[NonEmpty] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
     leeway_seconds: Annotated[int, Field(ge=0, le=600)] = 30
     require_typ: NonEmpty | None = Field(default=None, description="e.g. 'at+jwt' (RFC 9068)")
