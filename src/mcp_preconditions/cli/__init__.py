@@ -25,6 +25,7 @@ from . import (
     policy_cmds,
     presentation_cmds,
     server_cmds,
+    tools_cmd,
 )
 from ._output import BAD_INPUT, PROG, escape, fail
 
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd,
-                   gateway_cmds, log_cmds):
+                   gateway_cmds, tools_cmd, log_cmds):
         module.register(subparsers)
     return parser
 
