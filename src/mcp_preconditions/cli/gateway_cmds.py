@@ -191,8 +191,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--servers", metavar="FILE",
                         help='a desktop client\'s config JSON: its {"mcpServers": {...}} are guarded')
     parser.add_argument("--policy-poll-seconds", metavar="S",
-                        help="poll the policy every S seconds (default: 10 for a URL; a file is "
-                             "not polled unless this is given)")
+                        help="re-read the policy every S seconds (default: 2 for a file, 10 for "
+                             "a URL; 0 turns watching off)")
     parser.add_argument("--policy-public-key", metavar="FILE",
                         help="Ed25519 public key (PEM or 32 raw bytes): a bundle must carry a valid "
                              "detached signature at URL.sig")

@@ -1,5 +1,5 @@
 """The `serve` subcommand: the guarded mission-control server for real MCP clients, on stdio or
-streamable HTTP, with policy hot reload. Argument parsing, wiring and printing only.
+streamable HTTP, its policy file watched (hot reload). Argument parsing, wiring and printing only.
 
 Exit codes: 0 done, 2 bad input (message on stderr as `mcp-preconditions: error: ...`).
 """
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..drivers.bundle import DEFAULT_FILE_POLL_SECONDS, poll_interval, poll_seconds
 from ..drivers.reload import PolicyReloader
 from ..files import read_claims
 from ..guard import Guard
@@ -67,6 +68,7 @@ def run_serve(args: argparse.Namespace) -> int:
                     f"{args.refresh_seconds:g}")
     metrics_at = (http_address(args.metrics_listen, "--metrics-listen")
                   if args.metrics_listen is not None else None)
+    watch = poll_interval(args.policy, poll_seconds(args.policy_poll_seconds))
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     tracing = configure_tracing()  # first: an unusable OTEL_* setting is bad input, said at once
@@ -90,7 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if metrics_at is not None:
             listener = MetricsListener(metrics, *metrics_at)
             print(f"{PROG}: metrics on {listener.url}", file=sys.stderr, flush=True)
-        anyio.run(_serve, server, args, sock, metrics)
+        anyio.run(_serve, server, args, sock, metrics, watch)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -109,18 +111,20 @@ def _close(sock: socket.socket | None, listener: MetricsListener | None, tracing
 
 
 async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None,
-                 metrics: Metrics) -> None:
-    """Serve until the transport ends. With --refresh-seconds, hot-reload the policy file and
-    re-check connected sessions, so reloads and live-fact changes reach them as list_changed."""
+                 metrics: Metrics, watch: float | None) -> None:
+    """Serve until the transport ends, watching the policy file every `watch` seconds (None: not
+    watched) and, with --refresh-seconds, re-checking connected sessions: reloads and live-fact
+    changes reach them as list_changed."""
     from ..telemetry import watch_policy
 
     preconditions = server.preconditions
-    reloader = PolicyReloader(server.guard, args.policy, interval=args.refresh_seconds or 1.0,
+    reloader = PolicyReloader(server.guard, args.policy, interval=watch or 1.0,
                               on_change=lambda _change: preconditions.refresh())
     watch_policy(metrics, reloader)
     async with anyio.create_task_group() as tg:
-        if args.refresh_seconds > 0:
+        if watch is not None:
             reloader.start()
+        if args.refresh_seconds > 0:
             tg.start_soon(preconditions.watch, args.refresh_seconds)
         if sock is None:
             await server.run_stdio_async()
@@ -165,10 +169,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--step-up", action="store_true",
                        help="HTTP only: answer a call that only lacks scopes with 403 and "
                             'WWW-Authenticate: Bearer error="insufficient_scope", scope="..."')
+    serve.add_argument("--policy-poll-seconds", metavar="S",
+                       help=f"re-read the policy file every S seconds when it changed: a change "
+                            f"is in force within S seconds (default {DEFAULT_FILE_POLL_SECONDS:g}; "
+                            f"0 turns watching off)")
     serve.add_argument("--refresh-seconds", type=float, default=2.0, metavar="S",
-                       help="every S seconds re-read a changed policy and re-check connected "
-                            "sessions, sending tools/list_changed when their tools change "
-                            "(default 2; 0 turns it off)")
+                       help="every S seconds re-check connected sessions (live state and flags), "
+                            "sending tools/list_changed when their tools change (default 2; 0 "
+                            "turns it off); a policy reload notifies them at once")
     serve.add_argument("--metrics-listen", metavar="URL",
                        help="serve GET /metrics on a listener of its own, http://HOST:PORT (for "
                             "stdio; over HTTP it moves /metrics off the main listener)")
