@@ -61,6 +61,7 @@ def test_an_integer_is_fine_where_seconds_are_a_float() -> None:
 
 
 # --- every field of the model -----------------------------------------------------------------------
+KEY = "/k"  # the one key of a table of values (a JSON Pointer, for argument conditions)
 # What a section needs besides the field under test, so that only that field is wrong.
 REQUIRED: dict[tuple[str, ...], dict[str, Any]] = {
     ("state", "redis"): {"url": "redis://127.0.0.1:6379/0"},
@@ -68,6 +69,7 @@ REQUIRED: dict[tuple[str, ...], dict[str, Any]] = {
                                 "client_secret_env": "SECRET"},
     ("features", "openfeature"): {"path": "flags.json"},
     ("capabilities", "grants"): {"capabilities": ["x"]},
+    ("quotas", KEY): {"calls": 3, "per_seconds": 60},
 }
 # Wrong values per expected TOML type (what a careless or hostile file might hold instead).
 WRONG: dict[str, tuple[Any, ...]] = {
@@ -103,9 +105,6 @@ def _unwrap(annotation: Any) -> Any:
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _unwrap(members[0]) if len(members) == 1 else annotation
     return annotation
-
-
-KEY = "/k"  # the one key of a table of values (a JSON Pointer, for argument conditions)
 
 
 def leaves(model: type[BaseModel], path: tuple[str | int, ...] = ()
