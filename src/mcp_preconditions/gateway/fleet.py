@@ -80,6 +80,9 @@ class Fleet:
         self._registered: frozenset[str] = frozenset()
         self._pending: set[str] = set()  # kinds whose list_changed the clients are owed
         self._warned: set[str] = set()  # policy tool names already logged as matching nothing
+        # Per wait: the connection attempt of each server that was given its grace already (a
+        # server that never answers is waited for once per attempt, not by every request).
+        self._graced: dict[str, dict[str, int]] = {"listing": {}, "connection": {}}
 
     def __iter__(self) -> Iterator[Member]:
         return iter(self.members.values())
@@ -132,21 +135,26 @@ class Fleet:
     async def first_listing(self, wait: float) -> None:
         """Wait (at most `wait` seconds) until some server's tools are listed; then at most a short
         grace for servers still starting, whose tools come later with a list_changed."""
-        await self._settle(wait, lambda m: m.catalog.listings["tools"].loaded)
+        await self._settle(wait, lambda m: m.catalog.listings["tools"].loaded, self._graced["listing"])
 
     async def first_connection(self, wait: float) -> None:
         """The same for connections (the handshake shows the connected servers' capabilities)."""
-        await self._settle(wait, lambda m: m.connected)
+        await self._settle(wait, lambda m: m.connected, self._graced["connection"])
 
-    async def _settle(self, wait: float, ready: Callable[[Member], bool]) -> None:
+    async def _settle(self, wait: float, ready: Callable[[Member], bool], graced: dict[str, int]
+                      ) -> None:
         with anyio.move_on_after(wait):
             while not any(ready(m) for m in self):
                 await anyio.sleep(0.02)
-        # Servers that are starting (not failing) get a short grace; one that failed its last
-        # attempt is not waited for.
+        # Servers that are starting (not failing) get a short grace, once per attempt to connect:
+        # one that failed its last attempt, or that had its grace and is still not there (it
+        # hangs), is not waited for again.
+        starting = [m for m in self if not ready(m) and m.upstream.last_error is None
+                    and graced.get(m.key) != m.upstream.attempts]
         with anyio.move_on_after(min(wait, LATE_SERVER_GRACE)):
-            while any(not ready(m) and m.upstream.last_error is None for m in self):
+            while any(not ready(m) and m.upstream.last_error is None for m in starting):
                 await anyio.sleep(0.02)
+        graced.update((m.key, m.upstream.attempts) for m in starting)
 
     # -- keeping routes and the guard in step with the listings -----------------------------------
     def _listing(self, member: Member) -> ServerListing:
