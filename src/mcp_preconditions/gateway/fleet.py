@@ -71,7 +71,8 @@ class Fleet:
         self._notify = notify  # sends a list_changed notification of a kind to every client
         self.members: dict[str, Member] = {}
         for spec in specs:
-            upstream = Upstream(target_of(spec, environment), key=spec.key)
+            upstream = Upstream(target_of(spec, environment), key=spec.key,
+                                connect_timeout=lambda: self._policy().gateway.call_timeout_seconds)
             catalog = Catalog(spec.key, self._fetcher(upstream), self._tools_changed,
                               self._others_changed)
             self.members[spec.key] = Member(spec, upstream, catalog, Subscriptions(upstream))
