@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types
 import pytest
 from mcp import Client
@@ -23,8 +24,10 @@ from pydantic import TypeAdapter
 
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.fleet import Entry, clock, filesystem, fleet_http, memory, write_gateway_toml
+from tests.fixtures.inspector import ERAS
 from tests.fixtures.mcp_servers import MODES, ROOT, VERSIONS, raw_tools, server_env
 from tests.fixtures.upstreams import Listening
+from tests.integration.test_gateway_inspector import DENIED, attempt, call, listing, shown_requirements
 from tests.integration.test_gateway_thirdparty import (
     LIKE_THE_GATEWAY,
     denial,
@@ -234,3 +237,23 @@ async def test_an_unknown_prompt_or_resource_is_refused(fleet: Fleet) -> None:
             await client.read_resource("demo://nowhere")
         simple = await client.get_prompt("everything__simple-prompt")  # the session goes on
     assert simple.messages
+
+
+# --- the MCP Inspector CLI, in both eras ----------------------------------------------------------
+@pytest.mark.parametrize("era", list(ERAS))
+def test_the_inspector_sees_every_prefixed_tool_with_its_requirements(fleet: Fleet, tmp_path: Path,
+                                                                      era: str) -> None:
+    own = anyio.run(direct_tools, fleet.servers)
+    tools = listing(tmp_path, era, [fleet.gateway.url])
+    assert list(tools) == [f"{key}__{tool['name']}" for key, tool in own]
+    assert shown_requirements(tools) == REQUIREMENTS
+    code, now = call(tmp_path, era, [fleet.gateway.url], "time__get_current_time", timezone="UTC")
+    assert code == 0 and now["structuredContent"]["timezone"] == "UTC"
+    code, denied = call(tmp_path, era, [fleet.gateway.url], "everything__get-sum", a="1", b="2")
+    assert code == DENIED
+    assert denied["structuredContent"] == {"error": "unmet_requirements", "tool": "everything__get-sum",
+                                           "unmet": ["env:staging"], "withheld": 0}
+    before = snapshot(fleet.disk)
+    assert attempt(tmp_path, era, [fleet.gateway.url], "fs__write_file",
+                   path=str(fleet.disk / "notes.txt"), content="gone") != 0
+    assert snapshot(fleet.disk) == before
