@@ -17,6 +17,7 @@ import httpx
 import pytest
 from mcp import Client
 
+from mcp_preconditions.gateway.fleet import HANDSHAKE_SECONDS
 from tests.fixtures.fleet import (
     DEAD,
     HUNG,
@@ -81,8 +82,8 @@ async def timed_call(client: Client, name: str, arguments: dict[str, Any] | None
             time.monotonic() - started)
 
 
-def until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + RECOVERY_SECONDS
+def until(condition: Any, what: str, seconds: float = RECOVERY_SECONDS) -> None:
+    deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
@@ -164,8 +165,8 @@ async def test_a_killed_server_is_restarted_and_readyz_follows(fleet: Fleet) -> 
 
 
 def test_a_hung_server_is_timed_out_and_started_again_on_its_own(tmp_path: Path) -> None:
-    """Its handshake is bounded by the call timeout: the process is dropped and a new one started
-    (with backoff), while the other server answers throughout."""
+    """Its handshake is bounded (the call timeout, at least HANDSHAKE_SECONDS): the process is
+    dropped and a new one started with backoff, while the other server answers throughout."""
     policy = tmp_path / "policy.toml"
     policy.write_text("[gateway]\ncall_timeout_seconds = 2\n", encoding="utf-8")
     marker = str(tmp_path)
@@ -175,7 +176,8 @@ def test_a_hung_server_is_timed_out_and_started_again_on_its_own(tmp_path: Path)
     with fleet_http(config) as gateway:
         until(lambda: len(pids_with("FLEET_TEST_HUNG", marker)) == 1, "never started")
         first = pids_with("FLEET_TEST_HUNG", marker)
-        until(lambda: pids_with("FLEET_TEST_HUNG", marker) not in ([], first), "never restarted")
+        until(lambda: pids_with("FLEET_TEST_HUNG", marker) not in ([], first), "never restarted",
+              HANDSHAKE_SECONDS + RECOVERY_SECONDS)
         again = pids_with("FLEET_TEST_HUNG", marker)
         echoed = anyio.run(_echo, gateway.url)
         answer = httpx.get(base_url(gateway) + "/readyz", timeout=30)

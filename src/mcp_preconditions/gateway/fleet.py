@@ -31,6 +31,7 @@ UNUSABLE = "the gateway's policy is unusable"
 # After the first listing, a server that is still starting delays the others' listing this long at
 # most; its tools come later, with a list_changed notification.
 LATE_SERVER_GRACE = 2.0
+HANDSHAKE_SECONDS = 30.0
 
 
 @dataclass
@@ -72,7 +73,7 @@ class Fleet:
         self.members: dict[str, Member] = {}
         for spec in specs:
             upstream = Upstream(target_of(spec, environment), key=spec.key,
-                                connect_timeout=lambda: self._policy().gateway.call_timeout_seconds)
+                                connect_timeout=self._handshake_timeout)
             catalog = Catalog(spec.key, self._fetcher(upstream), self._tools_changed,
                               self._others_changed)
             self.members[spec.key] = Member(spec, upstream, catalog, Subscriptions(upstream))
@@ -84,6 +85,12 @@ class Fleet:
         # Per wait: the connection attempt of each server that was given its grace already (a
         # server that never answers is waited for once per attempt, not by every request).
         self._graced: dict[str, dict[str, int]] = {"listing": {}, "connection": {}}
+
+    def _handshake_timeout(self) -> float:
+        """How long a server may take to start and answer `initialize`: the call timeout, but
+        never less than HANDSHAKE_SECONDS (an interpreter's imports on a loaded host, a first npx
+        run). One that takes longer is dropped and started again with backoff."""
+        return max(self._policy().gateway.call_timeout_seconds, HANDSHAKE_SECONDS)
 
     def __iter__(self) -> Iterator[Member]:
         return iter(self.members.values())
