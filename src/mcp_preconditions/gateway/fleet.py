@@ -167,10 +167,14 @@ class Fleet:
     # -- keeping routes and the guard in step with the listings -----------------------------------
     def _listing(self, member: Member) -> ServerListing:
         catalog = member.catalog
+        resources = member.upstream.current.capabilities.get("resources") \
+            if member.upstream.current is not None else None
+        serves = frozenset() if not isinstance(resources, dict) else \
+            frozenset({"resources", *(["subscribe"] if resources.get("subscribe") else [])})
         return ServerListing(member.key, member.spec.prefix, catalog.names("tools"),
                              catalog.duplicates, catalog.names("prompts"),
                              catalog.names("resources", "uri"),
-                             catalog.names("templates", "uriTemplate"))
+                             catalog.names("templates", "uriTemplate"), serves)
 
     def _others_changed(self) -> None:
         self.routes = build_routes(self._listing(m) for m in self)
