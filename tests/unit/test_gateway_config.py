@@ -11,7 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-import jsonschema  # type: ignore[import-untyped]  # a dependency of mcp; no stubs installed
+import jsonschema
 import pytest
 
 from mcp_preconditions.cli import main
@@ -61,7 +61,8 @@ TOML_ERRORS = [
      "lisen: unknown key (a typo here would silently weaken the policy)"),
     ("unknown server key", '[servers.a]\ncommand = "PY"\nargv = ["x"]\n',
      "servers.a.argv: unknown key (a typo here would silently weaken the policy)"),
-    ("wrong type: command", "[servers.a]\ncommand = 3\n", "servers.a.command: Input should be a valid string"),
+    ("wrong type: command", "[servers.a]\ncommand = 3\n",
+     "servers.a.command: Input should be a valid string"),
     ("wrong type: args", '[servers.a]\ncommand = "PY"\nargs = "-m x"\n',
      "servers.a.args: Input should be a valid list"),
     ("wrong type: an env value", '[servers.a]\ncommand = "PY"\nenv = { N = 1 }\n',
@@ -296,8 +297,9 @@ def test_config_validate_says_ok(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().out == f"OK: {json_path} (1 server(s): a)\n"
 
 
-@pytest.mark.parametrize(("argv", "title"), [([], "mcp-preconditions gateway config"),
-                                             (["--desktop"], "mcp-preconditions gateway config (desktop JSON)")])
+@pytest.mark.parametrize(("argv", "title"), [
+    ([], "mcp-preconditions gateway config"),
+    (["--desktop"], "mcp-preconditions gateway config (desktop JSON)")])
 def test_config_schema_is_a_json_schema(capsys: pytest.CaptureFixture[str], argv: list[str],
                                         title: str) -> None:
     assert main(["config", "schema", *argv]) == 0
