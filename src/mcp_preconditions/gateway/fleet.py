@@ -221,7 +221,9 @@ class Fleet:
         """The policy's `[tools.NAME]` against each server's visible tool names: a near miss makes
         the policy unusable for that server (every call to it refused) until one of them changes."""
         policy = self._policy()
-        everywhere = set(self.routes.tools)
+        # Names two servers list are refused, but they are listed: a policy entry for one is no
+        # typo of a third server's name.
+        everywhere = set(self.routes.tools) | set(self.routes.collisions)
         unmatched = [name for name in policy.tools if name not in everywhere]
         for member in self:
             names = [v for v, t in self.routes.tools.items() if t.server == member.key]
