@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, each in a fresh interpreter of its own, a table on stdout,
 bench/results.json (regenerated, not committed) and the charts bench/latency.png and bench/scale.png.
 
-The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway) join when present: each
+The other issues' benches (bench_auth, ..., bench_fleet) join when present: each
 module's `run() -> dict[str, float]` is merged into the results.
 """
 
@@ -19,7 +19,8 @@ from . import fresh, machine, pace_ms
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
-OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway", "bench_agents", "bench_replicas")
+OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway", "bench_agents", "bench_replicas",
+          "bench_fleet")
 
 # metric -> (goal text, test): bounds a user would feel (a decision, a gateway hop, a tool list),
 # plus "flat" read as at most 1.5x from 10 to 100k tools. Cedar and Casbin are shown, not goals.
@@ -35,6 +36,9 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "gateway_vs_fastmcp_throughput": (">= 3x", lambda v: v >= 3),
     "agents_pydantic_ai_filter_pct": ("<= 5 %", lambda v: v <= 5),
     "agents_openai_filter_pct": ("<= 5 %", lambda v: v <= 5),
+    "fleet_call_ratio": ("<= 1.05x", lambda v: v <= 1.05),
+    "fleet_tools_list_1000_p50_ms": ("<= 20 ms", lambda v: v <= 20),
+    "fleet_startup_ratio": ("<= 1.2x", lambda v: v <= 1.2),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -48,7 +52,12 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "gateway_http_ratio", "direct_stdio_p50_ms", "gateway_stdio_p50_ms", "fastmcp_stdio_p50_ms",
          "gateway_stdio_ratio", "direct_http_50_clients_per_s", "gateway_http_50_clients_per_s",
          "fastmcp_http_50_clients_per_s", "gateway_vs_fastmcp_throughput",
-         "agents_pydantic_ai_filter_pct", "agents_openai_filter_pct")
+         "agents_pydantic_ai_filter_pct", "agents_openai_filter_pct",
+         "fleet_call_1_server_p50_ms", "fleet_call_10_servers_p50_ms", "fleet_call_ratio",
+         "fleet_tools_list_1000_p50_ms", "fleet_startup_slowest_alone_s", "fleet_startup_10_s",
+         "fleet_startup_ratio", "fleet_startup_vs_cpu_floor", "fleet_rss_1_server_mb",
+         "fleet_rss_per_server_mb", "gateway_1500_tools_startup_s", "bystander_echo_alone_p50_ms",
+         "bystander_echo_burst_p50_ms", "bystander_burst_ratio")
 
 
 def need(module: str) -> None:
