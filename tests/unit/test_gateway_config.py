@@ -322,3 +322,34 @@ def test_the_schema_accepts_good_files_and_refuses_bad_ones() -> None:
         assert list(toml_schema.iter_errors(bad)) != [], bad
     shipped = json.loads((ROOT / "examples" / "desktop-config.json").read_text(encoding="utf-8"))
     assert list(desktop_schema.iter_errors(shipped)) == []
+
+
+def test_a_desktop_config_that_would_start_the_gateway_on_itself(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's one entry, pointed by mistake at the very config the client reads: the gateway
+    would start a gateway on the same file, which would start another, and so on."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "claude_desktop_config.json"
+    entry = {"command": PY,
+             "args": ["gateway", "--policy", "p.toml", "--servers", "claude_desktop_config.json"]}
+    path.write_text(json.dumps({"mcpServers": {"guarded": entry}}), encoding="utf-8")
+    assert errors(capsys, "config", "validate", str(path)) == [
+        f"{path}: mcpServers.guarded.args: names this file: a gateway started on it would start itself "
+        "again and again (give --servers a copy of the servers, not the config that launches the gateway)"]
+    entry["args"][-1] = "servers.json"  # a copy of the servers: fine
+    path.write_text(json.dumps({"mcpServers": {"guarded": entry}}), encoding="utf-8")
+    assert load_servers(str(path)).servers[0].args[-1] == "servers.json"
+
+
+def test_the_readmes_one_entry_is_a_desktop_config_that_runs_the_gateway_on_its_servers() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Guard every server in your desktop config"):]
+    section = section[:section.index("\n## ", 1)]
+    command = ("mcp-preconditions gateway --policy policies/desktop.toml --servers "
+               "examples/desktop-config.json")
+    assert command in section
+    snippet = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    assert list(jsonschema.Draft202012Validator(config_schema("json")).iter_errors(snippet)) == []
+    [entry] = snippet["mcpServers"].values()
+    assert entry["command"] == "mcp-preconditions" and entry["args"][:1] == ["gateway"]
+    assert entry["args"][entry["args"].index("--servers") + 1] == "/path/to/servers.json"

@@ -258,10 +258,23 @@ def _specs(servers: Mapping[str, ServerEntry], path: str, top: str) -> tuple[Ser
         if entry.command is not None and shutil.which(entry.command) is None:
             problems.append(f"{key_path((top, key, 'command'))}: cannot start the server: command "
                             f"not found: {entry.command}")
+        if any(_same_file(arg, path) for arg in entry.args):
+            problems.append(f"{key_path((top, key, 'args'))}: names this file: a gateway started on "
+                            "it would start itself again and again (give --servers a copy of the "
+                            "servers, not the config that launches the gateway)")
         specs.append(ServerSpec(key, prefix, entry.command, tuple(entry.args), env, entry.url, headers))
     if problems:
         raise PolicyError(path, problems, WHAT)
     return tuple(specs)
+
+
+def _same_file(arg: str, path: str) -> bool:
+    """Whether a server's argument names the deployment file being read (a desktop config whose
+    one entry launches the gateway on that same config)."""
+    try:
+        return arg.endswith(Path(path).name) and Path(arg).resolve() == Path(path).resolve()
+    except (OSError, ValueError):
+        return False
 
 
 def _resolved(values: Mapping[str, str], where: tuple[str, ...], problems: list[str]
