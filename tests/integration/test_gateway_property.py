@@ -1,7 +1,8 @@
 """Property: for random policies and callers, the tool calls that reach the upstream are exactly the
 calls a tiny reference evaluator allows (every requirement met; `unlisted_tools = "deny"` refuses
-tools with none unless the policy names them; a name the upstream lacks is never forwarded). The gateway runs in-process with the
-SDK's own client; the upstream is the real logging fixture over streamable HTTP.
+tools with none that the policy does not name; a name the upstream lacks is never forwarded). The
+gateway runs in-process with the SDK's own client; the upstream is the real logging fixture over
+streamable HTTP.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def reference_allows(policy: dict[str, Any], role: str | None, tool: str) -> boo
     if tool not in UPSTREAM_TOOLS:
         return False
     reqs = set(UPSTREAM_TOOLS[tool]) | set(policy["tools"].get(tool, []))
-    if not reqs:  # under "deny", a tool the policy names (even with no requirements) is exposed
+    if not reqs:  # SPEC §10: under "deny", `[tools.NAME] requirements = []` exposes an open tool
         return policy["unlisted"] == "allow" or tool in policy["tools"]
     return all(_met(r, role) for r in reqs)
 

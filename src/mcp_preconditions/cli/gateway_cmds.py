@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ from ..guard import Guard
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
-from ._sockets import http_address, listening_socket
+from ._sockets import listening_socket
 from ._upstream import add_upstream_options, target_from, upstream_environment
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
@@ -88,28 +87,18 @@ def _servers(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
                              "--servers, --upstream-url or command with it")
         found = config.load_config(args.config)
         assert found.policy is not None
-        _commands_exist(found.servers, "servers")
         return found, found.policy
     if args.policy is None:
         raise InputError("no policy: give --policy P (or --config gateway.toml)")
     if args.servers is not None:
         if single:
             raise InputError("--servers names the servers: give no --upstream-url or command with it")
-        found = config.load_servers(args.servers)
-        _commands_exist(found.servers, "mcpServers")
-        return found, args.policy
+        return config.load_servers(args.servers), args.policy
     target = target_from(args, None)
     spec = (ServerSpec(SINGLE_KEY, "", url=target.url, headers=dict(target.headers))
             if isinstance(target, HttpTarget) else
             ServerSpec(SINGLE_KEY, "", command=target.command, args=tuple(target.args)))
     return config.single_server(spec), args.policy
-
-
-def _commands_exist(servers: Any, top: str) -> None:
-    for spec in servers:
-        if spec.command is not None and shutil.which(spec.command) is None:
-            raise InputError(f"{top}.{spec.key}.command: cannot start the server: command not "
-                             f"found: {spec.command}")
 
 
 def _single_label(args: argparse.Namespace) -> str:
@@ -158,10 +147,13 @@ def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions
 
 
 def _listen(value: str) -> tuple[str, int] | None:
-    """None for stdio, else (host, port)."""
-    if value == "stdio":
-        return None
-    return http_address(value, "--listen", "'stdio' or 'http://HOST:PORT'")
+    """None for stdio, else (host, port). (A gateway.toml's `listen` was checked with the file.)"""
+    from ..gateway.config import listen_address
+
+    try:
+        return listen_address(value)
+    except ValueError as exc:
+        raise InputError(f"--listen: {exc}") from None
 
 
 def _stdio_credentials(claims: str | None) -> Credentials:

@@ -100,9 +100,13 @@ class Upstream:
     request in flight when the process exits fails as soon as the exit is seen.
     """
 
-    def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr) -> None:
+    def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr,
+                 connect_timeout: Callable[[], float] | None = None) -> None:
         self.target = target
         self.key = key  # the server's name in the gateway's config: all a caller is ever told
+        # How long the handshake may take (None: forever). A server that never answers it is
+        # dropped and started again with backoff, like one that exits.
+        self._connect_timeout = connect_timeout
         self.label = f"{key} ({target.label})"  # for the gateway's own log
         # Set by the gateway that serves this upstream's clients.
         self.on_request: RequestHook = _no_client
@@ -183,8 +187,9 @@ class Upstream:
         try:
             client, lost = await self._open(stack, "legacy")
         except Exception as exc:
-            if not isinstance(_innermost(exc), MCPError):
-                raise
+            refused = _innermost(exc)
+            if not isinstance(refused, MCPError) or refused.error.code == types.REQUEST_TIMEOUT:
+                raise  # a server that does not answer at all is not asked again another way
             client, lost = await self._open(stack, "auto")
         session = client.session
         init = session.initialize_result
@@ -203,7 +208,9 @@ class Upstream:
         callbacks: dict[str, Any] = {  # typed by the SDK as Protocols; these match them
             "sampling_callback": self._sampling, "elicitation_callback": self._elicitation,
             "list_roots_callback": self._roots}
+        timeout = None if self._connect_timeout is None else self._connect_timeout()
         client = Client(self._transport(lost), mode=mode, cache=None, client_info=CLIENT_INFO,
+                        read_timeout_seconds=timeout,  # the handshake's; each request sets its own
                         message_handler=cast(Any, self._message(lost)), **callbacks)
         return await stack.enter_async_context(client), lost
 
