@@ -24,8 +24,10 @@ _BLOCK = re.compile(r"```json\n(\{\"mcpServers\".*?)\n```", re.DOTALL)
 
 
 def snippet(doc: Path) -> str:
-    found = _BLOCK.findall(doc.read_text(encoding="utf-8"))
-    assert len(found) == 1, f"{doc}: expected one desktop snippet"
+    """The doc's desktop snippet for one server (the command after `--`; the one-entry snippet of
+    many servers, `--servers`, is tests/integration/test_fleet_desktop.py's)."""
+    found = [b for b in _BLOCK.findall(doc.read_text(encoding="utf-8")) if '"--", ' in b]
+    assert len(found) == 1, f"{doc}: expected one single-server desktop snippet"
     return str(found[0])
 
 
