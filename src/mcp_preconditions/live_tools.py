@@ -6,7 +6,7 @@ server's tools. Needs the `mcp` extra; a server that cannot be started or reache
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO, cast
 
 import anyio
@@ -21,6 +21,9 @@ from pydantic import TypeAdapter
 
 from . import __version__
 from .errors import InputError
+from .gateway.config import ServerSpec
+from .gateway.fleet import target_of
+from .gateway.route import visible
 from .gateway.server import HttpTarget, StdioTarget
 
 MAX_PAGES = 100  # a server whose cursors never end cannot hang the listing
@@ -52,6 +55,27 @@ async def list_tools(target: StdioTarget | HttpTarget, *, timeout: float = 30.0)
                 raise inner from None
             raise InputError(f"{target.label}: cannot list its tools: {_describe(exc)}"
                              f"{_said(errlog)}") from None
+
+
+async def list_servers_tools(servers: Sequence[ServerSpec], environment: Mapping[str, str], *,
+                             timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Every tool of a gateway's servers (a gateway.toml or a desktop config), listed in parallel,
+    each under its visible name (PREFIX + name) as the gateway shows it; a name two servers share,
+    or one server lists twice, is left out (the gateway refuses it). InputError as `list_tools`,
+    for the first server that fails."""
+    found: dict[str, list[dict[str, Any]]] = {}
+
+    async def one(spec: ServerSpec) -> None:
+        found[spec.key] = await list_tools(target_of(spec, dict(environment)), timeout=timeout)
+    async with anyio.create_task_group() as tg:
+        for spec in servers:
+            tg.start_soon(one, spec)
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for spec in servers:
+        for tool in found[spec.key]:
+            if isinstance(tool.get("name"), str):
+                shown.setdefault(spec.prefix + tool["name"], []).append(visible(tool, spec.prefix))
+    return [copies[0] for copies in shown.values() if len(copies) == 1]
 
 
 async def _listing(target: StdioTarget | HttpTarget, mode: str, errlog: TextIO) -> list[dict[str, Any]]:
@@ -114,4 +138,4 @@ def _said(errlog: TextIO) -> str:
     return f" (its stderr: {last})"
 
 
-__all__ = ["MAX_PAGES", "list_tools"]
+__all__ = ["MAX_PAGES", "list_servers_tools", "list_tools"]
