@@ -49,6 +49,7 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "quota_memory_added_us": ("<= 2 µs", lambda v: v <= 2),
     "quota_redis_round_trips": ("1 per decision", lambda v: v == 1),
     "telemetry_metrics_overhead_pct": ("<= 3 %", lambda v: v <= 3),
+    "telemetry_gateway_metrics_overhead_pct": ("<= 3 %", lambda v: v <= 3),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -74,7 +75,13 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "telemetry_metrics_off_p50_us", "telemetry_metrics_on_p50_us",
          "telemetry_metrics_overhead_us", "telemetry_metrics_overhead_pct",
          "telemetry_tracing_untraced_p50_us", "telemetry_tracing_p50_us",
-         "telemetry_tracing_overhead_pct")
+         "telemetry_tracing_overhead_pct",
+         "telemetry_gateway_off_p50_ms", "telemetry_gateway_on_p50_ms",
+         "telemetry_gateway_metrics_overhead_us", "telemetry_gateway_metrics_overhead_pct",
+         "telemetry_gateway_off_cpu_ms_per_call", "telemetry_gateway_on_cpu_ms_per_call",
+         "telemetry_gateway_metrics_cpu_pct", "telemetry_gateway_traced_p50_ms",
+         "telemetry_gateway_tracing_overhead_pct", "telemetry_gateway_traced_cpu_ms_per_call",
+         "telemetry_gateway_tracing_cpu_pct")
 
 
 def need(module: str) -> None:
