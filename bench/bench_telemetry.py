@@ -162,7 +162,7 @@ def measure_tracing() -> dict[str, float]:
 # --- the gateway hop ------------------------------------------------------------------------------
 GATEWAY_TURNS = 3_000  # calls to each gateway, one to each in turn
 GATEWAY_WARMUP = 200
-LOAD_CLIENTS, LOAD_WARMUP_S, LOAD_SECONDS, LOAD_ROUNDS = 10, 1.0, 3.0, 3
+LOAD_CLIENTS, LOAD_WARMUP_S, LOAD_SECONDS, LOAD_ROUNDS = 10, 1.0, 3.0, 5
 
 
 def _variant(policy: Path, metrics: str, env: Mapping[str, str] | None = None) -> Any:

@@ -285,3 +285,16 @@ def _bound() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield int(sock.getsockname()[1])
+
+
+def test_metrics_need_no_token_where_mcp_does(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY + '[auth]\nissuer = "https://issuer.example"\naudience = "mcp"\n'
+                      'jwks_uri = "https://issuer.example/jwks"\n', encoding="utf-8")
+    with gateway_http(policy, tmp_path / "u.jsonl") as gw:
+        mcp = httpx.post(gw.url + "/mcp", json={}, timeout=30)
+        page = httpx.get(gw.url + "/metrics", timeout=30)
+    assert mcp.status_code == 401
+    assert page.status_code == 200
+    assert "mcp_preconditions_upstream_up" in page.text
+    assert "issuer.example" not in page.text and "Bearer" not in page.text

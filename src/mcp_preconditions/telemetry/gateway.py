@@ -22,7 +22,7 @@ from opentelemetry.trace import Span, StatusCode, Tracer
 from ..outcomes import Decision
 from .labels import result_of
 from .metrics import Metrics
-from .propagation import incoming_context, upstream_params
+from .propagation import TRACEPARENT, header, incoming_context, upstream_params
 from .tracing import call_attributes, decision_span, recording_span, server_span, upstream_span
 
 NO_SERVER = "(none)"  # the `server` label of a call to a name no server could take
@@ -151,7 +151,7 @@ class UpstreamCall:
                                        self._method, telemetry._tracer)
             self._span.__enter__()
         self._start = perf_counter()
-        if self._span is None and self._headers is None:
+        if self._span is None and header(self._headers, TRACEPARENT) is None:
             return params  # no span, no header: `_meta` passes on as the caller sent it
         sent = upstream_params(params or {}, self._headers)
         return sent if sent or params is not None else None
