@@ -152,7 +152,7 @@ def test_upstream_up_and_restarts_follow_killed_servers(tmp_path: Path) -> None:
 
         crashed = anyio.run(_call, gw.url + "/mcp", "alpha__crash")  # the stdio server exits
         assert crashed["isError"] is True
-        until(lambda: prom.values(restarts, "server"), {("alpha",): 1}, gw.output)
+        until(lambda: prom.values(restarts, "server"), {("alpha",): 1, ("beta",): 0}, gw.output)
         until(lambda: prom.values(up, "server"), {("alpha",): 1, ("beta",): 1}, gw.output)
 
         port = int(beta.url.split(":")[2].split("/")[0])
