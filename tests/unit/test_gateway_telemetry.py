@@ -185,6 +185,21 @@ def test_a_message_ending_in_an_error_marks_its_span_without_the_text(
     assert "sk-secret" not in repr(call.status) + repr(dict(call.attributes or {}))
 
 
+def test_a_failed_upstream_call_marks_its_span_without_the_text(
+        spans: tuple[GatewayTelemetry, InMemorySpanExporter]) -> None:
+    telemetry, exporter = spans
+    with pytest.raises(RuntimeError), telemetry.upstream("alpha", "tools/call", {"name": "echo"}):
+        raise RuntimeError("cannot start /opt/secret/bin/server --token sk-1")
+    upstream = by_name(exporter)["upstream tools/call echo"]
+    assert upstream.status.status_code is StatusCode.ERROR
+    assert (upstream.attributes or {})["error.type"] == "RuntimeError"
+    assert "sk-1" not in repr(upstream.status) + repr(dict(upstream.attributes or {})) + repr(
+        [e.attributes for e in upstream.events])
+    assert telemetry.metrics is not None  # a failed call's trip is timed too
+    assert telemetry.metrics.registry.get_sample_value(
+        "mcp_preconditions_upstream_seconds_count", {"server": "alpha"}) == 1
+
+
 def test_an_http_upstream_gets_the_messages_own_context_as_a_header() -> None:
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"traceparent":"' \
         + A.encode() + b'","tracestate":"k=v"}}}'

@@ -15,15 +15,21 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any
 
-from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
-from opentelemetry.trace import Span, StatusCode, Tracer
+from opentelemetry.trace import Span, Tracer
 
 from ..outcomes import Decision
 from .labels import result_of
 from .metrics import Metrics
 from .propagation import TRACEPARENT, header, incoming_context, upstream_params
-from .tracing import call_attributes, decision_span, recording_span, server_span, upstream_span
+from .tracing import (
+    call_attributes,
+    decision_span,
+    mark_failed,
+    recording_span,
+    server_span,
+    upstream_span,
+)
 
 NO_SERVER = "(none)"  # the `server` label of a call to a name no server could take
 _NAMED = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt.name"}
@@ -32,7 +38,9 @@ Headers = Mapping[str, Any] | None  # a request's HTTP headers (None: stdio, in-
 
 class GatewayTelemetry:
     """What one gateway counts and traces. `metrics` None: nothing counted. Spans are made once a
-    tracer provider is installed (`configure_tracing`), or with the `tracer` given (tests)."""
+    tracer provider is installed (`configure_tracing`), or with the `tracer` given (tests).
+    `message` comes first for every client message: it is where a provider installed later is
+    noticed."""
 
     def __init__(self, metrics: Metrics | None = None, tracer: Tracer | None = None) -> None:
         self.metrics = metrics
@@ -131,7 +139,8 @@ class UpstreamCall:
     """One request's trip upstream (see GatewayTelemetry.upstream). A class, not a generator: it is
     on every forwarded request's path."""
 
-    __slots__ = ("_headers", "_method", "_params", "_server", "_span", "_start", "_telemetry")
+    __slots__ = ("_headers", "_method", "_opened", "_params", "_server", "_span", "_start",
+                 "_telemetry")
 
     def __init__(self, telemetry: GatewayTelemetry, server: str, method: str,
                  params: Mapping[str, Any] | None, headers: Headers) -> None:
@@ -140,16 +149,17 @@ class UpstreamCall:
         self._method = method
         self._params = params
         self._headers = headers
-        self._span: AbstractContextManager[Span] | None = None
+        self._opened: AbstractContextManager[Span] | None = None
+        self._span: Span | None = None
         self._start = 0.0
 
     def __enter__(self) -> Mapping[str, Any] | None:
         telemetry, params = self._telemetry, self._params
         if telemetry._traced:
             name = params.get("name") if params and self._method == "tools/call" else None
-            self._span = upstream_span(self._server, name if isinstance(name, str) else None,
-                                       self._method, telemetry._tracer)
-            self._span.__enter__()
+            self._opened = upstream_span(self._server, name if isinstance(name, str) else None,
+                                         self._method, telemetry._tracer)
+            self._span = self._opened.__enter__()
         self._start = perf_counter()
         if self._span is None and header(self._headers, TRACEPARENT) is None:
             return params  # no span, no header: `_meta` passes on as the caller sent it
@@ -161,23 +171,18 @@ class UpstreamCall:
         metrics = self._telemetry.metrics
         if metrics is not None and self._method == "tools/call":
             metrics.observe_upstream(self._server, perf_counter() - self._start)
-        if self._span is not None:
-            self._span.__exit__(kind, exc, tb)
+        if self._opened is not None and self._span is not None:
+            if exc is not None and isinstance(exc, Exception):
+                mark_failed(self._span, exc)
+            self._opened.__exit__(kind, exc, tb)
 
 
 @contextmanager
 def _failures(opened: AbstractContextManager[Span]) -> Iterator[Span]:
-    """The span, marked as an error when the message ends in one: the JSON-RPC code, or the
-    exception's type (never its text, which may quote the caller's input)."""
+    """The span, marked as an error when the message ends in one (`tracing.mark_failed`)."""
     with opened as span:
         try:
             yield span
-        except MCPError as exc:
-            code = str(exc.error.code)
-            span.set_attributes({"error.type": code, "rpc.response.status_code": code})
-            span.set_status(StatusCode.ERROR)
-            raise
         except Exception as exc:
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(StatusCode.ERROR)
+            mark_failed(span, exc)
             raise

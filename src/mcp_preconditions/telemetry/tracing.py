@@ -15,7 +15,7 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 
 from ..decision_sinks import ATTRIBUTE_PREFIX
 from ..errors import InputError
@@ -127,13 +127,15 @@ def upstream_span(server: str, tool: str | None, method: str = "tools/call",
                   tracer: Tracer | None = None) -> AbstractContextManager[Span]:
     """The child span around a request's trip upstream (an allowed call's, or any request the
     gateway forwards: `tool` None when it names no tool); inject its context into what goes
-    upstream (propagation.upstream_params / upstream_headers) inside it."""
+    upstream (propagation.upstream_params / upstream_headers) inside it. A failure is the caller's
+    to describe on it (see `mark_failed`): an exception's text may quote a command line."""
     attributes: dict[str, Any] = {"mcp.method.name": method, ATTRIBUTE_PREFIX + "server": server}
     if tool is not None:
         attributes["gen_ai.tool.name"] = tool
     return (tracer or _tracer).start_as_current_span(
         f"upstream {method} {tool}" if tool is not None else f"upstream {method}",
-        kind=SpanKind.CLIENT, attributes=attributes)
+        kind=SpanKind.CLIENT, attributes=attributes, record_exception=False,
+        set_status_on_exception=False)
 
 
 def server_span(method: str, target: str | None, parent: Context | None,
@@ -145,6 +147,17 @@ def server_span(method: str, target: str | None, parent: Context | None,
     return (tracer or _tracer).start_as_current_span(
         f"{method} {target}" if target else method, context=parent, kind=SpanKind.SERVER,
         attributes=attributes, record_exception=False, set_status_on_exception=False)
+
+
+def mark_failed(span: Span, exc: BaseException) -> None:
+    """An error status and `error.type` on `span`: the JSON-RPC code of an MCP error, else the
+    exception's type; never its text (it may quote the caller's input or a server's command)."""
+    code = getattr(getattr(exc, "error", None), "code", None)
+    if isinstance(code, int):
+        span.set_attributes({"error.type": str(code), "rpc.response.status_code": str(code)})
+    else:
+        span.set_attribute("error.type", type(exc).__qualname__)
+    span.set_status(StatusCode.ERROR)
 
 
 def call_attributes(server: str, decision: Decision, result: str) -> dict[str, Any]:
