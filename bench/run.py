@@ -52,6 +52,7 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "fleet_call_ratio": ("<= 1.05x", lambda v: v <= 1.05),
     "fleet_tools_list_1000_p50_ms": ("<= 20 ms", lambda v: v <= 20),
     "fleet_startup_ratio": ("<= 1.2x", lambda v: v <= 1.2),
+    "telemetry_gateway_metrics_overhead_pct": ("<= 3 %", lambda v: v <= 3),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -82,7 +83,13 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "fleet_tools_list_1000_p50_ms", "fleet_startup_slowest_alone_s", "fleet_startup_10_s",
          "fleet_startup_ratio", "fleet_startup_vs_cpu_floor", "fleet_rss_1_server_mb",
          "fleet_rss_per_server_mb", "gateway_1500_tools_startup_s", "bystander_echo_alone_p50_ms",
-         "bystander_echo_burst_p50_ms", "bystander_burst_ratio")
+         "bystander_echo_burst_p50_ms", "bystander_burst_ratio",
+         "telemetry_gateway_off_p50_ms", "telemetry_gateway_on_p50_ms",
+         "telemetry_gateway_metrics_overhead_us", "telemetry_gateway_metrics_overhead_pct",
+         "telemetry_gateway_off_cpu_ms_per_call", "telemetry_gateway_on_cpu_ms_per_call",
+         "telemetry_gateway_metrics_cpu_pct", "telemetry_gateway_traced_p50_ms",
+         "telemetry_gateway_tracing_overhead_pct", "telemetry_gateway_traced_cpu_ms_per_call",
+         "telemetry_gateway_tracing_cpu_pct")
 
 
 

@@ -22,20 +22,23 @@ from ..guard import Guard
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
-from ._sockets import listening_socket
+from ._sockets import http_address, listening_socket
 from ._upstream import add_upstream_options, target_from, upstream_environment
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway, GatewayConfig
     from ..gateway.replicas import ReplicaOptions
+    from ..telemetry import Metrics
 
 SINGLE_KEY = "upstream"  # the one server of the single-upstream forms
+SERVICE_NAME = "mcp-preconditions-gateway"  # in traces, unless OTEL_SERVICE_NAME names another
 
 
 def run_gateway(args: argparse.Namespace) -> int:
     """`gateway`: check the command line, load the policy, serve until the listener ends."""
     from ..gateway import Gateway, replicas
-    from ..gateway.listener import Limits, serve_http, serve_stdio
+    from ..telemetry import Metrics, configure_tracing
+    from ..telemetry.gateway import GatewayTelemetry
 
     config, policy = _servers(args)
     listen = _listen(args.listen or config.listen or "stdio")
@@ -43,37 +46,68 @@ def run_gateway(args: argparse.Namespace) -> int:
     if listen is not None and claims is not None:
         raise InputError("--claims is for --listen stdio only; over HTTP each call's bearer token "
                          "decides who is calling")
+    metrics_at = (http_address(args.metrics_listen, "--metrics-listen")
+                  if args.metrics_listen is not None else None)
     options = replicas.options_from(policy, args.policy_poll_seconds, args.policy_public_key,
                                     args.replica_id)
     source = replicas.load_source(options)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
+    tracing = configure_tracing(service_name=SERVICE_NAME)  # an unusable OTEL_* setting: exit 2 now
     label = _single_label(args) if args.config is None and args.servers is None else None
     gateways: list[Gateway] = []  # the gateway names each decision's server; it is made next
     guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, label),
                   tool_labels=lambda tool: gateways[0].server_labels(tool))
-    credentials = _credentials(listen, claims)
-    gateway = Gateway(guard, config.servers, credentials, environment=upstream_environment(source))
+    metrics = Metrics()
+    gateway = Gateway(guard, config.servers, _credentials(listen, claims),
+                      environment=upstream_environment(source), telemetry=GatewayTelemetry(metrics))
     gateways.append(gateway)
-    tasks = _reloading(guard, gateway, options)
-    if listen is None:
-        anyio.run(serve_stdio, gateway, *tasks)
-        return 0
-    limits = Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
-                    int(_positive(args.max_connections, "--max-connections", int)))
-    sock = listening_socket(*listen, "--listen")
+    tasks = _reloading(guard, gateway, options, metrics)
     names = ", ".join(s.key for s in config.servers)
+    announce = (f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, revision "
+                f"{guard.revision}, replica {options.replica()})")
     try:
-        anyio.run(lambda: serve_http(
-            gateway, sock, f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, "
-                           f"revision {guard.revision}, replica {options.replica()})",
-            *tasks, limits=limits))
+        _serve(args, gateway, listen, metrics_at, tasks, announce)
     except KeyboardInterrupt:
         return 0
     finally:
-        sock.close()
+        if tracing is not None:
+            tracing.shutdown()  # the spans still queued are exported now
     return 0
+
+
+def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] | None,
+           metrics_at: tuple[str, int] | None, tasks: list[Callable[[], Coroutine[Any, Any, None]]],
+           announce: str) -> None:
+    """Serve on stdio or HTTP until the listener ends; `/metrics` on the HTTP listener, or on a
+    listener of its own (`--metrics-listen`)."""
+    from ..gateway.listener import Limits, serve_http, serve_stdio
+    from ..telemetry import MetricsListener
+
+    metrics = gateway.telemetry.metrics
+    assert metrics is not None
+    sock = listener = None
+    try:
+        limits = Limits()
+        if listen is not None:
+            limits = Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
+                            int(_positive(args.max_connections, "--max-connections", int)))
+            sock = listening_socket(*listen, "--listen")
+        if metrics_at is not None:
+            listener = MetricsListener(metrics, *metrics_at)
+            print(f"{PROG}: metrics on {listener.url}", file=sys.stderr, flush=True)
+        if sock is None:
+            anyio.run(serve_stdio, gateway, *tasks)
+            return
+        http = sock
+        anyio.run(lambda: serve_http(gateway, http, announce, *tasks, limits=limits,
+                                     metrics=metrics if listener is None else None))
+    finally:
+        if sock is not None:
+            sock.close()
+        if listener is not None:
+            listener.close()
 
 
 def _servers(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
@@ -136,14 +170,19 @@ def _positive(value: str | None, option: str, kind: Callable[[str], float]) -> f
     return number
 
 
-def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions
+def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions, metrics: Metrics
                ) -> list[Callable[[], Coroutine[Any, Any, None]]]:
     """The policy poller as a task for the gateway's task group (none when not watched). After a
-    swap the servers' tool names are checked against the new policy and clients list again."""
+    swap the servers' tool names are checked against the new policy and clients list again;
+    every attempt counts in `policy_reloads_total`."""
     from ..gateway import replicas
+    from ..telemetry import watch_policy
 
     reloader = replicas.reloader(guard, options, lambda _change: gateway.policy_changed())
-    return [] if reloader is None else [replicas.keep_current(reloader)]
+    if reloader is None:
+        return []
+    watch_policy(metrics, reloader)
+    return [replicas.keep_current(reloader)]
 
 
 def _listen(value: str) -> tuple[str, int] | None:
@@ -169,13 +208,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "gateway", help="guard MCP servers you did not write (stdio commands or HTTP URLs)",
         usage=f"{PROG} gateway --policy P [--listen stdio | --listen http://HOST:PORT] [--claims C]\n"
               "        [--policy-poll-seconds S] [--policy-public-key FILE] [--replica-id ID]\n"
+              "        [--metrics-listen http://HOST:PORT]\n"
               "        (--upstream-url URL [--upstream-header NAME=env:VAR ...] | -- COMMAND [ARG ...]\n"
               "         | --servers DESKTOP_CONFIG.json)\n"
               f"   or: {PROG} gateway --config gateway.toml [--listen ...] [options]",
         description="Serve the servers' tools, resources and prompts with every tool call decided by "
                     "the policy first. tools/list shows each tool's requirements (its own plus the "
                     "policy's, less the confidential ones). Several servers' names carry a prefix "
-                    "(KEY__ by default). The caller's token is never sent to a server.")
+                    "(KEY__ by default). The caller's token is never sent to a server. Prometheus "
+                    "metrics are at GET /metrics on the HTTP listener, with no token asked (they "
+                    "name no caller, token or confidential requirement); on a public listener, or "
+                    "for stdio, serve them with --metrics-listen on an address your network "
+                    "keeps private. Traces: the OTEL_* variables (extra otel).")
     parser.add_argument("--policy", metavar="P",
                         help="policy file (TOML), or an http(s):// URL of a policy bundle")
     parser.add_argument("--config", metavar="FILE",
@@ -193,6 +237,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "$MCP_PRECONDITIONS_REPLICA_ID, else hostname:pid)")
     parser.add_argument("--listen", default=None, metavar="stdio|http://HOST:PORT",
                         help="stdio (default) or streamable HTTP at /mcp on HOST:PORT")
+    parser.add_argument("--metrics-listen", metavar="http://HOST:PORT",
+                        help="serve GET /metrics on a listener of its own (a stdio gateway has no "
+                             "other; over HTTP it moves /metrics off the main listener, which then "
+                             "answers 404 there)")
     parser.add_argument("--claims", metavar="C",
                         help="stdio only: JSON claims of the local caller (default: anonymous)")
     parser.add_argument("--header-timeout-seconds", default="10", metavar="S",

@@ -17,6 +17,7 @@ from ..guard import Guard
 from ..names import check_tool_names
 from ..policy.model import Policy
 from ..requirements import validate
+from ..telemetry.gateway import GatewayTelemetry
 from .catalog import Catalog
 from .config import ServerSpec
 from .route import Routes, ServerListing, build_routes
@@ -66,14 +67,17 @@ class Fleet:
     """Every member, the routes through them, and the guard's view of their tools."""
 
     def __init__(self, guard: Guard, specs: Sequence[ServerSpec], environment: dict[str, str],
-                 policy: Callable[[], Policy], notify: Callable[[str], Awaitable[None]]) -> None:
+                 policy: Callable[[], Policy], notify: Callable[[str], Awaitable[None]],
+                 telemetry: GatewayTelemetry) -> None:
         self._guard = guard
         self._policy = policy
         self._notify = notify  # sends a list_changed notification of a kind to every client
+        self._telemetry = telemetry
         self.members: dict[str, Member] = {}
         for spec in specs:
             upstream = Upstream(target_of(spec, environment), key=spec.key,
-                                connect_timeout=self._handshake_timeout)
+                                connect_timeout=self._handshake_timeout, telemetry=telemetry)
+            telemetry.connected(spec.key, False)  # down until its first session
             catalog = Catalog(spec.key, self._fetcher(upstream), self._tools_changed,
                               self._others_changed)
             self.members[spec.key] = Member(spec, upstream, catalog, Subscriptions(upstream))
@@ -85,6 +89,7 @@ class Fleet:
         # Per wait: the connection attempt of each server that was given its grace already (a
         # server that never answers is waited for once per attempt, not by every request).
         self._graced: dict[str, dict[str, int]] = {"listing": {}, "connection": {}}
+        self._declare()
 
     def _handshake_timeout(self) -> float:
         """How long a server may take to start and answer `initialize`: the call timeout, but
@@ -216,6 +221,20 @@ class Fleet:
         for visible in sorted(invalid.keys() - self.invalid.keys()):
             log.error("tool %r refused: its requirements are unusable: %s", visible, invalid[visible])
         self.invalid = invalid
+        self._declare()
+
+    def _declare(self) -> None:
+        """The metrics' label values: each server's routable tools (a name it lists twice is
+        refused, so it counts as unlisted) with their effective requirements, and the policy."""
+        if self._telemetry.metrics is None:
+            return
+        guard, routes = self._guard, self.routes
+        tools: dict[str, dict[str, tuple[str, ...]]] = {key: {} for key in self.members}
+        for visible, target in routes.tools.items():
+            if visible not in routes.duplicates:
+                tools[target.server][visible] = guard.requirements_for(visible)
+        snapshot = guard.snapshot
+        self._telemetry.listed(tools, snapshot.confidential, snapshot.revision)
 
     def check_names(self) -> None:
         """The policy's `[tools.NAME]` against each server's visible tool names: a near miss makes

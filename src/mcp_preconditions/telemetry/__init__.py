@@ -4,6 +4,7 @@ from callers and passed upstream.
 """
 
 from .exposition import METRICS_PATH, MetricsListener, metrics_app, metrics_endpoint, metrics_route
+from .gateway import NO_SERVER, GatewayTelemetry, UpstreamCall
 from .labels import OTHER, RESULTS, UNLISTED, WITHHELD, result_of
 from .metrics import Metrics
 from .policy import watch_policy
@@ -17,7 +18,8 @@ from .tracing import (
     upstream_span,
 )
 
-__all__ = ["METRICS_PATH", "OTHER", "RESULTS", "UNLISTED", "WITHHELD", "Metrics", "MetricsListener",
-           "Tracing", "call_attributes", "carrier", "configure_tracing", "decision_span",
-           "incoming_context", "metrics_app", "metrics_endpoint", "metrics_route", "recording_span",
-           "result_of", "upstream_headers", "upstream_params", "upstream_span", "watch_policy"]
+__all__ = ["METRICS_PATH", "NO_SERVER", "OTHER", "RESULTS", "UNLISTED", "WITHHELD", "GatewayTelemetry",
+           "Metrics", "MetricsListener", "Tracing", "UpstreamCall", "call_attributes", "carrier",
+           "configure_tracing", "decision_span", "incoming_context", "metrics_app", "metrics_endpoint",
+           "metrics_route", "recording_span", "result_of", "upstream_headers", "upstream_params",
+           "upstream_span", "watch_policy"]

@@ -155,8 +155,10 @@ class Metrics:
 
     # -- events ----------------------------------------------------------------------------------
     def upstream_up(self, server: str, up: bool) -> None:
-        """The upstream server connected (True) or lost (False)."""
+        """The upstream server connected (True) or lost (False). Its restarts series starts at 0
+        here, so `increase()` sees the first restart."""
         self._upstream_up.labels(server).set(1 if up else 0)
+        self._restarts.labels(server)
 
     def upstream_restarted(self, server: str) -> None:
         self._restarts.labels(server).inc()

@@ -7,6 +7,7 @@ Values are checked against the W3C format before they are trusted or copied into
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -83,6 +84,21 @@ def upstream_headers(params: Mapping[str, Any] | None = None,
     """The `traceparent` (and `tracestate`) headers for a request to an HTTP upstream: the current
     span's, else the caller's own (from `params._meta` or its headers), else none."""
     return current_carrier() or carrier(params, incoming_headers)
+
+
+def message_headers(body: bytes) -> dict[str, str]:
+    """The `traceparent` (and `tracestate`) headers for an HTTP request carrying this JSON-RPC
+    message: its own `params._meta` context, so the header and `_meta` always agree; `{}` when
+    it carries none (one substring test for most messages)."""
+    if b'"traceparent"' not in body:
+        return {}
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return {}
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get(META) if isinstance(params, dict) else None
+    return carrier({META: meta}) if isinstance(meta, dict) else {}
 
 
 def _valid(traceparent: str | None, tracestate: str | None) -> dict[str, str]:

@@ -14,7 +14,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 
 from ..decision_sinks import ATTRIBUTE_PREFIX
 from ..errors import InputError
@@ -115,19 +116,48 @@ def recording_span() -> Span | None:
     return span
 
 
-def decision_span(tool: str) -> AbstractContextManager[Span]:
+def decision_span(tool: str, tracer: Tracer | None = None) -> AbstractContextManager[Span]:
     """The child span around the guard's decision; the decision-log span sink writes the
-    decision's attributes on it (`decision_sinks.span_attributes`)."""
-    return _tracer.start_as_current_span(f"decide {tool}", kind=SpanKind.INTERNAL)
+    decision's attributes on it (`decision_sinks.span_attributes`). `tracer`: the global
+    provider's unless given."""
+    return (tracer or _tracer).start_as_current_span(f"decide {tool}", kind=SpanKind.INTERNAL)
 
 
-def upstream_span(server: str, tool: str, method: str = "tools/call") -> AbstractContextManager[Span]:
-    """The child span around an allowed call's trip upstream; inject its context into what goes
-    upstream (propagation.upstream_params / upstream_headers) inside it."""
-    return _tracer.start_as_current_span(
-        f"upstream {method} {tool}", kind=SpanKind.CLIENT,
-        attributes={"mcp.method.name": method, "gen_ai.tool.name": tool,
-                    ATTRIBUTE_PREFIX + "server": server})
+def upstream_span(server: str, tool: str | None, method: str = "tools/call",
+                  tracer: Tracer | None = None) -> AbstractContextManager[Span]:
+    """The child span around a request's trip upstream (an allowed call's, or any request the
+    gateway forwards: `tool` None when it names no tool); inject its context into what goes
+    upstream (propagation.upstream_params / upstream_headers) inside it. A failure is the caller's
+    to describe on it (see `mark_failed`): an exception's text may quote a command line."""
+    attributes: dict[str, Any] = {"mcp.method.name": method, ATTRIBUTE_PREFIX + "server": server}
+    if tool is not None:
+        attributes["gen_ai.tool.name"] = tool
+    return (tracer or _tracer).start_as_current_span(
+        f"upstream {method} {tool}" if tool is not None else f"upstream {method}",
+        kind=SpanKind.CLIENT, attributes=attributes, record_exception=False,
+        set_status_on_exception=False)
+
+
+def server_span(method: str, target: str | None, parent: Context | None,
+                attributes: dict[str, Any], tracer: Tracer | None = None
+                ) -> AbstractContextManager[Span]:
+    """The SERVER span of one message a client sent (named as the MCP SDK names its own: the
+    method, then the tool or prompt), a child of the caller's context when it sent one (see
+    propagation.incoming_context). Exceptions are the caller's to describe on it."""
+    return (tracer or _tracer).start_as_current_span(
+        f"{method} {target}" if target else method, context=parent, kind=SpanKind.SERVER,
+        attributes=attributes, record_exception=False, set_status_on_exception=False)
+
+
+def mark_failed(span: Span, exc: BaseException) -> None:
+    """An error status and `error.type` on `span`: the JSON-RPC code of an MCP error, else the
+    exception's type; never its text (it may quote the caller's input or a server's command)."""
+    code = getattr(getattr(exc, "error", None), "code", None)
+    if isinstance(code, int):
+        span.set_attributes({"error.type": str(code), "rpc.response.status_code": str(code)})
+    else:
+        span.set_attribute("error.type", type(exc).__qualname__)
+    span.set_status(StatusCode.ERROR)
 
 
 def call_attributes(server: str, decision: Decision, result: str) -> dict[str, Any]:
