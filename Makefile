@@ -36,7 +36,7 @@ node_modules/.package-lock.json: package.json package-lock.json
 node: node_modules/.package-lock.json
 
 # Debian's redis-server and haproxy; the tests start and stop their own instances on 127.0.0.1.
-SERVICES := redis-server haproxy chromium
+SERVICES := redis-server haproxy chromium prometheus
 services:
 	@missing=""; for s in $(SERVICES); do command -v $$s >/dev/null 2>&1 || missing="$$missing $$s"; done; \
 	if [ -n "$$missing" ]; then \
@@ -45,6 +45,7 @@ services:
 	fi
 	@redis-server --version
 	@haproxy -v | head -1
+	@prometheus --version 2>&1 | head -1
 
 demo: install-core
 	$(VENV)/bin/mcp-preconditions demo

@@ -2,8 +2,9 @@
 bench/results.json (regenerated, not committed) and the charts bench/latency.png, bench/scale.png and
 docs/gateway-performance.png (drawn by bench_gateway).
 
-The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway, bench_quota, ...) join
-when present: each module's `run() -> dict[str, float]` is merged into the results.
+The other issues' benches (bench_auth, bench_live, bench_mcp, bench_gateway, bench_quota,
+bench_telemetry, bench_fleet, ...) join when present: each module's `run() -> dict[str,
+float]` is merged into the results.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from . import fresh, machine, pace_ms
 HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
 OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway", "bench_agents", "bench_replicas",
-          "bench_quota")
+          "bench_quota", "bench_telemetry", "bench_fleet")
 
 # metric -> (goal text, test): bounds a user would feel (a decision, a gateway hop, a tool list),
 # plus "flat" read as at most 1.5x from 10 to 100k tools. Cedar and Casbin are shown, not goals.
@@ -47,6 +48,11 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "agents_openai_filter_pct": ("<= 5 %", lambda v: v <= 5),
     "quota_memory_added_us": ("<= 2 µs", lambda v: v <= 2),
     "quota_redis_round_trips": ("1 per decision", lambda v: v == 1),
+    "telemetry_metrics_overhead_pct": ("<= 3 %", lambda v: v <= 3),
+    "fleet_call_ratio": ("<= 1.05x", lambda v: v <= 1.05),
+    "fleet_tools_list_1000_p50_ms": ("<= 20 ms", lambda v: v <= 20),
+    "fleet_startup_ratio": ("<= 1.2x", lambda v: v <= 1.2),
+    "telemetry_gateway_metrics_overhead_pct": ("<= 3 %", lambda v: v <= 3),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -68,7 +74,23 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "gateway_stdio_added_ms",
          "agents_pydantic_ai_filter_pct", "agents_openai_filter_pct",
          "quota_plain_p50_us", "quota_memory_p50_us", "quota_memory_added_us", "quota_redis_p50_us",
-         "quota_redis_p99_us", "quota_redis_round_trips")
+         "quota_redis_p99_us", "quota_redis_round_trips",
+         "telemetry_metrics_off_p50_us", "telemetry_metrics_on_p50_us",
+         "telemetry_metrics_overhead_us", "telemetry_metrics_overhead_pct",
+         "telemetry_tracing_untraced_p50_us", "telemetry_tracing_p50_us",
+         "telemetry_tracing_overhead_pct",
+         "fleet_call_1_server_p50_ms", "fleet_call_10_servers_p50_ms", "fleet_call_ratio",
+         "fleet_tools_list_1000_p50_ms", "fleet_startup_slowest_alone_s", "fleet_startup_10_s",
+         "fleet_startup_ratio", "fleet_startup_vs_cpu_floor", "fleet_rss_1_server_mb",
+         "fleet_rss_per_server_mb", "gateway_1500_tools_startup_s", "bystander_echo_alone_p50_ms",
+         "bystander_echo_burst_p50_ms", "bystander_burst_ratio",
+         "telemetry_gateway_off_p50_ms", "telemetry_gateway_on_p50_ms",
+         "telemetry_gateway_metrics_overhead_us", "telemetry_gateway_metrics_overhead_pct",
+         "telemetry_gateway_off_cpu_ms_per_call", "telemetry_gateway_on_cpu_ms_per_call",
+         "telemetry_gateway_metrics_cpu_pct", "telemetry_gateway_traced_p50_ms",
+         "telemetry_gateway_tracing_overhead_pct", "telemetry_gateway_traced_cpu_ms_per_call",
+         "telemetry_gateway_tracing_cpu_pct")
+
 
 
 def need(module: str) -> None:

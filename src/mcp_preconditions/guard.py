@@ -209,8 +209,16 @@ class Guard:
         hot path of every call; `await guard.check(...)` is the same decision."""
         snap, authenticator, now = self._state
         compiled = snap.tools.get(tool)
-        if compiled is None:
-            return self._unguarded(tool, snap, record)
+        if compiled is None:  # no requirements: allowed, recorded with the caller when known
+            principal = credentials.principal
+            if principal is not None:
+                return self._unguarded(tool, snap, principal.subject, record)
+            if credentials.token is None:
+                return self._unguarded(tool, snap, None, record)
+            known = _known_now(now, credentials)
+            if known is None:  # a token not verified yet: verified now (and cached), to name it
+                return self._unguarded_verified(tool, snap, credentials, authenticator, record)
+            return self._unguarded(tool, snap, known.subject, record)
         start = perf_counter_ns()
         identity: Identity | None
         if not compiled.dynamic:  # every outcome is fixed for the snapshot: nobody to verify
@@ -243,7 +251,7 @@ class Guard:
         snap = self._state[0]
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._unguarded(tool, snap, record)
+            return self._unguarded(tool, snap, identity.subject, record)
         decided = self._evaluate(snap, compiled, identity, arguments, perf_counter_ns(), record)
         return decided if isinstance(decided, Decision) else await decided
 
@@ -254,7 +262,7 @@ class Guard:
         snap = self._state[0]
         compiled = snap.tools.get(tool)
         if compiled is None:
-            return self._unguarded(tool, snap, record)
+            return self._unguarded(tool, snap, identity.subject, record)
         decided = self._evaluate(snap, compiled, identity, arguments, perf_counter_ns(), record)
         return decided if isinstance(decided, Decision) else asyncio.run(decided)
 
@@ -307,16 +315,36 @@ class Guard:
             self.recorder.record(decision)
         return decision
 
-    def _unguarded(self, tool: str, snap: Snapshot, record: bool) -> Decision:
+    def _unguarded(self, tool: str, snap: Snapshot, subject: str | None, record: bool,
+                   duration_ns: int = 0) -> Decision:
         """A tool with no requirements anywhere: allowed (the guard enforces declared requirements;
-        it is not a tool registry)."""
-        decision = new_decision(tool, True, (), None, snap.revision, 0, _NOTHING)
+        it is not a tool registry), recorded with its caller's subject when known."""
+        decision = new_decision(tool, True, (), subject, snap.revision, duration_ns, _NOTHING)
         if record:
             self.recorder.record(decision)
         return decision
 
+    async def _unguarded_verified(self, tool: str, snap: Snapshot, credentials: Credentials,
+                                  authenticator: Authenticator, record: bool) -> Decision:
+        """`_unguarded` after verifying a token no cache knows yet, to name the caller (the answer
+        is cached for the next call). Allowed whatever the answer: the tool requires nothing."""
+        start = perf_counter_ns()
+        identity = await self.authenticate(credentials, authenticator)
+        return self._unguarded(tool, snap, identity.subject, record, perf_counter_ns() - start)
+
 
 _CANCELLED = Identity(failure="authentication failed: the authenticator was cancelled", error=True)
+
+
+def _known_now(now: AuthenticateNow | None, credentials: Credentials) -> Identity | None:
+    """The authenticator's synchronous answer for a token (a cached one), if it has one."""
+    if now is None:
+        return None
+    try:
+        identity = now(credentials)
+    except Exception:  # fail closed does not apply (nothing is decided by it): the caller is unknown
+        return None
+    return identity if isinstance(identity, Identity) else None
 
 
 def _auth_failed(exc: Exception) -> Identity:

@@ -1,6 +1,7 @@
 """The MCP conformance suite (npm @modelcontextprotocol/conformance 0.1.16, on the npm Node 22 it needs)
 against npm server-everything 2026.8.31 alone, through `mcp-preconditions gateway` with no
-requirements, and through fastmcp 4.1.2's `create_proxy`. The gateway may lose no check that passes alone.
+requirements (alone, and beside another server behind one gateway.toml), and through fastmcp 4.1.2's
+`create_proxy`. The gateway may lose no check that passes alone.
 
 A check is one result line of checks.json; a scenario passes when all its checks do. Most scenarios need
 fixture tools that server-everything lacks, so alone it passes 13 checks (11 scenarios).
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.fleet import clock, fleet_http, write_gateway_toml
 from tests.fixtures.upstreams import (
     NODE_BIN,
     Listening,
@@ -90,6 +92,21 @@ def test_the_gateway_loses_no_conformance_check(
     print(f"passing through the gateway only: {sorted(passing(through) - passing(alone))}")
     lost = sorted(passing(alone) - passing(through))
     assert lost == [], f"lost through the gateway: {lost}\n" + "\n".join(summary)
+
+
+def test_a_many_server_gateway_loses_no_conformance_check(
+        alone: Results, everything_http_server: Listening, open_policy: Path, tmp_path: Path) -> None:
+    """SPEC §12: server-everything with `prefix = ""` beside another server (PyPI mcp-server-time,
+    under `time__`, which serves tools and declares resources and prompts) behind one gateway.toml.
+    The suite subscribes to a URI nobody lists: it goes to the one server that takes subscriptions."""
+    config = write_gateway_toml(tmp_path / "gateway.toml", open_policy, {
+        "everything": {"url": everything_http_server.url, "prefix": ""}, "time": clock()})
+    with fleet_http(config) as gateway:
+        through = conformance(gateway.url, tmp_path / "results")
+    summary = [counts("server-everything alone", alone), counts("many-server gateway", through)]
+    lost = sorted(passing(alone) - passing(through))
+    assert lost == [], f"lost behind a many-server gateway: {lost}\n" + "\n".join(summary)
+    assert scenarios_passing(alone) <= scenarios_passing(through)
 
 
 def test_fastmcp_create_proxy_loses_resource_subscriptions(alone: Results, tmp_path: Path) -> None:

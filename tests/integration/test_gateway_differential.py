@@ -55,7 +55,7 @@ STEPS: dict[str, Step] = {
     "bad_method": lambda c: c.call("no/such/method"),
     "bad_params": lambda c: c.call("tools/call", {"arguments": {}}),
     "ask": _tool("ask"),
-    "flip": _tool("flip"),
+    "flip": lambda c: _settled(_tool("flip")(c)),
     "listen_flip": lambda c: c.listen_during({"toolsListChanged": True}, _tool("flip")),
 }
 ASKING_STEPS: dict[str, Step] = {
@@ -68,6 +68,15 @@ ASKING_STEPS: dict[str, Step] = {
                                               _tool("touch", uri="test://a")),
     "wait": _tool("wait", seconds=0.1),
 }
+
+
+async def _settled(step: Awaitable[Any]) -> Any:
+    """A step after which the servers are listed again: the old path may answer the next request
+    from the listing the server just said is gone (see test_gateway_attacks), so both are given
+    the time to list again before the script goes on."""
+    done = await step
+    await asyncio.sleep(1.0)
+    return done
 
 
 def script(steps: dict[str, Step], seed: int, length: int = 10) -> list[str]:

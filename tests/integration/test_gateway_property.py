@@ -1,13 +1,12 @@
 """Property: for random policies and callers, the tool calls that reach the upstream are exactly the
 calls a tiny reference evaluator allows (every requirement met; `unlisted_tools = "deny"` refuses
-tools with none unless the policy names them; a name the upstream lacks is never forwarded). The
+tools with none that the policy does not name; a name the upstream lacks is never forwarded). The
 gateway runs in-process, served over HTTP to the SDK's own client; the upstream is the real logging
 fixture over streamable HTTP.
 """
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,11 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from mcp_preconditions.gateway import Gateway, ServerSpec
-from mcp_preconditions.gateway.listener import serve_http
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
 from tests.fixtures.gateway_upstream import SECRET_REQUIREMENTS, tool_calls, upstream_http
+from tests.fixtures.inprocess import served
 
 ROLES = ("admin", "observer", "operator")
 FLAGS = {"on": True, "off": False}
@@ -53,7 +52,7 @@ def reference_allows(policy: dict[str, Any], role: str | None, tool: str) -> boo
     if tool not in UPSTREAM_TOOLS:
         return False
     reqs = set(UPSTREAM_TOOLS[tool]) | set(policy["tools"].get(tool, []))
-    if not reqs:  # SPEC §10: under "deny" a `[tools.NAME]` table exposes a tool with none
+    if not reqs:  # SPEC §10: under "deny", `[tools.NAME] requirements = []` exposes an open tool
         return policy["unlisted"] == "allow" or tool in policy["tools"]
     return all(_met(r, role) for r in reqs)
 
@@ -76,19 +75,12 @@ async def run_example(url: str, policy: dict[str, Any], roles: list[str | None])
     guard = Guard(parse_policy(policy_text(policy).encode(), "random.toml"),
                   labels={"upstream": url})
     gateway = Gateway(guard, [ServerSpec("upstream", "", url=url)], lambda _call: caller[0])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(serve_http, gateway, sock)
-        async with Client(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", mode="legacy") as client:
-            for role in roles:
-                caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
-                             if role else ANONYMOUS)
-                for tool in CALLED:
-                    await client.call_tool(tool, {"seconds": 0})
-        tg.cancel_scope.cancel()
-    sock.close()
+    async with served(gateway) as url, Client(url, mode="legacy") as client:
+        for role in roles:
+            caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
+                         if role else ANONYMOUS)
+            for tool in CALLED:
+                await client.call_tool(tool, {"seconds": 0})
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

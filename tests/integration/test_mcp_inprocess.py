@@ -203,3 +203,33 @@ def test_a_policy_with_a_bad_tool_requirement_refuses_to_start() -> None:
               entry_points=False)
     assert str(raised.value) == (f"p.toml: tool 'launch': requirement 'env' has no namespace "
                                  f"(expected NAMESPACE:..., {KNOWN})")
+
+
+async def test_a_hosted_tool_with_an_output_schema_keeps_the_denial_in_structured_content() -> None:
+    """What the README says: a hosted server puts the refusal's payload in structuredContent even
+    for a tool that declares an outputSchema (the gateway moves it under `_meta`)."""
+    from mcp_preconditions.integrations.client_mcp import denial_of
+
+    guard = small_guard()
+    server = GuardedMCPServer("typed", guard=guard)
+
+    @server.tool(requirements=["env:staging"])
+    def report() -> dict[str, int]:
+        return {"count": 1}
+
+    app: FastMCP[Any] = FastMCP("typed")
+    guard_fastmcp(app, small_guard())
+
+    @app.tool(output_schema={"type": "object", "properties": {"count": {"type": "integer"}}})
+    @requires("env:staging")
+    def report_too() -> dict[str, int]:
+        return {"count": 1}
+
+    for target, name in ((server, "report"), (app._mcp_server, "report_too")):
+        async with Client(target) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            assert listed[name].output_schema is not None
+            denied = await client.call_tool(name, {})
+        payload = {"error": "unmet_requirements", "tool": name, "unmet": ["env:staging"], "withheld": 0}
+        assert (denied.is_error, denied.structured_content) == (True, payload)
+        assert denial_of(denied) == payload

@@ -123,12 +123,20 @@ def test_serve_refuses_a_bad_refresh(value: str, shown: str,
         f"{shown}\n")
 
 
+@pytest.mark.parametrize("value", ["soon", "0.01", "-2", "inf"])
+def test_serve_refuses_a_bad_policy_poll(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--policy", str(MISSION_POLICY), "--policy-poll-seconds", value]) == 2
+    assert capsys.readouterr().err == (
+        f"mcp-preconditions: error: --policy-poll-seconds: expected 0 (off) or a number of seconds "
+        f">= 0.1, got {value!r}\n")
+
+
 def test_serve_refuses_a_policy_with_a_bad_requirement(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     policy = tmp_path / "bad.toml"
     policy.write_text('[tools.launch_rocket]\nrequirements = ["env"]\n', encoding="utf-8")
     assert main(["serve", "--policy", str(policy)]) == 2
-    namespaces = ["auth", "capability", "env", "feature", "state",
+    namespaces = ["auth", "capability", "env", "feature", "quota", "state",
                   *(r.namespace for r in load_entry_point_resolvers())]  # serve loads plugins too
     known = ", ".join(f"'{n}'" for n in namespaces)
     assert capsys.readouterr().err == (

@@ -35,11 +35,12 @@ def bundles() -> Iterator[BundleServer]:
         server.httpd.server_close()
 
 
-POLL = "--policy-poll-seconds: expected a number of seconds >= 0.1, got "
+POLL = "--policy-poll-seconds: expected 0 (off) or a number of seconds >= 0.1, got "
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--policy-poll-seconds", "0"], POLL + "'0'"),
+    (["--policy-poll-seconds", "0.05"], POLL + "'0.05'"),
+    (["--policy-poll-seconds", "-1"], POLL + "'-1'"),
     (["--policy-poll-seconds", "soon"], POLL + "'soon'"),
     (["--policy-poll-seconds", "nan"], POLL + "'nan'"),
     (["--policy-poll-seconds", "inf"], POLL + "'inf'"),
@@ -87,10 +88,12 @@ def test_a_first_bundle_load_that_fails_exits_2_naming_the_url(
         f"configured public key (tampered, or signed with another key)\n")
 
 
-def test_a_url_is_polled_every_10_s_by_default_and_a_file_only_when_asked() -> None:
+def test_a_url_is_polled_every_10_s_and_a_file_every_2_s_by_default_0_is_off() -> None:
     assert options_from("https://p.example/gw.toml", None, None, None).interval == 10.0
     assert options_from("HTTP://p.example/gw.toml", "2.5", None, None).interval == 2.5
-    assert options_from("gw.toml", None, None, None).interval is None
+    assert options_from("HTTP://p.example/gw.toml", "0", None, None).interval is None
+    assert options_from("gw.toml", None, None, None).interval == 2.0
+    assert options_from("gw.toml", "0", None, None).interval is None
     assert options_from("gw.toml", "1", None, None).interval == 1.0
     assert options_from("gw.toml", None, None, "pod-7").replica() == "pod-7"
 

@@ -13,7 +13,7 @@ import pytest
 from mcp_preconditions import Credentials, PolicyError, load_policy, parse_policy
 from mcp_preconditions.auth import PassThroughAuthenticator, TokenAuthenticator, build_authenticator
 from mcp_preconditions.policy.load import PolicySource
-from tests.fixtures.oidc import AUDIENCE, SigningKey, policy_with
+from tests.fixtures.oidc import AUDIENCE, SigningKey, access_claims, policy_with
 
 RSA = SigningKey("RSA", "r")
 EC = SigningKey("EC", "e")
@@ -84,16 +84,51 @@ def test_static_keys_must_be_public_usable_and_fit_an_allowed_algorithm() -> Non
 
 def test_pem_keys_inline_or_from_a_file_next_to_the_policy(tmp_path: Path) -> None:
     (tmp_path / "issuer.pem").write_text(EC.public_pem())
+    (tmp_path / "garbage.pem").write_text("not a key\n")
     policy = tmp_path / "policy.toml"
     policy.write_text(f'[auth]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\n'
-                      'public_keys_pem = ["issuer.pem", "missing.pem", "-----BEGIN PUBLIC KEY-----\\nx"]\n')
+                      'public_keys_pem = ["issuer.pem", "missing.pem", "-----BEGIN PUBLIC KEY-----\\nx", '
+                      '"garbage.pem"]\n')
     source = load_policy(policy)
     with pytest.raises(PolicyError) as caught:
         build_authenticator(source)
-    assert caught.value.problems[0] == (
-        "auth.public_keys_pem[1]: 'missing.pem': cannot read: No such file or directory")
-    assert caught.value.problems[1].startswith("auth.public_keys_pem[2]: not a PEM public key (")
-    assert len(caught.value.problems) == 2
+    found = caught.value.problems
+    assert found[0] == (
+        f"auth.public_keys_pem[1]: 'missing.pem' ({tmp_path / 'missing.pem'}) is neither PEM text "
+        f"('-----BEGIN PUBLIC KEY-----') nor a readable file (cannot read: No such file or directory)")
+    assert found[1].startswith("auth.public_keys_pem[2]: not a PEM public key (")
+    assert found[2].startswith(f"auth.public_keys_pem[3]: 'garbage.pem' ({tmp_path / 'garbage.pem'}): "
+                               f"not a PEM public key (")
+    assert len(found) == 3
+
+
+async def test_one_pem_path_relative_to_the_policy_verifies_tokens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`public_keys_pem = "pub.pem"` (docs/auth.md: PEM text, or a path): one string, a file next
+    to the policy, read whatever the working directory."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "pub.pem").write_text(EC.public_pem())
+    policy = tmp_path / "conf" / "policy.toml"
+    policy.write_text(f'[auth]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\nalgorithms = ["ES256"]\n'
+                      'public_keys_pem = "pub.pem"\n')
+    monkeypatch.chdir(tmp_path)
+    authenticator = build_authenticator(load_policy(policy))
+    token = EC.sign(access_claims(ISSUER, sub="alice"))
+    identity = await authenticator.authenticate(Credentials(token=token))
+    assert identity.subject == "alice", identity.failure
+    forged = await authenticator.authenticate(Credentials(token=RSA.sign(access_claims(ISSUER))))
+    assert forged.principal is None
+
+
+def test_one_unreadable_pem_path_is_a_load_error_naming_the_key(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[auth]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\n'
+                      'public_keys_pem = "pub.pem"\n')
+    with pytest.raises(PolicyError) as caught:
+        build_authenticator(load_policy(policy))
+    assert caught.value.problems == [
+        f"auth.public_keys_pem: 'pub.pem' ({tmp_path / 'pub.pem'}) is neither PEM text "
+        f"('-----BEGIN PUBLIC KEY-----') nor a readable file (cannot read: No such file or directory)"]
 
 
 async def test_missing_introspection_credentials_warn_at_start_and_fail_closed_on_use(

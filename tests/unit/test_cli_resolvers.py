@@ -124,22 +124,33 @@ def test_a_bad_resolver_is_one_line(capsys: pytest.CaptureFixture[str], workdir:
 
 
 def test_the_option_repeats_and_keeps_order(workdir: Path) -> None:
+    (workdir / "tickets.py").write_text(RESOLVER.replace('"shift"', '"ticket"'), encoding="utf-8")
     parser = argparse.ArgumentParser()
     add_resolver_option(parser)
-    args = parser.parse_args(["--resolver", "shifts.py:resolver", "--resolver", "shifts.py:factory"])
-    found = resolvers_from(args)
-    assert [r.namespace for r in found] == ["shift", "shift"]
-    assert found[0] is not found[1]
+    args = parser.parse_args(["--resolver", "tickets.py:resolver", "--resolver", "shifts.py:factory"])
+    assert [r.namespace for r in resolvers_from(args)] == ["ticket", "shift"]
     assert resolvers_from(parser.parse_args([])) == []
 
 
-def test_two_resolvers_for_one_namespace_are_refused(capsys: pytest.CaptureFixture[str],
-                                                     workdir: Path) -> None:
+def test_two_resolvers_for_one_namespace_name_both_options(capsys: pytest.CaptureFixture[str],
+                                                           workdir: Path) -> None:
+    (workdir / "other.py").write_text(RESOLVER, encoding="utf-8")
     code, out, err = run(capsys, "lint", "--tools", "t.json", "--resolver", "shifts.py:resolver",
-                         "--resolver", "shifts.py:factory")
-    assert (code, out) == (2, "")
-    assert err.startswith("mcp-preconditions: error: two resolvers for namespace 'shift': ")
-    assert err.count("\n") == 1
+                         "--resolver", "other.py:factory")
+    assert (code, out, err) == (2, "", (
+        "mcp-preconditions: error: --resolver other.py:factory: namespace 'shift' is already given "
+        "by --resolver shifts.py:resolver (one resolver per namespace)\n"))
+
+
+def test_a_resolver_for_a_builtin_namespace_names_both_files(capsys: pytest.CaptureFixture[str],
+                                                             workdir: Path) -> None:
+    import mcp_preconditions.resolvers.env as builtin
+
+    (workdir / "envs.py").write_text(RESOLVER.replace('"shift"', '"env"'), encoding="utf-8")
+    code, out, err = run(capsys, "lint", "--tools", "t.json", "--resolver", "envs.py:resolver")
+    assert (code, out, err) == (2, "", (
+        f"mcp-preconditions: error: two resolvers for namespace 'env': EnvResolver "
+        f"({builtin.__file__}) and ShiftResolver ({workdir / 'envs.py'})\n"))
 
 
 def test_resolvers_from_raises_input_error(workdir: Path) -> None:

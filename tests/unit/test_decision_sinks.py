@@ -3,6 +3,7 @@ the rule that no token, secret or claim value ever reaches any sink."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -109,18 +110,25 @@ def test_span_attributes_are_set_on_the_current_span(
         "mcp.preconditions.tool": "launch_rocket",
         "mcp.preconditions.allowed": False,
         "mcp.preconditions.unmet": ("env:production", "state:weather.clear"),
+        "mcp.preconditions.withheld": 0,
         "mcp.preconditions.errors": ("state:weather.clear",),
         "mcp.preconditions.revision": "abc123def456",
         "mcp.preconditions.duration_us": 12.3,
-        "mcp.preconditions.subject": "alice",
     }
+
+
+def test_span_attributes_never_name_a_subject_or_a_confidential_requirement() -> None:
+    secret = dataclasses.replace(DENIED, confidential=frozenset({"state:weather.clear"}))
+    attributes = span_attributes(secret)
+    assert attributes["mcp.preconditions.unmet"] == ["env:production"]
+    assert attributes["mcp.preconditions.withheld"] == 1
+    assert attributes["mcp.preconditions.errors"] == []
+    assert "weather" not in repr(attributes) and "alice" not in repr(attributes)
 
 
 def test_no_span_no_attributes(spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
     OpenTelemetryRecorder().record(DENIED)  # no current span: nothing to do, no error
     assert spans[1].get_finished_spans() == ()
-    anonymous = span_attributes(Decision("ping", True, revision="r"))
-    assert "mcp.preconditions.subject" not in anonymous
 
 
 def test_build_recorder_follows_the_decision_log_settings(tmp_path: Path) -> None:

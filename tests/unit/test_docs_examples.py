@@ -1,10 +1,11 @@
-"""Runs every ```python example of README.md, docs/library.md and docs/resolvers.md.
+"""Runs every ```python example of README.md, docs/library.md, docs/resolvers.md and
+docs/operations.md.
 
 Convention: a block fenced ```python is a whole program. It runs on its own, in a fresh module
 namespace (as `__main__`), from the repository root, and checks itself with `assert` lines (every
-block in docs/library.md and docs/resolvers.md has at least one); async examples call
-`asyncio.run` themselves. Printed output is not checked. Blocks fenced ```py-norun, or in any
-other language, are shown to the reader and never run.
+block in the docs/ pages has at least one); async examples call `asyncio.run` themselves. Printed
+output is not checked. Blocks fenced ```py-norun, or in any other language, are shown to the reader
+and never run.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SELF_CHECKING = ("docs/library.md", "docs/resolvers.md")
+SELF_CHECKING = ("docs/library.md", "docs/resolvers.md", "docs/operations.md")
 DOCUMENTS = ("README.md", *SELF_CHECKING)
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 

@@ -312,3 +312,65 @@ def test_check_now_answers_at_once_when_nothing_needs_awaiting() -> None:
         assert isinstance(sync, Decision)
         assert sync.allowed == asyncio.run(guard.check(tool, who(sub="a", role="pilot"),
                                                        record=False)).allowed
+
+
+# --- every decision names its caller, tools without requirements included (issue 22, item 9) -------
+class CountingVerifier:
+    """Verifies the token "t-alice" (as alice) and caches it; anything else is a bad token.
+    `authenticate_now` answers only from the cache, like the guard's own verifier."""
+
+    def __init__(self) -> None:
+        self.verified: dict[str, Identity] = {}
+        self.calls = 0
+
+    async def authenticate(self, credentials: Credentials) -> Identity:
+        self.calls += 1
+        if credentials.token == "t-alice":
+            self.verified["t-alice"] = Identity(principal=Principal.from_claims({"sub": "alice"}))
+            return self.verified["t-alice"]
+        return Identity(failure="bad token")
+
+    def authenticate_now(self, credentials: Credentials) -> Identity | None:
+        if credentials.principal is not None:
+            return Identity(principal=credentials.principal)
+        if credentials.token is None:
+            return Identity(failure="no access token")
+        return self.verified.get(credentials.token)
+
+
+def test_a_tool_without_requirements_records_its_caller() -> None:
+    verifier = CountingVerifier()
+    seen: list[Decision] = []
+    guard = Guard(parse_policy(b"", "p.toml"), {"open": []}, authenticator=verifier,
+                  entry_points=False)
+    guard.recorder.record = seen.append  # type: ignore[method-assign]
+    bob = Credentials(principal=Principal.from_claims({"sub": "bob"}))
+
+    first = guard.check_now("open", Credentials(token="t-alice"))  # not verified yet: awaited
+    assert not isinstance(first, Decision)
+    assert asyncio.run(first).subject == "alice"
+    again = guard.check_now("open", Credentials(token="t-alice"))  # the cached answer, at once
+    assert isinstance(again, Decision) and again.subject == "alice"
+    assert asyncio.run(guard.check("open", Credentials(token="forged"))).subject is None
+    assert guard.check_now("open", bob).subject == "bob"  # type: ignore[union-attr]
+    assert guard.check_now("open", ANONYMOUS).subject is None  # type: ignore[union-attr]
+    assert guard.decide("open", Identity(principal=bob.principal)).subject == "bob"
+    assert asyncio.run(guard.check_identity("open", Identity(principal=bob.principal))).subject == "bob"
+    assert [(d.subject, d.allowed, d.unmet) for d in seen] == [
+        ("alice", True, ()), ("alice", True, ()), (None, True, ()), ("bob", True, ()),
+        (None, True, ()), ("bob", True, ()), ("bob", True, ())]
+    assert verifier.calls == 2  # alice once (cached after), the forged token once
+
+
+def test_a_failing_fast_path_leaves_the_open_tool_allowed_and_unnamed() -> None:
+    class Broken(CountingVerifier):
+        def authenticate_now(self, credentials: Credentials) -> Identity | None:
+            raise RuntimeError("cache down")
+
+        async def authenticate(self, credentials: Credentials) -> Identity:
+            raise RuntimeError("verifier down")
+
+    guard = Guard(parse_policy(b"", "p.toml"), {"open": []}, authenticator=Broken(),
+                  entry_points=False)
+    decision = asyncio.run(guard.check("open", Credentials(token="t-alice")))
+    assert (decision.allowed, decision.subject) == (True, None)

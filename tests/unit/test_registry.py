@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import mcp_preconditions.resolvers.env as env_module
 from mcp_preconditions import (
     ANONYMOUS,
     CallContext,
@@ -136,21 +137,23 @@ def test_a_validate_that_raises_rejects_the_form() -> None:
 def test_two_resolvers_for_one_namespace() -> None:
     with pytest.raises(RegistryError) as info:
         Registry([Ticket(), Ticket()])
-    assert str(info.value) == "two resolvers for namespace 'ticket': Ticket() and Ticket()"
+    assert str(info.value) == (f"two resolvers for namespace 'ticket': Ticket ({__file__}) and "
+                               f"Ticket ({__file__})")
 
 
 def test_a_custom_resolver_may_not_replace_a_builtin() -> None:
-    with pytest.raises(RegistryError, match=r"^two resolvers for namespace 'env': <.*EnvResolver.*> "
-                                            r"and ShadowEnv\(\)$"):
+    with pytest.raises(RegistryError) as info:
         make_guard({}, (ShadowEnv(),))
+    assert str(info.value) == (f"two resolvers for namespace 'env': EnvResolver ({env_module.__file__}) "
+                               f"and ShadowEnv ({__file__})")
 
 
 @pytest.mark.parametrize(("resolver", "message"), [
     (type("NoNs", (), {"validate": lambda s, r: None, "resolve": lambda s, r, c: True,
                        "__repr__": lambda s: "NoNs()"})(),
-     "resolver NoNs() has no valid 'namespace' (a non-empty string without ':')"),
+     f"resolver NoNs ({__file__}) has no valid 'namespace' (a non-empty string without ':')"),
     (type("Colon", (Ticket,), {"namespace": "a:b", "__repr__": lambda s: "Colon()"})(),
-     "resolver Colon() has no valid 'namespace' (a non-empty string without ':')"),
+     f"resolver Colon ({__file__}) has no valid 'namespace' (a non-empty string without ':')"),
     (type("NoResolve", (), {"namespace": "x", "validate": lambda s, r: None})(),
      "resolver for namespace 'x' has no resolve() method"),
 ])
@@ -226,9 +229,12 @@ def test_without_entry_points_the_namespace_is_unknown() -> None:
 
 
 def test_an_entry_point_resolver_clashes_with_one_given_in_code() -> None:
-    with pytest.raises(RegistryError, match=r"^two resolvers for namespace 'ticket': Ticket\(\) and "
-                                            r"<mcp_preconditions_ticket\.TicketResolver object at "):
+    import mcp_preconditions_ticket
+
+    with pytest.raises(RegistryError) as info:
         make_guard({}, (Ticket(),), entry_points=True)
+    assert str(info.value) == (f"two resolvers for namespace 'ticket': Ticket ({__file__}) and "
+                               f"TicketResolver ({mcp_preconditions_ticket.__file__})")
 
 
 def fake_entry_points(*values: str) -> Any:
@@ -241,9 +247,10 @@ def fake_entry_points(*values: str) -> Any:
 def test_an_entry_point_may_not_replace_a_builtin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("mcp_preconditions.resolvers.base.entry_points",
                         fake_entry_points(f"{HERE}:ShadowEnv"))
-    with pytest.raises(RegistryError, match=r"^two resolvers for namespace 'env': <.*EnvResolver.*> "
-                                            r"and ShadowEnv\(\)$"):
+    with pytest.raises(RegistryError) as info:
         make_guard({"t": ["env:production"]}, entry_points=True)
+    assert str(info.value) == (f"two resolvers for namespace 'env': EnvResolver ({env_module.__file__}) "
+                               f"and ShadowEnv ({__file__})")
 
 
 @pytest.mark.parametrize(("value", "message"), [

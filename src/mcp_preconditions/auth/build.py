@@ -110,25 +110,38 @@ def static_keys(source: PolicySource, problems: list[str]) -> list[VerificationK
             keys.append((path, key_from_jwk(jwk)))
         except ValueError as exc:
             problems.append(f"{path}: {exc}")
-    for index, entry in enumerate(auth.public_keys_pem):
-        path = f"auth.public_keys_pem[{index}]"
-        if entry.lstrip().startswith("-----BEGIN"):
-            data = entry.encode()
-        else:
-            try:
-                data = read_bounded(source.resolve_path(entry))
-            except FileReadError as exc:
-                problems.append(f"{path}: {entry!r}: {exc.problem}")
-                continue
-        try:
-            keys.append((path, key_from_pem(data)))
-        except ValueError as exc:
-            problems.append(f"{path}: {exc}")
+    pems = auth.public_keys_pem
+    for path, entry in ([("auth.public_keys_pem", pems)] if isinstance(pems, str) else
+                        [(f"auth.public_keys_pem[{i}]", pem) for i, pem in enumerate(pems)]):
+        key = _pem_key(source, path, entry, problems)
+        if key is not None:
+            keys.append((path, key))
     for path, key in keys:
         if all(key.unfit_for(alg) for alg in auth.algorithms):
             problems.append(f"{path}: this {key.kty} key cannot verify any allowed algorithm "
                             f"({', '.join(auth.algorithms)})")
     return [key for _, key in keys]
+
+
+def _pem_key(source: PolicySource, path: str, entry: str, problems: list[str]) -> VerificationKey | None:
+    """One `public_keys_pem` entry: PEM text, else a file relative to the policy holding one."""
+    if entry.lstrip().startswith("-----BEGIN"):
+        data, where = entry.encode(), ""
+    else:
+        file = source.resolve_path(entry)
+        shown = f"{entry!r}" if str(file) == entry else f"{entry!r} ({file})"
+        try:
+            data = read_bounded(file)
+        except FileReadError as exc:
+            problems.append(f"{path}: {shown} is neither PEM text ('-----BEGIN PUBLIC KEY-----') "
+                            f"nor a readable file ({exc.problem})")
+            return None
+        where = f"{shown}: "
+    try:
+        return key_from_pem(data)
+    except ValueError as exc:
+        problems.append(f"{path}: {where}{exc}")
+        return None
 
 
 def _http_url(url: str) -> bool:

@@ -17,6 +17,7 @@ from typing import NoReturn
 from .. import __version__
 from ..errors import PreconditionsError
 from . import (
+    config_cmds,
     core_cmds,
     demo_cmd,
     explore_cmd,
@@ -26,6 +27,7 @@ from . import (
     policy_cmds,
     presentation_cmds,
     server_cmds,
+    tools_cmd,
 )
 from ._output import BAD_INPUT, PROG, escape, fail
 
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd,
-                   gateway_cmds, log_cmds, explore_cmd):
+                   gateway_cmds, config_cmds, tools_cmd, log_cmds, explore_cmd):
         module.register(subparsers)
     return parser
 

@@ -29,8 +29,19 @@ def add_resolver_option(parser: argparse.ArgumentParser) -> None:
 
 
 def resolvers_from(args: argparse.Namespace) -> list[Resolver]:
-    """The resolvers named by `--resolver`, in order; InputError (one line) for any bad one."""
-    return [load_resolver(spec) for spec in getattr(args, "resolver", None) or []]
+    """The resolvers named by `--resolver`, in order; InputError (one line) for any bad one, and
+    for two that claim one namespace (naming both options). A clash with a built-in or installed
+    resolver is the registry's error, which names both files."""
+    found: list[Resolver] = []
+    given: dict[str, str] = {}
+    for spec in getattr(args, "resolver", None) or []:
+        resolver = load_resolver(spec)
+        first = given.setdefault(resolver.namespace, spec)
+        if first is not spec:
+            raise InputError(f"--resolver {spec}: namespace '{resolver.namespace}' is already given "
+                             f"by --resolver {first} (one resolver per namespace)")
+        found.append(resolver)
+    return found
 
 
 def load_resolver(spec: str) -> Resolver:

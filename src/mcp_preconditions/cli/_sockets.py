@@ -1,28 +1,23 @@
-"""The listening socket of an HTTP-serving subcommand (`serve`, `gateway`, `explore`), bound before
-anything is announced, so early clients queue instead of failing; and the `http://HOST:PORT` form of
-its `--listen` option."""
+"""The listening sockets of HTTP-serving subcommands (`serve`, `gateway`, `explore`): the
+`http://HOST:PORT` form of their options read, and the socket bound before anything is
+announced, so early clients queue instead of failing."""
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 
+from .. import addresses
 from ..errors import InputError, PreconditionsError
-
-_LISTEN = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):([0-9]+)")
 
 
 def http_address(value: str, option: str, expected: str = "'http://HOST:PORT'") -> tuple[str, int]:
     """(host, port) of `http://HOST:PORT` (an IPv6 host in brackets); InputError naming `option`
     and what it `expected`."""
-    match = _LISTEN.fullmatch(value)
-    if match is None:
-        raise InputError(f"{option}: expected {expected}, got {value!r}")
-    host, port = match.group(1).strip("[]"), int(match.group(2))
-    if port > 65535:
-        raise InputError(f"{option}: port out of range (0-65535): {port}")
-    return host, port
+    try:
+        return addresses.http_address(value, expected)
+    except ValueError as exc:
+        raise InputError(f"{option}: {exc}") from None
 
 
 def is_loopback(host: str) -> bool:

@@ -18,6 +18,7 @@ from ..files import read_bounded, read_claims, read_json, read_tools
 from ._output import PROG, warn
 from ._resolvers import add_resolver_option, resolvers_from
 from ._sockets import http_address, is_loopback, listening_socket
+from ._upstream import add_upstream_options, target_from, upstream_environment
 from .core_cmds import TOOLS_HELP
 
 DEFAULT_LISTEN = "http://127.0.0.1:8088"
@@ -58,8 +59,25 @@ def run_explore(args: argparse.Namespace) -> int:
 
 
 def tools_from(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    """The tools to explore and where they came from: the one place a tool source is chosen."""
-    return read_tools(args.tools), args.tools
+    """The tools to explore and where they came from: the one place a tool source is chosen. A
+    tools file; a gateway.toml's servers, listed live under their visible names; or one live
+    server (`-- COMMAND`, `--upstream-url`), as `mcp-preconditions tools` lists it."""
+    live = args.upstream_url is not None or any(c != "--" for c in args.command)
+    if [args.tools is not None, args.config is not None, live].count(True) != 1:
+        raise InputError("give the tools one way: --tools T, --config gateway.toml, "
+                         "--upstream-url URL, or a command after --")
+    if args.tools is not None:
+        return read_tools(args.tools), args.tools
+    import anyio
+
+    from ..live_tools import list_servers_tools, list_tools
+    if args.config is not None:
+        from ..gateway.config import load_config
+        config = load_config(args.config)
+        environment = upstream_environment(None)
+        return anyio.run(lambda: list_servers_tools(config.servers, environment)), args.config
+    target = target_from(args, None)
+    return anyio.run(lambda: list_tools(target)), target.label
 
 
 def _policy_text(path: str) -> str:
@@ -115,7 +133,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "saved); what a strict client would hide; decision logs over time. It reads the "
                     "files once and writes nothing.")
     parser.add_argument("--policy", required=True, metavar="P", help="policy file (TOML)")
-    parser.add_argument("--tools", required=True, metavar="T", help=TOOLS_HELP)
+    parser.add_argument("--tools", metavar="T", help=TOOLS_HELP + " (or --config, or a live server)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="a gateway.toml: its servers' tools, listed live under their visible "
+                             "names")
     parser.add_argument("--claims", action="append", default=[], metavar="C",
                         help="a caller preset: a JSON object of verified claims (repeatable)")
     parser.add_argument("--knowledge", action="append", default=[], metavar="K",
@@ -130,6 +151,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="allow a non-loopback --listen: anyone who reaches it sees the whole "
                              "policy, without authentication")
     add_resolver_option(parser)
+    add_upstream_options(parser)  # last: the command takes every remaining argument
     parser.set_defaults(func=run_explore)
 
 

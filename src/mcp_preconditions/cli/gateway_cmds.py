@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,22 +28,18 @@ from ._upstream import add_upstream_options, target_from, upstream_environment
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway, GatewayConfig
     from ..gateway.replicas import ReplicaOptions
+    from ..telemetry import Metrics
 
 SINGLE_KEY = "upstream"  # the one server of the single-upstream forms
+SERVICE_NAME = "mcp-preconditions-gateway"  # in traces, unless OTEL_SERVICE_NAME names another
 
 
 def run_gateway(args: argparse.Namespace) -> int:
     """`gateway`: check the command line, load the policy, serve until the listener ends."""
-    import importlib
-    import os
+    from ..telemetry import Metrics, configure_tracing
+    from ..telemetry.gateway import GatewayTelemetry
 
-    # Issue 25: the old path, for the differential test only, until the new one has taken over.
-    old = os.environ.get("MCP_PRECONDITIONS_GATEWAY_IMPL") == "sdk"
-    package = f"{__package__.rsplit('.', 1)[0]}.{'gateway_sdk' if old else 'gateway'}"
-    Gateway = importlib.import_module(package).Gateway
-    replicas = importlib.import_module(f"{package}.replicas")
-    listener = importlib.import_module(f"{package}.listener")
-    Limits, serve_http, serve_stdio = listener.Limits, listener.serve_http, listener.serve_stdio
+    Gateway, replicas = _implementation().Gateway, _implementation("replicas")
 
     config, policy = _servers(args)
     listen = _listen(args.listen or config.listen or "stdio")
@@ -52,37 +47,85 @@ def run_gateway(args: argparse.Namespace) -> int:
     if listen is not None and claims is not None:
         raise InputError("--claims is for --listen stdio only; over HTTP each call's bearer token "
                          "decides who is calling")
+    metrics_at = (http_address(args.metrics_listen, "--metrics-listen")
+                  if args.metrics_listen is not None else None)
     options = replicas.options_from(policy, args.policy_poll_seconds, args.policy_public_key,
                                     args.replica_id)
     source = replicas.load_source(options)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
+    tracing = configure_tracing(service_name=SERVICE_NAME)  # an unusable OTEL_* setting: exit 2 now
     label = _single_label(args) if args.config is None and args.servers is None else None
     gateways: list[Any] = []  # the gateway names each decision's server; it is made next
     guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, label),
                   tool_labels=lambda tool: gateways[0].server_labels(tool))
-    credentials = _credentials(listen, claims, old)
-    gateway = Gateway(guard, config.servers, credentials, environment=upstream_environment(source))
+    metrics = Metrics()
+    gateway = Gateway(guard, config.servers, _credentials(listen, claims, _old()),
+                      environment=upstream_environment(source), telemetry=GatewayTelemetry(metrics))
     gateways.append(gateway)
-    tasks = _reloading(guard, gateway, options)
-    if listen is None:
-        status = _run(serve_stdio, gateway, *tasks)
-        return status if isinstance(status, int) else 0
-    limits = Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
-                    int(_positive(args.max_connections, "--max-connections", int)))
-    sock = listening_socket(*listen, "--listen")
+    tasks = _reloading(guard, gateway, options, metrics)
     names = ", ".join(s.key for s in config.servers)
+    announce = (f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, revision "
+                f"{guard.revision}, replica {options.replica()})")
     try:
-        _run(lambda: serve_http(
-            gateway, sock, f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, "
-                           f"revision {guard.revision}, replica {options.replica()})",
-            *tasks, limits=limits))
+        return _serve(args, gateway, listen, metrics_at, tasks, announce)
     except KeyboardInterrupt:
         return 0
     finally:
-        sock.close()
-    return 0
+        if tracing is not None:
+            tracing.shutdown()  # the spans still queued are exported now
+
+
+def _old() -> bool:
+    """Issue 25: the old path, for the differential test only, until the new one has taken over."""
+    import os
+
+    return os.environ.get("MCP_PRECONDITIONS_GATEWAY_IMPL") == "sdk"
+
+
+def _implementation(module: str = "") -> Any:
+    import importlib
+
+    package = f"{__package__.rsplit('.', 1)[0]}.{'gateway_sdk' if _old() else 'gateway'}"
+    return importlib.import_module(f"{package}.{module}" if module else package)
+
+
+def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] | None,
+           metrics_at: tuple[str, int] | None, tasks: list[Callable[[], Coroutine[Any, Any, None]]],
+           announce: str) -> int:
+    """Serve on stdio or HTTP until the listener ends; `/metrics` on the HTTP listener, or on a
+    listener of its own (`--metrics-listen`). The exit status (128 + a signal that stopped a
+    stdio gateway)."""
+    from ..telemetry import MetricsListener
+
+    listening = _implementation("listener")
+    Limits, serve_http, serve_stdio = listening.Limits, listening.serve_http, listening.serve_stdio
+
+    metrics = gateway.telemetry.metrics
+    assert metrics is not None
+    sock = listener = None
+    try:
+        limits = Limits()
+        if listen is not None:
+            limits = Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
+                            int(_positive(args.max_connections, "--max-connections", int)))
+            sock = listening_socket(*listen, "--listen")
+        if metrics_at is not None:
+            listener = MetricsListener(metrics, *metrics_at)
+            print(f"{PROG}: metrics on {listener.url}", file=sys.stderr, flush=True)
+        if sock is None:
+            status = _run(serve_stdio, gateway, *tasks)
+            return status if isinstance(status, int) else 0
+        http = sock
+        _run(lambda: serve_http(gateway, http, announce, *tasks, limits=limits,
+                                metrics=metrics if listener is None else None))
+        return 0
+    finally:
+        if sock is not None:
+            sock.close()
+        if listener is not None:
+            listener.close()
 
 
 def _servers(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
@@ -96,28 +139,18 @@ def _servers(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
                              "--servers, --upstream-url or command with it")
         found = config.load_config(args.config)
         assert found.policy is not None
-        _commands_exist(found.servers, "servers")
         return found, found.policy
     if args.policy is None:
         raise InputError("no policy: give --policy P (or --config gateway.toml)")
     if args.servers is not None:
         if single:
             raise InputError("--servers names the servers: give no --upstream-url or command with it")
-        found = config.load_servers(args.servers)
-        _commands_exist(found.servers, "mcpServers")
-        return found, args.policy
+        return config.load_servers(args.servers), args.policy
     target = target_from(args, None)
     spec = (ServerSpec(SINGLE_KEY, "", url=target.url, headers=dict(target.headers))
             if isinstance(target, HttpTarget) else
             ServerSpec(SINGLE_KEY, "", command=target.command, args=tuple(target.args)))
     return config.single_server(spec), args.policy
-
-
-def _commands_exist(servers: Any, top: str) -> None:
-    for spec in servers:
-        if spec.command is not None and shutil.which(spec.command) is None:
-            raise InputError(f"{top}.{spec.key}.command: cannot start the server: command not "
-                             f"found: {spec.command}")
 
 
 def _single_label(args: argparse.Namespace) -> str:
@@ -170,21 +203,29 @@ def _positive(value: str | None, option: str, kind: Callable[[str], float]) -> f
     return number
 
 
-def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions
+def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions, metrics: Metrics
                ) -> list[Callable[[], Coroutine[Any, Any, None]]]:
     """The policy poller as a task for the gateway's task group (none when not watched). After a
-    swap the servers' tool names are checked against the new policy and clients list again."""
+    swap the servers' tool names are checked against the new policy and clients list again;
+    every attempt counts in `policy_reloads_total`."""
     from ..gateway import replicas
+    from ..telemetry import watch_policy
 
     reloader = replicas.reloader(guard, options, lambda _change: gateway.policy_changed())
-    return [] if reloader is None else [replicas.keep_current(reloader)]
+    if reloader is None:
+        return []
+    watch_policy(metrics, reloader)
+    return [replicas.keep_current(reloader)]
 
 
 def _listen(value: str) -> tuple[str, int] | None:
-    """None for stdio, else (host, port)."""
-    if value == "stdio":
-        return None
-    return http_address(value, "--listen", "'stdio' or 'http://HOST:PORT'")
+    """None for stdio, else (host, port). (A gateway.toml's `listen` was checked with the file.)"""
+    from ..gateway.config import listen_address
+
+    try:
+        return listen_address(value)
+    except ValueError as exc:
+        raise InputError(f"--listen: {exc}") from None
 
 
 def _stdio_credentials(claims: str | None) -> Credentials:
@@ -200,13 +241,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "gateway", help="guard MCP servers you did not write (stdio commands or HTTP URLs)",
         usage=f"{PROG} gateway --policy P [--listen stdio | --listen http://HOST:PORT] [--claims C]\n"
               "        [--policy-poll-seconds S] [--policy-public-key FILE] [--replica-id ID]\n"
+              "        [--metrics-listen http://HOST:PORT]\n"
               "        (--upstream-url URL [--upstream-header NAME=env:VAR ...] | -- COMMAND [ARG ...]\n"
               "         | --servers DESKTOP_CONFIG.json)\n"
               f"   or: {PROG} gateway --config gateway.toml [--listen ...] [options]",
         description="Serve the servers' tools, resources and prompts with every tool call decided by "
                     "the policy first. tools/list shows each tool's requirements (its own plus the "
                     "policy's, less the confidential ones). Several servers' names carry a prefix "
-                    "(KEY__ by default). The caller's token is never sent to a server.")
+                    "(KEY__ by default). The caller's token is never sent to a server. Prometheus "
+                    "metrics are at GET /metrics on the HTTP listener, with no token asked (they "
+                    "name no caller, token or confidential requirement); on a public listener, or "
+                    "for stdio, serve them with --metrics-listen on an address your network "
+                    "keeps private. Traces: the OTEL_* variables (extra otel).")
     parser.add_argument("--policy", metavar="P",
                         help="policy file (TOML), or an http(s):// URL of a policy bundle")
     parser.add_argument("--config", metavar="FILE",
@@ -214,8 +260,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--servers", metavar="FILE",
                         help='a desktop client\'s config JSON: its {"mcpServers": {...}} are guarded')
     parser.add_argument("--policy-poll-seconds", metavar="S",
-                        help="poll the policy every S seconds (default: 10 for a URL; a file is "
-                             "not polled unless this is given)")
+                        help="re-read the policy every S seconds (default: 2 for a file, 10 for "
+                             "a URL; 0 turns watching off)")
     parser.add_argument("--policy-public-key", metavar="FILE",
                         help="Ed25519 public key (PEM or 32 raw bytes): a bundle must carry a valid "
                              "detached signature at URL.sig")
@@ -224,6 +270,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "$MCP_PRECONDITIONS_REPLICA_ID, else hostname:pid)")
     parser.add_argument("--listen", default=None, metavar="stdio|http://HOST:PORT",
                         help="stdio (default) or streamable HTTP at /mcp on HOST:PORT")
+    parser.add_argument("--metrics-listen", metavar="http://HOST:PORT",
+                        help="serve GET /metrics on a listener of its own (a stdio gateway has no "
+                             "other; over HTTP it moves /metrics off the main listener, which then "
+                             "answers 404 there)")
     parser.add_argument("--claims", metavar="C",
                         help="stdio only: JSON claims of the local caller (default: anonymous)")
     parser.add_argument("--header-timeout-seconds", default="10", metavar="S",

@@ -1,5 +1,5 @@
 """The `serve` subcommand: the guarded mission-control server for real MCP clients, on stdio or
-streamable HTTP, with policy hot reload. Argument parsing, wiring and printing only.
+streamable HTTP, its policy file watched (hot reload). Argument parsing, wiring and printing only.
 
 Exit codes: 0 done, 2 bad input (message on stderr as `mcp-preconditions: error: ...`).
 """
@@ -12,10 +12,11 @@ import math
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..drivers.bundle import DEFAULT_FILE_POLL_SECONDS, poll_interval, poll_seconds
 from ..drivers.reload import PolicyReloader
 from ..files import read_claims
 from ..guard import Guard
@@ -23,7 +24,10 @@ from ..policy.load import load_policy
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG, fail
 from ._resolvers import add_resolver_option, resolvers_from
-from ._sockets import listening_socket
+from ._sockets import http_address, listening_socket
+
+if TYPE_CHECKING:  # the telemetry needs the mcp extra, imported when `serve` runs
+    from ..telemetry import Metrics, MetricsListener, Tracing
 
 TOKEN_ENV = "MCP_PRECONDITIONS_TOKEN"
 
@@ -52,6 +56,7 @@ def _stdio_credentials(args: argparse.Namespace) -> Credentials:
 def run_serve(args: argparse.Namespace) -> int:
     """`serve`: the guarded mission-control server on stdio or streamable HTTP."""
     from ..examples_server import build_server
+    from ..telemetry import Metrics, MetricsListener, configure_tracing
 
     if args.transport == "http" and args.claims is not None:
         return fail("--claims is for --transport stdio only; over HTTP each call's bearer token "
@@ -61,36 +66,65 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.refresh_seconds < math.inf:  # NaN fails this too
         return fail(f"--refresh-seconds must be a finite number, 0 or more, got "
                     f"{args.refresh_seconds:g}")
+    metrics_at = (http_address(args.metrics_listen, "--metrics-listen")
+                  if args.metrics_listen is not None else None)
+    watch = poll_interval(args.policy, poll_seconds(args.policy_poll_seconds))
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
+    tracing = configure_tracing()  # first: an unusable OTEL_* setting is bad input, said at once
     guard = Guard(load_policy(args.policy), resolvers=resolvers_from(args))
     options: dict[str, Any] = {}
     if args.transport == "stdio":
         fixed = _stdio_credentials(args)
         options["credentials"] = lambda _request: fixed
+    metrics = Metrics()
+    if args.transport == "http" and metrics_at is None:  # /metrics on the HTTP listener
+        options["metrics"] = metrics
     server = build_server(guard, **options)
     server.know_tools()  # a policy name that nearly matches a tool: exit 2 now, naming both
-    sock = (listening_socket(args.host, args.port, "--host/--port") if args.transport == "http"
-            else None)
+    if metrics_at is not None:  # counted for a listener of its own (stdio: nobody else could ask)
+        server.preconditions.enable_metrics(metrics)
+    sock: socket.socket | None = None
+    listener: MetricsListener | None = None
     try:
-        anyio.run(_serve, server, args, sock)
+        if args.transport == "http":
+            sock = listening_socket(args.host, args.port, "--host/--port")
+        if metrics_at is not None:
+            listener = MetricsListener(metrics, *metrics_at)
+            print(f"{PROG}: metrics on {listener.url}", file=sys.stderr, flush=True)
+        anyio.run(_serve, server, args, sock, metrics, watch)
     except KeyboardInterrupt:
         return 0
     finally:
-        if sock is not None:
-            sock.close()
+        _close(sock, listener, tracing)
     return 0
 
 
-async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None) -> None:
-    """Serve until the transport ends. With --refresh-seconds, hot-reload the policy file and
-    re-check connected sessions, so reloads and live-fact changes reach them as list_changed."""
+def _close(sock: socket.socket | None, listener: MetricsListener | None, tracing: Tracing | None
+           ) -> None:
+    if sock is not None:
+        sock.close()
+    if listener is not None:
+        listener.close()
+    if tracing is not None:
+        tracing.shutdown()  # the spans still queued are exported now
+
+
+async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None,
+                 metrics: Metrics, watch: float | None) -> None:
+    """Serve until the transport ends, watching the policy file every `watch` seconds (None: not
+    watched) and, with --refresh-seconds, re-checking connected sessions: reloads and live-fact
+    changes reach them as list_changed."""
+    from ..telemetry import watch_policy
+
     preconditions = server.preconditions
-    reloader = PolicyReloader(server.guard, args.policy, interval=args.refresh_seconds or 1.0,
+    reloader = PolicyReloader(server.guard, args.policy, interval=watch or 1.0,
                               on_change=lambda _change: preconditions.refresh())
+    watch_policy(metrics, reloader)
     async with anyio.create_task_group() as tg:
-        if args.refresh_seconds > 0:
+        if watch is not None:
             reloader.start()
+        if args.refresh_seconds > 0:
             tg.start_soon(preconditions.watch, args.refresh_seconds)
         if sock is None:
             await server.run_stdio_async()
@@ -135,10 +169,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--step-up", action="store_true",
                        help="HTTP only: answer a call that only lacks scopes with 403 and "
                             'WWW-Authenticate: Bearer error="insufficient_scope", scope="..."')
+    serve.add_argument("--policy-poll-seconds", metavar="S",
+                       help=f"re-read the policy file every S seconds when it changed: a change "
+                            f"is in force within S seconds (default {DEFAULT_FILE_POLL_SECONDS:g}; "
+                            f"0 turns watching off)")
     serve.add_argument("--refresh-seconds", type=float, default=2.0, metavar="S",
-                       help="every S seconds re-read a changed policy and re-check connected "
-                            "sessions, sending tools/list_changed when their tools change "
-                            "(default 2; 0 turns it off)")
+                       help="every S seconds re-check connected sessions (live state and flags), "
+                            "sending tools/list_changed when their tools change (default 2; 0 "
+                            "turns it off); a policy reload notifies them at once")
+    serve.add_argument("--metrics-listen", metavar="URL",
+                       help="serve GET /metrics on a listener of its own, http://HOST:PORT (for "
+                            "stdio; over HTTP it moves /metrics off the main listener)")
     add_resolver_option(serve)
     serve.set_defaults(func=run_serve)
 

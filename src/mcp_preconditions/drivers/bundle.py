@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +57,44 @@ class Bundle:
     etag: str | None
 
 
-# -- keys and signatures ---------------------------------------------------------------------------
+# How often `--policy` is re-read unless `--policy-poll-seconds` says otherwise. A file every 2 s:
+# a poll is a stat and a read of a small file, and a change is in force within ~2 s (plus the
+# reloader's 0.1 s settle). A bundle URL every 10 s (OPA's bundle default is 60 s; replicas
+# converge within one interval, and a 304 costs the bundle server one small request).
+DEFAULT_FILE_POLL_SECONDS = 2.0
+DEFAULT_BUNDLE_POLL_SECONDS = 10.0
+MIN_POLL_SECONDS = 0.1
+
+
 def is_policy_url(spec: str) -> bool:
     """True when a `--policy` value names a bundle (http:// or https://) rather than a file."""
     return spec[:8].lower().startswith(("http://", "https://"))  # a URL scheme has no case
 
+
+def poll_seconds(poll: str | None) -> float | None:
+    """`--policy-poll-seconds` as typed: None (not given), 0 (watching off) or a number of seconds
+    of at least MIN_POLL_SECONDS; anything else raises InputError with one line."""
+    if poll is None:
+        return None
+    try:
+        seconds = float(poll)
+    except ValueError:
+        seconds = math.nan
+    if seconds != 0 and not (math.isfinite(seconds) and seconds >= MIN_POLL_SECONDS):
+        raise InputError(f"--policy-poll-seconds: expected 0 (off) or a number of seconds >= "
+                         f"{MIN_POLL_SECONDS:g}, got {poll!r}")
+    return seconds
+
+
+def poll_interval(spec: str, seconds: float | None) -> float | None:
+    """Seconds between polls of `--policy` (None: not watched): the flag's value, 0 turning
+    watching off; else the default for a file or a bundle URL."""
+    if seconds is None:
+        return DEFAULT_BUNDLE_POLL_SECONDS if is_policy_url(spec) else DEFAULT_FILE_POLL_SECONDS
+    return seconds or None
+
+
+# -- keys and signatures ---------------------------------------------------------------------------
 
 def load_public_key(path: str | Path) -> Ed25519PublicKey:
     """An Ed25519 public key from a file: PEM (SubjectPublicKeyInfo) or the 32 raw key bytes."""

@@ -39,6 +39,7 @@ class PolicyChange:
 
 
 OnChange = Callable[[PolicyChange], Any]  # may return an awaitable (see PolicyReloader)
+OnFailure = Callable[[str], None]  # the problem, on every failed attempt (see add_failure_listener)
 DEFAULT_SETTLE_SECONDS = 0.1
 
 
@@ -71,6 +72,7 @@ class PolicyReloader:
         self.settle = settle
         self.last_error: str | None = None
         self._listeners: list[OnChange] = [on_change] if on_change is not None else []
+        self._failure_listeners: list[OnFailure] = []
         self._tried = guard.revision  # content hash of the last file tried, good or bad
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -85,6 +87,12 @@ class PolicyReloader:
 
     def add_listener(self, callback: OnChange) -> None:
         self._listeners.append(callback)
+
+    def add_failure_listener(self, callback: OnFailure) -> None:
+        """Call `callback(problem)` on every attempt that keeps the old policy (a broken file is
+        retried, and so reported, at every poll; a file being written is not a failure). It runs
+        under the reloader's lock: keep it quick (a counter)."""
+        self._failure_listeners.append(callback)
 
     # -- one check -------------------------------------------------------------------------------
     def reload(self, *, force: bool = False, settle: float = 0.0) -> PolicyChange | None:
@@ -142,6 +150,11 @@ class PolicyReloader:
             log.error("policy reload failed, keeping revision %s: %s", self.guard.revision, message)
         self._tried = tried
         self.last_error = message
+        for callback in list(self._failure_listeners):
+            try:
+                callback(message)
+            except Exception:
+                log.exception("policy failure callback %r failed", callback)
 
     def _notify(self, change: PolicyChange) -> None:
         for callback in list(self._listeners):

@@ -31,7 +31,8 @@ class Listing:
     refresh that runs one at a time. A refresh asked for while one runs makes that one run again
     when it ends (the change may have come after its request went out); everyone waiting is
     released once, after the last run. `applied` runs with every new answer before anyone is
-    released."""
+    released. `stale` from the moment the server says the list changed until a listing asked
+    for after that has come back: what is decided meanwhile waits for it (`fresh`)."""
 
     def __init__(self, kind: str, fetch: Fetch, applied: Callable[[list[dict[str, Any]]], None]
                  ) -> None:
@@ -43,6 +44,24 @@ class Listing:
         self._running: anyio.Event | None = None
         self._again = False
         self._last_unknown = -math.inf
+        self.stale = False
+        self._marks = 0  # how many times the server said the list changed
+
+    def outdated(self) -> None:
+        """The server said this list changed (before anything it sends after that is read)."""
+        self.stale = True
+        self._marks += 1
+        if self._running is not None:
+            self._again = True
+
+    async def fresh(self) -> None:
+        """Return once no change the server announced is still unlisted."""
+        while self.stale:
+            running = self._running
+            if running is not None:
+                await running.wait()
+            else:
+                await self.refresh()
 
     @property
     def loaded(self) -> bool:
@@ -58,6 +77,7 @@ class Listing:
         try:
             while True:
                 self._again = False
+                marks = self._marks
                 try:
                     items = await self._fetch()
                 except Exception as exc:  # down, slow, garbage: the last good listing stays
@@ -66,6 +86,8 @@ class Listing:
                     self.error = None
                     self.items = items
                     self._applied(items)
+                if self._marks == marks:
+                    self.stale = False  # the last change announced is in (or the server failed)
                 if not self._again:
                     break
         finally:

@@ -6,7 +6,7 @@ request's own stream, a session's GET stream). Writes never wait: a sink buffers
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,9 +107,14 @@ class Call:
     version: str  # the protocol version it was made at
     stream: Sink  # this request's own channel back: its progress, logs and the server's requests
     client: Client | None = None  # None: a 2026-07-28 request over HTTP, which stands alone
-    authorization: str | None = None  # the raw Authorization header (HTTP), for the guard
+    headers: Mapping[str, str] | None = None  # its HTTP request's, by lowercase name (None: stdio)
     closed: bool = False  # answered (or abandoned): nothing more goes on its stream
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def authorization(self) -> str | None:
+        """The raw Authorization header (HTTP), for the guard."""
+        return self.headers.get("authorization") if self.headers is not None else None
 
     @property
     def modern(self) -> bool:

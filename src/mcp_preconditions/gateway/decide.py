@@ -16,6 +16,7 @@ from ..guard import Guard
 from ..outcomes import Decision, Outcome, new_decision
 from ..policy.model import Policy
 from ..principal import Credentials
+from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
 from ..wire import with_requirements
 from . import bridge
 from .clients import Call
@@ -31,17 +32,19 @@ Forward = Callable[[Call, Member, str, Mapping[str, Any] | None],
 # Errors that mean "the server failed", not "the server refused": a tool error, not JSON-RPC.
 _SERVER_FAULTS = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR})
 MALFORMED = "(malformed requirements)"
+UNUSABLE_POLICY = "(policy unusable)"
 
 
 class Decide:
     """Decides and forwards the tool calls of one gateway, and lists its tools."""
 
     def __init__(self, guard: Guard, fleet: Fleet, policy: Callable[[], Policy],
-                 connect_wait: Callable[[], float]) -> None:
+                 connect_wait: Callable[[], float], telemetry: GatewayTelemetry) -> None:
         self._guard = guard
         self._fleet = fleet
         self._policy = policy
         self._connect_wait = connect_wait
+        self._telemetry = telemetry
 
     def listed(self, name: str) -> bool:
         """Whether `[gateway] unlisted_tools` lets this tool be called at all: under "deny", only
@@ -76,6 +79,7 @@ class Decide:
                    credentials: Credentials, forward: Forward) -> dict[str, Any]:
         version = ctx.version
         fleet = self._fleet
+        await fleet.fresh_tools()
         if name not in fleet.routes.tools and name not in fleet.routes.collisions:
             if not all(m.catalog.listings["tools"].loaded for m in fleet):
                 await fleet.first_listing(self._connect_wait())  # servers still starting
@@ -85,27 +89,28 @@ class Decide:
         if target is None:
             why = ("two servers list a tool of that name" if name in fleet.routes.collisions
                    else "no server lists a tool of that name")
-            return await self._unlisted(name, version, why, credentials)
-        member = fleet.members[target.server]
+            return await self._unlisted(NO_SERVER, name, version, why, credentials)
+        server = target.server
+        member = fleet.members[server]
         if member.problem is not None:
+            refused = await self._refusal(name, UNUSABLE_POLICY, UNUSABLE, credentials, error=True)
+            self._telemetry.decided(server, refused)
             return bridge.downstream_result("tools/call", _fault(UNUSABLE), version)
         if name in fleet.routes.duplicates:
-            return await self._unlisted(name, version, "its server lists more than one tool of "
-                                                       "that name", credentials)
+            return await self._unlisted(server, name, version, "its server lists more than one tool "
+                                                               "of that name", credentials)
         broken = member.catalog.broken.get(target.name) or fleet.invalid.get(name)
         if broken is not None:
-            return self._refuse(await self._broken(name, broken, credentials), version)
+            return self._refuse(server, await self._refusal(name, MALFORMED, broken, credentials),
+                                version)
         if not self.listed(name):
-            return await self._unlisted(name, version, "the policy lists no requirements for it",
-                                        credentials)
-        if self._guard.requirements_for(name):
-            decided = self._guard.check_now(name, credentials,
-                                            arguments if isinstance(arguments, Mapping) else None)
-            decision = decided if isinstance(decided, Decision) else await decided
-        else:  # an open tool: allowed, and recorded with its caller like every decision
-            decision = await self._record(name, True, (), credentials)
+            return await self._unlisted(server, name, version, "the policy lists no requirements "
+                                                               "for it", credentials)
+        decision = await self._telemetry.decision(name, self._guard.check(
+            name, credentials, arguments if isinstance(arguments, Mapping) else None))
         if not decision.allowed:
-            return self._refuse(decision, version)
+            return self._refuse(server, decision, version)
+        self._telemetry.decided(server, decision)
         params = {**(ctx.params or {}), "name": target.name}
         try:
             result = await forward(ctx, member, "tools/call", params)
@@ -118,7 +123,8 @@ class Decide:
             return bridge.downstream_result("tools/call", _fault(text), version)
         return bridge.downstream_result("tools/call", result, version)
 
-    def _refuse(self, decision: Decision, version: str) -> dict[str, Any]:
+    def _refuse(self, server: str, decision: Decision, version: str) -> dict[str, Any]:
+        self._telemetry.decided(server, decision)
         if self._policy().guard.denial == "jsonrpc":
             raise RpcError(DENIAL_CODE, denial_text(decision), denial_error_data(decision))
         return self._shaped(decision.tool, denial_result(decision), version)
@@ -145,21 +151,23 @@ class Decide:
             return None
         return (await self._guard.authenticate(credentials)).subject
 
-    async def _record(self, name: str, allowed: bool, outcomes: tuple[Outcome, ...],
-                      credentials: Credentials) -> Decision:
-        """A decision the gateway makes itself (the guard has no requirement to check), recorded
-        with its caller like the guard's own."""
-        decision = new_decision(name, allowed, outcomes, await self._subject(credentials),
+    async def _refusal(self, name: str, requirement: str, why: str, credentials: Credentials, *,
+                       error: bool = False) -> Decision:
+        """A refusal the guard did not decide, recorded as one: `requirement` unsatisfied (the
+        server listed the tool's requirements unreadably) or `error` (the policy cannot be applied
+        to this server's tools: the service's fault, not the caller's)."""
+        outcome = Outcome.error(requirement, why) if error else Outcome.unsatisfied(requirement, why)
+        decision = new_decision(name, False, (outcome,), await self._subject(credentials),
                                 self._guard.revision, 0, frozenset())
         self._guard.recorder.record(decision)
         return decision
 
-    async def _broken(self, name: str, why: str, credentials: Credentials) -> Decision:
-        return await self._record(name, False, (Outcome.unsatisfied(MALFORMED, why),), credentials)
-
-    async def _unlisted(self, name: str, version: str, why: str, credentials: Credentials
-                        ) -> dict[str, Any]:
-        await self._record(name, False, (), credentials)
+    async def _unlisted(self, server: str, name: str, version: str, why: str,
+                        credentials: Credentials) -> dict[str, Any]:
+        decision = new_decision(name, False, (), await self._subject(credentials),
+                                self._guard.revision, 0, frozenset())
+        self._guard.recorder.record(decision)
+        self._telemetry.decided(server, decision, listed=False)
         payload = {"error": "unlisted_tool", "tool": name, "unmet": [], "withheld": 0}
         text = f"Tool '{name}' was not run: {why}."
         if self._policy().guard.denial == "jsonrpc":

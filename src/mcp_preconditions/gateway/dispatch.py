@@ -42,9 +42,15 @@ class Dispatch:
         self.gateway = gateway
 
     async def answer(self, call: Call) -> Message:
-        """The response to `call` (a result or an error), in its wire form."""
+        """The response to `call` (a result or an error), in its wire form; traced as one message
+        when tracing is on (its span continues the caller's trace context)."""
         try:
-            return jsonrpc.response(call.id, await self.request(call))
+            span = self.gateway.telemetry.message(call.method, call.params, call.headers, call.id,
+                                                  call.version)
+            if span is None:
+                return jsonrpc.response(call.id, await self.request(call))
+            with span:
+                return jsonrpc.response(call.id, await self.request(call))
         except RpcError as exc:
             return jsonrpc.error(call.id, exc)
         except ValidationError:
@@ -89,9 +95,18 @@ class Dispatch:
             call.client.version = version
         return result
 
-    async def notified(self, client: Client | None, method: str, params: dict[str, Any] | None
-                       ) -> None:
+    async def notified(self, client: Client | None, method: str, params: dict[str, Any] | None,
+                       headers: Mapping[str, str] | None = None) -> None:
         """A client's notification (cancellations and answers are the listener's)."""
+        span = self.gateway.telemetry.message(method, params, headers)
+        if span is None:
+            await self._notified(client, method, params)
+            return
+        with span:
+            await self._notified(client, method, params)
+
+    async def _notified(self, client: Client | None, method: str, params: dict[str, Any] | None
+                        ) -> None:
         if method == "notifications/initialized" and client is not None:
             client.initialized = True
         elif method == "notifications/roots/list_changed":

@@ -17,6 +17,7 @@ from ..guard import Guard
 from ..names import check_tool_names
 from ..policy.model import Policy
 from ..requirements import validate
+from ..telemetry.gateway import GatewayTelemetry
 from .catalog import Catalog
 from .config import ServerSpec
 from .route import Routes, ServerListing, build_routes
@@ -28,9 +29,13 @@ log = logging.getLogger("mcp_preconditions.gateway")
 # What a caller is told when the policy cannot be applied to a server's tools (the details, which
 # name the policy's entries and its file, go to the gateway's log only).
 UNUSABLE = "the gateway's policy is unusable"
+_KINDS = {"notifications/tools/list_changed": ("tools",),
+          "notifications/prompts/list_changed": ("prompts",),
+          "notifications/resources/list_changed": ("resources", "templates")}
 # After the first listing, a server that is still starting delays the others' listing this long at
 # most; its tools come later, with a list_changed notification.
 LATE_SERVER_GRACE = 2.0
+HANDSHAKE_SECONDS = 30.0
 
 
 @dataclass
@@ -65,13 +70,17 @@ class Fleet:
     """Every member, the routes through them, and the guard's view of their tools."""
 
     def __init__(self, guard: Guard, specs: Sequence[ServerSpec], environment: dict[str, str],
-                 policy: Callable[[], Policy], notify: Callable[[str], Awaitable[None]]) -> None:
+                 policy: Callable[[], Policy], notify: Callable[[str], Awaitable[None]],
+                 telemetry: GatewayTelemetry) -> None:
         self._guard = guard
         self._policy = policy
         self._notify = notify  # sends a list_changed notification of a kind to every client
+        self._telemetry = telemetry
         self.members: dict[str, Member] = {}
         for spec in specs:
-            upstream = Upstream(target_of(spec, environment), key=spec.key)
+            upstream = Upstream(target_of(spec, environment), key=spec.key,
+                                connect_timeout=self._handshake_timeout, telemetry=telemetry)
+            telemetry.connected(spec.key, False)  # down until its first session
             catalog = Catalog(spec.key, self._fetcher(upstream), self._tools_changed,
                               self._others_changed)
             self.members[spec.key] = Member(spec, upstream, catalog, Subscriptions(upstream))
@@ -80,6 +89,16 @@ class Fleet:
         self._registered: frozenset[str] = frozenset()
         self._pending: set[str] = set()  # kinds whose list_changed the clients are owed
         self._warned: set[str] = set()  # policy tool names already logged as matching nothing
+        # Per wait: the connection attempt of each server that was given its grace already (a
+        # server that never answers is waited for once per attempt, not by every request).
+        self._graced: dict[str, dict[str, int]] = {"listing": {}, "connection": {}}
+        self._declare()
+
+    def _handshake_timeout(self) -> float:
+        """How long a server may take to start and answer `initialize`: the call timeout, but
+        never less than HANDSHAKE_SECONDS (an interpreter's imports on a loaded host, a first npx
+        run). One that takes longer is dropped and started again with backoff."""
+        return max(self._policy().gateway.call_timeout_seconds, HANDSHAKE_SECONDS)
 
     def __iter__(self) -> Iterator[Member]:
         return iter(self.members.values())
@@ -105,11 +124,23 @@ class Fleet:
         await member.subscriptions.renew()
         await self.flush()
 
+    def outdated(self, member: Member, method: str) -> None:
+        """A `notifications/*/list_changed` from `member`, seen before anything the server sends
+        after it: its listing is stale until listed again (`changed`), and calls wait for that."""
+        for kind in _KINDS[method]:
+            member.catalog.listings[kind].outdated()
+
+    async def fresh_tools(self) -> None:
+        """Every server's tools as they are since its last list_changed: a call decided on a
+        listing the server already said is gone could reach a tool it now lists twice."""
+        for member in self:
+            listing = member.catalog.listings["tools"]
+            if listing.stale:
+                await listing.fresh()
+
     async def changed(self, member: Member, method: str) -> None:
         """A `notifications/*/list_changed` from `member`: that server alone is listed again."""
-        kinds = {"notifications/tools/list_changed": ("tools",),
-                 "notifications/prompts/list_changed": ("prompts",),
-                 "notifications/resources/list_changed": ("resources", "templates")}[method]
+        kinds = _KINDS[method]
         for kind in kinds:
             await member.catalog.listings[kind].refresh()
         self._pending.add(kinds[0])
@@ -132,29 +163,38 @@ class Fleet:
     async def first_listing(self, wait: float) -> None:
         """Wait (at most `wait` seconds) until some server's tools are listed; then at most a short
         grace for servers still starting, whose tools come later with a list_changed."""
-        await self._settle(wait, lambda m: m.catalog.listings["tools"].loaded)
+        await self._settle(wait, lambda m: m.catalog.listings["tools"].loaded, self._graced["listing"])
 
     async def first_connection(self, wait: float) -> None:
         """The same for connections (the handshake shows the connected servers' capabilities)."""
-        await self._settle(wait, lambda m: m.connected)
+        await self._settle(wait, lambda m: m.connected, self._graced["connection"])
 
-    async def _settle(self, wait: float, ready: Callable[[Member], bool]) -> None:
+    async def _settle(self, wait: float, ready: Callable[[Member], bool], graced: dict[str, int]
+                      ) -> None:
         with anyio.move_on_after(wait):
             while not any(ready(m) for m in self):
                 await anyio.sleep(0.02)
-        # Servers that are starting (not failing) get a short grace; one that failed its last
-        # attempt is not waited for.
+        # Servers that are starting (not failing) get a short grace, once per attempt to connect:
+        # one that failed its last attempt, or that had its grace and is still not there (it
+        # hangs), is not waited for again.
+        starting = [m for m in self if not ready(m) and m.upstream.last_error is None
+                    and graced.get(m.key) != m.upstream.attempts]
         with anyio.move_on_after(min(wait, LATE_SERVER_GRACE)):
-            while any(not ready(m) and m.upstream.last_error is None for m in self):
+            while any(not ready(m) and m.upstream.last_error is None for m in starting):
                 await anyio.sleep(0.02)
+        graced.update((m.key, m.upstream.attempts) for m in starting)
 
     # -- keeping routes and the guard in step with the listings -----------------------------------
     def _listing(self, member: Member) -> ServerListing:
         catalog = member.catalog
+        resources = member.upstream.current.capabilities.get("resources") \
+            if member.upstream.current is not None else None
+        serves = frozenset() if not isinstance(resources, dict) else \
+            frozenset({"resources", *(["subscribe"] if resources.get("subscribe") else [])})
         return ServerListing(member.key, member.spec.prefix, catalog.names("tools"),
                              catalog.duplicates, catalog.names("prompts"),
                              catalog.names("resources", "uri"),
-                             catalog.names("templates", "uriTemplate"))
+                             catalog.names("templates", "uriTemplate"), serves)
 
     def _others_changed(self) -> None:
         self.routes = build_routes(self._listing(m) for m in self)
@@ -196,12 +236,28 @@ class Fleet:
         for visible in sorted(invalid.keys() - self.invalid.keys()):
             log.error("tool %r refused: its requirements are unusable: %s", visible, invalid[visible])
         self.invalid = invalid
+        self._declare()
+
+    def _declare(self) -> None:
+        """The metrics' label values: each server's routable tools (a name it lists twice is
+        refused, so it counts as unlisted) with their effective requirements, and the policy."""
+        if self._telemetry.metrics is None:
+            return
+        guard, routes = self._guard, self.routes
+        tools: dict[str, dict[str, tuple[str, ...]]] = {key: {} for key in self.members}
+        for visible, target in routes.tools.items():
+            if visible not in routes.duplicates:
+                tools[target.server][visible] = guard.requirements_for(visible)
+        snapshot = guard.snapshot
+        self._telemetry.listed(tools, snapshot.confidential, snapshot.revision)
 
     def check_names(self) -> None:
         """The policy's `[tools.NAME]` against each server's visible tool names: a near miss makes
         the policy unusable for that server (every call to it refused) until one of them changes."""
         policy = self._policy()
-        everywhere = set(self.routes.tools)
+        # Names two servers list are refused, but they are listed: a policy entry for one is no
+        # typo of a third server's name.
+        everywhere = set(self.routes.tools) | set(self.routes.collisions)
         unmatched = [name for name in policy.tools if name not in everywhere]
         for member in self:
             names = [v for v, t in self.routes.tools.items() if t.server == member.key]

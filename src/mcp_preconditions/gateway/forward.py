@@ -13,6 +13,7 @@ import anyio
 from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
 from ..principal import Credentials, Identity
+from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
 from .clients import Call
 from .fleet import Member
@@ -36,8 +37,9 @@ class Forward:
 
     def __init__(self, downstream: Downstream, rounds: Rounds, timeout: Callable[[], float],
                  credentials: Callable[[Call], Credentials],
-                 authenticate: Authenticate) -> None:
+                 authenticate: Authenticate, telemetry: GatewayTelemetry) -> None:
         self._downstream = downstream
+        self._telemetry = telemetry
         self._rounds = rounds
         self._timeout = timeout
         self._credentials = credentials
@@ -77,9 +79,10 @@ class Forward:
                 caller.notify("notifications/progress", params)  # dropped once it is answered
         upstream = member.upstream
         try:
-            return await upstream.request(
-                method, bridge.upstream_params(params, modern=upstream.modern),
-                timeout=timeout, on_progress=on_progress)
+            with self._telemetry.upstream(member.key, method,
+                                          bridge.upstream_params(params, modern=upstream.modern),
+                                          ctx.headers if ctx is not None else None) as sent:
+                return await upstream.request(method, sent, timeout=timeout, on_progress=on_progress)
         except UpstreamUnavailable as exc:
             log.warning("server %s unavailable for %s: %s", upstream.label, method, exc)
             raise RpcError(INTERNAL_ERROR, f"server {member.key} is unavailable") from None

@@ -18,6 +18,7 @@ from .. import __version__
 from ..guard import Guard
 from ..policy.model import Policy
 from ..principal import Credentials
+from ..telemetry.gateway import GatewayTelemetry
 from . import bridge
 from .clients import Call
 from .config import ServerSpec
@@ -54,17 +55,19 @@ class Gateway:
     """The guard in front of a fleet of servers, served to any number of clients."""
 
     def __init__(self, guard: Guard, servers: Sequence[ServerSpec], credentials: CredentialsOf, *,
-                 environment: Mapping[str, str] | None = None) -> None:
+                 environment: Mapping[str, str] | None = None,
+                 telemetry: GatewayTelemetry | None = None) -> None:
         self.guard = guard
         self.credentials = credentials
+        self.telemetry = telemetry if telemetry is not None else GatewayTelemetry()
         self.rounds = Rounds()
         env = dict(os.environ if environment is None else environment)
-        self.fleet = Fleet(guard, servers, env, self.policy, self._list_changed)
+        self.fleet = Fleet(guard, servers, env, self.policy, self._list_changed, self.telemetry)
         self.downstream = Downstream(self.rounds, lambda: [m.subscriptions for m in self.fleet])
         self.forward = Forward(self.downstream, self.rounds,
                                lambda: self.policy().gateway.call_timeout_seconds, credentials,
-                               guard.authenticate)
-        self.decide = Decide(guard, self.fleet, self.policy, self._connect_wait)
+                               guard.authenticate, self.telemetry)
+        self.decide = Decide(guard, self.fleet, self.policy, self._connect_wait, self.telemetry)
         self.listings = Listings(self.fleet, self.forward, self._connect_wait)
         for member in self.fleet:
             self._attach(member)
@@ -103,6 +106,7 @@ class Gateway:
 
         def on_notification(method: str, params: dict[str, Any]) -> None:
             if method in LIST_CHANGED:  # that server alone is listed again; clients hear of it
+                self.fleet.outdated(member, method)
                 upstream.spawn(lambda: self.fleet.changed(member, method))
                 return
             self.downstream.notify(member.key, method, params)
@@ -144,6 +148,7 @@ class Gateway:
 
     async def _list_tools(self, call: Call) -> dict[str, Any]:
         fleet = self.fleet
+        await fleet.fresh_tools()
         if not all(m.catalog.listings["tools"].loaded for m in fleet):
             await fleet.first_listing(self._connect_wait())
         if not any(m.catalog.listings["tools"].loaded for m in fleet):

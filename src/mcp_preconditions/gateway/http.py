@@ -1,7 +1,8 @@
-"""The gateway's HTTP app, a bare ASGI app: streamable HTTP at `/mcp`, `/healthz` and `/readyz`,
-and, when the policy's `[auth]` verifies tokens, a 401 with `WWW-Authenticate` for a request without a
-valid bearer token, plus RFC 9728 protected-resource metadata. A verified caller owns the sessions it
-opens: anyone else gets 404 for them, as for an unknown session (SPEC §10).
+"""The gateway's HTTP app, a bare ASGI app: streamable HTTP at `/mcp`, `/healthz`, `/readyz`,
+`/metrics` (unless served on a listener of their own), and, when the policy's `[auth]` verifies
+tokens, a 401 with `WWW-Authenticate` for a request without a valid bearer token, plus RFC 9728
+protected-resource metadata. A verified caller owns the sessions it opens: anyone else gets 404 for
+them, as for an unknown session (SPEC §10).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 from ..auth.build import verification_configured
 from ..auth.header import credentials_from_authorization_header
 from ..principal import Principal
+from ..telemetry.exposition import METRICS_PATH
+from ..telemetry.metrics import Metrics
 from .dispatch import Dispatch
 from .gateway import Gateway
 from .http_sessions import Owner, Sessions
@@ -29,19 +32,22 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def build_app(gateway: Gateway, host: str, base_url: str) -> App:
-    """The ASGI app; `base_url` (`http://HOST:PORT`) names the resource in the auth metadata."""
+def build_app(gateway: Gateway, host: str, base_url: str, metrics: Metrics | None = None) -> App:
+    """The ASGI app; `base_url` (`http://HOST:PORT`) names the resource in the auth metadata.
+    `metrics` are served at `/metrics`, outside the bearer gate like the health checks (no token,
+    label, or confidential requirement is in them; docs/operations.md says why)."""
     sessions = Sessions()
     return App(gateway, Streamable(Dispatch(gateway), Security.for_host(host), sessions), sessions,
-               base_url)
+               base_url, metrics)
 
 
 class App:
     """Routes a request to its endpoint (the ones above; anything else is 404)."""
 
     def __init__(self, gateway: Gateway, streamable: Streamable, sessions: Sessions,
-                 base_url: str) -> None:
+                 base_url: str, metrics: Metrics | None = None) -> None:
         self.gateway = gateway
+        self.metrics = metrics
         self.streamable = streamable
         self.sessions = sessions
         self.metadata = _metadata(gateway, base_url)
@@ -63,6 +69,9 @@ class App:
                     return
                 owner = owner_of(principal)
             await self.streamable(scope, receive, send, owner)
+            return
+        if path == METRICS_PATH and self.metrics is not None and method in ("GET", "HEAD"):
+            await self._scrape(scope, send)
             return
         endpoints: dict[str, Callable[[], Awaitable[tuple[int, Any, list[tuple[bytes, bytes]]]]]] = {
             "/healthz": _healthz, "/readyz": self._readyz}
@@ -122,6 +131,17 @@ class App:
                            "error_description": problem}).encode()
         await _respond(send, 401, body, [(b"content-type", b"application/json"),
                                          (b"www-authenticate", challenge.encode())])
+
+    async def _scrape(self, scope: Scope, send: Send) -> None:
+        """The metrics, in the format the scraper asks for (Prometheus text, or OpenMetrics)."""
+        from prometheus_client.exposition import choose_encoder
+
+        assert self.metrics is not None
+        accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), "")
+        encode, content_type = choose_encoder(accept)
+        body = encode(self.metrics.registry)
+        await _respond(send, 200, b"" if scope["method"] == "HEAD" else body,
+                       [(b"content-type", content_type.encode())], length=len(body))
 
     async def _readyz(self) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
         body = await readiness(self.gateway)

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from ..telemetry.metrics import Metrics
 from .dispatch import Dispatch
 from .gateway import Gateway
 from .http import build_app
@@ -74,13 +75,14 @@ async def _stop_on_signals(scope: anyio.CancelScope, stopped_by: list[int]) -> N
 
 
 async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None = None,
-                     *also: Task, limits: Limits = Limits()) -> None:
-    """Serve streamable HTTP on `sock` until cancelled; `also` as for serve_stdio."""
+                     *also: Task, limits: Limits = Limits(), metrics: Metrics | None = None) -> None:
+    """Serve streamable HTTP on `sock` until cancelled; `also` as for serve_stdio; `metrics` at
+    `/metrics` on the same listener."""
     import uvicorn
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    app: Any = build_app(gateway, host, f"http://{shown}:{port}")
+    app: Any = build_app(gateway, host, f"http://{shown}:{port}", metrics)
     if announce is not None:
         print(announce.format(url=f"http://{shown}:{port}/mcp"), file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", http=_bounded(limits),

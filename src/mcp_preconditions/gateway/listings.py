@@ -73,7 +73,7 @@ class Listings:
         elif method == "completion/complete":
             member, params["ref"] = await self._completion(params.get("ref"))
         else:
-            member = await self._resource(params.get("uri"))
+            member = await self._resource(params.get("uri"), method != "resources/read")
         if method in ("resources/subscribe", "resources/unsubscribe"):
             return await downstream.subscription(
                 ctx, member.subscriptions, lambda: self._forward(ctx, member, method, params))
@@ -81,7 +81,7 @@ class Listings:
 
     def holder(self, uri: str) -> Subscriptions | None:
         """Whose subscriptions hold `uri` for a listen stream (None: no single server lists it)."""
-        owner = self._fleet.routes.resource(uri)
+        owner = self._fleet.routes.resource(uri, subscription=True)
         return self._fleet.members[owner].subscriptions if isinstance(owner, str) else None
 
     async def _prompt(self, name: Any) -> tuple[Member, str]:
@@ -113,13 +113,13 @@ class Listings:
             owner = self._fleet.routes.template(uri)
         return self._owner(owner, uri), ref
 
-    async def _resource(self, uri: Any) -> Member:
+    async def _resource(self, uri: Any, subscription: bool) -> Member:
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
-        owner = self._fleet.routes.resource(uri)
+        owner = self._fleet.routes.resource(uri, subscription=subscription)
         if owner is None:
             await self._relist_resources()
-            owner = self._fleet.routes.resource(uri)
+            owner = self._fleet.routes.resource(uri, subscription=subscription)
         return self._owner(owner, uri)
 
     def _owner(self, owner: str | tuple[str, ...] | None, uri: Any) -> Member:

@@ -1,11 +1,11 @@
 """Gateway wiring for replicas behind a load balancer: the policy from a file or a bundle URL, the
-reloader that keeps every replica on the bundle in force, and the labels (replica id, upstream) that
-put the replica and, with the revision, the policy into every decision record.
+reloader that keeps every replica on the file or bundle in force (watched by default), and the
+labels (replica id, upstream) that put the replica and, with the revision, the policy into every
+decision record.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -13,22 +13,26 @@ from typing import Any
 import anyio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..drivers.bundle import is_policy_url, load_policy_source, load_public_key, policy_reloader
+from ..drivers.bundle import (
+    DEFAULT_BUNDLE_POLL_SECONDS,
+    DEFAULT_FILE_POLL_SECONDS,
+    load_policy_source,
+    load_public_key,
+    policy_reloader,
+    poll_interval,
+    poll_seconds,
+)
 from ..drivers.reload import PolicyChange, PolicyReloader
 from ..errors import InputError
 from ..guard import Guard
 from ..policy.load import PolicySource
 from ..replica import default_replica_id, replica_labels
 
-# A bundle URL is polled every 10 s unless told otherwise (OPA's bundle default is 60 s; replicas
-# converge within one interval, and a 304 costs the bundle server one small request).
-DEFAULT_BUNDLE_POLL_SECONDS = 10.0
-MIN_POLL_SECONDS = 0.1
-
 
 @dataclass(frozen=True, slots=True)
 class ReplicaOptions:
-    """`--policy`, `--policy-poll-seconds`, `--policy-public-key`, `--replica-id` as given."""
+    """`--policy`, `--policy-poll-seconds`, `--policy-public-key`, `--replica-id` as given
+    (`poll_seconds` None: not given; 0: watching off)."""
 
     policy: str
     poll_seconds: float | None = None
@@ -37,10 +41,9 @@ class ReplicaOptions:
 
     @property
     def interval(self) -> float | None:
-        """Seconds between polls: the flag, else 10 s for a URL; None: a file is not polled."""
-        if self.poll_seconds is not None:
-            return self.poll_seconds
-        return DEFAULT_BUNDLE_POLL_SECONDS if is_policy_url(self.policy) else None
+        """Seconds between polls: the flag (0: None, not polled), else 2 s for a file and 10 s for
+        a bundle URL."""
+        return poll_interval(self.policy, self.poll_seconds)
 
     def replica(self) -> str:
         return self.replica_id if self.replica_id is not None else default_replica_id()
@@ -49,15 +52,7 @@ class ReplicaOptions:
 def options_from(policy: str, poll: str | None, public_key: str | None,
                  replica_id: str | None) -> ReplicaOptions:
     """Check the four flags as typed (one clear InputError line each) and bundle them."""
-    seconds = None
-    if poll is not None:
-        try:
-            seconds = float(poll)
-        except ValueError:
-            seconds = math.nan
-        if not math.isfinite(seconds) or seconds < MIN_POLL_SECONDS:
-            raise InputError(f"--policy-poll-seconds: expected a number of seconds >= "
-                             f"{MIN_POLL_SECONDS:g}, got {poll!r}")
+    seconds = poll_seconds(poll)
     if replica_id == "":  # used verbatim; only an empty id is refused: it tells no replica apart
         raise InputError("--replica-id: must not be empty")
     return ReplicaOptions(policy, seconds, public_key, replica_id)
@@ -80,7 +75,7 @@ def labels(options: ReplicaOptions, upstream: str | None) -> dict[str, str]:
 
 def reloader(guard: Guard, options: ReplicaOptions,
              on_change: Callable[[PolicyChange], Any] | None = None) -> PolicyReloader | None:
-    """The reloader that keeps `guard` on `--policy` (None for a file without a poll interval)."""
+    """The reloader that keeps `guard` on `--policy` (None when watching is off)."""
     interval = options.interval
     if interval is None:
         return None
@@ -101,5 +96,5 @@ def keep_current(policy: PolicyReloader) -> Callable[[], Coroutine[Any, Any, Non
     return run
 
 
-__all__ = ["DEFAULT_BUNDLE_POLL_SECONDS", "ReplicaOptions", "keep_current", "labels", "load_source",
-           "options_from", "reloader"]
+__all__ = ["DEFAULT_BUNDLE_POLL_SECONDS", "DEFAULT_FILE_POLL_SECONDS", "ReplicaOptions",
+           "keep_current", "labels", "load_source", "options_from", "reloader"]

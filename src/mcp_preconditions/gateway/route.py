@@ -33,6 +33,8 @@ class ServerListing:
     prompts: Iterable[str] | None = None
     resources: Iterable[str] | None = None
     templates: Iterable[str] | None = None
+    # What it declared: "resources" (it serves them), "subscribe" (it takes subscriptions).
+    serves: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -51,16 +53,19 @@ class Routes:
     duplicates: dict[str, str] = field(default_factory=dict)  # visible tool name -> its server
     ambiguous: dict[str, tuple[str, ...]] = field(default_factory=dict)
     servers: tuple[str, ...] = ()
+    resource_servers: tuple[str, ...] = ()  # the servers that serve resources at all
+    subscribe_servers: tuple[str, ...] = ()  # ... and those that take subscriptions
     _parsed: dict[str, UriTemplate | None] = field(default_factory=dict)
 
     def tool_of(self, server: str) -> dict[str, str]:
         """A server's tools: visible name -> original name (routable ones only)."""
         return {v: t.name for v, t in self.tools.items() if t.server == server}
 
-    def resource(self, uri: str) -> str | tuple[str, ...] | None:
+    def resource(self, uri: str, *, subscription: bool = False) -> str | tuple[str, ...] | None:
         """The server that serves `uri`: the one that listed it, else the one whose template
-        matches it, else (one server only) that server. A tuple of servers: ambiguous; None: no
-        server claims it."""
+        matches it, else the only server that serves resources at all (for a subscription: that
+        takes subscriptions), where there is nothing to choose. A tuple of servers: ambiguous;
+        None: no server claims it."""
         if uri in self.ambiguous:
             return self.ambiguous[uri]
         owner = self.resources.get(uri)
@@ -72,16 +77,20 @@ class Routes:
             return matching[0]
         if matching:
             return tuple(matching)
-        return self.servers[0] if len(self.servers) == 1 else None
+        return self._only(self.subscribe_servers if subscription else self.resource_servers)
 
     def template(self, uri_template: str) -> str | tuple[str, ...] | None:
         """The server that listed a resource template (a completion's `ref/resource`)."""
         if uri_template in self.ambiguous:
             return self.ambiguous[uri_template]
         owner = self.templates.get(uri_template)
-        if owner is None and len(self.servers) == 1:
-            return self.servers[0]
-        return owner
+        return owner if owner is not None else self._only(self.resource_servers)
+
+    def _only(self, able: tuple[str, ...]) -> str | None:
+        """A URI nobody listed goes to the one server there is, or to the one server able to take
+        it; with two that might, it is never guessed."""
+        candidates = self.servers if len(self.servers) == 1 else able
+        return candidates[0] if len(candidates) == 1 else None
 
     def _matches(self, template: str, uri: str) -> bool:
         if template not in self._parsed:
@@ -101,7 +110,9 @@ class Routes:
 def build_routes(listings: Iterable[ServerListing]) -> Routes:
     """The tables for these servers' listings."""
     listings = list(listings)
-    routes = Routes(servers=tuple(s.key for s in listings))
+    routes = Routes(servers=tuple(s.key for s in listings),
+                    resource_servers=tuple(s.key for s in listings if "resources" in s.serves),
+                    subscribe_servers=tuple(s.key for s in listings if "subscribe" in s.serves))
     tools: dict[str, list[Target]] = {}
     prompts: dict[str, list[Target]] = {}
     for listing in listings:

@@ -25,6 +25,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 
 from .. import __version__
+from ..telemetry.gateway import GatewayTelemetry
 from .jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT, RpcError
 from .peer import NotificationHook, Peer, ProgressHook, RequestHook, describe
 from .server_http import HttpLink
@@ -99,8 +100,10 @@ class Upstream:
     """
 
     def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr,
-                 connect_timeout: Callable[[], float] | None = None) -> None:
+                 connect_timeout: Callable[[], float] | None = None,
+                 telemetry: GatewayTelemetry | None = None) -> None:
         self.target = target
+        self.telemetry = telemetry if telemetry is not None else GatewayTelemetry()
         self.key = key  # the server's name in the gateway's config: all a caller is ever told
         self.label = f"{key} ({target.label})"  # for the gateway's own log
         # How long the handshake may take (None: forever). A server that never answers it is
@@ -140,6 +143,8 @@ class Upstream:
         delay = BACKOFF_FIRST
         while True:
             self.attempts += 1
+            if self.attempts > 1:
+                self.telemetry.restarting(self.key)
             try:
                 connected = await self._connect()
                 delay = BACKOFF_FIRST
@@ -155,6 +160,7 @@ class Upstream:
     async def _serve(self, connected: Connected) -> None:
         self.current = connected
         self.last_error = None
+        self.telemetry.connected(self.key, True)
         self._signal()
         try:
             await self.on_connect()
@@ -171,6 +177,7 @@ class Upstream:
             log.warning("upstream %s: session lost; reconnecting", self.label)
         finally:
             self.current = None
+            self.telemetry.connected(self.key, False)
             self._signal()
             await _closed(connected.peer, connected.link)
 

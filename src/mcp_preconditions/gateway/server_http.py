@@ -60,6 +60,11 @@ class HttpLink:
             named = (message.get("params") or {}).get(_NAMED.get(method, ""))
             if isinstance(named, str):
                 headers["mcp-name"] = _header_value(named)
+        meta = (message.get("params") or {}).get("_meta")
+        if isinstance(meta, dict) and "traceparent" in meta:  # the trace context in a header too,
+            from ..telemetry.propagation import carrier  # as HTTP servers and proxies read it
+
+            headers.update(carrier({"_meta": meta}))
         response = await self._pool.request("POST", headers, jsonrpc.dumps(message))
         if method == "initialize" and "mcp-session-id" in response.headers:
             self.session_id = response.headers["mcp-session-id"]

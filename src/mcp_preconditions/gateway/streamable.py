@@ -183,11 +183,12 @@ class Streamable:
             elif message["method"] == "notifications/cancelled":
                 _cancel(session, message.get("params"))
             else:
-                await self.dispatch.notified(client, message["method"], message.get("params"))
+                await self.dispatch.notified(client, message["method"], message.get("params"),
+                                             headers)
             return 202
         reply = Reply(send, mine, sse=True)
         call = Call(message["method"], message.get("params"), message["id"], client.version, reply,
-                    client, headers.get("authorization"))
+                    client, headers)
         running = session.running
         task = asyncio.current_task()
         assert task is not None
@@ -249,8 +250,7 @@ class Streamable:
             await _rpc_error(send, _STATUS.get(exc.code, 200), exc, rid=rid)
             return
         reply = Reply(send, [])
-        call = Call(message["method"], message.get("params"), rid, version, reply, None,
-                    headers.get("authorization"))
+        call = Call(message["method"], message.get("params"), rid, version, reply, None, headers)
         answer = await self._watched(call, receive)
         call.closed = True
         if answer is None:

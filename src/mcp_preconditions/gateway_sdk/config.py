@@ -15,17 +15,28 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from ..addresses import http_address
 from ..errors import FileReadError, PolicyError
 from ..files import read_bounded
-from ..policy.load import problems_of
+from ..policy.load import key_path, problems_of
 
 # A server's key becomes its default prefix (`KEY__`), so it must make a valid tool name.
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -33,6 +44,13 @@ PREFIX_PATTERN = r"^[A-Za-z0-9_.-]{0,64}$"
 _ENV_REF = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 WHAT = "invalid gateway config"
+
+
+def listen_address(value: str) -> tuple[str, int] | None:
+    """Where to listen: None for "stdio", else (host, port); ValueError saying what is wrong."""
+    if value == "stdio":
+        return None
+    return http_address(value, "'stdio' or 'http://HOST:PORT'")
 
 
 class _Strict(BaseModel):
@@ -49,7 +67,7 @@ class ServerEntry(_Strict):
     url: str | None = Field(default=None, min_length=1)
     headers: dict[str, str] = Field(default_factory=dict,
                                     description='values are literal, or "env:VAR"')
-    prefix: str | None = Field(default=None, pattern=PREFIX_PATTERN,
+    prefix: str | None = Field(default=None, json_schema_extra={"pattern": PREFIX_PATTERN},
                                description='shown before each tool and prompt name; default "KEY__"')
     type: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = Field(
         default=None, description="optional, as desktop clients write it; must agree with command/url")
@@ -59,6 +77,14 @@ class ServerEntry(_Strict):
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s]*)?", value):
             raise ValueError(f"not an http(s) URL: {value!r}")
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(PREFIX_PATTERN, value):
+            raise ValueError(f"not a usable prefix: {value!r}: use letters, digits, '_', '.' or '-' "
+                             "(at most 64; \"\" keeps the server's names bare)")
         return value
 
     @field_validator("headers")
@@ -83,7 +109,15 @@ class ServerEntry(_Strict):
         return self
 
 
-ServerKey = Field(pattern=KEY_PATTERN)
+def _server_key(key: str) -> str:
+    """A key checked with the other problems (a dict validator would run only if all else is valid)."""
+    if not re.fullmatch(KEY_PATTERN, key):
+        raise ValueError("not a usable server key: use letters, digits, '_', '.' or '-' (at most "
+                         "64, starting with a letter or digit): it makes the default prefix KEY__")
+    return key
+
+
+ServerKey = Annotated[str, AfterValidator(_server_key)]
 
 
 class GatewayFile(_Strict):
@@ -93,12 +127,22 @@ class GatewayFile(_Strict):
     listen: str = Field(default="stdio", min_length=1, description='"stdio" or "http://HOST:PORT"')
     claims: str | None = Field(default=None, min_length=1,
                                description="stdio only: JSON claims of the local caller")
-    servers: dict[str, ServerEntry] = Field(min_length=1)
+    servers: dict[ServerKey, ServerEntry] = Field(
+        min_length=1, json_schema_extra={"propertyNames": {"pattern": KEY_PATTERN}})
 
-    @field_validator("servers")
+    @field_validator("listen")
     @classmethod
-    def _keys(cls, value: dict[str, ServerEntry]) -> dict[str, ServerEntry]:
-        return _checked_keys(value)
+    def _listen(cls, value: str) -> str:
+        listen_address(value)
+        return value
+
+    @field_validator("claims")
+    @classmethod
+    def _claims_on_stdio(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("listen", "stdio") != "stdio":
+            raise ValueError("for listen = \"stdio\" only; over HTTP each call's bearer token "
+                             "decides who is calling")
+        return value
 
 
 class DesktopFile(BaseModel):
@@ -106,20 +150,8 @@ class DesktopFile(BaseModel):
     own business and left alone (rejecting them would make the file unusable here)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
-    mcpServers: dict[str, ServerEntry] = Field(min_length=1)
-
-    @field_validator("mcpServers")
-    @classmethod
-    def _keys(cls, value: dict[str, ServerEntry]) -> dict[str, ServerEntry]:
-        return _checked_keys(value)
-
-
-def _checked_keys(servers: dict[str, ServerEntry]) -> dict[str, ServerEntry]:
-    for key in servers:
-        if not re.fullmatch(KEY_PATTERN, key):
-            raise ValueError(f"server key {key!r}: use letters, digits, '_', '.' or '-' (at most 64, "
-                             "starting with a letter or digit): it makes the default prefix KEY__")
-    return servers
+    mcpServers: dict[ServerKey, ServerEntry] = Field(
+        min_length=1, json_schema_extra={"propertyNames": {"pattern": KEY_PATTERN}})
 
 
 # -- what the gateway runs from ------------------------------------------------------------------
@@ -214,24 +246,46 @@ def _specs(servers: Mapping[str, ServerEntry], path: str, top: str) -> tuple[Ser
     problems: list[str] = []
     specs = []
     for key, entry in servers.items():
-        env = _resolved(entry.env, f"{top}.{key}.env", problems)
-        headers = _resolved(entry.headers, f"{top}.{key}.headers", problems)
+        env = _resolved(entry.env, (top, key, "env"), problems)
+        headers = _resolved(entry.headers, (top, key, "headers"), problems)
         prefix = entry.prefix if entry.prefix is not None else f"{key}__"
+        if entry.command is not None and shutil.which(entry.command) is None:
+            problems.append(f"{key_path((top, key, 'command'))}: cannot start the server: command "
+                            f"not found: {entry.command}")
+        if any(_same_file(arg, path) for arg in entry.args):
+            problems.append(f"{key_path((top, key, 'args'))}: names this file: a gateway started on "
+                            "it would start itself again and again (give --servers a copy of the "
+                            "servers, not the config that launches the gateway)")
         specs.append(ServerSpec(key, prefix, entry.command, tuple(entry.args), env, entry.url, headers))
     if problems:
         raise PolicyError(path, problems, WHAT)
     return tuple(specs)
 
 
-def _resolved(values: Mapping[str, str], where: str, problems: list[str]) -> dict[str, str]:
-    """`env:VAR` values read from the gateway's environment; a missing one is a problem."""
+def _same_file(arg: str, path: str) -> bool:
+    """Whether a server's argument names the deployment file being read (a desktop config whose
+    one entry launches the gateway on that same config)."""
+    try:
+        return arg.endswith(Path(path).name) and Path(arg).resolve() == Path(path).resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def _resolved(values: Mapping[str, str], where: tuple[str, ...], problems: list[str]
+              ) -> dict[str, str]:
+    """`env:VAR` values read from the gateway's environment; a missing one is a problem, and so is
+    a value that starts with `env:` but names no variable (sent as is, it would be a literal)."""
     out: dict[str, str] = {}
     for name, value in values.items():
         ref = _ENV_REF.fullmatch(value)
-        if ref is None:
+        if ref is None and value.startswith("env:"):
+            problems.append(f"{key_path((*where, name))}: expected env:VAR (VAR: letters, digits "
+                            f"and '_', not starting with a digit), got {value!r}")
+        elif ref is None:
             out[name] = value
         elif ref.group(1) in os.environ:
             out[name] = os.environ[ref.group(1)]
         else:
-            problems.append(f"{where}.{name}: environment variable {ref.group(1)} is not set")
+            problems.append(f"{key_path((*where, name))}: environment variable {ref.group(1)} is "
+                            "not set")
     return out

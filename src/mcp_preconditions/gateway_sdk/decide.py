@@ -21,6 +21,7 @@ from ..integrations._calls import DENIAL_CODE, denial_error, denial_result
 from ..outcomes import Decision, Outcome, new_decision
 from ..policy.model import Policy
 from ..principal import Credentials
+from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
 from ..wire import with_requirements
 from . import bridge
 from .fleet import UNUSABLE, Fleet, Member
@@ -34,17 +35,19 @@ Forward = Callable[[ServerRequestContext[Any, Any], Member, str, Mapping[str, An
 # Errors that mean "the server failed", not "the server refused": a tool error, not JSON-RPC.
 _SERVER_FAULTS = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT, types.INTERNAL_ERROR})
 MALFORMED = "(malformed requirements)"
+UNUSABLE_POLICY = "(policy unusable)"
 
 
 class Decide:
     """Decides and forwards the tool calls of one gateway, and lists its tools."""
 
     def __init__(self, guard: Guard, fleet: Fleet, policy: Callable[[], Policy],
-                 connect_wait: Callable[[], float]) -> None:
+                 connect_wait: Callable[[], float], telemetry: GatewayTelemetry) -> None:
         self._guard = guard
         self._fleet = fleet
         self._policy = policy
         self._connect_wait = connect_wait
+        self._telemetry = telemetry
 
     def listed(self, name: str) -> bool:
         """Whether `[gateway] unlisted_tools` lets this tool be called at all: under "deny", only
@@ -88,23 +91,28 @@ class Decide:
         if target is None:
             why = ("two servers list a tool of that name" if name in fleet.routes.collisions
                    else "no server lists a tool of that name")
-            return await self._unlisted(name, version, why, credentials)
-        member = fleet.members[target.server]
+            return await self._unlisted(NO_SERVER, name, version, why, credentials)
+        server = target.server
+        member = fleet.members[server]
         if member.problem is not None:
+            refused = await self._refusal(name, UNUSABLE_POLICY, UNUSABLE, credentials, error=True)
+            self._telemetry.decided(server, refused)
             return bridge.downstream_result("tools/call", _fault(UNUSABLE), version)
         if name in fleet.routes.duplicates:
-            return await self._unlisted(name, version, "its server lists more than one tool of "
-                                                       "that name", credentials)
+            return await self._unlisted(server, name, version, "its server lists more than one tool "
+                                                               "of that name", credentials)
         broken = member.catalog.broken.get(target.name) or fleet.invalid.get(name)
         if broken is not None:
-            return self._refuse(await self._broken(name, broken, credentials), version)
+            return self._refuse(server, await self._refusal(name, MALFORMED, broken, credentials),
+                                version)
         if not self.listed(name):
-            return await self._unlisted(name, version, "the policy lists no requirements for it",
-                                        credentials)
-        decision = await self._guard.check(name, credentials,
-                                           arguments if isinstance(arguments, Mapping) else None)
+            return await self._unlisted(server, name, version, "the policy lists no requirements "
+                                                               "for it", credentials)
+        decision = await self._telemetry.decision(name, self._guard.check(
+            name, credentials, arguments if isinstance(arguments, Mapping) else None))
         if not decision.allowed:
-            return self._refuse(decision, version)
+            return self._refuse(server, decision, version)
+        self._telemetry.decided(server, decision)
         params = {**(ctx.params or {}), "name": target.name}
         try:
             result = await forward(ctx, member, "tools/call", params)
@@ -117,7 +125,8 @@ class Decide:
             return bridge.downstream_result("tools/call", _fault(text), version)
         return bridge.downstream_result("tools/call", result, version)
 
-    def _refuse(self, decision: Decision, version: str) -> dict[str, Any]:
+    def _refuse(self, server: str, decision: Decision, version: str) -> dict[str, Any]:
+        self._telemetry.decided(server, decision)
         if self._policy().guard.denial == "jsonrpc":
             raise denial_error(decision)
         return self._shaped(decision.tool, _dump(denial_result(decision)), version)
@@ -144,18 +153,23 @@ class Decide:
             return None
         return (await self._guard.authenticate(credentials)).subject
 
-    async def _broken(self, name: str, why: str, credentials: Credentials) -> Decision:
-        decision = new_decision(name, False, (Outcome.unsatisfied(MALFORMED, why),),
-                                await self._subject(credentials), self._guard.revision, 0,
-                                frozenset())
+    async def _refusal(self, name: str, requirement: str, why: str, credentials: Credentials, *,
+                       error: bool = False) -> Decision:
+        """A refusal the guard did not decide, recorded as one: `requirement` unsatisfied (the
+        server listed the tool's requirements unreadably) or `error` (the policy cannot be applied
+        to this server's tools: the service's fault, not the caller's)."""
+        outcome = Outcome.error(requirement, why) if error else Outcome.unsatisfied(requirement, why)
+        decision = new_decision(name, False, (outcome,), await self._subject(credentials),
+                                self._guard.revision, 0, frozenset())
         self._guard.recorder.record(decision)
         return decision
 
-    async def _unlisted(self, name: str, version: str, why: str, credentials: Credentials
-                        ) -> dict[str, Any]:
+    async def _unlisted(self, server: str, name: str, version: str, why: str,
+                        credentials: Credentials) -> dict[str, Any]:
         decision = new_decision(name, False, (), await self._subject(credentials),
                                 self._guard.revision, 0, frozenset())
         self._guard.recorder.record(decision)
+        self._telemetry.decided(server, decision, listed=False)
         payload = {"error": "unlisted_tool", "tool": name, "unmet": [], "withheld": 0}
         text = f"Tool '{name}' was not run: {why}."
         if self._policy().guard.denial == "jsonrpc":

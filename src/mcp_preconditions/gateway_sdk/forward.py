@@ -18,11 +18,12 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 from pydantic import ValidationError
 
 from ..principal import Credentials, Identity
+from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
 from .fleet import Member
 from .rounds import PendingCall, Rounds
 from .server import UpstreamUnavailable
-from .session import Downstream, client_capabilities
+from .session import Downstream, client_capabilities, http_headers
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -39,12 +40,13 @@ class Forward:
 
     def __init__(self, downstream: Downstream, rounds: Rounds, timeout: Callable[[], float],
                  credentials: Callable[[ServerRequestContext[Any, Any]], Credentials],
-                 authenticate: Authenticate) -> None:
+                 authenticate: Authenticate, telemetry: GatewayTelemetry) -> None:
         self._downstream = downstream
         self._rounds = rounds
         self._timeout = timeout
         self._credentials = credentials
         self._authenticate = authenticate
+        self._telemetry = telemetry
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], member: Member, method: str,
                        params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -77,9 +79,10 @@ class Forward:
                         token, progress, total, message, related_request_id=cast(Any, request_id))
         upstream = member.upstream
         try:
-            return await upstream.request(
-                method, bridge.upstream_params(params, modern=upstream.modern),
-                timeout=timeout, on_progress=on_progress)
+            with self._telemetry.upstream(member.key, method,
+                                          bridge.upstream_params(params, modern=upstream.modern),
+                                          http_headers(ctx) if ctx is not None else None) as sent:
+                return await upstream.request(method, sent, timeout=timeout, on_progress=on_progress)
         except UpstreamUnavailable as exc:
             log.warning("server %s unavailable for %s: %s", upstream.label, method, exc)
             raise MCPError(types.INTERNAL_ERROR, f"server {member.key} is unavailable") from None

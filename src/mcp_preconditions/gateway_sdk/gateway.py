@@ -27,6 +27,7 @@ from .. import __version__
 from ..guard import Guard
 from ..policy.model import Policy
 from ..principal import Credentials
+from ..telemetry.gateway import GatewayTelemetry
 from . import bridge
 from .config import ServerSpec
 from .decide import Decide
@@ -34,7 +35,7 @@ from .fleet import Fleet, Member
 from .forward import Forward
 from .listings import Listings
 from .rounds import Rounds
-from .session import Downstream
+from .session import Downstream, http_headers
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -58,22 +59,26 @@ class Gateway:
     """The guard in front of a fleet of servers, served to any number of clients."""
 
     def __init__(self, guard: Guard, servers: Sequence[ServerSpec], credentials: CredentialsOf, *,
-                 environment: Mapping[str, str] | None = None) -> None:
+                 environment: Mapping[str, str] | None = None,
+                 telemetry: GatewayTelemetry | None = None) -> None:
         self.guard = guard
         self.credentials = credentials
+        self.telemetry = telemetry if telemetry is not None else GatewayTelemetry()
         self.bus = InMemorySubscriptionBus()
         self.rounds = Rounds()
         env = dict(os.environ if environment is None else environment)
-        self.fleet = Fleet(guard, servers, env, self.policy, self._list_changed)
+        self.fleet = Fleet(guard, servers, env, self.policy, self._list_changed, self.telemetry)
         self.downstream = Downstream(self.bus, self.rounds, lambda: [m.subscriptions for m in self.fleet])
         self.forward = Forward(self.downstream, self.rounds,
                                lambda: self.policy().gateway.call_timeout_seconds, credentials,
-                               guard.authenticate)
-        self.decide = Decide(guard, self.fleet, self.policy, self._connect_wait)
+                               guard.authenticate, self.telemetry)
+        self.decide = Decide(guard, self.fleet, self.policy, self._connect_wait, self.telemetry)
         self.listings = Listings(self.fleet, self.forward, self._connect_wait)
         self.server: Server[Any] = Server(SERVER_NAME, version=__version__,
                                           on_subscriptions_listen=ListenHandler(self.bus))
-        self.server.middleware.append(self)
+        # The only middleware: the SDK's own span opener is replaced by `telemetry.message`, which
+        # also continues an HTTP `traceparent` header and costs nothing without a tracer provider.
+        self.server.middleware[:] = [self]
         for member in self.fleet:
             self._attach(member)
 
@@ -128,6 +133,14 @@ class Gateway:
 
     # -- the clients' side: the ServerMiddleware ---------------------------------------------------
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        span = self.telemetry.message(ctx.method, ctx.params, http_headers(ctx), ctx.request_id,
+                                      ctx.protocol_version)
+        if span is None:
+            return await self._handle(ctx, call_next)
+        with span:
+            return await self._handle(ctx, call_next)
+
+    async def _handle(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         method = ctx.method
         if method == "tools/call":
             return await self._tracked(ctx, self._call_tool)

@@ -1,8 +1,9 @@
-"""The gateway's HTTP app: the MCP SDK's streamable-HTTP app at `/mcp`, `/healthz` and `/readyz`, and,
-when the policy's `[auth]` verifies tokens, a 401 with `WWW-Authenticate` for a request without a
-valid bearer token, plus RFC 9728 protected-resource metadata. A verified caller is put where the
-SDK's session manager looks (`scope["user"]`), so each session belongs to the principal that opened
-it: anyone else gets 404 for it, as for an unknown session (SPEC §10).
+"""The gateway's HTTP app: the MCP SDK's streamable-HTTP app at `/mcp`, `/healthz`, `/readyz`,
+`/metrics` (unless served on a listener of their own), and, when the policy's `[auth]` verifies
+tokens, a 401 with `WWW-Authenticate` for a request without a valid bearer token, plus RFC 9728
+protected-resource metadata. A verified caller is put where the SDK's session manager looks
+(`scope["user"]`), so each session belongs to the principal that opened it: anyone else gets 404
+for it, as for an unknown session (SPEC §10).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..auth.build import verification_configured
 from ..auth.header import credentials_from_authorization_header
 from ..principal import Principal
+from ..telemetry.exposition import metrics_route
+from ..telemetry.metrics import Metrics
 from .gateway import Gateway
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
@@ -28,10 +31,14 @@ MCP_PATH = "/mcp"
 READY_PING_SECONDS = 2.0
 
 
-def build_app(gateway: Gateway, host: str, base_url: str) -> ASGIApp:
-    """The ASGI app; `base_url` (`http://HOST:PORT`) names the resource in the auth metadata."""
+def build_app(gateway: Gateway, host: str, base_url: str, metrics: Metrics | None = None) -> ASGIApp:
+    """The ASGI app; `base_url` (`http://HOST:PORT`) names the resource in the auth metadata.
+    `metrics` are served at `/metrics`, outside the bearer gate like the health checks (no token,
+    label, or confidential requirement is in them; docs/operations.md says why)."""
     routes = [Route("/healthz", _healthz, methods=["GET"]),
               Route("/readyz", _readyz(gateway), methods=["GET"])]
+    if metrics is not None:
+        routes.append(metrics_route(metrics))
     metadata = _metadata(gateway, base_url)
     if metadata is not None:
         endpoint = _metadata_endpoint(metadata)

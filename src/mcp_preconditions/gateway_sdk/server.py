@@ -27,6 +27,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .. import __version__
+from ..telemetry.gateway import GatewayTelemetry
+from ..telemetry.propagation import message_headers
 from ._streams import WatchedReadStream
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -100,9 +102,15 @@ class Upstream:
     request in flight when the process exits fails as soon as the exit is seen.
     """
 
-    def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr) -> None:
+    def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr,
+                 connect_timeout: Callable[[], float] | None = None,
+                 telemetry: GatewayTelemetry | None = None) -> None:
         self.target = target
+        self.telemetry = telemetry if telemetry is not None else GatewayTelemetry()
         self.key = key  # the server's name in the gateway's config: all a caller is ever told
+        # How long the handshake may take (None: forever). A server that never answers it is
+        # dropped and started again with backoff, like one that exits.
+        self._connect_timeout = connect_timeout
         self.label = f"{key} ({target.label})"  # for the gateway's own log
         # Set by the gateway that serves this upstream's clients.
         self.on_request: RequestHook = _no_client
@@ -136,6 +144,8 @@ class Upstream:
         delay = BACKOFF_FIRST
         while True:
             self.attempts += 1
+            if self.attempts > 1:
+                self.telemetry.restarting(self.key)
             try:
                 async with AsyncExitStack() as stack:
                     connected = await self._connect(stack)
@@ -152,6 +162,7 @@ class Upstream:
     async def _serve(self, connected: Connected) -> None:
         self.current = connected
         self.last_error = None
+        self.telemetry.connected(self.key, True)
         self._signal()
         try:
             await self.on_connect()
@@ -163,6 +174,7 @@ class Upstream:
             log.warning("upstream %s: session lost; reconnecting", self.label)
         finally:
             self.current = None
+            self.telemetry.connected(self.key, False)
             self._signal()
 
     def _signal(self) -> None:
@@ -183,8 +195,9 @@ class Upstream:
         try:
             client, lost = await self._open(stack, "legacy")
         except Exception as exc:
-            if not isinstance(_innermost(exc), MCPError):
-                raise
+            refused = _innermost(exc)
+            if not isinstance(refused, MCPError) or refused.error.code == types.REQUEST_TIMEOUT:
+                raise  # a server that does not answer at all is not asked again another way
             client, lost = await self._open(stack, "auto")
         session = client.session
         init = session.initialize_result
@@ -203,7 +216,9 @@ class Upstream:
         callbacks: dict[str, Any] = {  # typed by the SDK as Protocols; these match them
             "sampling_callback": self._sampling, "elicitation_callback": self._elicitation,
             "list_roots_callback": self._roots}
+        timeout = None if self._connect_timeout is None else self._connect_timeout()
         client = Client(self._transport(lost), mode=mode, cache=None, client_info=CLIENT_INFO,
+                        read_timeout_seconds=timeout,  # the handshake's; each request sets its own
                         message_handler=cast(Any, self._message(lost)), **callbacks)
         return await stack.enter_async_context(client), lost
 
@@ -225,7 +240,8 @@ class Upstream:
                                            env=dict(target.env))
             return cast(Transport, _watched(stdio_client(params, errlog=self._errlog), lost))
         http = httpx2.AsyncClient(headers=dict(target.headers),
-                                  timeout=httpx2.Timeout(30.0, read=300.0))
+                                  timeout=httpx2.Timeout(30.0, read=300.0),
+                                  event_hooks={"request": [_trace_headers]})
         return cast(Transport, _watched(streamable_http_client(target.url, http_client=http), lost,
                                         http))
 
@@ -346,6 +362,13 @@ async def _watched(transport: Transport, lost: anyio.Event,
             await stack.enter_async_context(http)
         read, write = await stack.enter_async_context(transport)
         yield WatchedReadStream(read, lost), write
+
+
+async def _trace_headers(request: httpx2.Request) -> None:
+    """A message's trace context in a `traceparent` header too, as HTTP servers and proxies read
+    it: copied from the `_meta` the gateway wrote (the SDK's client takes no per-request headers)."""
+    if request.method == "POST":
+        request.headers.update(message_headers(request.content))
 
 
 async def _no_client(method: str, _params: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, cast, get_args
 
 import anyio
@@ -48,6 +48,12 @@ def _owner(item: Exchange) -> int:
     if connection is not None and not bridge.is_modern(item.protocol_version):
         return id(connection)
     return id(item)
+
+
+def http_headers(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any] | None:
+    """The HTTP headers of the request that carried this message (None on stdio)."""
+    headers = getattr(ctx.request, "headers", None)
+    return headers if isinstance(headers, Mapping) else None
 
 
 def client_capabilities(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:

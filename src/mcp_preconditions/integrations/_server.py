@@ -27,9 +27,12 @@ from ..outcomes import Decision
 from ..policy.load import PolicySource
 from ..principal import Credentials
 from ..requirements import merge, validate
+from ..telemetry.metrics import Metrics
+from ..telemetry.tracing import recording_span
 from ..wire import meta_requirements, wire_requirements, with_requirements
 from ._calls import credentials_from_request, denial_error, denial_result
 from ._sessions import TargetedBus, Watches
+from ._telemetry import HostedMetrics, observed_check
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,8 @@ class Preconditions:
         self.listed: set[str] = set()  # every tool name a `tools/list` answer has shown
         self.known: frozenset[str] | None = None  # the tool names last told to `Guard.know_tools`
         self.told = False  # whether the guard accepted `known` with the policy in force
+        self.name = ""  # the server's name: its `server` label in metrics and spans
+        self.telemetry: HostedMetrics | None = None  # set by `enable_metrics`
 
     # -- settings --------------------------------------------------------------------------------
     @property
@@ -215,10 +220,30 @@ class Preconditions:
 
         return declare
 
+    def enable_metrics(self, metrics: Metrics | None = None) -> Metrics:
+        """Count every decision of this server in `metrics` (a new `Metrics` when None), under its
+        `name`; returns it (serve it with `telemetry.metrics_route`)."""
+        if self.telemetry is None or (metrics is not None and metrics is not self.telemetry.metrics):
+            self.telemetry = HostedMetrics(metrics or Metrics(), self)
+        return self.telemetry.metrics
+
+    @property
+    def metrics(self) -> Metrics | None:
+        return self.telemetry.metrics if self.telemetry is not None else None
+
     # -- tools/call ------------------------------------------------------------------------------
+    def check_now(self, request: Any, tool: str, arguments: Mapping[str, Any] | None
+                  ) -> Decision | Coroutine[Any, Any, Decision]:
+        """The guard's decision on one call (`Guard.check_now`): the Decision, or a coroutine to
+        await for it. Counted when metrics are on, and traced under a recording server span."""
+        if self.telemetry is None and recording_span() is None:
+            return self.guard.check_now(tool, self.credentials(request), arguments)
+        return observed_check(self, request, tool, arguments)
+
     async def decide(self, request: Any, tool: str, arguments: Mapping[str, Any] | None) -> Decision:
         """Decide one call; `request` is the call's HTTP request (None on stdio)."""
-        return await self.guard.check(tool, self.credentials(request), arguments)
+        decided = self.check_now(request, tool, arguments)
+        return decided if isinstance(decided, Decision) else await decided
 
     def refusal(self, decision: Decision) -> CallToolResult:
         """The denial to return to the client (or raise, in JSON-RPC mode)."""
@@ -229,7 +254,7 @@ class Preconditions:
     async def call(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
                    handler: Callable[[], Awaitable[R]]) -> R | CallToolResult:
         """Run the guard, then `handler` only if the call is allowed."""
-        decision = await self.guard.check(tool, self.credentials(request), arguments)
+        decision = await self.decide(request, tool, arguments)
         if not decision.allowed:
             return self.refusal(decision)
         return await handler()
@@ -271,8 +296,8 @@ class Preconditions:
         if not self.guard_calls:  # decided further in (a plain MCPServer's extension)
             return await call_next(ctx)
         arguments = params.get("arguments")
-        decision = await self.guard.check(name, self.credentials(ctx.request),
-                                          arguments if isinstance(arguments, Mapping) else None)
+        decision = await self.decide(ctx.request, name,
+                                     arguments if isinstance(arguments, Mapping) else None)
         if not decision.allowed:
             return self.refusal(decision)
         return await call_next(ctx)

@@ -33,9 +33,12 @@ from mcp_types import SubscriptionsListenRequestParams
 
 from ..guard import Guard
 from ..requirements import merge
+from ..telemetry.exposition import METRICS_PATH, metrics_endpoint
+from ..telemetry.metrics import Metrics
 from ..wire import meta_requirements
 from ._calls import denial_error, denial_meta, denial_text
 from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
+from ._telemetry import continue_http_traces
 
 __all__ = ["Preconditions", "PreconditionsMiddleware", "guard_fastmcp", "requirements_of_tool",
            "resolve_tool"]
@@ -159,6 +162,9 @@ class PreconditionsMiddleware(Middleware):
         await self._verify(server)
         tool = await resolve_tool(server, params.name, requested_version(params.meta))
         if tool is None:  # fastmcp's own answer for a name it cannot resolve; nothing runs
+            if self.preconditions.telemetry is not None:
+                self.preconditions.telemetry.metrics.observe_unlisted(self.preconditions.name,
+                                                                      params.name)
             raise NotFoundError(f"Unknown tool: {params.name!r}")
         await self._tell(server, tool.name)
         self.preconditions.attach(tool.name, await requirements_of_tool(tool))
@@ -176,13 +182,18 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
                   requirements: Mapping[str, Sequence[str]] | None = None,
                   list_filtering: bool | None = None, denial: DenialMode | None = None,
                   credentials: CredentialsHook | None = None,
-                  notify_list_changed: bool = True) -> Preconditions:
+                  notify_list_changed: bool = True, metrics: Metrics | bool = False) -> Preconditions:
     """Guard `app` in place and return its `Preconditions` (use `.requires(...)` on tools).
 
     `requirements` maps tool names to their own requirements (validated now; each name must be
-    one of the app's tools by the first `tools/list` or `tools/call`)."""
+    one of the app's tools by the first `tools/list` or `tools/call`). `metrics=True` (or a
+    `Metrics`) counts every decision (`pre.metrics`) and serves `GET /metrics` on the app."""
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
                         notify_list_changed=notify_list_changed, tool_functions=True)
+    pre.name = app.name
+    if metrics:
+        counted = pre.enable_metrics(metrics if isinstance(metrics, Metrics) else None)
+        app.custom_route(METRICS_PATH, ["GET"], include_in_schema=False)(metrics_endpoint(counted))
     for name, reqs in (requirements or {}).items():
         pre.add_tool(name, reqs)
     middleware = PreconditionsMiddleware(pre, app)
@@ -191,6 +202,7 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
     # fastmcp 4.1.2 serves through an SDK lowlevel Server kept as `_mcp_server`. Outermost, so the
     # wire form we write is what leaves (fastmcp's own root middleware re-types results).
     lowlevel = app._mcp_server
+    continue_http_traces(lowlevel)  # before `pre` goes first: it wraps fastmcp's span opener
     lowlevel.middleware.insert(0, pre)
     if notify_list_changed and lowlevel.get_request_handler("subscriptions/listen") is None:
         lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams,

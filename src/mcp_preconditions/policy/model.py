@@ -38,9 +38,11 @@ HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
 
 
 class Section(BaseModel):
-    """Every policy section: unknown keys are errors, values are immutable once loaded."""
+    """Every policy section: unknown keys are errors, values are immutable once loaded, and scalars
+    are strict (SPEC §5): a key takes only its own TOML type (`true` or `"30"` is not 30 seconds;
+    an integer is a fine float)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _pointer(value: str) -> str:
@@ -162,7 +164,9 @@ class Auth(Section):
     discovery: bool = Field(default=False, description="find jwks_uri from the issuer's metadata")
     keys: list[dict[str, str | list[str]]] = Field(
         default_factory=list, description="static public JWKs (`key_ops`, `x5c` may be arrays)")
-    public_keys_pem: list[NonEmpty] = Field(default_factory=list)
+    public_keys_pem: NonEmpty | list[NonEmpty] = Field(
+        default_factory=list,
+        description="PEM public keys: PEM text, or a file relative to the policy (one or a list)")
     algorithms: list[NonEmpty] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
     leeway_seconds: Annotated[int, Field(ge=0, le=600)] = 30
     require_typ: NonEmpty | None = Field(default=None, description="e.g. 'at+jwt' (RFC 9068)")

@@ -86,6 +86,17 @@ def is_async(resolver: Resolver) -> bool:
     return inspect.iscoroutinefunction(resolver.resolve)
 
 
+def describe(resolver: object) -> str:
+    """A resolver as a person can find it: its class and the file that defines it (a file loaded
+    by `--resolver path.py:attr` has a private module name; its path is what the user typed)."""
+    cls = type(resolver)
+    try:
+        where = inspect.getsourcefile(cls)
+    except (TypeError, OSError):
+        where = None
+    return f"{cls.__qualname__} ({where or cls.__module__})"
+
+
 class Registry:
     """Resolvers by namespace. Two resolvers for one namespace is an error."""
 
@@ -97,14 +108,14 @@ class Registry:
     def register(self, resolver: Resolver) -> None:
         ns = getattr(resolver, "namespace", None)
         if not isinstance(ns, str) or not ns or ":" in ns:
-            raise RegistryError(f"resolver {resolver!r} has no valid 'namespace' (a non-empty string "
-                                "without ':')")
+            raise RegistryError(f"resolver {describe(resolver)} has no valid 'namespace' (a "
+                                "non-empty string without ':')")
         for attr in ("validate", "resolve"):
             if not callable(getattr(resolver, attr, None)):
                 raise RegistryError(f"resolver for namespace '{ns}' has no {attr}() method")
         if ns in self._by_ns:
-            raise RegistryError(f"two resolvers for namespace '{ns}': {self._by_ns[ns]!r} and "
-                                f"{resolver!r}")
+            raise RegistryError(f"two resolvers for namespace '{ns}': {describe(self._by_ns[ns])} "
+                                f"and {describe(resolver)}")
         self._by_ns[ns] = resolver
 
     def get(self, namespace: str) -> Resolver | None:

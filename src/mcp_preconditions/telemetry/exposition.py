@@ -1,0 +1,90 @@
+"""`/metrics` in the Prometheus text format (prometheus_client's own exposition): as a route for an
+HTTP listener's Starlette app, as an ASGI app of its own, or on a listener of its own (a stdio
+server has no HTTP listener; `--metrics-listen http://HOST:PORT`).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import PreconditionsError
+from .metrics import Metrics
+
+METRICS_PATH = "/metrics"
+
+
+def metrics_endpoint(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
+    """A Starlette endpoint answering with the metrics, in the format the scraper asks for (the
+    Prometheus text format, or OpenMetrics), encoded by prometheus_client."""
+    registry = metrics.registry
+
+    async def endpoint(request: Request) -> Response:
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encode(registry), headers={"Content-Type": content_type})
+    return endpoint
+
+
+def metrics_route(metrics: Metrics, path: str = METRICS_PATH) -> Route:
+    """The `GET /metrics` route, for `streamable_http_app(custom_starlette_routes=[...])`."""
+    return Route(path, metrics_endpoint(metrics), methods=["GET"], include_in_schema=False)
+
+
+def metrics_app(metrics: Metrics) -> Starlette:
+    """An ASGI app serving only `GET /metrics` (404 elsewhere), to mount or serve on its own."""
+    return Starlette(routes=[metrics_route(metrics)])
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """A scrape every few seconds is not worth a line on stderr."""
+
+
+def _only(path: str, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != path:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found; the metrics are at /metrics\n"]
+        return app(environ, start_response)
+    return serve
+
+
+class MetricsListener:
+    """`/metrics` on a listener of its own, served from a daemon thread (so it answers even while
+    the event loop is busy). `port` 0 picks a free port: read it from `.port`."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int, option: str = "--metrics-listen"
+                 ) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+        app = _only(METRICS_PATH, make_wsgi_app(metrics.registry))
+        try:
+            self._server: WSGIServer = make_server(host, port, app, server_class, handler_class=_Quiet)
+        except OSError as exc:
+            raise PreconditionsError(f"{option}: cannot listen on {host}:{port}: "
+                                     f"{exc.strerror or exc}") from None
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        name=f"metrics:{self.port}")
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{METRICS_PATH}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -1,0 +1,188 @@
+"""The gateway's metrics and traces (SPEC §13) behind one object that each stage of its pipeline calls
+at its boundary: a client message arrives (its server span), a call is decided or refused (counts,
+the decision span), a request goes upstream (its time, its span, the trace context passed on), a
+server connects, is lost or restarted, a server's tools are listed, the policy changes.
+
+Plain values in (methods, raw JSON-RPC params, headers as mappings, server keys), so any transport can
+call it. Without metrics and without a tracer provider each hook is a test or two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from time import perf_counter
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Tracer
+
+from ..outcomes import Decision
+from .labels import result_of
+from .metrics import Metrics
+from .propagation import TRACEPARENT, header, incoming_context, upstream_params
+from .tracing import (
+    call_attributes,
+    decision_span,
+    mark_failed,
+    recording_span,
+    server_span,
+    upstream_span,
+)
+
+NO_SERVER = "(none)"  # the `server` label of a call to a name no server could take
+_NAMED = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt.name"}
+Headers = Mapping[str, Any] | None  # a request's HTTP headers (None: stdio, in-process)
+
+
+class GatewayTelemetry:
+    """What one gateway counts and traces. `metrics` None: nothing counted. Spans are made once a
+    tracer provider is installed (`configure_tracing`), or with the `tracer` given (tests).
+    `message` comes first for every client message: it is where a provider installed later is
+    noticed."""
+
+    def __init__(self, metrics: Metrics | None = None, tracer: Tracer | None = None) -> None:
+        self.metrics = metrics
+        self._tracer = tracer
+        self._traced = tracer is not None
+        if metrics is not None:  # its `(unlisted)` series exists from the start, at 0
+            metrics.declare(NO_SERVER, {})
+
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are made. Asked until a tracer provider is found: the global one is set
+        once per process, so once it is there it stays."""
+        if not self._traced:
+            self._traced = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        return self._traced
+
+    # -- a client message arrives (the listener/session boundary) ---------------------------------
+    def message(self, method: str, params: Mapping[str, Any] | None, headers: Headers,
+                request_id: Any = None, version: str | None = None
+                ) -> AbstractContextManager[Span] | None:
+        """The SERVER span of one client message, continuing the caller's trace context
+        (`params._meta.traceparent`, else the HTTP `traceparent` header); None when tracing is
+        off. Enter it around the whole handling of the message."""
+        if not self.tracing:
+            return None
+        attributes: dict[str, Any] = {"mcp.method.name": method}
+        if version is not None:
+            attributes["mcp.protocol.version"] = version
+        if request_id is not None:
+            attributes["jsonrpc.request.id"] = str(request_id)
+        name = params.get("name") if params and method in _NAMED else None
+        target = name if isinstance(name, str) else None
+        if method == "tools/call":
+            attributes["gen_ai.operation.name"] = "execute_tool"
+        if target is not None:
+            attributes[_NAMED[method]] = target
+        return _failures(server_span(method, target, incoming_context(params, headers), attributes,
+                                     self._tracer))
+
+    # -- a call is decided (decide.py) ------------------------------------------------------------
+    async def decision(self, tool: str, pending: Awaitable[Decision]) -> Decision:
+        """The guard's decision (`pending`, not yet awaited) inside the decision span."""
+        if not self._traced:
+            return await pending
+        with decision_span(tool, self._tracer):
+            return await pending
+
+    def decided(self, server: str, decision: Decision, listed: bool = True) -> None:
+        """Every `tools/call` once, allowed or refused: `listed` False for a name its server does
+        not offer (`unlisted_tool`; `server` NO_SERVER when no server could take it). Counted, and
+        written on the message's server span (method, tool, server, allowed, result, unmet count)."""
+        metrics = self.metrics
+        if metrics is not None:
+            if listed:
+                metrics.observe_decision(server, decision)
+            else:
+                metrics.observe_unlisted(server, decision.tool)
+        if self._traced:
+            span = recording_span()
+            if span is not None:
+                span.set_attributes(call_attributes(server, decision, result_of(decision, listed)))
+
+    # -- a request goes upstream (forward.py) -----------------------------------------------------
+    def upstream(self, server: str, method: str, params: Mapping[str, Any] | None,
+                 headers: Headers = None) -> UpstreamCall:
+        """`with telemetry.upstream(...) as sent:` send `sent` (the params with the trace context
+        to pass on in `_meta`) to `server`, inside the upstream span; a `tools/call` is timed.
+        `headers` are the client's, for its `traceparent` header when tracing is off."""
+        return UpstreamCall(self, server, method, params, headers)
+
+    # -- a server's life (server.py, fleet.py) ----------------------------------------------------
+    def connected(self, server: str, up: bool) -> None:
+        """`server`'s session came up (True) or was lost, or was never up yet (False)."""
+        if self.metrics is not None:
+            self.metrics.upstream_up(server, up)
+
+    def restarting(self, server: str) -> None:
+        """Another attempt at `server` (a new process or connection) after a failure or a loss."""
+        if self.metrics is not None:
+            self.metrics.upstream_restarted(server)
+
+    def listed(self, tools: Mapping[str, Mapping[str, Sequence[str]]], confidential: Iterable[str],
+               revision: str) -> None:
+        """Every server's routable tools (server -> visible name -> effective requirements) and
+        the policy in force: the only label values a call can use from now on."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        secret = frozenset(confidential)
+        for server, listed in tools.items():
+            metrics.declare(server, listed, secret)
+        metrics.policy_loaded(revision)
+
+
+class UpstreamCall:
+    """One request's trip upstream (see GatewayTelemetry.upstream). A class, not a generator: it is
+    on every forwarded request's path."""
+
+    __slots__ = ("_headers", "_method", "_opened", "_params", "_server", "_span", "_start",
+                 "_telemetry")
+
+    def __init__(self, telemetry: GatewayTelemetry, server: str, method: str,
+                 params: Mapping[str, Any] | None, headers: Headers) -> None:
+        self._telemetry = telemetry
+        self._server = server
+        self._method = method
+        self._params = params
+        self._headers = headers
+        self._opened: AbstractContextManager[Span] | None = None
+        self._span: Span | None = None
+        self._start = 0.0
+
+    def __enter__(self) -> Mapping[str, Any] | None:
+        telemetry, params = self._telemetry, self._params
+        if telemetry._traced:
+            name = params.get("name") if params and self._method == "tools/call" else None
+            self._opened = upstream_span(self._server, name if isinstance(name, str) else None,
+                                         self._method, telemetry._tracer)
+            self._span = self._opened.__enter__()
+        self._start = perf_counter()
+        if self._span is None and header(self._headers, TRACEPARENT) is None:
+            return params  # no span, no header: `_meta` passes on as the caller sent it
+        sent = upstream_params(params or {}, self._headers)
+        return sent if sent or params is not None else None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        metrics = self._telemetry.metrics
+        if metrics is not None and self._method == "tools/call":
+            metrics.observe_upstream(self._server, perf_counter() - self._start)
+        if self._opened is not None and self._span is not None:
+            if exc is not None and isinstance(exc, Exception):
+                mark_failed(self._span, exc)
+            self._opened.__exit__(kind, exc, tb)
+
+
+@contextmanager
+def _failures(opened: AbstractContextManager[Span]) -> Iterator[Span]:
+    """The span, marked as an error when the message ends in one (`tracing.mark_failed`)."""
+    with opened as span:
+        try:
+            yield span
+        except Exception as exc:
+            mark_failed(span, exc)
+            raise

@@ -1,0 +1,180 @@
+"""The Prometheus series of SPEC §13 on a registry of their own, and the calls that move them.
+
+One `Metrics` object per process (a gateway, a hosted server, a test): its registry is its own, so
+two in one process never collide. Every label value is bounded (see labels.py). The per-call
+series live in a `Tally` (one lock per call); the rare events are prometheus_client's own types.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from ..outcomes import Decision, Status
+from .labels import (
+    QUOTA_PREFIX,
+    RESULTS,
+    UNLISTED,
+    WITHHELD,
+    Bounds,
+    Tools,
+    quota_label,
+    requirement_label,
+    result_of,
+)
+from .tally import Tally
+
+PREFIX = "mcp_preconditions"
+DECISIONS, UNMET, QUOTA = f"{PREFIX}_decisions", f"{PREFIX}_unmet", f"{PREFIX}_quota_exhausted"
+DECISION_SECONDS, UPSTREAM_SECONDS = f"{PREFIX}_decision_seconds", f"{PREFIX}_upstream_seconds"
+# A decision takes microseconds (a cached caller) to a resolver's timeout (seconds).
+DECISION_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0, 60.0, 120.0)
+ReloadResult = Literal["success", "failure"]
+_NOTHING = Bounds()
+_NO_LABELS: tuple[str, ...] = ()
+
+
+class Metrics:
+    """The series of one process, and the calls an owner (gateway, hosted server) makes.
+
+    Tell it each server's listed tools (`declare`) before counting its calls: a tool label is a
+    name the server lists, anything else counts as `(unlisted)`.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._tally = Tally(
+            {DECISIONS: ("Tool calls decided, by server, tool and result (allowed, denied, error, "
+                         "unlisted).", ("server", "tool", "result")),
+             UNMET: ("Unmet requirements of refused calls (confidential ones as (withheld)).",
+                     ("requirement",)),
+             QUOTA: ("Calls refused because a quota had no unit left, by quota.", ("quota",))},
+            {DECISION_SECONDS: ("Time to decide a call (authentication included).", (),
+                                DECISION_BUCKETS),
+             UPSTREAM_SECONDS: ("Time an allowed call spent upstream, by server.", ("server",),
+                                UPSTREAM_BUCKETS)})
+        self.registry.register(self._tally)
+        r = self.registry
+        self._upstream_up = Gauge(f"{PREFIX}_upstream_up", "1 while the upstream server is "
+                                  "connected, else 0.", ("server",), registry=r)
+        self._restarts = Counter(f"{PREFIX}_upstream_restarts", "Upstream server restarts "
+                                 "(a new process or connection after a failure).", ("server",),
+                                 registry=r)
+        self._policy_info = Gauge(f"{PREFIX}_policy_info", "1 for the policy revision in force.",
+                                  ("revision",), registry=r)
+        self._reloads = Counter(f"{PREFIX}_policy_reloads", "Policy reloads, by result (success, "
+                                "failure: the old policy stays).", ("result",), registry=r)
+        for result in ("success", "failure"):
+            self._reloads.labels(result)
+        self._lock = threading.Lock()  # declarations and the policy revision
+        self._bounds: dict[str, Bounds] = {}
+        self._declared: frozenset[str] = frozenset()  # every server's requirement labels
+        self._revision: str | None = None
+        tally = self._tally
+        self._counts = tally.counts[DECISIONS]
+        self._unmet = tally.counts[UNMET]
+        self._quota = tally.counts[QUOTA]
+        seconds = tally.histograms[DECISION_SECONDS]
+        self._decision_buckets, self._decision_sums = seconds.series(_NO_LABELS), seconds.sums
+
+    # -- what the owner declares -----------------------------------------------------------------
+    def declare(self, server: str, tools: Tools, confidential: Iterable[str] = ()) -> None:
+        """The tools `server` lists now (name -> effective requirements) and the policy's
+        confidential requirements. Call it whenever the listing or the policy changes. Series
+        start at 0 for every listed tool and declared requirement, so `rate()` sees the first
+        denial; a requirement that became confidential loses its series."""
+        tools = {name: list(reqs) for name, reqs in tools.items()}
+        bounds = Bounds.of(tools, confidential)
+        secret = frozenset(confidential)
+        with self._lock, self._tally.lock:
+            self._bounds[server] = bounds
+            self._declared = frozenset().union(*(b.requirements for b in self._bounds.values()))
+            tally = self._tally
+            tally.start(DECISIONS, [(server, t, r) for t in bounds.tools for r in RESULTS[:3]])
+            tally.start(DECISIONS, [(server, UNLISTED, "unlisted")])
+            tally.start(UNMET, [(r,) for r in bounds.requirements])
+            tally.start(QUOTA, [(r[len(QUOTA_PREFIX):],) for r in bounds.requirements
+                                if r.startswith(QUOTA_PREFIX)])
+            if any(r in secret for reqs in tools.values() for r in reqs):
+                tally.start(UNMET, [(WITHHELD,)])
+            gone = secret - self._declared
+            tally.forget(UNMET, [(r,) for r in gone])
+            tally.forget(QUOTA, [(r[len(QUOTA_PREFIX):],) for r in gone if r.startswith(QUOTA_PREFIX)])
+
+    # -- per call --------------------------------------------------------------------------------
+    def observe_decision(self, server: str, decision: Decision, seconds: float | None = None) -> None:
+        """Count one decided call (after the guard decided it, allowed or not). `seconds` defaults
+        to the decision's own duration. (On every call's path: one lock and a few lookups, 0.65 µs;
+        prometheus_client's own types took 2.7 µs: see tally.py.)"""
+        tool = decision.tool
+        listed = tool in self._bounds.get(server, _NOTHING).tools
+        key = ((server, tool, "allowed") if listed and decision.allowed
+               else (server, tool if listed else UNLISTED, result_of(decision, listed)))
+        elapsed = decision.duration_ns / 1e9 if seconds is None else seconds
+        bucket = bisect_left(DECISION_BUCKETS, elapsed)
+        counts = self._counts
+        with self._tally.lock:
+            counts[key] = counts.get(key, 0) + 1
+            self._decision_buckets[bucket] += 1
+            self._decision_sums[_NO_LABELS] += elapsed
+            if not decision.allowed:
+                self._count_unmet(decision)
+
+    def _count_unmet(self, decision: Decision) -> None:
+        """(tally lock held: `_declared` and the series agree, even during a declaration)"""
+        confidential, declared, unmet, quota = decision.confidential, self._declared, self._unmet, \
+            self._quota
+        for outcome in decision.outcomes:
+            if outcome.status is Status.SATISFIED:
+                continue
+            requirement = outcome.requirement
+            label = requirement_label(requirement, confidential, declared)
+            unmet[(label,)] = unmet.get((label,), 0) + 1
+            if outcome.status is Status.UNSATISFIED and requirement.startswith(QUOTA_PREFIX):
+                name = (quota_label(requirement, confidential, declared),)
+                quota[name] = quota.get(name, 0) + 1
+
+    def observe_unlisted(self, server: str, tool: str) -> None:
+        """Count a call refused without a decision because `server` does not offer `tool` (the
+        gateway's `unlisted_tool` refusal)."""
+        key = (server, self._bounds.get(server, _NOTHING).tool(tool), "unlisted")
+        with self._tally.lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def observe_upstream(self, server: str, seconds: float) -> None:
+        """The time one allowed call spent upstream (request sent to result received)."""
+        with self._tally.lock:
+            self._tally.histograms[UPSTREAM_SECONDS].add((server,), seconds)
+
+    # -- events ----------------------------------------------------------------------------------
+    def upstream_up(self, server: str, up: bool) -> None:
+        """The upstream server connected (True) or lost (False). Its restarts series starts at 0
+        here, so `increase()` sees the first restart."""
+        self._upstream_up.labels(server).set(1 if up else 0)
+        self._restarts.labels(server)
+
+    def upstream_restarted(self, server: str) -> None:
+        self._restarts.labels(server).inc()
+
+    def policy_loaded(self, revision: str) -> None:
+        """The policy revision now in force (at start and after each successful reload): only it
+        has `policy_info` 1; the previous revision's series is removed."""
+        with self._lock:
+            if self._revision is not None and self._revision != revision:
+                self._policy_info.remove(self._revision)
+            self._policy_info.labels(revision).set(1)
+            self._revision = revision
+
+    def policy_reload(self, result: ReloadResult) -> None:
+        """One reload attempt of a new policy: `success`, or `failure` (the old policy stays)."""
+        if result not in ("success", "failure"):
+            raise ValueError(f"policy_reload: result must be 'success' or 'failure', got {result!r}")
+        self._reloads.labels(result).inc()
+

@@ -1,0 +1,64 @@
+"""The explorer's live tool sources (issue 26): the tools of a running server (`-- COMMAND`, as
+`mcp-preconditions tools` lists them) and of a gateway.toml's servers under their visible names,
+through the page's own JSON endpoint. npm server-filesystem is the server we did not write.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mcp_preconditions.cli import main
+from tests.fixtures.explorer import explorer
+from tests.fixtures.upstreams import filesystem_stdio, time_stdio
+
+pytestmark = pytest.mark.integration
+POLICY = '[tools.write_file]\nrequirements = ["auth:claim:role:editor"]\n'
+EDITOR = '[tools.fs__write_file]\nrequirements = ["auth:claim:role:editor"]\n'
+
+
+def decisions(url: str, policy: str) -> dict[str, dict[str, object]]:
+    response = httpx.post(url + "api/decisions", json={"policy": policy}, timeout=30)
+    assert response.status_code == 200, response.text
+    return {t["name"]: t for t in response.json()["tools"]}
+
+
+def test_a_live_server_is_explored_as_tools_lists_it(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY, encoding="utf-8")
+    (tmp_path / "files").mkdir()
+    with explorer("--policy", str(policy), "--", *filesystem_stdio(tmp_path / "files")) as page:
+        tools = decisions(page.url, POLICY)
+    assert {"read_text_file", "write_file", "list_directory"} <= set(tools)
+    assert tools["write_file"]["allowed"] is False
+    assert tools["list_directory"]["allowed"] is True
+
+
+def test_a_gateway_config_is_explored_under_visible_names(tmp_path: Path) -> None:
+    (tmp_path / "files").mkdir()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(EDITOR, encoding="utf-8")
+    config = tmp_path / "gateway.toml"
+    fs, clock = filesystem_stdio(tmp_path / "files"), time_stdio()
+    config.write_text(f'policy = "policy.toml"\n'
+                      f'[servers.fs]\ncommand = {json.dumps(fs[0])}\nargs = {json.dumps(fs[1:])}\n'
+                      f'[servers.clock]\ncommand = {json.dumps(clock[0])}\n'
+                      f'args = {json.dumps(clock[1:])}\n', encoding="utf-8")
+    with explorer("--policy", str(policy), "--config", str(config)) as page:
+        tools = decisions(page.url, EDITOR)
+    assert "fs__write_file" in tools and "clock__get_current_time" in tools
+    assert tools["fs__write_file"]["allowed"] is False
+    assert tools["clock__get_current_time"]["allowed"] is True
+    assert not [n for n in tools if not n.startswith(("fs__", "clock__"))]
+
+
+@pytest.mark.parametrize("extra", [["--tools", "examples/mission-control-tools.json", "--", "ls"],
+                                   []])
+def test_one_tool_source_exactly(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explore", "--policy", "policies/mission-control.toml", *extra]) == 2
+    assert capsys.readouterr().err == (
+        "mcp-preconditions: error: give the tools one way: --tools T, --config gateway.toml, "
+        "--upstream-url URL, or a command after --\n")

@@ -1,0 +1,129 @@
+"""Property (SPEC §12): for random prefixes (an empty one and equal ones included, so that names
+collide), policies over the visible names, callers and calls, what reaches each of 2-3 servers
+behind one gateway is exactly the calls a tiny reference allows whose visible name maps to that
+server, under its original name. The reference: a visible name maps to a server when exactly one
+server lists it and lists it once; a call is allowed when every requirement (the tool's own plus the
+policy's) is met, and with none, when `unlisted_tools = "allow"` or the policy names it.
+
+The gateway runs in-process with the SDK's own client; the servers are the real logging upstream
+over streamable HTTP (the third lists `dup` twice).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from mcp_preconditions.gateway import Gateway, ServerSpec
+from mcp_preconditions.guard import Guard
+from mcp_preconditions.policy.load import parse_policy
+from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
+from tests.fixtures.gateway_upstream import (
+    SECRET_REQUIREMENTS,
+    free_port,
+    started,
+    tool_calls,
+    upstream_env,
+)
+from tests.fixtures.inprocess import served
+from tests.integration.test_gateway_property import FLAGS, REQUIREMENTS, ROLES, policy_text
+
+pytestmark = pytest.mark.integration
+
+KEYS = ("a", "b", "c")
+OWN = {"echo": [], "secret": SECRET_REQUIREMENTS, "slow": [], "env": []}  # tools called, own reqs
+LISTED = {key: [*OWN, "crash", "garbage", "flip", "ask", "bad", "mirror", "typed"] for key in KEYS}
+LISTED["c"] = [*LISTED["c"], "dup", "dup"]
+PREFIXES = ("", "x__", "y__")
+
+examples = st.integers(min_value=2, max_value=3).flatmap(lambda n: st.fixed_dictionaries({
+    # Mostly distinct prefixes (names route), sometimes equal ones (names collide).
+    "prefixes": st.one_of(st.permutations(PREFIXES).map(lambda p: p[:n]),
+                          st.lists(st.sampled_from(PREFIXES), min_size=n, max_size=n)),
+    "unlisted": st.sampled_from(["allow", "deny"]),
+    "roles": st.lists(st.sampled_from([None, *ROLES]), min_size=1, max_size=2),
+    "seed": st.randoms(use_true_random=False),
+}))
+
+
+def visible_names(prefixes: list[str]) -> list[str]:
+    return sorted({p + t for p in prefixes for t in (*OWN, "dup")})
+
+
+def routes(prefixes: list[str]) -> dict[str, tuple[str, str]]:
+    """visible name -> (server key, original name), for the names exactly one server lists once."""
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for key, prefix in zip(KEYS, prefixes, strict=False):
+        for name in dict.fromkeys(LISTED[key]):
+            owners.setdefault(prefix + name, []).append((key, name))
+    return {v: found[0] for v, found in owners.items()
+            if len(found) == 1 and LISTED[found[0][0]].count(found[0][1]) == 1}
+
+
+def reference_allows(policy: dict[str, Any], role: str | None, original: str, visible: str) -> bool:
+    reqs = set(OWN.get(original, [])) | set(policy["tools"].get(visible, []))
+    if not reqs:
+        return policy["unlisted"] == "allow" or visible in policy["tools"]
+    return all(FLAGS[r.removeprefix("feature:")] if r.startswith("feature:")
+               else r == f"auth:claim:role:{role}" for r in reqs)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, Path]]]:
+    tmp = tmp_path_factory.mktemp("fleet-property")
+    out: dict[str, tuple[str, Path]] = {}
+    with ExitStack() as stack:
+        for key in KEYS:
+            log, port = tmp / f"{key}.jsonl", free_port()
+            url = f"http://127.0.0.1:{port}/mcp"
+            env = upstream_env(log, **({"GATEWAY_UPSTREAM_DUP": "1"} if key == "c" else {}))
+            stack.enter_context(started([sys.executable, "-m", "tests.fixtures.gateway_upstream", "http",
+                                         str(port)], env, url, f"http://127.0.0.1:{port}/"))
+            out[key] = (url, log)
+        yield out
+
+
+async def run_example(specs: list[ServerSpec], policy: dict[str, Any], roles: list[str | None],
+                      calls: list[str]) -> None:
+    caller: list[Credentials] = [ANONYMOUS]
+    guard = Guard(parse_policy(policy_text(policy).encode(), "random.toml"))
+    gateway = Gateway(guard, specs, lambda _call: caller[0])
+    async with served(gateway) as url, Client(url, mode="legacy") as client:
+        for role in roles:
+            caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
+                         if role else ANONYMOUS)
+            for name in calls:
+                await client.call_tool(name, {"seconds": 0})
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(example=examples)
+def test_what_reaches_each_server_is_exactly_the_allowed_calls_mapped_to_it(
+        servers: dict[str, tuple[str, Path]], example: dict[str, Any]) -> None:
+    prefixes, rng = example["prefixes"], example["seed"]
+    names = visible_names(prefixes)
+    policy = {"unlisted": example["unlisted"],
+              "tools": {n: rng.sample(REQUIREMENTS, rng.randint(0, 2)) for n in rng.sample(
+                  names, rng.randint(0, min(4, len(names))))}}
+    calls = [*rng.sample(names, len(names)), "no_such_tool"]  # every name once, in any order
+    keys = KEYS[:len(prefixes)]
+    specs = [ServerSpec(k, p, url=servers[k][0]) for k, p in zip(keys, prefixes, strict=True)]
+    before = {k: len(tool_calls(servers[k][1])) for k in keys}
+    anyio.run(run_example, specs, policy, example["roles"], calls)
+    table = routes(prefixes)
+    expected: dict[str, list[str]] = {k: [] for k in keys}
+    for role in example["roles"]:
+        for name in calls:
+            if name in table and reference_allows(policy, role, table[name][1], name):
+                expected[table[name][0]].append(table[name][1])
+    reached = {k: tool_calls(servers[k][1])[before[k]:] for k in keys}
+    assert reached == expected, (prefixes, policy, calls)
