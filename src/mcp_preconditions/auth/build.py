@@ -5,6 +5,7 @@ problem listed by key path, like the policy loader) and static keys are loaded o
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..errors import FileReadError, PolicyError
@@ -13,10 +14,10 @@ from ..policy.load import PolicySource
 from ..policy.model import HMAC_ALGORITHMS, Auth
 from .base import Authenticator, PassThroughAuthenticator
 from .cache import IdentityCache
-from .introspection import Introspector
-from .jwt_verifier import JwtVerifier
-from .keys import KeySet, VerificationKey, key_from_jwk, key_from_pem
-from .verifier import TokenAuthenticator
+
+if TYPE_CHECKING:  # the verifiers (httpx, PyJWT, cryptography: 30 MB) are imported when a policy
+    # asks for verification, never for one without [auth]
+    from .keys import VerificationKey
 
 log = logging.getLogger("mcp_preconditions.auth")
 
@@ -34,6 +35,11 @@ def build_authenticator(source: PolicySource) -> Authenticator:
     auth = source.policy.auth
     if not verification_configured(auth):
         return PassThroughAuthenticator()
+    from .introspection import Introspector
+    from .jwt_verifier import JwtVerifier
+    from .keys import KeySet
+    from .verifier import TokenAuthenticator
+
     problems = settings_problems(auth)
     static = static_keys(source, problems)
     if problems:
@@ -98,6 +104,8 @@ def settings_problems(auth: Auth) -> list[str]:
 def static_keys(source: PolicySource, problems: list[str]) -> list[VerificationKey]:
     """The policy's `keys` (JWKs) and `public_keys_pem` (PEM text, or a file relative to the policy);
     unusable ones are added to `problems`."""
+    from .keys import key_from_jwk
+
     auth = source.policy.auth
     keys: list[tuple[str, VerificationKey]] = []
     for index, jwk in enumerate(auth.keys):
@@ -137,6 +145,8 @@ def _pem_key(source: PolicySource, path: str, entry: str, problems: list[str]) -
                             f"nor a readable file ({exc.problem})")
             return None
         where = f"{shown}: "
+    from .keys import key_from_pem
+
     try:
         return key_from_pem(data)
     except ValueError as exc:

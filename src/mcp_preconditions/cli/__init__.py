@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -16,24 +17,17 @@ from typing import NoReturn
 
 from .. import __version__
 from ..errors import PreconditionsError
-from . import (
-    config_cmds,
-    core_cmds,
-    demo_cmd,
-    explore_cmd,
-    gateway_cmds,
-    lint_cmd,
-    log_cmds,
-    policy_cmds,
-    presentation_cmds,
-    server_cmds,
-    tools_cmd,
-)
 from ._output import BAD_INPUT, PROG, escape, fail
 
 __all__ = ["build_parser", "main"]
 # What writing our output can fail with; the commands' own file reads name their file instead.
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE})
+# Each module adds its subcommands, in this order in `--help`.
+MODULES = ("core_cmds", "lint_cmd", "policy_cmds", "presentation_cmds", "server_cmds", "demo_cmd",
+           "gateway_cmds", "config_cmds", "tools_cmd", "log_cmds", "explore_cmd")
+# A long-running command loads its module alone (the others cost a gateway 2 MB of memory, for
+# parsers it never uses).
+ALONE = {"gateway": "gateway_cmds"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,16 +38,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(BAD_INPUT, f"{self.prog}: error: {escape(message)}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = MODULES) -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, description="Enforce and inspect SEP-2487 execution.requirements on MCP tools.",
         epilog="Exit codes: 0 done, 1 findings (lint errors, failing policy tests), "
                "2 bad input or usage.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (core_cmds, lint_cmd, policy_cmds, presentation_cmds, server_cmds, demo_cmd,
-                   gateway_cmds, config_cmds, tools_cmd, log_cmds, explore_cmd):
-        module.register(subparsers)
+    for module in modules:
+        importlib.import_module(f"{__name__}.{module}").register(subparsers)
     return parser
 
 
@@ -77,7 +70,9 @@ def _output_lost(exc: OSError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
-    parser = build_parser()
+    given = list(sys.argv[1:] if argv is None else argv)
+    alone = ALONE.get(given[0]) if given else None
+    parser = build_parser((alone,) if alone is not None else MODULES)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and usage errors: argparse has printed already

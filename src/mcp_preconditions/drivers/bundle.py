@@ -14,26 +14,24 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
-import httpx
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
-
-from ..auth.fetch import describe, ssl_context
 from ..errors import InputError, PolicyError, PreconditionsError
 from ..files import read_bounded
 from ..policy.load import PolicySource, load_policy, parse_policy
 from .reload import OnChange, PolicyChange, PolicyReloader, log
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # httpx and cryptography are imported when a bundle URL or a key is used: a
+    # policy file needs neither (30 MB of a gateway's memory)
+    import httpx
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from ..guard import Guard
 
 MAX_BUNDLE_BYTES = 16 << 20  # a 100,000-tool policy is a few MiB; anything far larger is not a policy
 DEFAULT_TIMEOUT = 5.0  # seconds for a whole exchange (connect, headers, body), per request
 SIGNATURE_SUFFIX = ".sig"
-PublicKeyLike = Ed25519PublicKey | str | Path
+PublicKeyLike: TypeAlias = "Ed25519PublicKey | str | Path"
 
 
 class BundleError(PolicyError):
@@ -98,6 +96,9 @@ def poll_interval(spec: str, seconds: float | None) -> float | None:
 
 def load_public_key(path: str | Path) -> Ed25519PublicKey:
     """An Ed25519 public key from a file: PEM (SubjectPublicKeyInfo) or the 32 raw key bytes."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
     data = read_bounded(path)  # FileReadError (an InputError) names the file and why
     try:
         key = (Ed25519PublicKey.from_public_bytes(data) if len(data) == 32
@@ -111,7 +112,7 @@ def load_public_key(path: str | Path) -> Ed25519PublicKey:
 
 
 def _key(public_key: PublicKeyLike | None) -> Ed25519PublicKey | None:
-    return public_key if public_key is None or isinstance(public_key, Ed25519PublicKey) \
+    return public_key if public_key is None or not isinstance(public_key, str | Path) \
         else load_public_key(public_key)
 
 
@@ -128,6 +129,8 @@ def signature_bytes(data: bytes) -> bytes | None:
 
 
 def _verify(url: str, body: bytes, key: Ed25519PublicKey, timeout: float) -> None:
+    from cryptography.exceptions import InvalidSignature
+
     sig_url = url + SIGNATURE_SUFFIX
     try:
         fetched = _get(sig_url, None, timeout)
@@ -156,6 +159,10 @@ class _Fetched:
 def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
     """GET with an optional If-None-Match: each network wait, and the whole body, within `timeout`
     seconds. Every failure is a BundleError naming the URL; httpx's exceptions never escape."""
+    import httpx
+
+    from ..auth.fetch import describe, ssl_context
+
     headers = {"Accept": "application/toml, text/plain;q=0.9, */*;q=0.1", "Cache-Control": "no-cache"}
     if etag is not None:
         headers["If-None-Match"] = etag

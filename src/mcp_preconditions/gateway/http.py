@@ -16,7 +16,6 @@ from typing import Any
 from ..auth.build import verification_configured
 from ..auth.header import credentials_from_authorization_header
 from ..principal import Principal
-from ..telemetry.exposition import METRICS_PATH
 from ..telemetry.metrics import Metrics
 from .dispatch import Dispatch
 from .gateway import Gateway
@@ -24,6 +23,7 @@ from .http_sessions import Owner, Sessions
 from .streamable import Security, Streamable
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
+METRICS_PATH = "/metrics"  # telemetry.METRICS_PATH (its module brings Starlette; this app needs none)
 MCP_PATH = "/mcp"
 READY_PING_SECONDS = 2.0
 
@@ -94,15 +94,17 @@ class App:
                        [(b"content-type", b"application/json"), *headers], length=len(data))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
-        expiry: asyncio.Task[None] | None = None
+        chores: list[asyncio.Task[None]] = []
         while True:
             event = await receive()
             if event["type"] == "lifespan.startup":
-                expiry = asyncio.get_running_loop().create_task(self.sessions.expire())
+                loop = asyncio.get_running_loop()
+                chores = [loop.create_task(self.sessions.expire()),
+                          loop.create_task(self.streamable.unanswered.keep_alive())]
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
-                if expiry is not None:
-                    expiry.cancel()
+                for chore in chores:
+                    chore.cancel()
                 self.sessions.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -85,7 +85,8 @@ async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None
     app: Any = build_app(gateway, host, f"http://{shown}:{port}", metrics)
     if announce is not None:
         print(announce.format(url=f"http://{shown}:{port}/mcp"), file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", http=_bounded(limits),
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", http=_bounded(limits), ws="none",
+                            interface="asgi3",
                             limit_concurrency=limits.connections)
     async with anyio.create_task_group() as tg:
         tg.start_soon(gateway.run)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..drivers.bundle import (
     DEFAULT_BUNDLE_POLL_SECONDS,
@@ -27,6 +26,9 @@ from ..errors import InputError
 from ..guard import Guard
 from ..policy.load import PolicySource
 from ..replica import default_replica_id, replica_labels
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,8 +79,8 @@ class StdioLink:
     def __init__(self, transport: asyncio.SubprocessTransport, pipes: _Pipes) -> None:
         self._transport = transport
         self._pipes = pipes
-        self._stdin: Any = transport.get_pipe_transport(0)  # a WriteTransport (uvloop's is not
-        # a subclass of asyncio's)
+        self._stdin: Any = transport.get_pipe_transport(0)  # a WriteTransport (its class differs
+        # between event loops)
         self.lost = pipes.ended  # set when its stdout closes or it exits: the session is over
 
     @classmethod

@@ -26,6 +26,24 @@ def event(message: Message) -> bytes:
     return b"event: message\r\ndata: " + jsonrpc.dumps(message) + b"\r\n\r\n"
 
 
+class Unanswered:
+    """The replies still waiting for their answer, for one sweep every few seconds to turn those
+    waiting longer than `PING_SECONDS` into kept-alive streams (a timer per request would cost
+    every call)."""
+
+    def __init__(self) -> None:
+        self.since: dict[Reply, float] = {}
+
+    async def keep_alive(self) -> None:
+        """Run until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(PING_SECONDS / 3)
+            cutoff = loop.time() - PING_SECONDS
+            for reply in [r for r, since in self.since.items() if since < cutoff]:
+                reply.commit()
+
+
 class Reply:
     """The response to one POSTed request: `push` what belongs to the request before its answer
     (a `Sink`), `finish` with the answer. SSE from the first push on; until then either way: a
@@ -33,15 +51,18 @@ class Reply:
     MCP SDK answers each POST of a session as a stream, and conformance checks that it does). A
     request still unanswered after `PING_SECONDS` becomes a stream too (kept alive)."""
 
-    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]], *, sse: bool = False) -> None:
+    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]], unanswered: Unanswered,
+                 loop: asyncio.AbstractEventLoop, *, sse: bool = False) -> None:
         self._send = send
         self._headers = headers
         self._sse = sse
         self._queue: list[bytes] = []
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None  # made with the stream, if one is needed
         self._writer: asyncio.Task[None] | None = None
         self._finished = False
-        self._timer = asyncio.get_running_loop().call_later(PING_SECONDS, self._commit)
+        self._loop = loop
+        self._unanswered = unanswered
+        unanswered.since[self] = loop.time()
 
     @property
     def open(self) -> bool:
@@ -51,13 +72,16 @@ class Reply:
         if self._finished:
             return
         self._queue.append(event(message))
-        self._commit()
+        self.commit()
+        assert self._wake is not None
         self._wake.set()
 
-    def _commit(self) -> None:
+    def commit(self) -> None:
+        """Answer as a stream from now on (what is pushed goes out as it comes)."""
         if self._writer is None and not self._finished:
-            self._timer.cancel()
-            self._writer = asyncio.get_running_loop().create_task(self._stream())
+            self._unanswered.since.pop(self, None)
+            self._wake = asyncio.Event()
+            self._writer = self._loop.create_task(self._stream())
 
     async def _stream(self) -> None:
         await self._send({"type": "http.response.start", "status": 200,
@@ -70,6 +94,7 @@ class Reply:
             if self._finished:
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
+            assert self._wake is not None
             self._wake.clear()
             try:
                 async with asyncio.timeout(PING_SECONDS):
@@ -79,7 +104,7 @@ class Reply:
 
     async def finish(self, answer: Message, status: int = 200) -> None:
         """Send the answer and end the response (`status` applies to a JSON answer only)."""
-        self._timer.cancel()
+        self._unanswered.since.pop(self, None)
         if self._finished:
             return
         if self._writer is None:
@@ -94,15 +119,17 @@ class Reply:
             return
         self._queue.append(event(answer))
         self._finished = True
+        assert self._wake is not None
         self._wake.set()
         await self._writer
 
     def abandon(self) -> None:
         """The request ended without an answer to send (its stream, if any, just ends)."""
-        self._timer.cancel()
+        self._unanswered.since.pop(self, None)
         if not self._finished:
             self._finished = True
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
 
 
 class Stream:

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from .jsonrpc import (
     REQUEST_CANCELLED,
     RpcError,
 )
-from .sse import Receive, Reply, Send, Stream
+from .sse import Receive, Reply, Send, Stream, Unanswered
 
 MAX_BODY = 4 * 1024 * 1024
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
@@ -66,6 +67,7 @@ class Security:
         return None
 
 
+@functools.lru_cache(maxsize=256)  # a client sends the same Host (and Origin) every time
 def _allowed(value: str | None, patterns: tuple[str, ...]) -> bool:
     if not value:
         return False
@@ -79,6 +81,14 @@ class Streamable:
         self.dispatch = dispatch
         self.security = security
         self.sessions = sessions
+        self.unanswered = Unanswered()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send,
                        owner: Owner | None) -> None:
@@ -186,11 +196,12 @@ class Streamable:
                 await self.dispatch.notified(client, message["method"], message.get("params"),
                                              headers)
             return 202
-        reply = Reply(send, mine, sse=True)
+        loop = self.loop
+        reply = Reply(send, mine, self.unanswered, loop, sse=True)
         call = Call(message["method"], message.get("params"), message["id"], client.version, reply,
                     client, headers)
         running = session.running
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         assert task is not None
         running[message["id"]] = (task, call)
         try:
@@ -249,7 +260,7 @@ class Streamable:
         except RpcError as exc:
             await _rpc_error(send, _STATUS.get(exc.code, 200), exc, rid=rid)
             return
-        reply = Reply(send, [])
+        reply = Reply(send, [], self.unanswered, self.loop)
         call = Call(message["method"], message.get("params"), rid, version, reply, None, headers)
         answer = await self._watched(call, receive)
         call.closed = True
@@ -262,9 +273,9 @@ class Streamable:
     async def _watched(self, call: Call, receive: Receive) -> dict[str, Any] | None:
         """The call's answer, or None when its client went away first (which cancels it: at
         2026-07-28 closing the stream is how a client cancels)."""
-        task = asyncio.current_task()
+        loop = self.loop
+        task = asyncio.current_task(loop)
         assert task is not None
-        loop = asyncio.get_running_loop()
         watcher: list[asyncio.Task[None]] = []
 
         def watch() -> None:
@@ -327,9 +338,18 @@ async def _message(headers: Mapping[str, str], body: bytes, send: Send,
     return message, None
 
 
-def _headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+class Headers(dict[str, str]):
+    """Request headers by lowercase name. `getlist` tells readers that expect case-insensitive
+    headers (`telemetry.propagation.header`) that a lowercase lookup is enough."""
+
+    def getlist(self, name: str) -> list[str]:
+        value = self.get(name.lower())
+        return [] if value is None else [value]
+
+
+def _headers(raw: list[tuple[bytes, bytes]]) -> Headers:
     """Request headers by lowercase name (the first of a repeated one, as starlette reads them)."""
-    out: dict[str, str] = {}
+    out = Headers()
     for name, value in raw:
         key = name.decode("latin-1").lower()
         if key not in out:

@@ -3,7 +3,9 @@ OpenTelemetry traces configured by the standard `OTEL_*` variables, with W3C tra
 from callers and passed upstream.
 """
 
-from .exposition import METRICS_PATH, MetricsListener, metrics_app, metrics_endpoint, metrics_route
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .gateway import NO_SERVER, GatewayTelemetry, UpstreamCall
 from .labels import OTHER, RESULTS, UNLISTED, WITHHELD, result_of
 from .metrics import Metrics
@@ -23,3 +25,17 @@ __all__ = ["METRICS_PATH", "NO_SERVER", "OTHER", "RESULTS", "UNLISTED", "WITHHEL
            "configure_tracing", "decision_span", "incoming_context", "metrics_app", "metrics_endpoint",
            "metrics_route", "recording_span", "result_of", "upstream_headers", "upstream_params",
            "upstream_span", "watch_policy"]
+
+if TYPE_CHECKING:
+    from .exposition import METRICS_PATH, MetricsListener, metrics_app, metrics_endpoint, metrics_route
+
+# `/metrics` as a Starlette route or app, imported on first use: the gateway's own HTTP app needs
+# neither Starlette nor the WSGI listener (memory, docs/gateway-performance.md).
+_EXPOSITION = frozenset({"METRICS_PATH", "MetricsListener", "metrics_app", "metrics_endpoint",
+                         "metrics_route"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPOSITION:
+        return getattr(importlib.import_module(".exposition", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
