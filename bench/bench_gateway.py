@@ -150,6 +150,15 @@ def ratios(http: list[dict[str, Figures]], stdio: list[dict[str, Figures]]) -> F
     if {"gateway_httpup", "direct"} <= names:
         out["gateway_httpup_p50_ratio"] = median_ratio(
             http, lambda r: r["gateway_httpup"]["http_p50_ms"] / r["direct"]["http_p50_ms"])
+    if {"gateway", "gateway_fleet"} <= names:  # goal 6: ten servers within 5 % of one
+        out["gateway_fleet_throughput_vs_one"] = median_ratio(
+            http, lambda r: r["gateway_fleet"]["http_50_clients_per_s"]
+            / r["gateway"]["http_50_clients_per_s"])
+        out["gateway_fleet_cpu_vs_one"] = median_ratio(
+            http, lambda r: r["gateway_fleet"]["proxy_cpu_50_ms_per_call"]
+            / r["gateway"]["proxy_cpu_50_ms_per_call"])
+        out["gateway_fleet_p50_vs_one"] = median_ratio(
+            http, lambda r: r["gateway_fleet"]["http_p50_ms"] / r["gateway"]["http_p50_ms"])
     peers = [p for p in PEERS if p in names]
     if "gateway" in names and peers:
         out["gateway_throughput_vs_best_peer"] = median_ratio(

@@ -34,6 +34,7 @@ NPM_BIN = PEERS / "node_modules" / ".bin"
 PYPI_MCP_PROXY = ROOT / ".run" / "peers" / "mcp-proxy" / "bin" / "mcp-proxy"
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+FLEET = 10  # servers behind the gateway of issue 25's goal 6 (SPEC §12)
 # A satisfied requirement on echo: the gateway decides every call the bench makes.
 POLICY = 'environment = ["production"]\n[tools.echo]\nrequirements = ["env:production"]\n'
 
@@ -156,6 +157,22 @@ def pypi_mcp_proxy() -> AbstractContextManager[Listening]:
                       "--pass-environment", "--", *everything_stdio()], port)
 
 
+def gateway_fleet(policy: Path, upstream: Sequence[str]) -> AbstractContextManager[Listening]:
+    """The gateway in front of FLEET servers: `upstream` with no prefix (its `echo` is the one the
+    bench calls) and FLEET - 1 of the tests' logging upstream over stdio (prefixes s1__, ...), idle."""
+    from tests.fixtures.fleet import write_gateway_toml
+    from tests.fixtures.gateway_upstream import UPSTREAM_STDIO
+
+    servers: dict[str, dict[str, object]] = {
+        "everything": {"command": upstream[0], "args": list(upstream[1:]), "prefix": ""}}
+    for i in range(1, FLEET):
+        servers[f"s{i}"] = {"command": UPSTREAM_STDIO[0], "args": list(UPSTREAM_STDIO[1:])}
+    config = write_gateway_toml(policy.parent / "fleet.toml", policy, servers)
+    port = free_port()
+    return listening([*CLI, "gateway", "--config", str(config), "--listen", f"http://127.0.0.1:{port}"],
+                     port)
+
+
 def custom(template: str, policy: Path, direct: str) -> AbstractContextManager[Listening]:
     """A system named on the command line (`--with NAME=COMMAND`): COMMAND is split like a shell
     line; {port} is a free port, {upstream} the stdio command, {direct} the URL of server-everything
@@ -193,6 +210,7 @@ def everything(policy: Path, extra: dict[str, str], only: Sequence[str] = ()) ->
     servers: dict[str, Callable[[], AbstractContextManager[Listening]]] = {
         "gateway": lambda: gateway_http(policy, upstream),
         "gateway_httpup": lambda: gateway_http(policy, upstream_url=direct.url),
+        "gateway_fleet": lambda: gateway_fleet(policy, upstream),
         "fastmcp": lambda: fastmcp_proxy_http(upstream),
         "pypi_mcp_proxy": pypi_mcp_proxy,
         "npm_mcp_proxy": npm_mcp_proxy,
