@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -36,10 +36,9 @@ SERVICE_NAME = "mcp-preconditions-gateway"  # in traces, unless OTEL_SERVICE_NAM
 
 def run_gateway(args: argparse.Namespace) -> int:
     """`gateway`: check the command line, load the policy, serve until the listener ends."""
+    from ..gateway import Gateway, replicas
     from ..telemetry import Metrics, configure_tracing
     from ..telemetry.gateway import GatewayTelemetry
-
-    Gateway, replicas = _implementation().Gateway, _implementation("replicas")
 
     config, policy = _servers(args)
     listen = _listen(args.listen or config.listen or "stdio")
@@ -61,11 +60,11 @@ def run_gateway(args: argparse.Namespace) -> int:
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
     tracing = configure_tracing(service_name=SERVICE_NAME)  # an unusable OTEL_* setting: exit 2 now
     label = _single_label(args) if args.config is None and args.servers is None else None
-    gateways: list[Any] = []  # the gateway names each decision's server; it is made next
+    gateways: list[Gateway] = []  # the gateway names each decision's server; it is made next
     guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, label),
                   tool_labels=lambda tool: gateways[0].server_labels(tool))
     metrics = Metrics()
-    gateway = Gateway(guard, config.servers, _credentials(listen, claims, _old()),
+    gateway = Gateway(guard, config.servers, _credentials(listen, claims),
                       environment=upstream_environment(source), telemetry=GatewayTelemetry(metrics))
     gateways.append(gateway)
     tasks = _reloading(guard, gateway, options, metrics)
@@ -81,28 +80,13 @@ def run_gateway(args: argparse.Namespace) -> int:
             tracing.shutdown()  # the spans still queued are exported now
 
 
-def _old() -> bool:
-    """Issue 25: the old path, for the differential test only, until the new one has taken over."""
-    import os
-
-    return os.environ.get("MCP_PRECONDITIONS_GATEWAY_IMPL") == "sdk"
-
-
-def _implementation(module: str = "") -> Any:
-    import importlib
-
-    package = f"{__package__.rsplit('.', 1)[0]}.{'gateway_sdk' if _old() else 'gateway'}"
-    return importlib.import_module(f"{package}.{module}" if module else package)
-
-
 def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] | None,
            metrics_at: tuple[str, int] | None, tasks: list[Callable[[], Coroutine[Any, Any, None]]],
            announce: str) -> int:
     """Serve on stdio or HTTP until the listener ends; `/metrics` on the HTTP listener, or on a
     listener of its own (`--metrics-listen`). The exit status (128 + a signal that stopped a
     stdio gateway)."""
-    listening = _implementation("listener")
-    Limits, serve_http, serve_stdio = listening.Limits, listening.serve_http, listening.serve_stdio
+    from ..gateway.listener import Limits, serve_http, serve_stdio
 
     metrics = gateway.telemetry.metrics
     assert metrics is not None
@@ -163,8 +147,7 @@ def _single_label(args: argparse.Namespace) -> str:
     return str(args.upstream_url) if args.upstream_url is not None else " ".join(command)
 
 
-def _credentials(listen: tuple[str, int] | None, claims: str | None,
-                 old: bool = False) -> Callable[[Any], Credentials]:
+def _credentials(listen: tuple[str, int] | None, claims: str | None) -> Callable[[Any], Credentials]:
     """Who is calling: over HTTP each request's bearer token (the raw header: the guard verifies
     it, and its cache makes every later call of the same token one lookup); over stdio whoever
     started the gateway (trusted --claims, else anonymous)."""
@@ -172,14 +155,6 @@ def _credentials(listen: tuple[str, int] | None, claims: str | None,
         fixed = _stdio_credentials(claims)
         return lambda _call: fixed
     from ..auth.header import credentials_from_authorization_header
-
-    if old:
-        def of_ctx(ctx: Any) -> Credentials:
-            headers = getattr(ctx.request, "headers", None)
-            if not isinstance(headers, Mapping):
-                return ANONYMOUS
-            return credentials_from_authorization_header(headers.get("authorization"))
-        return of_ctx
 
     def of(call: Any) -> Credentials:
         return credentials_from_authorization_header(call.authorization)
