@@ -28,6 +28,7 @@ from .jsonrpc import (
     Message,
     RpcError,
 )
+from .streamable_wire import header_value
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -156,8 +157,6 @@ def envelope(message: Mapping[str, Any], headers: Mapping[str, str] | None) -> s
 
 
 def _headers_agree(message: Mapping[str, Any], version: Any, headers: Mapping[str, str]) -> None:
-    from .streamable import header_value  # the HTTP side decodes its own header codec
-
     if headers.get("mcp-protocol-version") is None or headers.get("mcp-protocol-version") != version:
         raise RpcError(HEADER_MISMATCH, "mcp-protocol-version header does not match the request "
                        "envelope's protocol version")

@@ -20,7 +20,8 @@ from ..telemetry.metrics import Metrics
 from .dispatch import Dispatch
 from .gateway import Gateway
 from .http_sessions import Owner, Sessions
-from .streamable import Security, Streamable
+from .streamable import Streamable
+from .streamable_wire import Security
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 METRICS_PATH = "/metrics"  # telemetry.METRICS_PATH (its module brings Starlette; this app needs none)

@@ -6,16 +6,15 @@ sends unasked (2025-11-25), the routing headers of 2026-07-28, and DELETE when t
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from . import jsonrpc
 from .http1 import Pool, Response
 from .jsonrpc import Message
+from .streamable_wire import encode_header_value
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -24,7 +23,6 @@ GET_RETRY_SECONDS = 1.0
 GET_ATTEMPTS = 3  # consecutive failed GET streams before the gateway stops asking for one
 # 2026-07-28 requests name their target in a header too (the params key of each such method).
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-_HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
 
 
 class HttpLink:
@@ -59,7 +57,7 @@ class HttpLink:
             headers["mcp-method"] = method
             named = (message.get("params") or {}).get(_NAMED.get(method, ""))
             if isinstance(named, str):
-                headers["mcp-name"] = _header_value(named)
+                headers["mcp-name"] = encode_header_value(named)
         meta = (message.get("params") or {}).get("_meta")
         if isinstance(meta, dict) and "traceparent" in meta:  # the trace context in a header too,
             from ..telemetry.propagation import carrier  # as HTTP servers and proxies read it
@@ -169,12 +167,3 @@ async def events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 data.append(line[5:].removeprefix(b" "))
             elif line.startswith(b"event:"):
                 kind = line[6:].strip()
-
-
-def _header_value(value: str) -> str:
-    """A value as the MCP header codec sends it: as is when it survives an HTTP header, else
-    base64 in its `=?base64?...?=` sentinel."""
-    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not (
-            value.startswith("=?base64?") and value.endswith("?=")):
-        return value
-    return f"=?base64?{base64.b64encode(value.encode('utf-8')).decode('ascii')}?="

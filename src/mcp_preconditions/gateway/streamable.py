@@ -7,13 +7,7 @@ against DNS rebinding, the Accept and protocol-version header checks, 404 for an
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import contextlib
-import functools
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -32,46 +26,13 @@ from .jsonrpc import (
     RpcError,
 )
 from .sse import Receive, Reply, Send, Stream, Unanswered
+from .streamable_wire import Security, accepts, empty, read_body, read_headers, rpc_error, text
 
-MAX_BODY = 4 * 1024 * 1024
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
 _STATUS = {jsonrpc.PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400,
            HEADER_MISMATCH: 400, -32021: 400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION: 400,
            jsonrpc.METHOD_NOT_FOUND: 404}
 _ROUTING = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
-_SENTINEL = re.compile(r"=\?base64\?(.*)\?=")
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-@dataclass(frozen=True)
-class Security:
-    """DNS-rebinding protection: the Host and Origin a request may carry (as the MCP SDK sets them
-    up for a listener on a loopback address; `PATTERN:*` allows any port)."""
-
-    hosts: tuple[str, ...]
-    origins: tuple[str, ...]
-
-    @classmethod
-    def for_host(cls, host: str) -> Security | None:
-        if host not in LOCAL_HOSTS:
-            return None
-        return cls(("127.0.0.1:*", "localhost:*", "[::1]:*"),
-                   ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"))
-
-    def refuse(self, headers: Mapping[str, str]) -> tuple[int, bytes] | None:
-        if not _allowed(headers.get("host"), self.hosts):
-            return 421, b"Invalid Host header"
-        origin = headers.get("origin")
-        if origin and not _allowed(origin, self.origins):
-            return 403, b"Invalid Origin header"
-        return None
-
-
-@functools.lru_cache(maxsize=256)  # a client sends the same Host (and Origin) every time
-def _allowed(value: str | None, patterns: tuple[str, ...]) -> bool:
-    if not value:
-        return False
-    return value in patterns or any(p.endswith(":*") and value.startswith(p[:-1]) for p in patterns)
 
 
 class Streamable:
@@ -92,8 +53,8 @@ class Streamable:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send,
                        owner: Owner | None) -> None:
-        headers = _headers(scope["headers"])
-        body = await _body(receive, headers, send)
+        headers = read_headers(scope["headers"])
+        body = await read_body(receive, headers, send)
         if body is None:
             return
         version = headers.get("mcp-protocol-version")
@@ -104,13 +65,13 @@ class Streamable:
         if session_id is not None:
             session = self.sessions.get(session_id)
             if session is None or session.owner != owner:  # another's session does not exist
-                await _rpc_error(send, 404, RpcError(INVALID_REQUEST, "Session not found"))
+                await rpc_error(send, 404, RpcError(INVALID_REQUEST, "Session not found"))
                 return
             await self._in_session(session, scope, headers, body, receive, send, opening=False)
             return
         session = self.sessions.open(owner)
         if session is None:
-            await _rpc_error(send, 503, RpcError(INTERNAL_ERROR, "Too many open sessions"))
+            await rpc_error(send, 503, RpcError(INTERNAL_ERROR, "Too many open sessions"))
             return
         status = await self._in_session(session, scope, headers, body, receive, send, opening=True)
         if status is None or status >= 400:  # nothing was established: no session kept
@@ -125,20 +86,20 @@ class Streamable:
         method = scope["method"]
         refused = self._refused(method, headers)
         if refused is not None:
-            await _text(send, *refused)
+            await text(send, *refused)
             return refused[0]
         if session.ended:
-            return await _rpc_error(send, 404, RpcError(
+            return await rpc_error(send, 404, RpcError(
                 INVALID_REQUEST, "Not Found: Session has been terminated"), mine)
         if method not in ("POST", "GET", "DELETE"):
-            return await _rpc_error(send, 405, RpcError(INVALID_REQUEST, "Method Not Allowed"),
+            return await rpc_error(send, 405, RpcError(INVALID_REQUEST, "Method Not Allowed"),
                                     [*mine, (b"allow", b"GET, POST, DELETE")])
-        has_json, has_sse = _accepts(headers)
+        has_json, has_sse = accepts(headers)
         if method == "GET" and not has_sse:
-            return await _rpc_error(send, 406, RpcError(
+            return await rpc_error(send, 406, RpcError(
                 INVALID_REQUEST, "Not Acceptable: Client must accept text/event-stream"), mine)
         if method == "POST" and not (has_json and has_sse):
-            return await _rpc_error(send, 406, RpcError(
+            return await rpc_error(send, 406, RpcError(
                 INVALID_REQUEST, "Not Acceptable: Client must accept both application/json and "
                                  "text/event-stream"), mine)
         message: Any = None
@@ -147,13 +108,13 @@ class Streamable:
             if status is not None:
                 return status
         if opening and not (method == "POST" and message.get("method") == "initialize"):
-            return await _rpc_error(send, 400, RpcError(INVALID_REQUEST,
+            return await rpc_error(send, 400, RpcError(INVALID_REQUEST,
                                                         "Bad Request: Missing session ID"), mine)
         session.begin()
         try:
             if method == "DELETE":
                 self.sessions.end(session)
-                await _empty(send, 200, mine)
+                await empty(send, 200, mine)
                 return 200
             if method == "GET":
                 return await self._get(session, receive, send, mine)
@@ -170,7 +131,7 @@ class Streamable:
     async def _get(self, session: HttpSession, receive: Receive, send: Send,
                    mine: list[tuple[bytes, bytes]]) -> int:
         if session.stream is not None and session.stream.open:
-            return await _rpc_error(send, 409, RpcError(
+            return await rpc_error(send, 409, RpcError(
                 INVALID_REQUEST, "Conflict: Only one SSE stream is allowed per session"), mine)
         stream = session.stream = Stream(send)
         session.client.standalone = stream
@@ -187,7 +148,7 @@ class Streamable:
         client = session.client
         what = jsonrpc.kind(message)
         if what != "request":
-            await _empty(send, 202, mine)
+            await empty(send, 202, mine)
             if what in ("response", "error"):
                 client.answered(message)
             elif message["method"] == "notifications/cancelled":
@@ -222,43 +183,37 @@ class Streamable:
                       receive: Receive, send: Send) -> None:
         refused = self._refused(scope["method"], headers)
         if refused is not None:
-            await _text(send, *refused)
+            await text(send, *refused)
             return
         if scope["method"] != "POST":
-            await _empty(send, 405, [(b"allow", b"POST")], json=False)
+            await empty(send, 405, [(b"allow", b"POST")], json=False)
             return
-        has_json, has_sse = _accepts(headers)
+        has_json, has_sse = accepts(headers)
         if not (has_json and has_sse):
-            await _empty(send, 406, [], json=False)
+            await empty(send, 406, [], json=False)
             return
         try:
             message = jsonrpc.loads(body)
         except ValueError:
-            await _rpc_error(send, 400, RpcError(PARSE_ERROR, "Parse error"))
+            await rpc_error(send, 400, RpcError(PARSE_ERROR, "Parse error"))
             return
         if isinstance(message, dict) and "id" not in message:
             if jsonrpc.kind(message) != "notification":
-                await _rpc_error(send, 400, _INVALID_BODY)
+                await rpc_error(send, 400, _INVALID_BODY)
             elif headers.get("mcp-protocol-version") not in ("2026-07-28",):
-                await _rpc_error(send, 400, unsupported(headers.get("mcp-protocol-version", "")))
+                await rpc_error(send, 400, unsupported(headers.get("mcp-protocol-version", "")))
             else:
-                await _empty(send, 202, [], json=False)  # no client notification acts here
+                await empty(send, 202, [], json=False)  # no client notification acts here
             return
         if jsonrpc.kind(message) != "request":
-            await _rpc_error(send, 400, _INVALID_BODY)
+            await rpc_error(send, 400, _INVALID_BODY)
             return
         rid = message["id"]
-        seen: set[bytes] = set()
-        for name, _ in scope["headers"]:
-            if name.lower() in _ROUTING and name.lower() in seen:
-                await _rpc_error(send, 400, RpcError(
-                    HEADER_MISMATCH, f"{name.lower().decode()} header appears more than once"), rid=rid)
-                return
-            seen.add(name.lower())
         try:
+            _once(scope["headers"])
             version = envelope(message, headers)
         except RpcError as exc:
-            await _rpc_error(send, _STATUS.get(exc.code, 200), exc, rid=rid)
+            await rpc_error(send, _STATUS.get(exc.code, 200), exc, rid=rid)
             return
         reply = Reply(send, [], self.unanswered, self.loop)
         call = Call(message["method"], message.get("params"), rid, version, reply, None, headers)
@@ -296,6 +251,16 @@ class Streamable:
                 each.cancel()
 
 
+def _once(raw: list[tuple[bytes, bytes]]) -> None:
+    """A routing header given twice is refused: readers of the first and the last would differ."""
+    seen: set[bytes] = set()
+    for name, _ in raw:
+        name = name.lower()
+        if name in _ROUTING and name in seen:
+            raise RpcError(HEADER_MISMATCH, f"{name.decode()} header appears more than once")
+        seen.add(name)
+
+
 _INVALID_BODY = RpcError(INVALID_REQUEST, "Body must be a single JSON-RPC request or notification object")
 
 
@@ -326,106 +291,15 @@ async def _message(headers: Mapping[str, str], body: bytes, send: Send,
     """The POSTed JSON-RPC message, or the status it was refused with."""
     kinds = [p.strip() for p in headers.get("content-type", "").split(";")[0].split(",")]
     if "application/json" not in kinds:
-        return None, await _rpc_error(send, 415, RpcError(
+        return None, await rpc_error(send, 415, RpcError(
             INVALID_REQUEST, "Unsupported Media Type: Content-Type must be application/json"), mine)
     try:
         message = jsonrpc.loads(body)
     except ValueError as exc:
-        return None, await _rpc_error(send, 400, RpcError(PARSE_ERROR, f"Parse error: {exc}"), mine)
+        return None, await rpc_error(send, 400, RpcError(PARSE_ERROR, f"Parse error: {exc}"), mine)
     if jsonrpc.kind(message) is None:
-        return None, await _rpc_error(send, 400, RpcError(
+        return None, await rpc_error(send, 400, RpcError(
             INVALID_PARAMS, "Validation error: not a single JSON-RPC 2.0 message"), mine)
     return message, None
 
 
-class Headers(dict[str, str]):
-    """Request headers by lowercase name. `getlist` tells readers that expect case-insensitive
-    headers (`telemetry.propagation.header`) that a lowercase lookup is enough."""
-
-    def getlist(self, name: str) -> list[str]:
-        value = self.get(name.lower())
-        return [] if value is None else [value]
-
-
-def _headers(raw: list[tuple[bytes, bytes]]) -> Headers:
-    """Request headers by lowercase name (the first of a repeated one, as starlette reads them)."""
-    out = Headers()
-    for name, value in raw:
-        key = name.decode("latin-1").lower()
-        if key not in out:
-            out[key] = value.decode("latin-1")
-    return out
-
-
-def _accepts(headers: Mapping[str, str]) -> tuple[bool, bool]:
-    """(JSON, SSE) acceptable per the Accept header, wildcards included (RFC 7231)."""
-    types = [t.strip().split(";")[0].strip().lower() for t in headers.get("accept", "").split(",")]
-    anything = "*/*" in types
-    return (anything or "application/json" in types or "application/*" in types,
-            anything or "text/event-stream" in types or "text/*" in types)
-
-
-async def _body(receive: Receive, headers: Mapping[str, str], send: Send) -> bytes | None:
-    """The whole request body, or None after a 413 for one over `MAX_BODY`."""
-    declared = headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        await _text(send, 413, b"Request body too large")
-        return None
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        part = message.get("body", b"")
-        size += len(part)
-        if size > MAX_BODY:
-            await _text(send, 413, b"Request body too large")
-            return None
-        parts.append(part)
-        if not message.get("more_body", False):
-            break
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def header_value(value: str | None) -> str | None:
-    """An MCP header value as sent: base64 inside `=?base64?...?=`, else as is (None when the
-    sentinel is malformed, so it matches nothing)."""
-    if value is None:
-        return None
-    found = _SENTINEL.fullmatch(value)
-    if found is None:
-        return value
-    try:
-        decoded = base64.b64decode(found[1], validate=True)
-        if base64.b64encode(decoded).decode("ascii") != found[1]:
-            return None
-        return decoded.decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-
-
-async def _rpc_error(send: Send, status: int, error: RpcError,
-                     headers: list[tuple[bytes, bytes]] | None = None, *,
-                     rid: jsonrpc.RequestId | None = None) -> int:
-    body = jsonrpc.dumps(jsonrpc.error(rid, error))
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
-    return status
-
-
-async def _text(send: Send, status: int, text: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(text)).encode())]})
-    await send({"type": "http.response.body", "body": text})
-
-
-async def _empty(send: Send, status: int, headers: list[tuple[bytes, bytes]], *,
-                 json: bool = True) -> None:
-    kind = [(b"content-type", b"application/json")] if json else []
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*kind, (b"content-length", b"0"), *headers]})
-    with contextlib.suppress(Exception):
-        await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,156 @@
+"""The HTTP side of streamable HTTP, for the gateway's endpoint (and its client of HTTP servers):
+request headers, the body (bounded), Accept, the Host/Origin checks against DNS rebinding, the MCP
+header-value codec, and responses written as raw ASGI messages (errors as JSON-RPC bodies).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from . import jsonrpc
+from .jsonrpc import RpcError
+from .sse import Receive, Send
+
+MAX_BODY = 4 * 1024 * 1024
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+_SENTINEL = re.compile(r"=\?base64\?(.*)\?=")
+_HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
+
+
+@dataclass(frozen=True)
+class Security:
+    """DNS-rebinding protection: the Host and Origin a request may carry (as the MCP SDK sets them
+    up for a listener on a loopback address; `PATTERN:*` allows any port)."""
+
+    hosts: tuple[str, ...]
+    origins: tuple[str, ...]
+
+    @classmethod
+    def for_host(cls, host: str) -> Security | None:
+        if host not in LOCAL_HOSTS:
+            return None
+        return cls(("127.0.0.1:*", "localhost:*", "[::1]:*"),
+                   ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"))
+
+    def refuse(self, headers: Mapping[str, str]) -> tuple[int, bytes] | None:
+        if not _allowed(headers.get("host"), self.hosts):
+            return 421, b"Invalid Host header"
+        origin = headers.get("origin")
+        if origin and not _allowed(origin, self.origins):
+            return 403, b"Invalid Origin header"
+        return None
+
+
+@functools.lru_cache(maxsize=256)  # a client sends the same Host (and Origin) every time
+def _allowed(value: str | None, patterns: tuple[str, ...]) -> bool:
+    if not value:
+        return False
+    return value in patterns or any(p.endswith(":*") and value.startswith(p[:-1]) for p in patterns)
+
+
+class Headers(dict[str, str]):
+    """Request headers by lowercase name. `getlist` tells readers that expect case-insensitive
+    headers (`telemetry.propagation.header`) that a lowercase lookup is enough."""
+
+    def getlist(self, name: str) -> list[str]:
+        value = self.get(name.lower())
+        return [] if value is None else [value]
+
+
+def read_headers(raw: list[tuple[bytes, bytes]]) -> Headers:
+    """Request headers by lowercase name (the first of a repeated one, as starlette reads them)."""
+    out = Headers()
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        if key not in out:
+            out[key] = value.decode("latin-1")
+    return out
+
+
+def accepts(headers: Mapping[str, str]) -> tuple[bool, bool]:
+    """(JSON, SSE) acceptable per the Accept header, wildcards included (RFC 7231)."""
+    types = [t.strip().split(";")[0].strip().lower() for t in headers.get("accept", "").split(",")]
+    anything = "*/*" in types
+    return (anything or "application/json" in types or "application/*" in types,
+            anything or "text/event-stream" in types or "text/*" in types)
+
+
+async def read_body(receive: Receive, headers: Mapping[str, str], send: Send) -> bytes | None:
+    """The whole request body, or None after a 413 for one over `MAX_BODY`."""
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        await text(send, 413, b"Request body too large")
+        return None
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        part = message.get("body", b"")
+        size += len(part)
+        if size > MAX_BODY:
+            await text(send, 413, b"Request body too large")
+            return None
+        parts.append(part)
+        if not message.get("more_body", False):
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def header_value(value: str | None) -> str | None:
+    """An MCP header value as sent: base64 inside `=?base64?...?=`, else as is (None when the
+    sentinel is malformed, so it matches nothing)."""
+    if value is None:
+        return None
+    found = _SENTINEL.fullmatch(value)
+    if found is None:
+        return value
+    try:
+        decoded = base64.b64decode(found[1], validate=True)
+        if base64.b64encode(decoded).decode("ascii") != found[1]:
+            return None
+        return decoded.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+async def rpc_error(send: Send, status: int, error: RpcError,
+                     headers: list[tuple[bytes, bytes]] | None = None, *,
+                     rid: jsonrpc.RequestId | None = None) -> int:
+    body = jsonrpc.dumps(jsonrpc.error(rid, error))
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+    return status
+
+
+async def text(send: Send, status: int, text: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(text)).encode())]})
+    await send({"type": "http.response.body", "body": text})
+
+
+async def empty(send: Send, status: int, headers: list[tuple[bytes, bytes]], *,
+                 json: bool = True) -> None:
+    kind = [(b"content-type", b"application/json")] if json else []
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*kind, (b"content-length", b"0"), *headers]})
+    with contextlib.suppress(Exception):
+        await send({"type": "http.response.body", "body": b""})
+
+
+def encode_header_value(value: str) -> str:
+    """A value as the MCP header codec sends it: as is when it survives an HTTP header, else
+    base64 in its `=?base64?...?=` sentinel."""
+    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not (
+            value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode('utf-8')).decode('ascii')}?="
