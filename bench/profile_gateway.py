@@ -30,6 +30,20 @@ GLUE = "glue"
 PRIMITIVES = ("asyncio/locks.py", "asyncio/mixins.py", "asyncio/queues.py", "current_task (")
 # (layer, path fragments of its files): the first match wins, so the specific SDK modules come first.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # The relay's own stages (issue 25), then the guard and what records a decision, then the rest.
+    ("relay: HTTP framing (http, streamable, sse, sessions)",
+     ("gateway/http.py", "gateway/streamable", "gateway/sse.py", "gateway/http_sessions.py",
+      "gateway/listener.py", "gateway/stdio.py")),
+    ("relay: protocol and pipeline (dispatch, gateway, decide, forward, session)",
+     ("gateway/dispatch.py", "gateway/gateway.py", "gateway/decide.py", "gateway/forward.py",
+      "gateway/session.py", "gateway/clients.py", "gateway/bridge.py", "gateway/fleet.py",
+      "gateway/jsonrpc.py", "gateway/route.py", "gateway/rounds.py")),
+    ("relay: upstream link (peer, server, stdio/HTTP client)",
+     ("gateway/peer.py", "gateway/server", "gateway/http1.py")),
+    ("guard: decision and its record", ("mcp_preconditions/guard.py", "mcp_preconditions/snapshot.py",
+                                        "mcp_preconditions/outcomes.py", "mcp_preconditions/decision",
+                                        "mcp_preconditions/principal.py", "mcp_preconditions/resolvers/")),
+    ("telemetry (metrics, no-op spans)", ("mcp_preconditions/telemetry/", "mcp_preconditions/spans.py")),
     ("our code (mcp_preconditions)", ("mcp_preconditions/",)),
     ("SDK streamable-HTTP server + session manager", ("mcp/server/streamable_http",
                                                       "mcp/server/_streamable_http")),
@@ -37,7 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SDK stdio client (upstream)", ("mcp/client/stdio",)),
     ("SDK session / dispatcher / runner", ("mcp/shared/", "mcp/server/", "mcp/client/", "fastmcp/")),
     ("pydantic validation and dumps", ("pydantic", "mcp_types/")),
-    ("uvicorn + h11", ("uvicorn/", "h11/")),
+    ("uvicorn (httptools or h11)", ("uvicorn/", "h11/", "httptools/")),
     ("starlette + sse-starlette", ("starlette/",)),
     ("httpx (upstream HTTP client)", ("httpx", "httpcore")),
     ("anyio streams, task groups, cancel scopes", ("anyio/", "sniffio/")),
