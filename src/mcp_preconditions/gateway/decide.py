@@ -80,11 +80,12 @@ class Decide:
         version = ctx.version
         fleet = self._fleet
         await fleet.fresh_tools()
+        if not all(m.catalog.listings["tools"].loaded for m in fleet):
+            # Servers still starting: a name one server lists may collide with one another server
+            # is about to list, and a collision is refused, never settled by who listed first.
+            await fleet.first_listing(self._connect_wait())
         if name not in fleet.routes.tools and name not in fleet.routes.collisions:
-            if not all(m.catalog.listings["tools"].loaded for m in fleet):
-                await fleet.first_listing(self._connect_wait())  # servers still starting
-            if name not in fleet.routes.tools:
-                await fleet.unknown_tool(name)  # it may be new
+            await fleet.unknown_tool(name)  # it may be new
         target = fleet.routes.tools.get(name)
         if target is None:
             why = ("two servers list a tool of that name" if name in fleet.routes.collisions
