@@ -54,7 +54,7 @@ lint: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests bench examples
 
 typecheck: $(VENV)/.all
-	$(VENV)/bin/mypy --strict src
+	$(VENV)/bin/mypy --strict src bench
 
 # pytest exits 5 when no test ran: that is a failure here too. Most of the run waits on the servers
 # the tests start, so test files run in parallel (pytest-xdist, a worker per core, at most 4; each

@@ -30,7 +30,7 @@ import anyio
 import httpx
 from mcp import Client
 from tests.fixtures.fleet import command, fleet_http, write_gateway_toml
-from tests.fixtures.gateway_upstream import UPSTREAM_STDIO
+from tests.fixtures.gateway_upstream import OWN_TOOLS, UPSTREAM_STDIO
 from tests.fixtures.mcp_servers import ROOT, server_env
 from tests.fixtures.upstreams import Listening, free_port, listening
 
@@ -40,16 +40,29 @@ from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS
 
 from . import percentile
-from .bench_gateway import ACCEPT, session
+from .loadgen import INITIALIZE, INITIALIZED, VERSION
 
 SERVERS = 10
 ROUNDS, PER_ROUND, WARMUP = 30, 20, 20
 LISTINGS = 200
 STARTS = 3  # start-up figures: the median of this many
 MANY = 1_500
+STALLING = 300  # the red-team pass's stall: 300 tools with requirements, unknown names beside
 POLICY = ('environment = ["production"]\n[tools.s0__echo]\nrequirements = ["env:production"]\n'
           '[tools.echo]\nrequirements = ["env:production"]\n')
 ECHO = {"text": "hi"}
+ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+async def session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
+    """A new MCP session on `url`: the headers its requests carry."""
+    answer = await http.post(url, json=INITIALIZE, headers=ACCEPT)
+    answer.raise_for_status()
+    headers = {**ACCEPT, "mcp-protocol-version": VERSION}
+    if "mcp-session-id" in answer.headers:
+        headers["mcp-session-id"] = answer.headers["mcp-session-id"]
+    await http.post(url, json=INITIALIZED, headers=headers)
+    return headers
 
 
 def _config(tmp: Path, servers: int, **env: str) -> Path:
@@ -166,8 +179,18 @@ def _cli() -> list[str]:
     return [sys.executable, "-c", "import sys; from mcp_preconditions.cli import main; sys.exit(main())"]
 
 
+def many_policy(tmp: Path, count: int) -> Path:
+    """The bench's policy plus a requirement on each of `count` upstream tools `many0`, `many1`, ...:
+    every one of them is compiled, as in the red-team pass's upstream."""
+    policy = tmp / f"policy-{count}.toml"
+    policy.write_text(POLICY + "".join(f'[tools.many{i}]\nrequirements = ["env:production"]\n'
+                                       for i in range(count)), encoding="utf-8")
+    return policy
+
+
 def many_tools_startup(policy: Path) -> float:
-    """Seconds from starting the gateway to its first tools/list of 1,511 tools (median)."""
+    """Seconds from starting the gateway to its first tools/list of its 1,512 tools, each of the 1,500
+    with a requirement (median)."""
     times = []
     for _ in range(STARTS):
         port = free_port()
@@ -177,14 +200,14 @@ def many_tools_startup(policy: Path) -> float:
                         f"http://127.0.0.1:{port}", "--", *UPSTREAM_STDIO], port,
                        server_env(GATEWAY_UPSTREAM_MANY=str(MANY))):
             times.append(time.perf_counter() - start)
-            if _tool_count(url) != MANY + 11:
+            if _tool_count(url) != MANY + len(OWN_TOOLS):
                 raise RuntimeError("the gateway did not list every tool")
     return sorted(times)[STARTS // 2]
 
 
 BURST = """
 import sys, random, anyio, httpx
-from bench.bench_gateway import ACCEPT, session
+from bench.bench_fleet import ACCEPT, session
 async def main(url, seconds):
     async with httpx.AsyncClient(timeout=60) as http:
         headers = await session(http, url)
@@ -211,8 +234,9 @@ async def _echo_p50(client: Client, count: int) -> float:
 
 
 def bystander(policy: Path) -> dict[str, float]:
-    """The bystander's echo p50 alone, then while another process sends unknown names (8 at once)."""
-    with _single(policy) as gateway:
+    """The bystander's echo p50 alone, then while another process sends unknown names (8 at once), in
+    front of an upstream of 300 tools with requirements (each unknown name may re-list it)."""
+    with _single(policy, GATEWAY_UPSTREAM_MANY=str(STALLING)) as gateway:
         async def measure() -> tuple[float, float]:
             async with Client(gateway.url, mode="legacy") as client:
                 await _echo_p50(client, WARMUP)
@@ -246,15 +270,14 @@ def run() -> dict[str, float]:
         results["fleet_rss_1_server_mb"] = one_mb
         results["fleet_rss_per_server_mb"] = (ten_mb - one_mb) / (SERVERS - 1)
         stack.close()
-        with fleet_http(_config(many_dir, SERVERS, GATEWAY_UPSTREAM_MANY="89")) as many:
+        with fleet_http(_config(many_dir, SERVERS, GATEWAY_UPSTREAM_MANY=str(100 - len(OWN_TOOLS)))) as many:
             if _tool_count(many.url) != SERVERS * 100:
                 raise RuntimeError("the 10 servers do not list 100 tools each")
             listing = anyio.run(_listing_ms, many.url)
         results["fleet_tools_list_1000_p50_ms"] = percentile([int(v * 1e6) for v in listing], 50) / 1e6
         results.update(startup_figures())
-        policy = one_dir / "policy.toml"
-        results["gateway_1500_tools_startup_s"] = many_tools_startup(policy)
-        results.update(bystander(policy))
+        results["gateway_1500_tools_startup_s"] = many_tools_startup(many_policy(Path(tmp), MANY))
+        results.update(bystander(many_policy(Path(tmp), STALLING)))
     return results
 
 
