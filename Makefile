@@ -60,7 +60,7 @@ typecheck: $(VENV)/.all
 # the tests start, so test files run in parallel (pytest-xdist, a worker per core, at most 4; each
 # worker starts its own session services on free ports, and no test looks beyond its own processes).
 pytest: install
-	$(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile
+	$(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile --durations=15
 
 test: install lint typecheck pytest
 
