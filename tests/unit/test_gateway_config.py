@@ -351,5 +351,6 @@ def test_the_readmes_one_entry_is_a_desktop_config_that_runs_the_gateway_on_its_
     snippet = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
     assert list(jsonschema.Draft202012Validator(config_schema("json")).iter_errors(snippet)) == []
     [entry] = snippet["mcpServers"].values()
-    assert entry["command"] == "mcp-preconditions" and entry["args"][:1] == ["gateway"]
+    assert entry["command"] == "/path/to/mcp-preconditions/.venv/bin/mcp-preconditions"
+    assert entry["args"][:1] == ["gateway"]
     assert entry["args"][entry["args"].index("--servers") + 1] == "/path/to/servers.json"

@@ -30,6 +30,7 @@ from ..denials import (
 from ..denials import denial_result as denial_wire
 from ..outcomes import Decision, Status
 from ..principal import ANONYMOUS, Credentials, Principal
+from ._sessions import SessionOwner
 
 # RFC 6749 §3.3 scope-token characters: anything else cannot be put in a WWW-Authenticate challenge.
 _SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]+")
@@ -53,6 +54,8 @@ def credentials_from_request(request: Any) -> Credentials:
     else anonymous. `request` is the HTTP request (None on stdio and in-process)."""
     scope = getattr(request, "scope", None)
     user = scope.get("user") if isinstance(scope, Mapping) else None
+    if isinstance(user, SessionOwner):  # the guard verified its token: decided by that token again
+        return user.credentials
     verified = user.access_token if isinstance(user, AuthenticatedUser) else get_access_token()
     if verified is not None:
         return Credentials(principal=principal_from_access_token(verified))

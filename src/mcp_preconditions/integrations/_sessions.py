@@ -1,5 +1,8 @@
-"""Connected sessions whose tool list may change, and how to tell them (`notifications/tools/list_changed`).
+"""Connected sessions: whose they are, whose tool list may change, and how to tell them
+(`notifications/tools/list_changed`).
 
+An HTTP session belongs to the verified caller that opened it: `SessionOwners` tells the MCP SDK's
+session managers who that is, so another principal (or an anonymous caller) gets 404 for it.
 Handshake-era (2025-11-25) connections get the notification on their standalone channel. At
 2026-07-28 change notifications travel only on `subscriptions/listen` streams, so a listen stream is
 the session there, and `TargetedBus` delivers to the streams of one subscriber only.
@@ -14,9 +17,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio.lowlevel
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.subscriptions import ServerEvent, ToolsListChanged
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..principal import Credentials
+from ..auth.header import credentials_from_authorization_header
+from ..guard import Guard
+from ..principal import Credentials, Principal
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -27,6 +35,44 @@ _UNKNOWN = object()  # the view of a session whose view could not be computed
 # ListenHandler, read by TargetedBus.subscribe (both run in the request's task).
 LISTENER: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "mcp_preconditions_listener", default=None)
+
+
+class SessionOwner(AuthenticatedUser):
+    """A caller whose bearer token the guard verified, as the MCP SDK's session managers compare
+    callers (client id, issuer, subject: the gateway's `owner_of`). It carries no token and no
+    scopes; `credentials` are what the request carried, for the guard to decide its calls."""
+
+    def __init__(self, principal: Principal, credentials: Credentials) -> None:
+        claims = principal.claims
+        client = claims.get("client_id", claims.get("azp"))
+        issuer = claims.get("iss")
+        super().__init__(AccessToken(
+            token="", client_id=str(client) if client is not None else "", scopes=[],
+            subject=principal.subject, claims={"iss": str(issuer)} if issuer is not None else None))
+        self.credentials = credentials
+
+
+class SessionOwners:
+    """ASGI middleware for a hosted server whose guard verifies bearer tokens itself: a request
+    whose token the guard accepts is made the request of that principal (`scope["user"]`), so the
+    SDK binds the sessions it opens to it and answers anyone else 404. A request without a token,
+    or with one the guard refuses, is anonymous to the SDK: it reaches no verified caller's session.
+    A `user` already set (the SDK's own auth) is left alone."""
+
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("user") is None:
+            header = next((value.decode("latin-1") for name, value in scope["headers"]
+                           if name == b"authorization"), None)
+            if header is not None:
+                credentials = credentials_from_authorization_header(header)
+                principal = (await self.guard.authenticate(credentials)).principal
+                if principal is not None:
+                    scope["user"] = SessionOwner(principal, credentials)
+        await self.app(scope, receive, send)
 
 
 class TargetedBus:

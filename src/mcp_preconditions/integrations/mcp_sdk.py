@@ -48,7 +48,7 @@ from ._server import (
     register_function,
     requirements_of,
 )
-from ._sessions import TargetedBus
+from ._sessions import SessionOwners, TargetedBus
 from ._telemetry import continue_http_traces
 
 __all__ = ["DENIAL_CODE", "EXTENSION_ID", "STEP_UP_META_KEY", "GuardedMCPServer", "Preconditions",
@@ -192,14 +192,23 @@ class GuardedMCPServer(MCPServer[Any]):
         return await super()._handle_call_tool(ctx, params)
 
     def streamable_http_app(self, **options: Any) -> Starlette:
-        """`MCPServer.streamable_http_app`; its calls also continue a `traceparent` header."""
+        """`MCPServer.streamable_http_app`; its calls also continue a `traceparent` header, and its
+        sessions belong to the principal that opened them (`SessionOwners`)."""
         continue_http_traces(self._lowlevel_server)  # HTTP only: in-process calls pay nothing
-        return super().streamable_http_app(**options)
+        return self._owned(super().streamable_http_app(**options))
 
     def sse_app(self, **options: Any) -> Starlette:
-        """`MCPServer.sse_app`; its calls also continue a `traceparent` header."""
+        """`MCPServer.sse_app`; its calls also continue a `traceparent` header, and its sessions
+        belong to the principal that opened them."""
         continue_http_traces(self._lowlevel_server)
-        return super().sse_app(**options)
+        return self._owned(super().sse_app(**options))
+
+    def _owned(self, app: Starlette) -> Starlette:
+        """`app` with its sessions bound to the caller the guard verifies. With the SDK's own auth
+        (a token verifier) the SDK binds them itself, to the caller it verified."""
+        if self._token_verifier is None:
+            app.add_middleware(SessionOwners, guard=self.preconditions.guard)
+        return app
 
     @property
     def guard(self) -> Guard:

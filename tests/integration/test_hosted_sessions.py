@@ -1,0 +1,138 @@
+"""A hosted guarded server's streamable HTTP sessions belong to the caller that opened them (SPEC §10):
+`serve --transport http` and `GuardedMCPServer`'s own HTTP apps, with real tokens from the OIDC
+provider. Another principal's token (or none) gets 404 for the session, as for an unknown one, on
+every verb; the owner, and a fresh token of the same principal, carry on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from mcp_preconditions.examples_server import build_server
+from mcp_preconditions.guard import Guard
+from mcp_preconditions.policy.load import load_policy
+from tests.fixtures.mcp_servers import ServeProcess, oidc_policy, run_asgi
+from tests.fixtures.oidc import OidcServer
+
+pytestmark = pytest.mark.integration
+
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+LISTING = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+LAUNCH = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+          "params": {"name": "launch_rocket", "arguments": {"vehicle": "Falcon 9"}}}
+
+
+def _on(session: str, token: str | None) -> dict[str, str]:
+    headers = {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _open_session(http: httpx.Client, token: str) -> str:
+    init = http.post("/mcp", headers={"authorization": f"Bearer {token}"}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw-http", "version": "1"}}})
+    assert init.status_code == 200, init.text
+    session = init.headers["mcp-session-id"]
+    initialized = http.post("/mcp", headers=_on(session, token),
+                            json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert initialized.status_code == 202, initialized.text
+    return session
+
+
+def _result(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC result of a POST answered as one SSE event (or plain JSON)."""
+    assert response.status_code == 200, response.text
+    if response.headers["content-type"].startswith("application/json"):
+        body: dict[str, Any] = response.json()
+    else:
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        body = json.loads(data[-1])
+    result: dict[str, Any] = body["result"]
+    return result
+
+
+@pytest.fixture
+def owner_and_others(oidc_server: OidcServer) -> tuple[str, list[str | None]]:
+    """Mission control's token, and callers who are someone else: the observer, no token at all,
+    and a forged token of mission control (its signature broken)."""
+    owner = oidc_server.token()
+    return owner, [oidc_server.token("observer", scope="mission:read"), None,
+                   owner[:-4] + ("AAAA" if not owner.endswith("AAAA") else "BBBB")]
+
+
+def _assert_owned(http: httpx.Client, oidc_server: OidcServer, owner: str,
+                  others: list[str | None]) -> None:
+    session = _open_session(http, owner)
+    for other in others:
+        assert http.post("/mcp", headers=_on(session, other), json=LAUNCH).status_code == 404
+        with http.stream("GET", "/mcp", headers=_on(session, other)) as stream:
+            assert stream.status_code == 404
+        assert http.delete("/mcp", headers=_on(session, other)).status_code == 404
+    # The owner's session is untouched: its call runs as mission control's.
+    launched = _result(http.post("/mcp", headers=_on(session, owner), json=LAUNCH))
+    assert launched["isError"] is False, launched
+    with http.stream("GET", "/mcp", headers=_on(session, owner)) as stream:
+        assert stream.status_code == 200
+    refreshed = oidc_server.token()  # the same principal, a new token: its session still
+    assert refreshed != owner
+    listed = _result(http.post("/mcp", headers=_on(session, refreshed), json=LISTING))["tools"]
+    assert "launch_rocket" in [t["name"] for t in listed]
+    assert http.delete("/mcp", headers=_on(session, refreshed)).status_code == 200
+    assert http.post("/mcp", headers=_on(session, owner), json=LISTING).status_code == 404
+
+
+def test_serve_over_http_keeps_a_session_to_the_principal_that_opened_it(
+        mission_http: ServeProcess, oidc_server: OidcServer,
+        owner_and_others: tuple[str, list[str | None]]) -> None:
+    with httpx.Client(base_url=mission_http.url.removesuffix("/mcp"), headers=ACCEPT,
+                      timeout=30) as http:
+        _assert_owned(http, oidc_server, *owner_and_others)
+
+
+@pytest.fixture
+def guarded_server(oidc_server: OidcServer, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The mission-control `GuardedMCPServer`, its guard verifying the provider's tokens itself."""
+    return build_server(Guard(load_policy(oidc_policy(tmp_path_factory.mktemp("owned"), oidc_server))))
+
+
+async def test_the_streamable_http_app_keeps_sessions_to_their_principal(
+        guarded_server: Any, oidc_server: OidcServer,
+        owner_and_others: tuple[str, list[str | None]]) -> None:
+    async with run_asgi(guarded_server.streamable_http_app()) as base:
+        def attempt() -> None:
+            with httpx.Client(base_url=base, headers=ACCEPT, timeout=30) as http:
+                _assert_owned(http, oidc_server, *owner_and_others)
+
+        await anyio.to_thread.run_sync(attempt)
+
+
+async def test_the_sse_app_keeps_sessions_to_their_principal(
+        guarded_server: Any, owner_and_others: tuple[str, list[str | None]]) -> None:
+    owner, others = owner_and_others
+    async with run_asgi(guarded_server.sse_app()) as base:
+        def attempt() -> None:
+            with httpx.Client(base_url=base, timeout=30) as http, \
+                    http.stream("GET", "/sse", headers={"authorization": f"Bearer {owner}"}) as stream:
+                assert stream.status_code == 200
+                lines = stream.iter_lines()
+                endpoint = next(line[5:].strip() for line in lines if line.startswith("data:"))
+                for other in others:
+                    headers = {"authorization": f"Bearer {other}"} if other else {}
+                    assert http.post(endpoint, headers=headers, json=LISTING).status_code == 404
+                mine = http.post(endpoint, headers={"authorization": f"Bearer {owner}"}, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "raw-sse", "version": "1"}}})
+                assert mine.status_code == 202
+                answer = next(line for line in lines if line.startswith("data:"))
+                assert json.loads(answer[5:])["id"] == 1
+
+        await anyio.to_thread.run_sync(attempt)
