@@ -79,6 +79,21 @@ def test_a_policy_that_does_not_parse_is_named_by_key_path(server: Explorer, pol
     assert answer["policy"]["problems"][0].startswith(start), answer["policy"]["problems"]
 
 
+def test_an_edit_that_names_code_to_run_is_refused(server: Explorer) -> None:
+    """Anyone who reaches the page can edit the policy: an edit may not name code to run, a host to
+    reach or a file to read that the file as read does not (tests/unit/test_explore_reach.py)."""
+    edited = (POLICY + '\n[state.callables]\nk = "os:getpid"\n[features.openfeature]\n'
+              'path = "/etc/passwd"\n')
+    answer = ask(server, "/api/decisions", policy=edited)
+    assert answer["tools"] is None and answer["policy"]["ok"] is False
+    tail = "; edit the file and restart explore"
+    assert answer["policy"]["problems"] == [
+        f"policies/mission-control.toml: state.callables.k: an edit on the page cannot name code "
+        f"to run{tail}",
+        f"policies/mission-control.toml: features.openfeature: an edit on the page cannot read a "
+        f"file{tail}"]
+
+
 @pytest.mark.parametrize(("path", "body", "message"), [
     ("/api/call", {"tool": "nope"}, "tool: no tool named 'nope'"),
     ("/api/call", {"tool": "launch_rocket", "arguments": "[1]"},

@@ -22,6 +22,7 @@ from ..policy import PolicySource, parse_policy
 from ..principal import ANONYMOUS, ANONYMOUS_IDENTITY, Credentials, Identity, Principal
 from ..resolvers import LiveSources, Resolver, fresh_quota_store
 from ..wire import raw_requirements
+from .reach import new_reaches
 
 # The page's what-if values: `state:KEY` or `feature:KEY` -> the value it takes instead.
 Overrides = Mapping[str, bool]
@@ -81,6 +82,7 @@ class Workbench:
         self.names = [str(t["name"]) for t in inputs.tools]
         self._own = {t["name"]: raw_requirements(t) for t in inputs.tools}
         self._base_dir = Path(inputs.policy_path).parent
+        self._read = self._parse(inputs.policy_text)  # what the file reaches, an edit may reach
         self._compiled: LRUCache[tuple[str, tuple[tuple[str, bool], ...]], Compiled] = \
             LRUCache(maxsize=16)
 
@@ -91,14 +93,25 @@ class Workbench:
             compiled = self._compiled[key] = self._compile(text, key[1])
         return compiled
 
-    def _compile(self, text: str, overrides: Sequence[tuple[str, bool]]) -> Compiled:
+    def _parse(self, text: str) -> PolicySource | PolicyError:
         where = self.inputs.policy_path
         try:
-            source = parse_policy(text.encode("utf-8"), where, self._base_dir)
+            return parse_policy(text.encode("utf-8"), where, self._base_dir)
         except UnicodeEncodeError:  # a lone surrogate typed or pasted into the editor
-            return Compiled(None, None, [f"{where}: (file): not Unicode text (a lone surrogate)"], [])
+            return PolicyError(where, ["(file): not Unicode text (a lone surrogate)"])
         except PolicyError as exc:
-            return Compiled(None, None, exc.lines(), [])
+            return exc
+
+    def _compile(self, text: str, overrides: Sequence[tuple[str, bool]]) -> Compiled:
+        where = self.inputs.policy_path
+        source = self._parse(text)
+        if isinstance(source, PolicyError):
+            return Compiled(None, None, source.lines(), [])
+        # Before anything is built from it: building imports its callables, reads its files.
+        read = self._read.policy if isinstance(self._read, PolicySource) else None
+        reaching = new_reaches(source.policy, read)
+        if reaching:
+            return Compiled(source, None, [f"{where}: {line}" for line in reaching], [])
         try:
             # Quotas as `check` counts them: a fresh store, nothing kept, never a live Redis.
             guard = Guard(with_overrides(source, overrides), self._own, strict=False,
