@@ -41,7 +41,8 @@ def server(big_log: Path) -> Iterator[Explorer]:
 
 
 def ask(server: Explorer, path: str, **body: Any) -> dict[str, Any]:
-    response = httpx.post(server.url + path.lstrip("/"), json={"policy": POLICY, **body}, timeout=30)
+    response = httpx.post(server.url + path.lstrip("/"), json={"policy": POLICY, **body},
+                          headers=server.headers, timeout=30)
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
     return answer
@@ -133,30 +134,59 @@ def test_bad_knowledge_is_named(server: Explorer, body: dict[str, Any], message:
 def test_requests_the_page_never_sends_get_one_line(server: Explorer, content: bytes,
                                                     headers: dict[str, str], status: int,
                                                     message: str) -> None:
-    response = httpx.post(server.url + "api/decisions", content=content, headers=headers, timeout=30)
+    response = httpx.post(server.url + "api/decisions", content=content,
+                          headers={**headers, **server.headers}, timeout=30)
     assert (response.status_code, response.json()) == (status, {"error": message})
+
+
+REFUSED = ("this page needs the token of the URL that `mcp-preconditions explore` printed "
+           "(http://HOST:PORT/?token=...)")
+
+
+@pytest.mark.parametrize("query", ["", "?token=", "?token=nope", "?token=TOKEN-but-longer"])
+def test_the_page_needs_the_announced_token(server: Explorer, query: str) -> None:
+    """The page (which holds the whole policy) is answered only at the URL the command announced."""
+    response = httpx.get(server.url + query.replace("TOKEN", server.token), timeout=30)
+    assert (response.status_code, response.text) == (403, REFUSED + "\n")
+    assert httpx.get(server.page, timeout=30).status_code == 200
+    assert httpx.get(server.url + "static/explore.js", timeout=30).status_code == 200  # public code
+
+
+@pytest.mark.parametrize("headers", [{}, {"x-explore-token": ""}, {"x-explore-token": "nope"},
+                                     {"x-explore-token": "TOKENx"}, {"x-other": "TOKEN"}])
+@pytest.mark.parametrize("path", ["api/decisions", "api/history?name=l.jsonl", "api/nowhere", "x"])
+def test_every_request_but_static_files_needs_the_token_header(server: Explorer, path: str,
+                                                               headers: dict[str, str]) -> None:
+    """A request without the run's token in its header is refused before its body is read: a cross-
+    site form or simple POST (no custom header possible) gets nothing, and parses nothing."""
+    sent = {k: v.replace("TOKEN", server.token) for k, v in headers.items()}
+    url = server.url + path + ("&" if "?" in path else "?") + f"token={server.token}"  # not a header
+    response = httpx.post(url, content=b"{" * 1_000_000, headers={**sent, "content-type": "text/plain"},
+                          timeout=30)
+    assert (response.status_code, response.json()) == (403, {"error": REFUSED})
 
 
 def test_a_foreign_host_name_is_refused(server: Explorer) -> None:
     """A page on loopback answers loopback names only: a rebinding DNS name cannot read the policy."""
-    response = httpx.get(server.url, headers={"host": "attacker.example:8088"}, timeout=30)
+    response = httpx.get(server.page, headers={"host": "attacker.example:8088"}, timeout=30)
     assert (response.status_code, response.text) == (400, "Invalid host header")
 
 
 def test_a_huge_log_is_a_message_never_a_crash(server: Explorer, big_log: Path) -> None:
-    answer = httpx.get(server.url + "api/history", timeout=30).json()
+    answer = httpx.get(server.url + "api/history", headers=server.headers, timeout=30).json()
     size = big_log.stat().st_size
     assert answer["problems"] == [f"{big_log}: {size} bytes, {TOO_LARGE}",
                                   "no-such-log.jsonl: cannot read: No such file or directory"]
     response = httpx.post(server.url + "api/history?name=huge.jsonl", content=big_log.read_bytes(),
-                          timeout=30)
+                          headers=server.headers, timeout=30)
     assert (response.status_code, response.json()) == (
         413, {"error": f"huge.jsonl: {size} bytes, {TOO_LARGE}"})
 
 
 def test_bad_lines_of_a_log_are_named_as_log_summarize_names_them(server: Explorer) -> None:
     lines = b'{"tool": "t", "allowed": true, "unmet": []}\nnot json\n\xff\n[]\n' + b"{}\n" * 9
-    answer = httpx.post(server.url + "api/history?name=odd.jsonl", content=lines, timeout=30).json()
+    answer = httpx.post(server.url + "api/history?name=odd.jsonl", content=lines,
+                        headers=server.headers, timeout=30).json()
     assert (answer["records"], answer["skipped"]) == (1, 12)
     assert answer["bad_lines"] == [
         "odd.jsonl:2: not JSON (Expecting value at column 1); line skipped",
@@ -173,7 +203,7 @@ def test_the_page_shows_each_message(server: Explorer, big_log: Path) -> None:
 
 def _page_messages(browser: Browser, server: Explorer, big_log: Path) -> None:
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.goto(server.url)
+    page.goto(server.page)
     expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
     page.fill("#caller-claims", '{"sub": "mallory",}')
     problem = page.locator("#caller-problem")
@@ -210,7 +240,7 @@ def test_hostile_names_are_shown_as_text(tmp_path: Path) -> None:
         page = browser.new_page()
         dialogs: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(proc.url)
+        page.goto(proc.page)
         rows = page.locator("#who-body tr.tool-row td:first-child")
         expect(rows).to_contain_text(["<img src=x onerror=alert(1)>", "safe\\u202etxt.exe"])
         page.click("#tab-call")

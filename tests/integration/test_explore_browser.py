@@ -44,7 +44,7 @@ def page(browser: Browser, server: Explorer) -> Iterator[Page]:
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(server.url)
+    page.goto(server.page)
     expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
     yield page
     context.close()

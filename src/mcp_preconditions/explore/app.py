@@ -23,6 +23,7 @@ from ..client import FilterMode
 from ..errors import PreconditionsError
 from ..files import MAX_FILE_BYTES_ENV, max_file_bytes, parse_json
 from ..policy.load import key_path
+from .access import HEADER, TokenRequired
 from .client_view import LEARNED, NOTHING, client_view
 from .history import Filter, history_of_files, history_of_upload, too_large
 from .render import render
@@ -110,9 +111,10 @@ def _context(bench: Workbench, asked: _Request) -> Context:
     return Context.of(bench, asked.policy, asked.preset, asked.claims, asked.what_if)
 
 
-def _page_config(bench: Workbench) -> dict[str, Any]:
+def _page_config(bench: Workbench, token: str) -> dict[str, Any]:
     inputs = bench.inputs
     return {
+        "token": token, "token_header": HEADER,
         "policy_path": inputs.policy_path, "policy_text": inputs.policy_text,
         "tools_label": inputs.tools_label,
         "tools": [{"name": t["name"], "description": t.get("description"),
@@ -125,12 +127,13 @@ def _page_config(bench: Workbench) -> dict[str, Any]:
         "max_bytes": max_file_bytes(), "max_bytes_env": MAX_FILE_BYTES_ENV}
 
 
-def build_app(bench: Workbench, allowed_hosts: Sequence[str] = ("*",)) -> ASGIApp:
-    """The explorer's ASGI app over one workbench; `allowed_hosts`: the Host headers answered (a
-    page on loopback answers only loopback names, so a rebinding DNS name cannot read it)."""
+def build_app(bench: Workbench, token: str, allowed_hosts: Sequence[str] = ("*",)) -> ASGIApp:
+    """The explorer's ASGI app over one workbench; `token`: the run's secret, which every request
+    but the static files' must carry (access.py); `allowed_hosts`: the Host headers answered (a page
+    on loopback answers only loopback names, so a rebinding DNS name cannot read it)."""
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(render("index.html", config=_page_config(bench)))
+        return HTMLResponse(render("index.html", config=_page_config(bench, token)))
 
     async def decisions(request: Request) -> Response:
         return JSONResponse(await who_can(_context(bench, await _asked(request, _Request))))
@@ -157,7 +160,8 @@ def build_app(bench: Workbench, allowed_hosts: Sequence[str] = ("*",)) -> ASGIAp
               Route("/api/history", logs, methods=["GET", "POST"]),
               Mount("/static", StaticFiles(packages=[("mcp_preconditions.explore", "static")]))]
     return _Secured(Starlette(
-        routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
+        routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+                                   Middleware(TokenRequired, token=token)],
         exception_handlers={BadRequest: _bad_request, PreconditionsError: _bad_input,
                             Exception: _failed}))
 
