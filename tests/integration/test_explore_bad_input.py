@@ -21,6 +21,7 @@ from tests.fixtures.mcp_servers import ROOT
 pytestmark = pytest.mark.integration
 BOUND = 100_000  # MCP_PRECONDITIONS_MAX_FILE_BYTES for this explorer: a "huge" log is small to make
 POLICY = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
+LOG = {"content-type": "application/octet-stream"}  # what the page sends a log as
 TOO_LARGE = (f"larger than {BOUND} bytes, the input size bound (set $MCP_PRECONDITIONS_MAX_FILE_BYTES "
              "to raise it; `mcp-preconditions log summarize` reads a log of any size)")
 
@@ -178,15 +179,41 @@ def test_a_huge_log_is_a_message_never_a_crash(server: Explorer, big_log: Path) 
     assert answer["problems"] == [f"{big_log}: {size} bytes, {TOO_LARGE}",
                                   "no-such-log.jsonl: cannot read: No such file or directory"]
     response = httpx.post(server.url + "api/history?name=huge.jsonl", content=big_log.read_bytes(),
-                          headers=server.headers, timeout=30)
+                          headers={**server.headers, **LOG}, timeout=30)
     assert (response.status_code, response.json()) == (
         413, {"error": f"huge.jsonl: {size} bytes, {TOO_LARGE}"})
+
+
+@pytest.mark.parametrize("content_type", ["", "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", "application/json"])
+def test_a_log_is_taken_only_as_bytes(server: Explorer, content_type: str) -> None:
+    """What a form could send is refused, unread, whatever it holds."""
+    response = httpx.post(server.url + "api/history?name=l.jsonl", content=b'{"tool": "t"}\n',
+                          headers={**server.headers, "content-type": content_type}, timeout=30)
+    assert (response.status_code, response.json()) == (415, {
+        "error": "a log must be sent as bytes (Content-Type: application/octet-stream)"})
+
+
+def test_a_request_from_the_page_is_bounded_below_a_log() -> None:
+    """A JSON request holds a policy, a caller and arguments: 4 MiB here (8 times the policy file
+    when that is more), where a log may take the input size bound (64 MiB)."""
+    body = json.dumps({"policy": POLICY + "#" * 5_000_000}).encode()
+    records = json.dumps({"tool": "t", "allowed": True, "unmet": []}).encode() + b"\n"
+    with explorer(*MISSION) as proc:
+        response = httpx.post(proc.url + "api/decisions", content=body,
+                              headers={**proc.headers, "content-type": "application/json"}, timeout=30)
+        log = httpx.post(proc.url + "api/history?name=big.jsonl", content=records * 150_000,
+                         headers={**proc.headers, **LOG}, timeout=60)
+    assert (response.status_code, response.json()) == (413, {"error": (
+        f"the request: {len(body)} bytes, larger than 4194304 bytes, the bound of a request from this "
+        "page (8 times the policy file, at least 4 MiB)")})
+    assert (log.status_code, log.json()["records"]) == (200, 150_000)
 
 
 def test_bad_lines_of_a_log_are_named_as_log_summarize_names_them(server: Explorer) -> None:
     lines = b'{"tool": "t", "allowed": true, "unmet": []}\nnot json\n\xff\n[]\n' + b"{}\n" * 9
     answer = httpx.post(server.url + "api/history?name=odd.jsonl", content=lines,
-                        headers=server.headers, timeout=30).json()
+                        headers={**server.headers, **LOG}, timeout=30).json()
     assert (answer["records"], answer["skipped"]) == (1, 12)
     assert answer["bad_lines"] == [
         "odd.jsonl:2: not JSON (Expecting value at column 1); line skipped",
