@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -125,8 +126,11 @@ async def _asked(request: Request, model: type[_Asked], bound: int) -> _Asked:
         raise BadRequest(400, "request: " + "; ".join(problems)) from None
 
 
-def _context(bench: Workbench, asked: _Request) -> Context:
-    return Context.of(bench, asked.policy, asked.preset, asked.claims, asked.what_if)
+async def _context(bench: Workbench, asked: _Request) -> Context:
+    """The policy compiled and the caller read, in a worker thread: compiling builds a Guard, and the
+    server goes on answering meanwhile."""
+    return await run_in_threadpool(Context.of, bench, asked.policy, asked.preset, asked.claims,
+                                   asked.what_if)
 
 
 def _page_config(bench: Workbench, token: str) -> dict[str, Any]:
@@ -156,25 +160,25 @@ def build_app(bench: Workbench, token: str, allowed_hosts: Sequence[str] = ("*",
         return HTMLResponse(render("index.html", config=_page_config(bench, token)))
 
     async def decisions(request: Request) -> Response:
-        return JSONResponse(await who_can(_context(bench, await _asked(request, _Request, bound))))
+        return JSONResponse(await who_can(await _context(bench, await _asked(request, _Request, bound))))
 
     async def call(request: Request) -> Response:
         asked = await _asked(request, _CallRequest, bound)
-        return JSONResponse(await try_call(_context(bench, asked), asked.tool, asked.arguments))
+        return JSONResponse(await try_call(await _context(bench, asked), asked.tool, asked.arguments))
 
     async def client(request: Request) -> Response:
         asked = await _asked(request, _ClientRequest, bound)
-        return JSONResponse(await client_view(_context(bench, asked), asked.knowledge_preset,
+        return JSONResponse(await client_view(await _context(bench, asked), asked.knowledge_preset,
                                               asked.knowledge, asked.mode))
 
     async def logs(request: Request) -> Response:
         query = request.query_params
         chosen = Filter(query.get("replica") or None, query.get("revision") or None)
         if request.method == "GET":
-            return JSONResponse(history_of_files(bench.inputs.logs, chosen))
+            return JSONResponse(await run_in_threadpool(history_of_files, bench.inputs.logs, chosen))
         name = query.get("name", "")
         data = await _body(request, BYTES, max_file_bytes(), name or "the log")
-        return JSONResponse(history_of_upload(name, data, chosen))
+        return JSONResponse(await run_in_threadpool(history_of_upload, name, data, chosen))
 
     routes = [Route("/", index), Route("/api/decisions", decisions, methods=["POST"]),
               Route("/api/call", call, methods=["POST"]), Route("/api/client", client, methods=["POST"]),
