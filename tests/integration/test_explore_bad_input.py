@@ -21,6 +21,7 @@ from tests.fixtures.mcp_servers import ROOT
 pytestmark = pytest.mark.integration
 BOUND = 100_000  # MCP_PRECONDITIONS_MAX_FILE_BYTES for this explorer: a "huge" log is small to make
 POLICY = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
+LOG = {"content-type": "application/octet-stream"}  # what the page sends a log as
 TOO_LARGE = (f"larger than {BOUND} bytes, the input size bound (set $MCP_PRECONDITIONS_MAX_FILE_BYTES "
              "to raise it; `mcp-preconditions log summarize` reads a log of any size)")
 
@@ -41,7 +42,8 @@ def server(big_log: Path) -> Iterator[Explorer]:
 
 
 def ask(server: Explorer, path: str, **body: Any) -> dict[str, Any]:
-    response = httpx.post(server.url + path.lstrip("/"), json={"policy": POLICY, **body}, timeout=30)
+    response = httpx.post(server.url + path.lstrip("/"), json={"policy": POLICY, **body},
+                          headers=server.headers, timeout=30)
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
     return answer
@@ -77,6 +79,21 @@ def test_a_policy_that_does_not_parse_is_named_by_key_path(server: Explorer, pol
     answer = ask(server, "/api/decisions", policy=policy)
     assert answer["policy"]["ok"] is False and answer["tools"] is None
     assert answer["policy"]["problems"][0].startswith(start), answer["policy"]["problems"]
+
+
+def test_an_edit_that_names_code_to_run_is_refused(server: Explorer) -> None:
+    """Anyone who reaches the page can edit the policy: an edit may not name code to run, a host to
+    reach or a file to read that the file as read does not (tests/unit/test_explore_reach.py)."""
+    edited = (POLICY + '\n[state.callables]\nk = "os:getpid"\n[features.openfeature]\n'
+              'path = "/etc/passwd"\n')
+    answer = ask(server, "/api/decisions", policy=edited)
+    assert answer["tools"] is None and answer["policy"]["ok"] is False
+    tail = "; edit the file and restart explore"
+    assert answer["policy"]["problems"] == [
+        f"policies/mission-control.toml: state.callables.k: an edit on the page cannot name code "
+        f"to run{tail}",
+        f"policies/mission-control.toml: features.openfeature: an edit on the page cannot read a "
+        f"file{tail}"]
 
 
 @pytest.mark.parametrize(("path", "body", "message"), [
@@ -118,30 +135,85 @@ def test_bad_knowledge_is_named(server: Explorer, body: dict[str, Any], message:
 def test_requests_the_page_never_sends_get_one_line(server: Explorer, content: bytes,
                                                     headers: dict[str, str], status: int,
                                                     message: str) -> None:
-    response = httpx.post(server.url + "api/decisions", content=content, headers=headers, timeout=30)
+    response = httpx.post(server.url + "api/decisions", content=content,
+                          headers={**headers, **server.headers}, timeout=30)
     assert (response.status_code, response.json()) == (status, {"error": message})
+
+
+REFUSED = ("this page needs the token of the URL that `mcp-preconditions explore` printed "
+           "(http://HOST:PORT/?token=...)")
+
+
+@pytest.mark.parametrize("query", ["", "?token=", "?token=nope", "?token=TOKEN-but-longer"])
+def test_the_page_needs_the_announced_token(server: Explorer, query: str) -> None:
+    """The page (which holds the whole policy) is answered only at the URL the command announced."""
+    response = httpx.get(server.url + query.replace("TOKEN", server.token), timeout=30)
+    assert (response.status_code, response.text) == (403, REFUSED + "\n")
+    assert httpx.get(server.page, timeout=30).status_code == 200
+    assert httpx.get(server.url + "static/explore.js", timeout=30).status_code == 200  # public code
+
+
+@pytest.mark.parametrize("headers", [{}, {"x-explore-token": ""}, {"x-explore-token": "nope"},
+                                     {"x-explore-token": "TOKENx"}, {"x-other": "TOKEN"}])
+@pytest.mark.parametrize("path", ["api/decisions", "api/history?name=l.jsonl", "api/nowhere", "x"])
+def test_every_request_but_static_files_needs_the_token_header(server: Explorer, path: str,
+                                                               headers: dict[str, str]) -> None:
+    """A request without the run's token in its header is refused before its body is read: a cross-
+    site form or simple POST (no custom header possible) gets nothing, and parses nothing."""
+    sent = {k: v.replace("TOKEN", server.token) for k, v in headers.items()}
+    url = server.url + path + ("&" if "?" in path else "?") + f"token={server.token}"  # not a header
+    response = httpx.post(url, content=b"{" * 1_000_000, headers={**sent, "content-type": "text/plain"},
+                          timeout=30)
+    assert (response.status_code, response.json()) == (403, {"error": REFUSED})
 
 
 def test_a_foreign_host_name_is_refused(server: Explorer) -> None:
     """A page on loopback answers loopback names only: a rebinding DNS name cannot read the policy."""
-    response = httpx.get(server.url, headers={"host": "attacker.example:8088"}, timeout=30)
+    response = httpx.get(server.page, headers={"host": "attacker.example:8088"}, timeout=30)
     assert (response.status_code, response.text) == (400, "Invalid host header")
 
 
 def test_a_huge_log_is_a_message_never_a_crash(server: Explorer, big_log: Path) -> None:
-    answer = httpx.get(server.url + "api/history", timeout=30).json()
+    answer = httpx.get(server.url + "api/history", headers=server.headers, timeout=30).json()
     size = big_log.stat().st_size
     assert answer["problems"] == [f"{big_log}: {size} bytes, {TOO_LARGE}",
                                   "no-such-log.jsonl: cannot read: No such file or directory"]
     response = httpx.post(server.url + "api/history?name=huge.jsonl", content=big_log.read_bytes(),
-                          timeout=30)
+                          headers={**server.headers, **LOG}, timeout=30)
     assert (response.status_code, response.json()) == (
         413, {"error": f"huge.jsonl: {size} bytes, {TOO_LARGE}"})
 
 
+@pytest.mark.parametrize("content_type", ["", "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", "application/json"])
+def test_a_log_is_taken_only_as_bytes(server: Explorer, content_type: str) -> None:
+    """What a form could send is refused, unread, whatever it holds."""
+    response = httpx.post(server.url + "api/history?name=l.jsonl", content=b'{"tool": "t"}\n',
+                          headers={**server.headers, "content-type": content_type}, timeout=30)
+    assert (response.status_code, response.json()) == (415, {
+        "error": "a log must be sent as bytes (Content-Type: application/octet-stream)"})
+
+
+def test_a_request_from_the_page_is_bounded_below_a_log() -> None:
+    """A JSON request holds a policy, a caller and arguments: 4 MiB here (8 times the policy file
+    when that is more), where a log may take the input size bound (64 MiB)."""
+    body = json.dumps({"policy": POLICY + "#" * 5_000_000}).encode()
+    records = json.dumps({"tool": "t", "allowed": True, "unmet": []}).encode() + b"\n"
+    with explorer(*MISSION) as proc:
+        response = httpx.post(proc.url + "api/decisions", content=body,
+                              headers={**proc.headers, "content-type": "application/json"}, timeout=30)
+        log = httpx.post(proc.url + "api/history?name=big.jsonl", content=records * 150_000,
+                         headers={**proc.headers, **LOG}, timeout=60)
+    assert (response.status_code, response.json()) == (413, {"error": (
+        f"the request: {len(body)} bytes, larger than 4194304 bytes, the bound of a request from this "
+        "page (8 times the policy file, at least 4 MiB)")})
+    assert (log.status_code, log.json()["records"]) == (200, 150_000)
+
+
 def test_bad_lines_of_a_log_are_named_as_log_summarize_names_them(server: Explorer) -> None:
     lines = b'{"tool": "t", "allowed": true, "unmet": []}\nnot json\n\xff\n[]\n' + b"{}\n" * 9
-    answer = httpx.post(server.url + "api/history?name=odd.jsonl", content=lines, timeout=30).json()
+    answer = httpx.post(server.url + "api/history?name=odd.jsonl", content=lines,
+                        headers={**server.headers, **LOG}, timeout=30).json()
     assert (answer["records"], answer["skipped"]) == (1, 12)
     assert answer["bad_lines"] == [
         "odd.jsonl:2: not JSON (Expecting value at column 1); line skipped",
@@ -158,7 +230,7 @@ def test_the_page_shows_each_message(server: Explorer, big_log: Path) -> None:
 
 def _page_messages(browser: Browser, server: Explorer, big_log: Path) -> None:
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.goto(server.url)
+    page.goto(server.page)
     expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
     page.fill("#caller-claims", '{"sub": "mallory",}')
     problem = page.locator("#caller-problem")
@@ -195,7 +267,7 @@ def test_hostile_names_are_shown_as_text(tmp_path: Path) -> None:
         page = browser.new_page()
         dialogs: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(proc.url)
+        page.goto(proc.page)
         rows = page.locator("#who-body tr.tool-row td:first-child")
         expect(rows).to_contain_text(["<img src=x onerror=alert(1)>", "safe\\u202etxt.exe"])
         page.click("#tab-call")

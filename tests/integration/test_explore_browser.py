@@ -8,6 +8,7 @@ is saved under .run/explore/.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +45,7 @@ def page(browser: Browser, server: Explorer) -> Iterator[Page]:
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(server.url)
+    page.goto(server.page)
     expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
     yield page
     context.close()
@@ -184,16 +185,50 @@ def test_switching_knowledge_shows_what_a_strict_client_hides(page: Page) -> Non
 
 
 def _records() -> list[dict[str, Any]]:
+    """240 records over about 2.5 hours, and 11 without a time (counted in the totals, not in the
+    chart's bars)."""
     out: list[dict[str, Any]] = []
     start = 1_780_000_000.0
-    for i in range(240):
+    for i in range(251):
         tool = ["launch_rocket", "read_telemetry", "abort_launch", "get_weather"][i % 4]
         allowed = tool == "get_weather" or i % 3 != 0
         out.append({"time": start + i * 37, "tool": tool, "subject": "alice", "allowed": allowed,
                     "unmet": [] if allowed else [f"auth:scope:{i % 2}", "auth:oauth2"], "errors": {},
                     "revision": "rev-one" if i < 150 else "rev-two", "duration_us": 9.5,
                     "replica": f"gw-{i % 3}"})
+        if i >= 240:
+            del out[-1]["time"]
     return out
+
+
+# Each bar of a lane: its title's counts and the heights of its allowed and denied rectangles.
+_BARS = """(tool) => [...document.querySelectorAll(`#logs-chart g.lane[data-tool="${CSS.escape(tool)}"] > g`)]
+  .map((g) => [g.querySelector("title").textContent,
+               Number(g.querySelector("rect.ok")?.getAttribute("height") ?? 0),
+               Number(g.querySelector("rect.no")?.getAttribute("height") ?? 0)])"""
+_COUNTS = re.compile(r": ([0-9]+) allowed, ([0-9]+) denied$")
+HALF = 46 / 2 - 4  # the tallest bar of a lane: half its height, less a margin (chart.py)
+
+
+def _counts(title: str) -> tuple[int, int]:
+    found = _COUNTS.search(title)
+    assert found is not None, title
+    return int(found[1]), int(found[2])
+
+
+def _check_bars(page: Page, records: list[dict[str, Any]]) -> None:
+    """The bars of each lane add up to the tool's timed records, allowed and denied, and each is
+    drawn as high as its count (the lane's busiest bucket at full height)."""
+    for tool in {r["tool"] for r in records}:
+        timed = [r for r in records if r["tool"] == tool and "time" in r]
+        bars = page.evaluate(_BARS, tool)
+        counts = [_counts(title) for title, _, _ in bars]
+        assert (sum(a for a, _ in counts), sum(d for _, d in counts)) == (
+            sum(r["allowed"] for r in timed), sum(not r["allowed"] for r in timed))
+        peak = max(max(a, d) for a, d in counts)
+        for (a, d), (_, up, down) in zip(counts, bars, strict=True):
+            assert (up, down) == (pytest.approx(HALF * a / peak, abs=0.051),
+                                  pytest.approx(HALF * d / peak, abs=0.051))
 
 
 def _lanes(page: Page) -> dict[str, tuple[int, int]]:
@@ -229,6 +264,9 @@ def test_a_loaded_log_charts_the_numbers_log_summarize_prints(page: Page, tmp_pa
         expect(row.nth(2)).to_have_text(str(denied))
         expect(row.nth(4)).to_have_text("".join(f"{u['requirement']} ({u['count']})" for u in top) or "—")
     expect(page.locator(".stat .n").first).to_have_text(str(summary["records"]))
+    _check_bars(page, records)
+    expect(page.locator("#logs-chart")).to_contain_text(
+        "11 record(s) without a time: counted in the totals, not in the bars.")
     shot(page, "logs")
 
     # One replica, one revision: the numbers of `log summarize` over those records alone.
@@ -236,8 +274,10 @@ def test_a_loaded_log_charts_the_numbers_log_summarize_prints(page: Page, tmp_pa
     only = _summarize([r for r in records if r["replica"] == "gw-1"], tmp_path / "gw-1.jsonl")
     expect(page.locator(".stat .n").first).to_have_text(str(only["records"]))
     assert _lanes(page) == {t["tool"]: (t["allowed"], t["denied"]) for t in only["tools"]}
+    _check_bars(page, [r for r in records if r["replica"] == "gw-1"])
     page.select_option("#logs-revision", "rev-two")
     both = _summarize([r for r in records if r["replica"] == "gw-1" and r["revision"] == "rev-two"],
                       tmp_path / "both.jsonl")
     expect(page.locator(".stat .n").first).to_have_text(str(both["records"]))
     assert _lanes(page) == {t["tool"]: (t["allowed"], t["denied"]) for t in both["tools"]}
+    _check_bars(page, [r for r in records if r["replica"] == "gw-1" and r["revision"] == "rev-two"])

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from mcp_preconditions.cli import main
-from tests.fixtures.explorer import explorer
+from tests.fixtures.explorer import Explorer, explorer
 from tests.fixtures.upstreams import filesystem_stdio, time_stdio
 
 pytestmark = pytest.mark.integration
@@ -20,8 +20,9 @@ POLICY = '[tools.write_file]\nrequirements = ["auth:claim:role:editor"]\n'
 EDITOR = '[tools.fs__write_file]\nrequirements = ["auth:claim:role:editor"]\n'
 
 
-def decisions(url: str, policy: str) -> dict[str, dict[str, object]]:
-    response = httpx.post(url + "api/decisions", json={"policy": policy}, timeout=30)
+def decisions(page: Explorer, policy: str) -> dict[str, dict[str, object]]:
+    response = httpx.post(page.url + "api/decisions", json={"policy": policy}, headers=page.headers,
+                          timeout=30)
     assert response.status_code == 200, response.text
     return {t["name"]: t for t in response.json()["tools"]}
 
@@ -31,7 +32,7 @@ def test_a_live_server_is_explored_as_tools_lists_it(tmp_path: Path) -> None:
     policy.write_text(POLICY, encoding="utf-8")
     (tmp_path / "files").mkdir()
     with explorer("--policy", str(policy), "--", *filesystem_stdio(tmp_path / "files")) as page:
-        tools = decisions(page.url, POLICY)
+        tools = decisions(page, POLICY)
     assert {"read_text_file", "write_file", "list_directory"} <= set(tools)
     assert tools["write_file"]["allowed"] is False
     assert tools["list_directory"]["allowed"] is True
@@ -48,7 +49,7 @@ def test_a_gateway_config_is_explored_under_visible_names(tmp_path: Path) -> Non
                       f'[servers.clock]\ncommand = {json.dumps(clock[0])}\n'
                       f'args = {json.dumps(clock[1:])}\n', encoding="utf-8")
     with explorer("--policy", str(policy), "--config", str(config)) as page:
-        tools = decisions(page.url, EDITOR)
+        tools = decisions(page, EDITOR)
     assert "fs__write_file" in tools and "clock__get_current_time" in tools
     assert tools["fs__write_file"]["allowed"] is False
     assert tools["clock__get_current_time"]["allowed"] is True

@@ -23,11 +23,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_preconditions.cli import main
 from mcp_preconditions.explore import Inputs, Workbench, build_app
+from mcp_preconditions.explore.access import new_token
 from tests.properties.reference import World
 from tests.properties.test_argument_props import argument_worlds
 from tests.properties.test_guard_props import TOOLS, requirement
 
 SETTINGS = settings(max_examples=100, deadline=None)
+TOKEN = new_token()
+HEADERS = {"x-explore-token": TOKEN}
 
 
 class Swappable:
@@ -110,10 +113,10 @@ def test_the_page_decides_as_check(served: tuple[Swappable, str], tmp_path_facto
     tools.write_text(json.dumps({"tools": listed}), encoding="utf-8")
     caller = [] if w.claims is None else ["--claims", str(claims)]
     claims.write_text(json.dumps(w.claims), encoding="utf-8")
-    holder.app = build_app(Workbench(Inputs(str(policy), text, listed, str(tools))))
+    holder.app = build_app(Workbench(Inputs(str(policy), text, listed, str(tools))), TOKEN)
     asked = {"policy": text, "claims": "" if w.claims is None else json.dumps(w.claims)}
 
-    page = httpx.post(url + "api/decisions", json=asked, timeout=30).json()
+    page = httpx.post(url + "api/decisions", json=asked, headers=HEADERS, timeout=30).json()
     expected = check_json("--policy", str(policy), "--tools", str(tools), *caller)
     assert [{k: t[k] for k in ("name", "allowed", "unmet", "errors")} for t in page["tools"]] \
         == expected["tools"]
@@ -121,7 +124,7 @@ def test_the_page_decides_as_check(served: tuple[Swappable, str], tmp_path_facto
     tool = data.draw(st.sampled_from(list(code)))
     arguments = json.dumps(w.arguments)
     call = httpx.post(url + "api/call", json={**asked, "tool": tool, "arguments": arguments},
-                      timeout=30).json()["call"]["decision"]
+                      headers=HEADERS, timeout=30).json()["call"]["decision"]
     expected = check_json("--policy", str(policy), "--tools", str(tools), *caller, "--tool", tool,
                           "--arguments", arguments)["tools"][0]
     assert (call["allowed"], call["unmet"], call["errors"]) == (

@@ -10,7 +10,8 @@ from mcp_preconditions.cli import main
 
 MISSION = ["--policy", "policies/mission-control.toml", "--tools", "examples/mission-control-tools.json"]
 REMOTE = ("is not a loopback address, and the page shows the whole policy, confidential requirements "
-          "included, without authentication; add --allow-remote to serve it to other machines anyway")
+          "included, to whoever has its URL, whose token crosses the network unencrypted; add "
+          "--allow-remote to serve it to other machines anyway")
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -2,7 +2,7 @@
 explorer page (explore/) until interrupted. Argument checking, reading and starting only.
 
 The page is on loopback unless `--allow-remote` says otherwise: it shows the whole policy,
-confidential requirements included, to whoever can reach it, without authentication.
+confidential requirements included, to whoever has its URL, which carries a token made for this run.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ def run_explore(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..explore import Inputs, Workbench, build_app
+    from ..explore.access import new_token
 
     host, port = http_address(args.listen, "--listen")
     if not is_loopback(host) and not args.allow_remote:
         raise InputError(f"--listen: {host} is not a loopback address, and the page shows the whole "
-                         "policy, confidential requirements included, without authentication; add "
-                         "--allow-remote to serve it to other machines anyway")
+                         "policy, confidential requirements included, to whoever has its URL, whose "
+                         "token crosses the network unencrypted; add --allow-remote to serve it to "
+                         "other machines anyway")
     tools, tools_label = tools_from(args)
     inputs = Inputs(policy_path=args.policy, policy_text=_policy_text(args.policy), tools=tools,
                     tools_label=tools_label, presets=_presets(args.claims),
@@ -43,12 +45,13 @@ def run_explore(args: argparse.Namespace) -> int:
     bench = Workbench(inputs)
     for line in bench.compile(inputs.policy_text).problems:  # the page shows them too, to be fixed
         warn(line)
-    app = build_app(bench, ["*"] if args.allow_remote else _loopback_names(host))
+    token = new_token()
+    app = build_app(bench, token, ["*"] if args.allow_remote else _loopback_names(host))
     sock = listening_socket(host, port, "--listen")
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     print(f"{PROG}: explorer for {args.policy} and {tools_label} ({len(tools)} tools) on "
-          f"http://{shown}:{bound_port}/ (Ctrl-C stops it)", file=sys.stderr, flush=True)
+          f"http://{shown}:{bound_port}/?token={token} (Ctrl-C stops it)", file=sys.stderr, flush=True)
     try:
         uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
     except KeyboardInterrupt:
@@ -148,8 +151,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help=f"where the page is served (default {DEFAULT_LISTEN}; port 0 picks a "
                              "free one); a loopback address unless --allow-remote")
     parser.add_argument("--allow-remote", action="store_true",
-                        help="allow a non-loopback --listen: anyone who reaches it sees the whole "
-                             "policy, without authentication")
+                        help="allow a non-loopback --listen: anyone who has the page's URL sees the "
+                             "whole policy, and its token crosses the network unencrypted")
     add_resolver_option(parser)
     add_upstream_options(parser)  # last: the command takes every remaining argument
     parser.set_defaults(func=run_explore)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from ..client import FilterMode
 from ..errors import PreconditionsError
 from ..files import MAX_FILE_BYTES_ENV, max_file_bytes, parse_json
 from ..policy.load import key_path
+from .access import HEADER, TokenRequired
 from .client_view import LEARNED, NOTHING, client_view
 from .history import Filter, history_of_files, history_of_upload, too_large
 from .render import render
@@ -30,6 +32,10 @@ from .views import Context, try_call, who_can
 from .workbench import OVERRIDABLE, Workbench
 
 log = logging.getLogger("mcp_preconditions.explore")
+REQUEST_BYTES = 4 * 1024 * 1024
+JSON, BYTES = "application/json", "application/octet-stream"
+_MEDIA_TYPES = {JSON: "the request must be JSON (Content-Type: application/json)",
+                BYTES: "a log must be sent as bytes (Content-Type: application/octet-stream)"}
 # No script, style or request leaves this origin; nothing is framed; the page's data is not cached.
 _HEADERS = [(b"content-security-policy", b"default-src 'self'; img-src 'self' data:; "
              b"frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
@@ -77,25 +83,39 @@ class BadRequest(Exception):
         self.status = status
 
 
-async def _body(request: Request, name: str = "the request") -> bytes:
-    """The request body, refused past the input size bound without reading it all."""
-    bound = max_file_bytes()
+def request_bound(bench: Workbench) -> int:
+    """The bound of a JSON request from the page: it holds the policy (JSON-escaped, at most 6
+    bytes a byte), a caller and arguments, so 4 MiB, or 8 times the policy file when that is more;
+    never more than the input size bound, which bounds a log."""
+    return min(max_file_bytes(), max(REQUEST_BYTES, 8 * len(bench.inputs.policy_text.encode())))
+
+
+def _too_large(name: str, size: int, bound: int) -> str:
+    if bound >= max_file_bytes():
+        return too_large(name, size)
+    return (f"{name}: {size} bytes, larger than {bound} bytes, the bound of a request from this page "
+            "(8 times the policy file, at least 4 MiB)")
+
+
+async def _body(request: Request, media_type: str, bound: int, name: str = "the request") -> bytes:
+    """The request body, if it is `media_type` (a cross-site form cannot send JSON or bytes
+    without the browser asking first), refused past `bound` without reading it all."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != media_type:
+        raise BadRequest(415, _MEDIA_TYPES[media_type])
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > bound:
-        raise BadRequest(413, too_large(name, int(declared)))
+        raise BadRequest(413, _too_large(name, int(declared), bound))
     data = bytearray()
     async for chunk in request.stream():
         data += chunk
         if len(data) > bound:
-            raise BadRequest(413, too_large(name, len(data)))
+            raise BadRequest(413, _too_large(name, len(data), bound))
     return bytes(data)
 
 
-async def _asked(request: Request, model: type[_Asked]) -> _Asked:
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        raise BadRequest(415, "the request must be JSON (Content-Type: application/json)")
+async def _asked(request: Request, model: type[_Asked], bound: int) -> _Asked:
     try:
-        raw = parse_json(await _body(request), "request")
+        raw = parse_json(await _body(request, JSON, bound), "request")
     except PreconditionsError as exc:
         raise BadRequest(400, str(exc)) from None
     try:
@@ -106,13 +126,17 @@ async def _asked(request: Request, model: type[_Asked]) -> _Asked:
         raise BadRequest(400, "request: " + "; ".join(problems)) from None
 
 
-def _context(bench: Workbench, asked: _Request) -> Context:
-    return Context.of(bench, asked.policy, asked.preset, asked.claims, asked.what_if)
+async def _context(bench: Workbench, asked: _Request) -> Context:
+    """The policy compiled and the caller read, in a worker thread: compiling builds a Guard, and the
+    server goes on answering meanwhile."""
+    return await run_in_threadpool(Context.of, bench, asked.policy, asked.preset, asked.claims,
+                                   asked.what_if)
 
 
-def _page_config(bench: Workbench) -> dict[str, Any]:
+def _page_config(bench: Workbench, token: str) -> dict[str, Any]:
     inputs = bench.inputs
     return {
+        "token": token, "token_header": HEADER,
         "policy_path": inputs.policy_path, "policy_text": inputs.policy_text,
         "tools_label": inputs.tools_label,
         "tools": [{"name": t["name"], "description": t.get("description"),
@@ -125,39 +149,44 @@ def _page_config(bench: Workbench) -> dict[str, Any]:
         "max_bytes": max_file_bytes(), "max_bytes_env": MAX_FILE_BYTES_ENV}
 
 
-def build_app(bench: Workbench, allowed_hosts: Sequence[str] = ("*",)) -> ASGIApp:
-    """The explorer's ASGI app over one workbench; `allowed_hosts`: the Host headers answered (a
-    page on loopback answers only loopback names, so a rebinding DNS name cannot read it)."""
+def build_app(bench: Workbench, token: str, allowed_hosts: Sequence[str] = ("*",)) -> ASGIApp:
+    """The explorer's ASGI app over one workbench; `token`: the run's secret, which every request
+    but the static files' must carry (access.py); `allowed_hosts`: the Host headers answered (a page
+    on loopback answers only loopback names, so a rebinding DNS name cannot read it)."""
+
+    bound = request_bound(bench)
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(render("index.html", config=_page_config(bench)))
+        return HTMLResponse(render("index.html", config=_page_config(bench, token)))
 
     async def decisions(request: Request) -> Response:
-        return JSONResponse(await who_can(_context(bench, await _asked(request, _Request))))
+        return JSONResponse(await who_can(await _context(bench, await _asked(request, _Request, bound))))
 
     async def call(request: Request) -> Response:
-        asked = await _asked(request, _CallRequest)
-        return JSONResponse(await try_call(_context(bench, asked), asked.tool, asked.arguments))
+        asked = await _asked(request, _CallRequest, bound)
+        return JSONResponse(await try_call(await _context(bench, asked), asked.tool, asked.arguments))
 
     async def client(request: Request) -> Response:
-        asked = await _asked(request, _ClientRequest)
-        return JSONResponse(await client_view(_context(bench, asked), asked.knowledge_preset,
+        asked = await _asked(request, _ClientRequest, bound)
+        return JSONResponse(await client_view(await _context(bench, asked), asked.knowledge_preset,
                                               asked.knowledge, asked.mode))
 
     async def logs(request: Request) -> Response:
         query = request.query_params
         chosen = Filter(query.get("replica") or None, query.get("revision") or None)
         if request.method == "GET":
-            return JSONResponse(history_of_files(bench.inputs.logs, chosen))
+            return JSONResponse(await run_in_threadpool(history_of_files, bench.inputs.logs, chosen))
         name = query.get("name", "")
-        return JSONResponse(history_of_upload(name, await _body(request, name or "the log"), chosen))
+        data = await _body(request, BYTES, max_file_bytes(), name or "the log")
+        return JSONResponse(await run_in_threadpool(history_of_upload, name, data, chosen))
 
     routes = [Route("/", index), Route("/api/decisions", decisions, methods=["POST"]),
               Route("/api/call", call, methods=["POST"]), Route("/api/client", client, methods=["POST"]),
               Route("/api/history", logs, methods=["GET", "POST"]),
               Mount("/static", StaticFiles(packages=[("mcp_preconditions.explore", "static")]))]
     return _Secured(Starlette(
-        routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
+        routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+                                   Middleware(TokenRequired, token=token)],
         exception_handlers={BadRequest: _bad_request, PreconditionsError: _bad_input,
                             Exception: _failed}))
 

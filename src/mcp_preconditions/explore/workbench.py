@@ -6,6 +6,7 @@ the same non-strict `Guard` that `check` builds, with the same problem lines `po
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,14 @@ from ..policy import PolicySource, parse_policy
 from ..principal import ANONYMOUS, ANONYMOUS_IDENTITY, Credentials, Identity, Principal
 from ..resolvers import LiveSources, Resolver, fresh_quota_store
 from ..wire import raw_requirements
+from .reach import new_reaches
 
 # The page's what-if values: `state:KEY` or `feature:KEY` -> the value it takes instead.
 Overrides = Mapping[str, bool]
 OVERRIDABLE = ("state:", "feature:")
+_Key = tuple[str, tuple[tuple[str, bool], ...]]  # a policy text and the what-if values
+COMPILED_TEXT = 8 * 1024 * 1024  # characters of policy text kept compiled, at most
+COMPILED_KEPT = 16  # compiled texts kept, at most
 
 
 @dataclass(frozen=True)
@@ -81,24 +86,47 @@ class Workbench:
         self.names = [str(t["name"]) for t in inputs.tools]
         self._own = {t["name"]: raw_requirements(t) for t in inputs.tools}
         self._base_dir = Path(inputs.policy_path).parent
-        self._compiled: LRUCache[tuple[str, tuple[tuple[str, bool], ...]], Compiled] = \
-            LRUCache(maxsize=16)
+        self._read = self._parse(inputs.policy_text)  # what the file reaches, an edit may reach
+        # The last texts compiled (the page asks again as the user types), by size: a text counts
+        # its length, at least 1/16 of the bound, so at most 16 are kept and a few huge ones fill it.
+        # Shared by the worker threads that compile; the lock is never held to compile.
+        self._compiled: LRUCache[_Key, tuple[int, Compiled]] = LRUCache(
+            maxsize=COMPILED_TEXT, getsizeof=lambda entry: entry[0])
+        self._lock = threading.Lock()
 
     def compile(self, text: str, overrides: Overrides | None = None) -> Compiled:
+        """The text compiled (blocking: it builds a Guard; the app calls it in a worker thread)."""
         key = (text, tuple(sorted((overrides or {}).items())))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self._compiled[key] = self._compile(text, key[1])
+        with self._lock:
+            entry = self._compiled.get(key)
+        if entry is not None:
+            return entry[1]
+        compiled = self._compile(text, key[1])
+        size = max(len(text), COMPILED_TEXT // COMPILED_KEPT)
+        if size <= COMPILED_TEXT:  # a text larger than the bound is compiled each time
+            with self._lock:
+                self._compiled[key] = (size, compiled)
         return compiled
+
+    def _parse(self, text: str) -> PolicySource | PolicyError:
+        where = self.inputs.policy_path
+        try:
+            return parse_policy(text.encode("utf-8"), where, self._base_dir)
+        except UnicodeEncodeError:  # a lone surrogate typed or pasted into the editor
+            return PolicyError(where, ["(file): not Unicode text (a lone surrogate)"])
+        except PolicyError as exc:
+            return exc
 
     def _compile(self, text: str, overrides: Sequence[tuple[str, bool]]) -> Compiled:
         where = self.inputs.policy_path
-        try:
-            source = parse_policy(text.encode("utf-8"), where, self._base_dir)
-        except UnicodeEncodeError:  # a lone surrogate typed or pasted into the editor
-            return Compiled(None, None, [f"{where}: (file): not Unicode text (a lone surrogate)"], [])
-        except PolicyError as exc:
-            return Compiled(None, None, exc.lines(), [])
+        source = self._parse(text)
+        if isinstance(source, PolicyError):
+            return Compiled(None, None, source.lines(), [])
+        # Before anything is built from it: building imports its callables, reads its files.
+        read = self._read.policy if isinstance(self._read, PolicySource) else None
+        reaching = new_reaches(source.policy, read)
+        if reaching:
+            return Compiled(source, None, [f"{where}: {line}" for line in reaching], [])
         try:
             # Quotas as `check` counts them: a fresh store, nothing kept, never a live Redis.
             guard = Guard(with_overrides(source, overrides), self._own, strict=False,

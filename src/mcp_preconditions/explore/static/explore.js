@@ -32,8 +32,10 @@ function banner(message) {
 async function api(path, body, raw = false) {
   let response;
   try {
-    response = await fetch(path, raw ? { method: "POST", body, headers: { "content-type": "application/octet-stream" } }
-      : body === undefined ? {} : { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    // Every request carries the run's token, in a header (never in the URL).
+    const headers = { [config.token_header]: config.token };
+    response = await fetch(path, raw ? { method: "POST", body, headers: { ...headers, "content-type": "application/octet-stream" } }
+      : body === undefined ? { headers } : { method: "POST", body: JSON.stringify(body), headers: { ...headers, "content-type": "application/json" } });
   } catch {
     banner("The explorer does not answer: is `mcp-preconditions explore` still running?");
     return null;
