@@ -253,18 +253,22 @@ class Fleet:
 
     def check_names(self) -> None:
         """The policy's `[tools.NAME]` against each server's visible tool names: a near miss makes
-        the policy unusable for that server (every call to it refused) until one of them changes."""
+        the policy unusable for that server (every call to it refused) until one of them changes.
+        A server's own name of a tool it shows under a prefix is a near miss too: a one-server
+        policy reused in a fleet would otherwise leave that tool unguarded."""
         policy = self._policy()
         # Names two servers list are refused, but they are listed: a policy entry for one is no
         # typo of a third server's name.
         everywhere = set(self.routes.tools) | set(self.routes.collisions)
         unmatched = [name for name in policy.tools if name not in everywhere]
+        missing = set(unmatched)
         for member in self:
-            names = [v for v, t in self.routes.tools.items() if t.server == member.key]
-            found = check_tool_names(unmatched, names)
+            tools = self.routes.tool_of(member.key)  # visible name -> the server's own
+            near = [*check_tool_names(unmatched, tools).near_misses,
+                    *((own, shown) for shown, own in tools.items() if own != shown and own in missing)]
             problem = None
-            if found.near_misses:
-                problem = "; ".join(f"[tools.{p!r}] nearly matches {t!r}" for p, t in found.near_misses)
+            if near:
+                problem = "; ".join(f"[tools.{p!r}] nearly matches {t!r}" for p, t in near)
                 if problem != member.problem:
                     log.error("server %s: the policy names a near miss of its tools (%s); every "
                               "call to this server is refused until the policy is fixed",

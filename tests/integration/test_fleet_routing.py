@@ -1,0 +1,84 @@
+"""Names and routes across the servers of one gateway (SPEC §10, §12), through a real gateway in
+front of real servers (tests/fixtures/gateway_upstream.py): a one-server policy reused in a fleet
+makes the policy unusable for the server whose tool it names without the prefix (never an
+unguarded tool), a policy name addressed to a server that never starts condemns no other server,
+and what two servers share is refused and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from mcp_preconditions.gateway.fleet import UNUSABLE
+from tests.fixtures.fleet import Entry, base_url, fleet_http, logging_upstream, write_gateway_toml
+from tests.fixtures.gateway_upstream import tool_calls
+from tests.fixtures.upstreams import Listening
+
+pytestmark = pytest.mark.integration
+
+WAIT_SECONDS = 60.0  # servers starting on a loaded machine
+
+
+def with_write_file(tmp: Path, log: Path) -> Entry:
+    """The test upstream, listing a `write_file` tool besides its own."""
+    tools = tmp / f"{log.stem}-tools.json"
+    tools.write_text(json.dumps([{"name": "write_file", "inputSchema": {"type": "object"}}]),
+                     encoding="utf-8")
+    return logging_upstream(log, GATEWAY_UPSTREAM_TOOLS_FILE=str(tools))
+
+
+def gateway_of(tmp: Path, policy: str, servers: dict[str, Entry]) -> Any:
+    path = tmp / "policy.toml"
+    path.write_text(policy, encoding="utf-8")
+    return fleet_http(write_gateway_toml(tmp / "gateway.toml", path, servers))
+
+
+def readyz(gateway: Listening) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(base_url(gateway) + "/readyz", timeout=30).json()
+    return body
+
+
+def until(gateway: Listening, condition: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition(body := readyz(gateway)):
+        assert time.monotonic() < deadline, f"{what}: {body}"
+        time.sleep(0.2)
+    return body
+
+
+async def call(client: Client, name: str) -> dict[str, Any]:
+    result = await client.call_tool(name, {})
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"result_type"})
+
+
+async def test_a_one_server_policy_reused_in_a_fleet_refuses_the_tool_it_names_unprefixed(
+        tmp_path: Path) -> None:
+    logs = {key: tmp_path / f"{key}.jsonl" for key in ("fs", "other")}
+    policy = '[tools.write_file]\nrequirements = ["auth:claim:role:admin"]\n'
+    servers = {"fs": with_write_file(tmp_path, logs["fs"]), "other": logging_upstream(logs["other"])}
+    with gateway_of(tmp_path, policy, servers) as gateway:
+        body = until(gateway, lambda b: all(s["tools_loaded"] for s in b["servers"].values()),
+                     "servers never listed")
+        async with Client(gateway.url, mode="legacy") as client:
+            refused = {name: await call(client, name) for name in ("fs__write_file", "fs__echo")}
+            other = await call(client, "other__echo")
+        output = gateway.output()
+    assert body["status"] == "degraded"
+    assert body["servers"]["fs"]["problem"] == (
+        "the policy names a near miss of one of this server's tools: every call to it is refused "
+        "(details in the gateway's log)")
+    assert "problem" not in body["servers"]["other"]
+    assert "write_file" not in json.dumps(body)  # the policy's names stay in the log
+    for result in refused.values():
+        assert result == {"content": [{"type": "text", "text": UNUSABLE}], "isError": True}
+    assert tool_calls(logs["fs"]) == []
+    assert other["isError"] is False and tool_calls(logs["other"]) == ["echo"]
+    assert "[tools.'write_file'] nearly matches 'fs__write_file'" in output
