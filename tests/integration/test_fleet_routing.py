@@ -18,7 +18,15 @@ import pytest
 from mcp import Client
 
 from mcp_preconditions.gateway.fleet import UNUSABLE
-from tests.fixtures.fleet import Entry, base_url, fleet_http, logging_upstream, write_gateway_toml
+from tests.fixtures.fleet import (
+    DEAD,
+    Entry,
+    base_url,
+    command,
+    fleet_http,
+    logging_upstream,
+    write_gateway_toml,
+)
 from tests.fixtures.gateway_upstream import tool_calls
 from tests.fixtures.upstreams import Listening
 
@@ -82,3 +90,17 @@ async def test_a_one_server_policy_reused_in_a_fleet_refuses_the_tool_it_names_u
     assert tool_calls(logs["fs"]) == []
     assert other["isError"] is False and tool_calls(logs["other"]) == ["echo"]
     assert "[tools.'write_file'] nearly matches 'fs__write_file'" in output
+
+
+async def test_a_policy_name_for_a_server_that_never_starts_condemns_no_other(tmp_path: Path) -> None:
+    log = tmp_path / "fs.jsonl"
+    policy = '[tools.fs2__write_file]\nrequirements = ["auth:claim:role:admin"]\n'
+    with gateway_of(tmp_path, policy, {"fs": with_write_file(tmp_path, log),
+                                       "fs2": command(DEAD)}) as gateway:
+        body = until(gateway, lambda b: b["servers"]["fs"]["tools_loaded"], "fs never listed")
+        async with Client(gateway.url, mode="legacy") as client:
+            written = await call(client, "fs__write_file")
+    assert body["servers"]["fs"] == {"connected": True, "tools_loaded": True}
+    assert body["down"] == ["fs2"] and body["status"] == "degraded"
+    assert written == {"content": [{"type": "text", "text": "write_file done"}], "isError": False}
+    assert tool_calls(log) == ["write_file"]

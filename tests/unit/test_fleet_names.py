@@ -53,3 +53,36 @@ def test_the_single_server_case_with_an_empty_prefix_matches_exactly() -> None:
     gateway = fleet_of(WRITE_FILE, ("solo", ""))
     lists(gateway, "solo", "write_file")
     assert problems(gateway) == {"solo": None}
+
+
+FS2_WRITE_FILE = '[tools.fs2__write_file]\nrequirements = ["auth:oauth2"]\n'
+
+
+def test_a_name_for_a_server_not_listed_yet_condemns_no_other_server() -> None:
+    gateway = fleet_of(FS2_WRITE_FILE, ("fs", "fs__"), ("fs2", "fs2__"))
+    lists(gateway, "fs", "write_file")  # fs2 has not listed (it may never start)
+    assert problems(gateway) == {"fs": None, "fs2": None}
+    lists(gateway, "fs2", "read_file")  # nor once it lists other tools: the name is meant for fs2
+    assert problems(gateway) == {"fs": None, "fs2": None}
+
+
+def test_a_name_carrying_no_servers_prefix_is_judged_against_every_server() -> None:
+    gateway = fleet_of('[tools.fs_write_file]\nrequirements = ["auth:oauth2"]\n'
+                       '[tools.FS__read_file]\nrequirements = ["auth:oauth2"]\n',
+                       ("fs", "fs__"), ("fs2", "fs2__"), ("bare", ""))
+    lists(gateway, "fs", "write_file", "read_file")
+    assert problems(gateway) == {
+        "fs": "[tools.'fs_write_file'] nearly matches 'fs__write_file'; "
+              "[tools.'FS__read_file'] nearly matches 'fs__read_file'",
+        "fs2": None, "bare": None}
+
+
+def test_a_server_without_a_prefix_is_judged_against_every_name() -> None:
+    gateway = fleet_of('[tools.fs__wirte_file]\nrequirements = ["auth:oauth2"]\n',
+                       ("fs", "fs__"), ("bare", ""))
+    lists(gateway, "fs", "write_file")  # bare has not listed: fs's near miss is still one
+    assert problems(gateway)["fs"] == "[tools.'fs__wirte_file'] nearly matches 'fs__write_file'"
+    lists(gateway, "bare", "fs__wirte_fil")
+    assert problems(gateway) == {
+        "fs": "[tools.'fs__wirte_file'] nearly matches 'fs__write_file'",
+        "bare": "[tools.'fs__wirte_file'] nearly matches 'fs__wirte_fil'"}

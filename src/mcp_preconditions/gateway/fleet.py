@@ -261,10 +261,12 @@ class Fleet:
         # typo of a third server's name.
         everywhere = set(self.routes.tools) | set(self.routes.collisions)
         unmatched = [name for name in policy.tools if name not in everywhere]
-        missing = set(unmatched)
+        prefixes = {m.spec.prefix for m in self if m.spec.prefix}
         for member in self:
+            mine = [n for n in unmatched if _addressed(n, member.spec.prefix, prefixes)]
+            missing = set(mine)
             tools = self.routes.tool_of(member.key)  # visible name -> the server's own
-            near = [*check_tool_names(unmatched, tools).near_misses,
+            near = [*check_tool_names(mine, tools).near_misses,
                     *((own, shown) for shown, own in tools.items() if own != shown and own in missing)]
             problem = None
             if near:
@@ -285,3 +287,12 @@ class Fleet:
         self._register()
         self.check_names()
         self._pending.add("tools")
+
+
+def _addressed(name: str, prefix: str, prefixes: set[str]) -> bool:
+    """Whether a policy name is judged against the server with `prefix`. A name that carries
+    other servers' prefixes and not this one's is meant for them (whose tools may not be listed
+    yet, or ever) and is no typo of this server's. The empty prefix is carried by every name, so a
+    server without one is judged against every name, and a name that carries no server's prefix
+    (`fs_write_file`, `write_file`) against every server."""
+    return not prefix or name.startswith(prefix) or not any(name.startswith(p) for p in prefixes)
