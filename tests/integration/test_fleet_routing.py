@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import mcp_types
 import pytest
 from mcp import Client
 
@@ -27,7 +28,7 @@ from tests.fixtures.fleet import (
     logging_upstream,
     write_gateway_toml,
 )
-from tests.fixtures.gateway_upstream import tool_calls
+from tests.fixtures.gateway_upstream import read_log, tool_calls
 from tests.fixtures.upstreams import Listening
 
 pytestmark = pytest.mark.integration
@@ -104,3 +105,27 @@ async def test_a_policy_name_for_a_server_that_never_starts_condemns_no_other(tm
     assert body["down"] == ["fs2"] and body["status"] == "degraded"
     assert written == {"content": [{"type": "text", "text": "write_file done"}], "isError": False}
     assert tool_calls(log) == ["write_file"]
+
+
+async def test_one_server_with_a_prefix_gets_its_prompts_under_their_own_names(tmp_path: Path) -> None:
+    log = tmp_path / "up.jsonl"
+    with gateway_of(tmp_path, "", {"up": logging_upstream(log)}) as gateway:
+        async with Client(gateway.url, mode="legacy") as client:
+            listed = [p.name for p in (await client.list_prompts()).prompts]
+            greeting = await client.get_prompt("up__greet", {"name": "Ada"})
+            with pytest.raises(Exception, match="Unknown prompt: 'greet'"):
+                await client.get_prompt("greet", {"name": "Ada"})  # the bare name is not listed
+            with pytest.raises(Exception, match="Method not found"):  # the server's own answer
+                await client.complete(mcp_types.PromptReference(type="ref/prompt", name="up__greet"),
+                                      {"name": "name", "value": "A"})
+            with pytest.raises(Exception, match="Unknown prompt: 'greet'"):
+                await client.complete(mcp_types.PromptReference(type="ref/prompt", name="greet"),
+                                      {"name": "name", "value": "A"})
+    assert listed == ["up__greet"]
+    assert greeting.messages[0].content.text == "Hello, Ada!"  # type: ignore[union-attr]
+    received = [(e["method"], e["params"]) for e in read_log(log)
+                if e["method"] in ("prompts/get", "completion/complete")]
+    assert received == [
+        ("prompts/get", {"name": "greet", "arguments": {"name": "Ada"}}),
+        ("completion/complete", {"ref": {"type": "ref/prompt", "name": "greet"},
+                                 "argument": {"name": "name", "value": "A"}})]

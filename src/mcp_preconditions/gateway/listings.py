@@ -87,8 +87,9 @@ class Listings:
     async def _prompt(self, name: Any) -> tuple[Member, str]:
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
-        if len(self._fleet.members) == 1:  # no prefix, nothing to choose: the server decides
-            return next(iter(self._fleet)), name
+        only = next(iter(self._fleet))
+        if len(self._fleet.members) == 1 and not only.spec.prefix:  # nothing to choose or strip:
+            return only, name  # the server decides
         routes = self._fleet.routes
         if name not in routes.prompts and name not in routes.prompt_collisions:
             await self._relist("prompts", "prompts")
