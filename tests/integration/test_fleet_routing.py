@@ -8,6 +8,7 @@ and what two servers share is refused and reported.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -129,3 +130,34 @@ async def test_one_server_with_a_prefix_gets_its_prompts_under_their_own_names(t
         ("prompts/get", {"name": "greet", "arguments": {"name": "Ada"}}),
         ("completion/complete", {"ref": {"type": "ref/prompt", "name": "greet"},
                                  "argument": {"name": "name", "value": "A"}})]
+
+
+def started_by(go: Path, log: Path) -> Entry:
+    """The test upstream, started only once the file `go` exists (a server that connects late,
+    as one does after a restart or a slow npx download)."""
+    script = f'while [ ! -e "{go}" ]; do sleep 0.05; done; exec "$0" -m tests.fixtures.gateway_upstream stdio'
+    return command(["sh", "-c", script, sys.executable], {"GATEWAY_UPSTREAM_LOG": str(log)}, prefix="")
+
+
+async def test_what_a_server_connecting_later_also_lists_is_refused_never_routed_to_the_first(
+        tmp_path: Path) -> None:
+    logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
+    go = tmp_path / "go"
+    servers = {"a": logging_upstream(logs["a"]) | {"prefix": ""}, "b": started_by(go, logs["b"])}
+    with gateway_of(tmp_path, "", servers) as gateway:
+        async with Client(gateway.url, mode="legacy") as client:
+            # Only a is up: its listings are loaded, and the shared names are its alone.
+            assert [r.uri for r in (await client.list_resources()).resources] == ["test://note"]
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["greet"]
+            assert (await client.read_resource("test://note")).contents
+            assert (await client.get_prompt("greet", {"name": "Ada"})).messages
+            go.touch()
+            until(gateway, lambda b: b["servers"]["b"]["tools_loaded"], "b never listed")
+            with pytest.raises(Exception, match=r"Resource 'test://note' is listed by more than one "
+                                                r"server \(a, b\)"):
+                await client.read_resource("test://note")
+            with pytest.raises(Exception, match="Prompt 'greet' is listed by more than one server"):
+                await client.get_prompt("greet", {"name": "Ada"})
+    routed = ("resources/read", "prompts/get")
+    assert [e["method"] for e in read_log(logs["a"]) if e["method"] in routed] == list(routed)
+    assert [e["method"] for e in read_log(logs["b"]) if e["method"] in routed] == []

@@ -111,8 +111,11 @@ class Fleet:
     # -- the servers' life -----------------------------------------------------------------------
     async def connected(self, member: Member) -> None:
         """A new session to `member`: list its tools (the guard needs their own requirements) and
-        hold its clients' subscriptions again. Clients hear of the new tools. Prompts and
-        resources are listed when a client lists them or names one nobody listed yet."""
+        hold its clients' subscriptions again. Clients hear of the new tools. Its prompts and
+        resources may have changed too: they are listed again before anything is routed by them
+        (or when a client lists them)."""
+        for kind in ("prompts", "resources", "templates"):
+            member.catalog.listings[kind].outdated()
         caps = member.upstream.current.capabilities if member.upstream.current else {}
         listing = member.catalog.listings["tools"]
         if "tools" in caps:
