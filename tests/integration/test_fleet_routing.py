@@ -161,3 +161,26 @@ async def test_what_a_server_connecting_later_also_lists_is_refused_never_routed
     routed = ("resources/read", "prompts/get")
     assert [e["method"] for e in read_log(logs["a"]) if e["method"] in routed] == list(routed)
     assert [e["method"] for e in read_log(logs["b"]) if e["method"] in routed] == []
+
+
+async def test_readyz_reports_the_tools_and_prompts_two_servers_share(tmp_path: Path) -> None:
+    logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
+    servers = {key: logging_upstream(log) | {"prefix": ""} for key, log in logs.items()}
+    with gateway_of(tmp_path, "", servers) as gateway:
+        tools_shared = until(gateway, lambda b: all(s["tools_loaded"] for s in b["servers"].values()),
+                             "servers never listed")
+        async with Client(gateway.url, mode="legacy") as client:
+            listed = [t.name for t in (await client.list_tools()).tools]
+            prompts = [p.name for p in (await client.list_prompts()).prompts]
+            echoed = await call(client, "echo")
+        both_shared = httpx.get(base_url(gateway) + "/readyz", timeout=30)
+    assert tools_shared["status"] == "degraded" and "prompt_collisions" not in tools_shared
+    assert tools_shared["collisions"]["echo"] == ["a", "b"]
+    assert {tuple(keys) for keys in tools_shared["collisions"].values()} == {("a", "b")}
+    assert listed == [] and prompts == []  # neither server's copy is chosen
+    assert echoed["structuredContent"] == {"error": "unlisted_tool", "tool": "echo", "unmet": [],
+                                           "withheld": 0}
+    assert tool_calls(logs["a"]) == tool_calls(logs["b"]) == []
+    assert both_shared.status_code == 200
+    assert both_shared.json()["prompt_collisions"] == {"greet": ["a", "b"]}
+    assert both_shared.json()["collisions"] == tools_shared["collisions"]
