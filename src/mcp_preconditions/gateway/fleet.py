@@ -111,8 +111,11 @@ class Fleet:
     # -- the servers' life -----------------------------------------------------------------------
     async def connected(self, member: Member) -> None:
         """A new session to `member`: list its tools (the guard needs their own requirements) and
-        hold its clients' subscriptions again. Clients hear of the new tools. Prompts and
-        resources are listed when a client lists them or names one nobody listed yet."""
+        hold its clients' subscriptions again. Clients hear of the new tools. Its prompts and
+        resources may have changed too: they are listed again before anything is routed by them
+        (or when a client lists them)."""
+        for kind in ("prompts", "resources", "templates"):
+            member.catalog.listings[kind].outdated()
         caps = member.upstream.current.capabilities if member.upstream.current else {}
         listing = member.catalog.listings["tools"]
         if "tools" in caps:
@@ -253,18 +256,24 @@ class Fleet:
 
     def check_names(self) -> None:
         """The policy's `[tools.NAME]` against each server's visible tool names: a near miss makes
-        the policy unusable for that server (every call to it refused) until one of them changes."""
+        the policy unusable for that server (every call to it refused) until one of them changes.
+        A server's own name of a tool it shows under a prefix is a near miss too: a one-server
+        policy reused in a fleet would otherwise leave that tool unguarded."""
         policy = self._policy()
         # Names two servers list are refused, but they are listed: a policy entry for one is no
         # typo of a third server's name.
         everywhere = set(self.routes.tools) | set(self.routes.collisions)
         unmatched = [name for name in policy.tools if name not in everywhere]
+        prefixes = {m.spec.prefix for m in self if m.spec.prefix}
         for member in self:
-            names = [v for v, t in self.routes.tools.items() if t.server == member.key]
-            found = check_tool_names(unmatched, names)
+            mine = [n for n in unmatched if _addressed(n, member.spec.prefix, prefixes)]
+            missing = set(mine)
+            tools = self.routes.tool_of(member.key)  # visible name -> the server's own
+            near = [*check_tool_names(mine, tools).near_misses,
+                    *((own, shown) for shown, own in tools.items() if own != shown and own in missing)]
             problem = None
-            if found.near_misses:
-                problem = "; ".join(f"[tools.{p!r}] nearly matches {t!r}" for p, t in found.near_misses)
+            if near:
+                problem = "; ".join(f"[tools.{p!r}] nearly matches {t!r}" for p, t in near)
                 if problem != member.problem:
                     log.error("server %s: the policy names a near miss of its tools (%s); every "
                               "call to this server is refused until the policy is fixed",
@@ -281,3 +290,12 @@ class Fleet:
         self._register()
         self.check_names()
         self._pending.add("tools")
+
+
+def _addressed(name: str, prefix: str, prefixes: set[str]) -> bool:
+    """Whether a policy name is judged against the server with `prefix`. A name that carries
+    other servers' prefixes and not this one's is meant for them (whose tools may not be listed
+    yet, or ever) and is no typo of this server's. The empty prefix is carried by every name, so a
+    server without one is judged against every name, and a name that carries no server's prefix
+    (`fs_write_file`, `write_file`) against every server."""
+    return not prefix or name.startswith(prefix) or not any(name.startswith(p) for p in prefixes)

@@ -196,6 +196,8 @@ async def readiness(gateway: Gateway) -> dict[str, Any]:
                             "down": [k for k, e in servers.items() if not e["connected"]]}
     if routes.collisions:
         body["collisions"] = {name: list(keys) for name, keys in routes.collisions.items()}
+    if routes.prompt_collisions:  # known once the servers' prompts are listed
+        body["prompt_collisions"] = {name: list(keys) for name, keys in routes.prompt_collisions.items()}
     if routes.duplicates:
         body["listed_twice"] = dict(routes.duplicates)
     backends = await _backends(gateway)
@@ -207,7 +209,7 @@ async def readiness(gateway: Gateway) -> dict[str, Any]:
     # rotation would turn an outage of `state:` calls into an outage of every call. So it degrades
     # readiness (reported here, and each call needing it is denied with `error`).
     degraded = not all(backends.values()) or bool(body["down"]) or any(
-        "problem" in e for e in servers.values()) or bool(routes.collisions)
+        "problem" in e for e in servers.values()) or bool(routes.collisions or routes.prompt_collisions)
     status = "not ready" if not ready else "degraded" if degraded else "ready"
     return {"status": status, **body}
 

@@ -6,7 +6,7 @@ server that listed its name, URI or template. Whatever two servers claim is refu
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -46,13 +46,10 @@ class Listings:
         fleet = self._fleet
         if not any(m.connected for m in fleet):
             await fleet.first_connection(self._connect_wait())
-        capability = "prompts" if kind == "prompts" else "resources"
         with anyio.move_on_after(LIST_WAIT_SECONDS):
             async with anyio.create_task_group() as tg:
-                for member in fleet:
-                    current = member.upstream.current
-                    if current is not None and capability in current.capabilities:
-                        tg.start_soon(member.catalog.listings[kind].refresh)
+                for member in self._able("prompts" if kind == "prompts" else "resources"):
+                    tg.start_soon(member.catalog.listings[kind].refresh)
         routes = fleet.routes
         refused = routes.prompt_collisions if kind == "prompts" else routes.ambiguous
         items: list[dict[str, Any]] = []
@@ -87,8 +84,10 @@ class Listings:
     async def _prompt(self, name: Any) -> tuple[Member, str]:
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
-        if len(self._fleet.members) == 1:  # no prefix, nothing to choose: the server decides
-            return next(iter(self._fleet)), name
+        only = next(iter(self._fleet))
+        if len(self._fleet.members) == 1 and not only.spec.prefix:  # nothing to choose or strip:
+            return only, name  # the server decides
+        await self._current("prompts", "prompts")
         routes = self._fleet.routes
         if name not in routes.prompts and name not in routes.prompt_collisions:
             await self._relist("prompts", "prompts")
@@ -107,6 +106,7 @@ class Listings:
             member, name = await self._prompt(ref.get("name"))
             return member, {**ref, "name": name}
         uri = ref.get("uri")
+        await self._current("resources", "resources", "templates")
         owner = self._fleet.routes.template(uri) if isinstance(uri, str) else None
         if owner is None and isinstance(uri, str):
             await self._relist_resources()
@@ -116,6 +116,7 @@ class Listings:
     async def _resource(self, uri: Any, subscription: bool) -> Member:
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
+        await self._current("resources", "resources", "templates")
         owner = self._fleet.routes.resource(uri, subscription=subscription)
         if owner is None:
             await self._relist_resources()
@@ -137,8 +138,32 @@ class Listings:
         """A name or URI nobody lists: each server's listings of those kinds are asked for again
         (bounded like unknown tool names: one listing at a time, at most once a second each)."""
         async with anyio.create_task_group() as tg:
-            for member in self._fleet:
-                current = member.upstream.current
-                if current is not None and capability in current.capabilities:
+            for member in self._able(capability):
+                for kind in kinds:
+                    tg.start_soon(member.catalog.listings[kind].refresh_for_unknown)
+
+    async def _current(self, capability: str, *kinds: str) -> None:
+        """Before a request is routed by these listings: each connected server with `capability`
+        has listed them since it connected, or since it said they changed (a name or URI two
+        servers list is refused, never sent to the one that happened to list first). Servers
+        still starting get the handshake's grace; a slow listing gets LIST_WAIT_SECONDS, then its
+        last good one is used. One that failed is asked again like an unknown name (bounded)."""
+        fleet = self._fleet
+        if not all(m.connected for m in fleet):
+            await fleet.first_connection(self._connect_wait())
+        with anyio.move_on_after(LIST_WAIT_SECONDS):
+            async with anyio.create_task_group() as tg:
+                for member in self._able(capability):
                     for kind in kinds:
-                        tg.start_soon(member.catalog.listings[kind].refresh_for_unknown)
+                        listing = member.catalog.listings[kind]
+                        if listing.stale:
+                            tg.start_soon(listing.fresh)
+                        elif not listing.loaded:
+                            tg.start_soon(listing.refresh_for_unknown)
+
+    def _able(self, capability: str) -> Iterator[Member]:
+        """The connected servers that declared `capability`."""
+        for member in self._fleet:
+            current = member.upstream.current
+            if current is not None and capability in current.capabilities:
+                yield member

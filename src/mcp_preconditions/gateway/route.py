@@ -46,9 +46,9 @@ class Routes:
     prompts: dict[str, Target] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)  # URI -> server
     templates: dict[str, str] = field(default_factory=dict)  # URI template -> server
-    # Refused: visible names two servers share (tools or prompts), names a server lists twice,
+    # Refused: visible names two servers share (tools, prompts), names a server lists twice,
     # URIs and templates two servers list. Each maps to the servers involved.
-    collisions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    collisions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tools
     prompt_collisions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     duplicates: dict[str, str] = field(default_factory=dict)  # visible tool name -> its server
     ambiguous: dict[str, tuple[str, ...]] = field(default_factory=dict)

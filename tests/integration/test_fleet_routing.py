@@ -1,0 +1,186 @@
+"""Names and routes across the servers of one gateway (SPEC §10, §12), through a real gateway in
+front of real servers (tests/fixtures/gateway_upstream.py): a one-server policy reused in a fleet
+makes the policy unusable for the server whose tool it names without the prefix (never an
+unguarded tool), a policy name addressed to a server that never starts condemns no other server,
+and what two servers share is refused and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import mcp_types
+import pytest
+from mcp import Client
+
+from mcp_preconditions.gateway.fleet import UNUSABLE
+from tests.fixtures.fleet import (
+    DEAD,
+    Entry,
+    base_url,
+    command,
+    fleet_http,
+    logging_upstream,
+    write_gateway_toml,
+)
+from tests.fixtures.gateway_upstream import read_log, tool_calls
+from tests.fixtures.upstreams import Listening
+
+pytestmark = pytest.mark.integration
+
+WAIT_SECONDS = 60.0  # servers starting on a loaded machine
+
+
+def with_write_file(tmp: Path, log: Path) -> Entry:
+    """The test upstream, listing a `write_file` tool besides its own."""
+    tools = tmp / f"{log.stem}-tools.json"
+    tools.write_text(json.dumps([{"name": "write_file", "inputSchema": {"type": "object"}}]),
+                     encoding="utf-8")
+    return logging_upstream(log, GATEWAY_UPSTREAM_TOOLS_FILE=str(tools))
+
+
+def gateway_of(tmp: Path, policy: str, servers: dict[str, Entry]) -> Any:
+    path = tmp / "policy.toml"
+    path.write_text(policy, encoding="utf-8")
+    return fleet_http(write_gateway_toml(tmp / "gateway.toml", path, servers))
+
+
+def readyz(gateway: Listening) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(base_url(gateway) + "/readyz", timeout=30).json()
+    return body
+
+
+def until(gateway: Listening, condition: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition(body := readyz(gateway)):
+        assert time.monotonic() < deadline, f"{what}: {body}"
+        time.sleep(0.2)
+    return body
+
+
+async def call(client: Client, name: str) -> dict[str, Any]:
+    result = await client.call_tool(name, {})
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"result_type"})
+
+
+async def test_a_one_server_policy_reused_in_a_fleet_refuses_the_tool_it_names_unprefixed(
+        tmp_path: Path) -> None:
+    logs = {key: tmp_path / f"{key}.jsonl" for key in ("fs", "other")}
+    policy = '[tools.write_file]\nrequirements = ["auth:claim:role:admin"]\n'
+    servers = {"fs": with_write_file(tmp_path, logs["fs"]), "other": logging_upstream(logs["other"])}
+    with gateway_of(tmp_path, policy, servers) as gateway:
+        body = until(gateway, lambda b: all(s["tools_loaded"] for s in b["servers"].values()),
+                     "servers never listed")
+        async with Client(gateway.url, mode="legacy") as client:
+            refused = {name: await call(client, name) for name in ("fs__write_file", "fs__echo")}
+            other = await call(client, "other__echo")
+        output = gateway.output()
+    assert body["status"] == "degraded"
+    assert body["servers"]["fs"]["problem"] == (
+        "the policy names a near miss of one of this server's tools: every call to it is refused "
+        "(details in the gateway's log)")
+    assert "problem" not in body["servers"]["other"]
+    assert "write_file" not in json.dumps(body)  # the policy's names stay in the log
+    for result in refused.values():
+        assert result == {"content": [{"type": "text", "text": UNUSABLE}], "isError": True}
+    assert tool_calls(logs["fs"]) == []
+    assert other["isError"] is False and tool_calls(logs["other"]) == ["echo"]
+    assert "[tools.'write_file'] nearly matches 'fs__write_file'" in output
+
+
+async def test_a_policy_name_for_a_server_that_never_starts_condemns_no_other(tmp_path: Path) -> None:
+    log = tmp_path / "fs.jsonl"
+    policy = '[tools.fs2__write_file]\nrequirements = ["auth:claim:role:admin"]\n'
+    with gateway_of(tmp_path, policy, {"fs": with_write_file(tmp_path, log),
+                                       "fs2": command(DEAD)}) as gateway:
+        body = until(gateway, lambda b: b["servers"]["fs"]["tools_loaded"], "fs never listed")
+        async with Client(gateway.url, mode="legacy") as client:
+            written = await call(client, "fs__write_file")
+    assert body["servers"]["fs"] == {"connected": True, "tools_loaded": True}
+    assert body["down"] == ["fs2"] and body["status"] == "degraded"
+    assert written == {"content": [{"type": "text", "text": "write_file done"}], "isError": False}
+    assert tool_calls(log) == ["write_file"]
+
+
+async def test_one_server_with_a_prefix_gets_its_prompts_under_their_own_names(tmp_path: Path) -> None:
+    log = tmp_path / "up.jsonl"
+    with gateway_of(tmp_path, "", {"up": logging_upstream(log)}) as gateway:
+        async with Client(gateway.url, mode="legacy") as client:
+            listed = [p.name for p in (await client.list_prompts()).prompts]
+            greeting = await client.get_prompt("up__greet", {"name": "Ada"})
+            with pytest.raises(Exception, match="Unknown prompt: 'greet'"):
+                await client.get_prompt("greet", {"name": "Ada"})  # the bare name is not listed
+            with pytest.raises(Exception, match="Method not found"):  # the server's own answer
+                await client.complete(mcp_types.PromptReference(type="ref/prompt", name="up__greet"),
+                                      {"name": "name", "value": "A"})
+            with pytest.raises(Exception, match="Unknown prompt: 'greet'"):
+                await client.complete(mcp_types.PromptReference(type="ref/prompt", name="greet"),
+                                      {"name": "name", "value": "A"})
+    assert listed == ["up__greet"]
+    assert greeting.messages[0].content.text == "Hello, Ada!"  # type: ignore[union-attr]
+    received = [(e["method"], e["params"]) for e in read_log(log)
+                if e["method"] in ("prompts/get", "completion/complete")]
+    assert received == [
+        ("prompts/get", {"name": "greet", "arguments": {"name": "Ada"}}),
+        ("completion/complete", {"ref": {"type": "ref/prompt", "name": "greet"},
+                                 "argument": {"name": "name", "value": "A"}})]
+
+
+def started_by(go: Path, log: Path) -> Entry:
+    """The test upstream, started only once the file `go` exists (a server that connects late,
+    as one does after a restart or a slow npx download)."""
+    script = f'while [ ! -e "{go}" ]; do sleep 0.05; done; exec "$0" -m tests.fixtures.gateway_upstream stdio'
+    return command(["sh", "-c", script, sys.executable], {"GATEWAY_UPSTREAM_LOG": str(log)}, prefix="")
+
+
+async def test_what_a_server_connecting_later_also_lists_is_refused_never_routed_to_the_first(
+        tmp_path: Path) -> None:
+    logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
+    go = tmp_path / "go"
+    servers = {"a": logging_upstream(logs["a"]) | {"prefix": ""}, "b": started_by(go, logs["b"])}
+    with gateway_of(tmp_path, "", servers) as gateway:
+        async with Client(gateway.url, mode="legacy") as client:
+            # Only a is up: its listings are loaded, and the shared names are its alone.
+            assert [r.uri for r in (await client.list_resources()).resources] == ["test://note"]
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["greet"]
+            assert (await client.read_resource("test://note")).contents
+            assert (await client.get_prompt("greet", {"name": "Ada"})).messages
+            go.touch()
+            until(gateway, lambda b: b["servers"]["b"]["tools_loaded"], "b never listed")
+            with pytest.raises(Exception, match=r"Resource 'test://note' is listed by more than one "
+                                                r"server \(a, b\)"):
+                await client.read_resource("test://note")
+            with pytest.raises(Exception, match="Prompt 'greet' is listed by more than one server"):
+                await client.get_prompt("greet", {"name": "Ada"})
+    routed = ("resources/read", "prompts/get")
+    assert [e["method"] for e in read_log(logs["a"]) if e["method"] in routed] == list(routed)
+    assert [e["method"] for e in read_log(logs["b"]) if e["method"] in routed] == []
+
+
+async def test_readyz_reports_the_tools_and_prompts_two_servers_share(tmp_path: Path) -> None:
+    logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
+    servers = {key: logging_upstream(log) | {"prefix": ""} for key, log in logs.items()}
+    with gateway_of(tmp_path, "", servers) as gateway:
+        tools_shared = until(gateway, lambda b: all(s["tools_loaded"] for s in b["servers"].values()),
+                             "servers never listed")
+        async with Client(gateway.url, mode="legacy") as client:
+            listed = [t.name for t in (await client.list_tools()).tools]
+            prompts = [p.name for p in (await client.list_prompts()).prompts]
+            echoed = await call(client, "echo")
+        both_shared = httpx.get(base_url(gateway) + "/readyz", timeout=30)
+    assert tools_shared["status"] == "degraded" and "prompt_collisions" not in tools_shared
+    assert tools_shared["collisions"]["echo"] == ["a", "b"]
+    assert {tuple(keys) for keys in tools_shared["collisions"].values()} == {("a", "b")}
+    assert listed == [] and prompts == []  # neither server's copy is chosen
+    assert echoed["structuredContent"] == {"error": "unlisted_tool", "tool": "echo", "unmet": [],
+                                           "withheld": 0}
+    assert tool_calls(logs["a"]) == tool_calls(logs["b"]) == []
+    assert both_shared.status_code == 200
+    assert both_shared.json()["prompt_collisions"] == {"greet": ["a", "b"]}
+    assert both_shared.json()["collisions"] == tools_shared["collisions"]
