@@ -15,6 +15,7 @@ from typing import Any
 
 from ..auth.build import verification_configured
 from ..auth.header import credentials_from_authorization_header
+from ..policy.model import Policy
 from ..principal import Principal
 from ..telemetry.metrics import Metrics
 from .dispatch import Dispatch
@@ -51,8 +52,19 @@ class App:
         self.metrics = metrics
         self.streamable = streamable
         self.sessions = sessions
-        self.metadata = _metadata(gateway, base_url)
+        self.base_url = base_url
         self.metadata_url = f"{base_url}{METADATA_PATH}{MCP_PATH}"
+        self._metadata_of: tuple[Policy, dict[str, Any] | None] | None = None
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """The protected-resource metadata of the policy in force, None when it verifies no tokens.
+        Read per request: a reload that adds `[auth]` starts challenging callers and binding sessions
+        at once, and one that removes it stops answering every request with 401."""
+        policy = self.gateway.policy()
+        if self._metadata_of is None or self._metadata_of[0] is not policy:
+            self._metadata_of = (policy, _metadata(policy, self.base_url))
+        return self._metadata_of[1]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -228,14 +240,14 @@ async def _backends(gateway: Gateway) -> dict[str, bool]:
     return {"redis": True}
 
 
-def _metadata(gateway: Gateway, base_url: str) -> dict[str, Any] | None:
-    auth = gateway.policy().auth
+def _metadata(policy: Policy, base_url: str) -> dict[str, Any] | None:
+    auth = policy.auth
     if not verification_configured(auth):
         return None
     out: dict[str, Any] = {"resource": f"{base_url}{MCP_PATH}", "bearer_methods_supported": ["header"]}
     if auth.issuer:
         out["authorization_servers"] = [auth.issuer]
-    scopes = sorted({r.removeprefix("auth:scope:") for t in gateway.policy().tools.values()
+    scopes = sorted({r.removeprefix("auth:scope:") for t in policy.tools.values()
                      for r in t.requirements if r.startswith("auth:scope:")})
     if scopes:
         out["scopes_supported"] = scopes
