@@ -1,24 +1,27 @@
 """A hosted guarded server's streamable HTTP sessions belong to the caller that opened them (SPEC §10):
-`serve --transport http`, `GuardedMCPServer`'s own HTTP apps, and a `guard_server` lowlevel
-`Server`'s app with `SessionOwners`, with real tokens from the OIDC provider. Another principal's
-token (or none) gets 404 for the session, as for an unknown one, on every verb; the owner, and a
-fresh token of the same principal, carry on.
+`serve --transport http`, `GuardedMCPServer`'s own HTTP apps, a `guard_server` lowlevel `Server`'s
+app and a `guard_fastmcp` app's `http_app()` (streamable HTTP and SSE) with `SessionOwners`, with
+real tokens from the OIDC provider. Another principal's token (or none) gets 404 for the session,
+as for an unknown one, on every verb; the owner, and a fresh token of the same principal, carry on.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
 import mcp_types
 import pytest
+from fastmcp import FastMCP
 from mcp.server.lowlevel.server import Server
+from starlette.middleware import Middleware
 
 from mcp_preconditions.examples_server import LAUNCH_REQUIREMENTS, build_server
 from mcp_preconditions.guard import Guard
+from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.integrations.mcp_sdk import SessionOwners, guard_server
 from mcp_preconditions.policy.load import load_policy
 from tests.fixtures.mcp_servers import ServeProcess, oidc_policy, run_asgi
@@ -132,8 +135,26 @@ def _lowlevel_app(guard: Guard) -> Any:
     return app
 
 
-@pytest.mark.parametrize("hosted", [_mcpserver_app, _lowlevel_app],
-                         ids=["MCPServer", "lowlevel"])
+def _fastmcp(guard: Guard) -> FastMCP[Any]:
+    app: FastMCP[Any] = FastMCP("mission-control")
+    pre = guard_fastmcp(app, guard)
+
+    @app.tool(output_schema=None)
+    @pre.requires(*LAUNCH_REQUIREMENTS)
+    def launch_rocket(vehicle: str) -> str:
+        return f"{vehicle} has cleared the tower."
+
+    return app
+
+
+def _fastmcp_app(guard: Guard, transport: Literal["http", "sse"] = "http") -> Any:
+    """A `guard_fastmcp` app's `http_app()`, with the middleware docs/mcp.md asks for."""
+    return _fastmcp(guard).http_app(transport=transport,
+                                    middleware=[Middleware(SessionOwners, guard=guard)])
+
+
+@pytest.mark.parametrize("hosted", [_mcpserver_app, _lowlevel_app, _fastmcp_app],
+                         ids=["MCPServer", "lowlevel", "fastmcp"])
 async def test_the_streamable_http_app_keeps_sessions_to_their_principal(
         hosted: Callable[[Guard], Any], guard: Guard, oidc_server: OidcServer,
         owner_and_others: tuple[str, list[str | None]]) -> None:
@@ -145,7 +166,9 @@ async def test_the_streamable_http_app_keeps_sessions_to_their_principal(
         await anyio.to_thread.run_sync(attempt)
 
 
-@pytest.mark.parametrize("hosted", [lambda guard: build_server(guard).sse_app()], ids=["MCPServer"])
+@pytest.mark.parametrize("hosted", [lambda guard: build_server(guard).sse_app(),
+                                    lambda guard: _fastmcp_app(guard, "sse")],
+                         ids=["MCPServer", "fastmcp"])
 async def test_the_sse_app_keeps_sessions_to_their_principal(
         hosted: Callable[[Guard], Any], guard: Guard,
         owner_and_others: tuple[str, list[str | None]]) -> None:
