@@ -1,20 +1,28 @@
 """A hosted guarded server's streamable HTTP sessions belong to the caller that opened them (SPEC §10):
-`serve --transport http` and `GuardedMCPServer`'s own HTTP apps, with real tokens from the OIDC
-provider. Another principal's token (or none) gets 404 for the session, as for an unknown one, on
-every verb; the owner, and a fresh token of the same principal, carry on.
+`serve --transport http`, `GuardedMCPServer`'s own HTTP apps, a `guard_server` lowlevel `Server`'s
+app and a `guard_fastmcp` app's `http_app()` (streamable HTTP and SSE) with `SessionOwners`, with
+real tokens from the OIDC provider. Another principal's token (or none) gets 404 for the session,
+as for an unknown one, on every verb; the owner, and a fresh token of the same principal, carry on.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import anyio
 import httpx
+import mcp_types
 import pytest
+from fastmcp import FastMCP
+from mcp.server.lowlevel.server import Server
+from starlette.middleware import Middleware
 
-from mcp_preconditions.examples_server import build_server
+from mcp_preconditions.examples_server import LAUNCH_REQUIREMENTS, build_server
 from mcp_preconditions.guard import Guard
+from mcp_preconditions.integrations.fastmcp import guard_fastmcp
+from mcp_preconditions.integrations.mcp_sdk import SessionOwners, guard_server
 from mcp_preconditions.policy.load import load_policy
 from tests.fixtures.mcp_servers import ServeProcess, oidc_policy, run_asgi
 from tests.fixtures.oidc import OidcServer
@@ -98,15 +106,59 @@ def test_serve_over_http_keeps_a_session_to_the_principal_that_opened_it(
 
 
 @pytest.fixture
-def guarded_server(oidc_server: OidcServer, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The mission-control `GuardedMCPServer`, its guard verifying the provider's tokens itself."""
-    return build_server(Guard(load_policy(oidc_policy(tmp_path_factory.mktemp("owned"), oidc_server))))
+def guard(oidc_server: OidcServer, tmp_path_factory: pytest.TempPathFactory) -> Guard:
+    """Mission control's guard, verifying the provider's tokens itself."""
+    return Guard(load_policy(oidc_policy(tmp_path_factory.mktemp("owned"), oidc_server)))
 
 
+def _mcpserver_app(guard: Guard) -> Any:
+    """`GuardedMCPServer.streamable_http_app()`: binds its sessions itself."""
+    return build_server(guard).streamable_http_app()
+
+
+def _lowlevel_app(guard: Guard) -> Any:
+    """A lowlevel `Server` guarded by `guard_server`, served by the SDK's own streamable HTTP app
+    with the one line docs/mcp.md asks for."""
+    tool = mcp_types.Tool(name="launch_rocket", input_schema={
+        "type": "object", "properties": {"vehicle": {"type": "string"}}})
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[tool])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="launched")])
+
+    server: Server[Any] = Server("mission-control", on_list_tools=list_tools, on_call_tool=call_tool)
+    guard_server(server, guard, requirements={"launch_rocket": LAUNCH_REQUIREMENTS})
+    app = server.streamable_http_app()
+    app.add_middleware(SessionOwners, guard=guard)
+    return app
+
+
+def _fastmcp(guard: Guard) -> FastMCP[Any]:
+    app: FastMCP[Any] = FastMCP("mission-control")
+    pre = guard_fastmcp(app, guard)
+
+    @app.tool(output_schema=None)
+    @pre.requires(*LAUNCH_REQUIREMENTS)
+    def launch_rocket(vehicle: str) -> str:
+        return f"{vehicle} has cleared the tower."
+
+    return app
+
+
+def _fastmcp_app(guard: Guard, transport: Literal["http", "sse"] = "http") -> Any:
+    """A `guard_fastmcp` app's `http_app()`, with the middleware docs/mcp.md asks for."""
+    return _fastmcp(guard).http_app(transport=transport,
+                                    middleware=[Middleware(SessionOwners, guard=guard)])
+
+
+@pytest.mark.parametrize("hosted", [_mcpserver_app, _lowlevel_app, _fastmcp_app],
+                         ids=["MCPServer", "lowlevel", "fastmcp"])
 async def test_the_streamable_http_app_keeps_sessions_to_their_principal(
-        guarded_server: Any, oidc_server: OidcServer,
+        hosted: Callable[[Guard], Any], guard: Guard, oidc_server: OidcServer,
         owner_and_others: tuple[str, list[str | None]]) -> None:
-    async with run_asgi(guarded_server.streamable_http_app()) as base:
+    async with run_asgi(hosted(guard)) as base:
         def attempt() -> None:
             with httpx.Client(base_url=base, headers=ACCEPT, timeout=30) as http:
                 _assert_owned(http, oidc_server, *owner_and_others)
@@ -114,10 +166,14 @@ async def test_the_streamable_http_app_keeps_sessions_to_their_principal(
         await anyio.to_thread.run_sync(attempt)
 
 
+@pytest.mark.parametrize("hosted", [lambda guard: build_server(guard).sse_app(),
+                                    lambda guard: _fastmcp_app(guard, "sse")],
+                         ids=["MCPServer", "fastmcp"])
 async def test_the_sse_app_keeps_sessions_to_their_principal(
-        guarded_server: Any, owner_and_others: tuple[str, list[str | None]]) -> None:
+        hosted: Callable[[Guard], Any], guard: Guard,
+        owner_and_others: tuple[str, list[str | None]]) -> None:
     owner, others = owner_and_others
-    async with run_asgi(guarded_server.sse_app()) as base:
+    async with run_asgi(hosted(guard)) as base:
         def attempt() -> None:
             with httpx.Client(base_url=base, timeout=30) as http, \
                     http.stream("GET", "/sse", headers={"authorization": f"Bearer {owner}"}) as stream:

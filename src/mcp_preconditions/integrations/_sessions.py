@@ -57,7 +57,11 @@ class SessionOwners:
     whose token the guard accepts is made the request of that principal (`scope["user"]`), so the
     SDK binds the sessions it opens to it and answers anyone else 404. A request without a token,
     or with one the guard refuses, is anonymous to the SDK: it reaches no verified caller's session.
-    A `user` already set (the SDK's own auth) is left alone."""
+    A `user` already set (the SDK's or fastmcp's own auth) is left alone.
+
+    `GuardedMCPServer`'s HTTP apps add it themselves. Elsewhere it is one line: a lowlevel
+    `Server`'s `app.add_middleware(SessionOwners, guard=guard)`, or fastmcp's
+    `app.http_app(middleware=[Middleware(SessionOwners, guard=guard)])`."""
 
     def __init__(self, app: ASGIApp, guard: Guard) -> None:
         self.app = app

@@ -10,6 +10,10 @@ Calls are guarded in fastmcp middleware (`on_call_tool`) under the name of the t
 actually run (a rename, a mount prefix or an app's hashed alias changes the name, not the function,
 so the requirements a function carries follow it); `tools/list` is rewritten in the SDK's middleware
 underneath, since fastmcp's typed tools drop `execution.requirements` too.
+
+Served over HTTP without fastmcp's own auth, give fastmcp `SessionOwners` so each session belongs
+to the caller that opened it: `app.http_app(middleware=[Middleware(SessionOwners, guard=guard)])`
+(or the same `middleware=` to `app.run(transport="http", ...)`).
 """
 
 from __future__ import annotations
@@ -38,10 +42,11 @@ from ..telemetry.metrics import Metrics
 from ..wire import meta_requirements
 from ._calls import denial_error, denial_meta, denial_text
 from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
+from ._sessions import SessionOwners
 from ._telemetry import continue_http_traces
 
-__all__ = ["Preconditions", "PreconditionsMiddleware", "guard_fastmcp", "requirements_of_tool",
-           "resolve_tool"]
+__all__ = ["Preconditions", "PreconditionsMiddleware", "SessionOwners", "guard_fastmcp",
+           "requirements_of_tool", "resolve_tool"]
 
 
 def _http_request() -> Any:
@@ -187,7 +192,9 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
 
     `requirements` maps tool names to their own requirements (validated now; each name must be
     one of the app's tools by the first `tools/list` or `tools/call`). `metrics=True` (or a
-    `Metrics`) counts every decision (`pre.metrics`) and serves `GET /metrics` on the app."""
+    `Metrics`) counts every decision (`pre.metrics`) and serves `GET /metrics` on the app.
+    Over HTTP without fastmcp's auth, pass `middleware=[Middleware(SessionOwners, guard=guard)]`
+    to `app.http_app` / `app.run`: otherwise any caller who learns a session id can use it."""
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
                         notify_list_changed=notify_list_changed, tool_functions=True)
     pre.name = app.name

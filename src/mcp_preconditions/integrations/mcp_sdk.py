@@ -1,4 +1,5 @@
-"""The `mcp` SDK adapter (extra `mcp`): a guarded `MCPServer`, and `guard_server` for a lowlevel `Server`.
+"""The `mcp` SDK adapter (extra `mcp`): a guarded `MCPServer`, and `guard_server` for a lowlevel `Server`
+(whose HTTP app takes `SessionOwners`, so that each session belongs to the caller that opened it).
 
     server = GuardedMCPServer("mission-control", guard=Guard(load_policy("policy.toml")))
 
@@ -52,8 +53,8 @@ from ._sessions import SessionOwners, TargetedBus
 from ._telemetry import continue_http_traces
 
 __all__ = ["DENIAL_CODE", "EXTENSION_ID", "STEP_UP_META_KEY", "GuardedMCPServer", "Preconditions",
-           "PreconditionsExtension", "RequirementsExtension", "guard_server", "requirements_of",
-           "requires"]
+           "PreconditionsExtension", "RequirementsExtension", "SessionOwners", "guard_server",
+           "requirements_of", "requires"]
 
 EXTENSION_ID = "io.github.mcp-preconditions/requirements"
 _SPANS = CurrentSpan()
@@ -308,7 +309,9 @@ def guard_server(server: Server[Any], guard: Guard, *,
 
     `requirements` maps tool names to their own requirements (validated now). `metrics=True` (or
     a `Metrics`) counts every decision: serve `telemetry.metrics_route(pre.metrics)` among the
-    HTTP app's `custom_starlette_routes`."""
+    HTTP app's `custom_starlette_routes`. Served over HTTP without the SDK's auth, add
+    `SessionOwners` to the app (`app.add_middleware(SessionOwners, guard=guard)`): otherwise any
+    caller who learns a session id can use, stream from or close that session."""
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
                         notify_list_changed=notify_list_changed, guard_calls=True)
     pre.name = server.name
