@@ -31,7 +31,10 @@ UNSUPPORTED_PROTOCOL_VERSION: Final = types.UNSUPPORTED_PROTOCOL_VERSION
 # HTTP stream, with this code (LSP's RequestCancelled, as the MCP SDK's transport does).
 REQUEST_CANCELLED: Final = -32800
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# ASCII out: a lone surrogate the standard library read ("\ud800") is written back as that escape,
+# so the server reads the string the guard decided on (UTF-8 cannot carry it: it would arrive as
+# U+FFFD, or as bytes that are not UTF-8 at all).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
 class RpcError(Exception):
@@ -76,8 +79,8 @@ def dumps(message: Any) -> bytes:
         try:
             return orjson.dumps(message)
         except (TypeError, orjson.JSONEncodeError):
-            pass  # an integer past 64 bits, or a float the client sent as NaN: written as read
-    return _ENCODER.encode(message).encode("utf-8", "surrogatepass")
+            pass  # an integer past 64 bits, a float sent as NaN, a lone surrogate: written as read
+    return _ENCODER.encode(message).encode("ascii")
 
 
 def is_id(value: Any) -> TypeGuard[RequestId]:
