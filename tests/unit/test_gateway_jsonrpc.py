@@ -31,3 +31,14 @@ def test_what_orjson_refuses_round_trips() -> None:
     message = jsonrpc.loads(b'{"big":123456789012345678901234567890,"nan":NaN}')
     again = jsonrpc.loads(jsonrpc.dumps(message))
     assert again["big"] == 123456789012345678901234567890 and math.isnan(again["nan"])
+
+
+def test_an_invalid_request_is_answered_only_when_it_has_an_id_to_answer() -> None:
+    bad_params = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": ["echo"]}
+    answer = jsonrpc.invalid_request(bad_params)
+    assert answer is not None and answer["id"] == 4 and answer["error"]["code"] == -32600
+    assert answer["error"]["message"] == ('Invalid Request: not a JSON-RPC 2.0 request (jsonrpc '
+                                          '"2.0", a string method, params an object)')
+    for unanswerable in ([bad_params], {**bad_params, "id": None}, {**bad_params, "id": True},
+                         {"jsonrpc": "2.0", "id": 4, "result": []}, "tools/call"):
+        assert jsonrpc.invalid_request(unanswerable) is None

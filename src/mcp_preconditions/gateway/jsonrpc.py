@@ -110,6 +110,17 @@ def kind(message: Any) -> str | None:
     return None
 
 
+def invalid_request(message: Any) -> Message | None:
+    """The answer to JSON that is no JSON-RPC 2.0 message (`kind` is None): -32600 Invalid Request
+    when it is an object with an id it can be answered with and no result or error (a request, then);
+    None otherwise (a batch, `"id": null`, a malformed response: there is no one to answer)."""
+    if not isinstance(message, dict) or not is_id(message.get("id")) \
+            or "result" in message or "error" in message:
+        return None
+    return error(message["id"], RpcError(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 "
+                                         "request (jsonrpc \"2.0\", a string method, params an object)"))
+
+
 def request(request_id: RequestId, method: str, params: dict[str, Any] | None) -> Message:
     out: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:
