@@ -209,25 +209,38 @@ def test_readiness_names_servers_by_key_and_no_policy_entry(tmp_path: Path) -> N
 
 
 # -- 6. the HTTP listener bounds slow clients ------------------------------------------------------
-def test_half_sent_headers_are_cut_off_and_connections_are_capped(tmp_path: Path) -> None:
+def test_half_sent_headers_and_bodies_are_cut_off_and_connections_are_capped(tmp_path: Path) -> None:
     policy, log = _policy(tmp_path, "# nothing\n"), tmp_path / "upstream.jsonl"
     with gateway_http(policy, log, "--header-timeout-seconds", "1", "--max-connections", "40",
                       "--", *asking_upstream.command()) as gw:
         host, port = gw.url.removeprefix("http://").split(":")
         slow = [socket.create_connection((host, int(port)), timeout=30) for _ in range(30)]
-        for sock in slow:
+        for sock in slow[:15]:
             sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Ty")  # half its headers
+        for sock in slow[15:]:  # whole headers, then part of the body they promise
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{")
         for sock in slow:  # each is closed by the gateway: the read ends (b"") instead of hanging
             assert sock.recv(1024) == b""
             sock.close()
         assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
-        held = [socket.create_connection((host, int(port)), timeout=30) for _ in range(45)]
-        try:
-            over = httpx.get(gw.url + "/healthz", timeout=30)
+        held = [socket.create_connection((host, int(port)), timeout=30) for _ in range(46)]
+        try:  # within the cap: held until their header deadline; beyond it: 503 and closed at once
+            got = [_read_all(sock) for sock in held]
         finally:
             for sock in held:
                 sock.close()
-    assert over.status_code == 503
+    # (the 40th may be over the cap too, while the /healthz connection is still being closed)
+    assert got[:39] == [b""] * 39
+    assert all(g.startswith(b"HTTP/1.1 503 ") for g in got[40:]), got[40:]
+    assert not tool_calls(log)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(1024):
+        data += chunk
+    return data
 
 
 # -- 8. unlisted_tools = "deny" exposes an open tool the policy names ----------------------------

@@ -1,6 +1,7 @@
 """Confidential requirements never reach a caller (issue 22, item 1): generated policies with
 confidential requirements on every hosted adapter (in-process, the SDK's own client, both protocol
-versions and both denial forms) and `mcp-preconditions serve` as a stdio subprocess. Everything a
+versions and both denial forms), `mcp-preconditions serve` as a stdio subprocess, and the gateway
+(requirements from its policy and from its upstream's own declarations). Everything a
 caller receives (raw and typed listings, results, errors) is searched for each confidential name.
 """
 
@@ -19,7 +20,10 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from tests.fixtures.gateway_upstream import gateway_stdio, tool_calls
 from tests.fixtures.mcp_servers import CLI, MISSION_POLICY, MODES, ROOT, VERSIONS, raw_tools, server_env
+from tests.integration.test_gateway_confidential import CONFIDENTIAL
+from tests.integration.test_gateway_confidential import files as gateway_files
 from tests.properties.test_advertised_enforced import FLAVOURS, Case, build, cases, expected
 
 from .tally import TALLY
@@ -107,4 +111,17 @@ async def test_serve_over_stdio_never_names_a_confidential_requirement(
     names_seen = seen(texts, ["state:weather.clear", "weather.clear"])
     TALLY.add(SUITE, cases=1, calls=calls + 1, wrongly_allowed=wrong, confidential_seen=names_seen)
     assert withheld == 1  # enforced, and counted
+    assert (wrong, names_seen) == (0, 0)
+
+
+@pytest.mark.parametrize("denial", ["result", "jsonrpc"])
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_the_gateway_never_names_a_confidential_requirement(
+        tmp_path: Path, version: str, denial: str) -> None:
+    policy, claims, log = gateway_files(tmp_path, denial)
+    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode=MODES[version]) as client:
+        texts, calls = await received(client, ["echo", "typed", "secret", "mirror"])
+    wrong = len(tool_calls(log))  # each is denied: none may reach the upstream
+    names_seen = seen(texts, CONFIDENTIAL)
+    TALLY.add(SUITE, cases=1, calls=calls, wrongly_allowed=wrong, confidential_seen=names_seen)
     assert (wrong, names_seen) == (0, 0)

@@ -199,7 +199,8 @@ async def test_what_a_caller_reads_never_names_the_policy_or_the_command(tmp_pat
 
 
 # -- 6. slow clients ---------------------------------------------------------------------------------
-def test_half_sent_headers_never_hold_a_connection(tmp_path: Path) -> None:
+def test_half_sent_requests_never_hold_a_connection(tmp_path: Path) -> None:
+    """Each cut somewhere in a request: in its headers, or in the body they promise."""
     rng = random.Random(6)
     policy = _write(tmp_path / "policy.toml", "# nothing\n")
     cases = calls = wrong = 0
@@ -208,7 +209,8 @@ def test_half_sent_headers_never_hold_a_connection(tmp_path: Path) -> None:
         host, port = gw.url.removeprefix("http://").split(":")
         for _ in range(5):
             request = (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, "
-                       b"text/event-stream\r\nContent-Type: application/json\r\n")
+                       b"text/event-stream\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 64\r\n\r\n{\"jsonrpc\": \"2.0\", \"id\": 1")
             socks = []
             for _ in range(rng.randint(5, 25)):
                 sock = socket.create_connection((host, int(port)), timeout=10)

@@ -96,10 +96,10 @@ class Forward:
         credentials = self._credentials(ctx)
         identity = await self._authenticate(credentials) if credentials.token is not None else None
         caller = rounds.caller_key(credentials, identity)
-        about = rounds.binding(method, params)
+        about = rounds.binding(method, ctx.params)  # the visible name, not the server's own
         p = dict(params or {})
         if p.get("requestState") is not None:
-            return await self._rounds.resume(ctx, p["requestState"], caller, about,
+            return await self._rounds.resume(ctx, p["requestState"], caller, about, member.key,
                                              p.get("inputResponses"))
         p.pop("inputResponses", None)  # answers to nothing this server asked
         p.pop("requestState", None)

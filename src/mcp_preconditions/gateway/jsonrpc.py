@@ -31,7 +31,10 @@ UNSUPPORTED_PROTOCOL_VERSION: Final = types.UNSUPPORTED_PROTOCOL_VERSION
 # HTTP stream, with this code (LSP's RequestCancelled, as the MCP SDK's transport does).
 REQUEST_CANCELLED: Final = -32800
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# ASCII out: a lone surrogate the standard library read ("\ud800") is written back as that escape,
+# so the server reads the string the guard decided on (UTF-8 cannot carry it: it would arrive as
+# U+FFFD, or as bytes that are not UTF-8 at all).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
 class RpcError(Exception):
@@ -76,8 +79,8 @@ def dumps(message: Any) -> bytes:
         try:
             return orjson.dumps(message)
         except (TypeError, orjson.JSONEncodeError):
-            pass  # an integer past 64 bits, or a float the client sent as NaN: written as read
-    return _ENCODER.encode(message).encode("utf-8", "surrogatepass")
+            pass  # an integer past 64 bits, a float sent as NaN, a lone surrogate: written as read
+    return _ENCODER.encode(message).encode("ascii")
 
 
 def is_id(value: Any) -> TypeGuard[RequestId]:
@@ -105,6 +108,17 @@ def kind(message: Any) -> str | None:
             and isinstance(error.get("message"), str)
         return "error" if ok_id and ok else None
     return None
+
+
+def invalid_request(message: Any) -> Message | None:
+    """The answer to JSON that is no JSON-RPC 2.0 message (`kind` is None): -32600 Invalid Request
+    when it is an object with an id it can be answered with and no result or error (a request, then);
+    None otherwise (a batch, `"id": null`, a malformed response: there is no one to answer)."""
+    if not isinstance(message, dict) or not is_id(message.get("id")) \
+            or "result" in message or "error" in message:
+        return None
+    return error(message["id"], RpcError(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 "
+                                         "request (jsonrpc \"2.0\", a string method, params an object)"))
 
 
 def request(request_id: RequestId, method: str, params: dict[str, Any] | None) -> Message:

@@ -1,7 +1,8 @@
 """Where clients reach the gateway: one client on stdio, or streamable HTTP on a socket that is already
 bound. The servers' supervisors and the listener run in one task group; when the listener ends,
 everything ends. Over HTTP, slow clients are bounded: a connection whose request headers are not
-complete in time is closed, and open connections are capped (SPEC §10).
+complete in time (or whose body is not) is closed, and open connections are capped: one beyond the
+cap is answered 503 and closed as it is accepted (SPEC §10).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ Task = Callable[[], Coroutine[Any, Any, None]]
 
 @dataclass(frozen=True)
 class Limits:
-    """What one HTTP client may hold: request headers complete within `header_seconds`, and at
-    most `connections` connections (plus requests in progress) open at once; beyond that a new
-    one gets 503 at once."""
+    """What one HTTP client may hold: request headers complete within `header_seconds` (and then
+    its body within as long again), and at most `connections` connections (plus requests in
+    progress) open at once; beyond that a new one gets 503 and is closed at once."""
 
     header_seconds: float = 10.0
     connections: int = 1000
@@ -107,41 +108,70 @@ def _protocol() -> type[asyncio.Protocol]:
     return HttpToolsProtocol
 
 
-def _bounded(limits: Limits) -> type[asyncio.Protocol]:
-    """uvicorn's protocol, plus the header deadline it lacks (it times out only idle keep-alive
-    connections, so a client that sends half its headers holds a connection forever)."""
-    base: Any = _protocol()
+# What a connection beyond the cap reads before it is closed: uvicorn's own 503 (flow_control.py).
+OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                 b"content-length: 19\r\nconnection: close\r\n\r\nService Unavailable")
+_HEADERS, _BODY = "headers", "body"
 
-    class HeaderDeadline(base):  # type: ignore[misc]
+
+def _bounded(limits: Limits, base: Any = None) -> type[asyncio.Protocol]:
+    """uvicorn's protocol (`base`, default `_protocol()`), plus the bounds it lacks: it times out
+    only idle keep-alive connections, so a client that sends half its headers, or trickles its
+    body, held a connection forever; and it accepts every connection, answering 503 only once a
+    request's headers are in. Here each request's headers, then its body, must arrive within
+    `header_seconds` each, and a connection beyond `connections` is answered 503 and closed as
+    it is accepted. This relies on uvicorn's internals (`connections`, `cycle`, `cycle.more_body`,
+    `cycle.response_complete`, `transport`, `loop`): pyproject pins the uvicorn versions it was
+    checked against, and tests/unit/test_gateway_listener.py fails if they change."""
+    base = base if base is not None else _protocol()
+
+    class Bounded(base):  # type: ignore[misc]
         _deadline: asyncio.TimerHandle | None = None
+        _armed_for: str | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
-            self._arm()
+            if len(self.connections) > limits.connections:  # over the cap: no fd held for long
+                transport.write(OVER_CAPACITY)
+                transport.close()
+                return
+            self._arm(_HEADERS)
 
         def data_received(self, data: bytes) -> None:
-            if self._deadline is None and self._idle():
-                self._arm()  # the next request on a kept-alive connection starts now
+            if self._deadline is None and self._stage() == _HEADERS:
+                self._arm(_HEADERS)  # the next request on a kept-alive connection starts now
             super().data_received(data)
-            if self._deadline is not None and not self._idle():
-                self._deadline.cancel()  # its headers are complete: a request is under way
-                self._deadline = None
+            stage = self._stage()
+            if stage is None:
+                self._disarm()  # the whole request is in: it is under way
+            elif stage != self._armed_for:
+                self._arm(stage)  # its headers are in: its body has its own time
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+            self._disarm()
             super().connection_lost(exc)
 
-        def _idle(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
+        def _stage(self) -> str | None:
+            """What the connection waits for from its client: a request's headers, its body, or
+            nothing (a request is under way)."""
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                return _HEADERS
+            return _BODY if cycle.more_body else None
 
-        def _arm(self) -> None:
+        def _arm(self, stage: str) -> None:
+            self._disarm()
+            self._armed_for = stage
             self._deadline = self.loop.call_later(limits.header_seconds, self._late)
 
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self._armed_for = None
+
         def _late(self) -> None:
-            self._deadline = None
-            if self._idle() and not self.transport.is_closing():
+            self._deadline = self._armed_for = None
+            if self._stage() is not None and not self.transport.is_closing():
                 self.transport.close()
 
-    return HeaderDeadline
+    return Bounded

@@ -53,8 +53,9 @@ def caller_key(credentials: Credentials, identity: Identity | None = None) -> st
 
 
 def binding(method: str, params: Mapping[str, Any] | None) -> str:
-    """What the request is about (the tool or prompt and its arguments, or the URI): a retry
-    must name the same."""
+    """What the request is about (the tool or prompt and its arguments, or the URI) as the client
+    named it: a retry must name the same. The client's params, with the names it sees: two servers'
+    `ask` tools (`a__ask`, `b__ask`) are two bindings."""
     p = params or {}
     about = {"method": method, "name": p.get("name"), "uri": p.get("uri"),
              "arguments": p.get("arguments") or {}}
@@ -233,11 +234,12 @@ class Rounds:
             raise
         return await call.next(ctx)
 
-    async def resume(self, ctx: Call, state: Any, caller: str,
-                     about: str, responses: Mapping[str, Any] | None) -> dict[str, Any]:
-        """A retry: the client's answers go to the upstream's waiting requests."""
+    async def resume(self, ctx: Call, state: Any, caller: str, about: str, server: str,
+                     responses: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A retry: the client's answers go to the upstream's waiting requests, if it comes from
+        the same caller, names the same request and was routed to the same server."""
         call = self._calls.get(state) if isinstance(state, str) else None
-        if call is None or call.caller != caller or call.about != about:
+        if call is None or call.caller != caller or call.about != about or call.server != server:
             raise RpcError(INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
         call.answer(responses or {})
         return await call.next(ctx)

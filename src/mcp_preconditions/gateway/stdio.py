@@ -101,6 +101,10 @@ class StdioClient:
                 self._cancel(message.get("params"))
             else:
                 await self.dispatch.notified(client, message["method"], message.get("params"))
+        elif what is None:  # answered when it can be (JSON-RPC 2.0), else dropped
+            answer = jsonrpc.invalid_request(message)
+            if answer is not None:
+                output.push(answer)
         elif what == "request":
             call = self._call(message, output)
             if call is None:

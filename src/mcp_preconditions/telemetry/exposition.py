@@ -5,7 +5,9 @@ server has no HTTP listener; `--metrics-listen http://HOST:PORT`).
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -22,6 +24,13 @@ from ..errors import PreconditionsError
 from .metrics import Metrics
 
 METRICS_PATH = "/metrics"
+# A scraper connects, asks and reads within seconds. A client slower than this per read or write is
+# dropped, and beyond this many connections at once a new one is answered 503 and closed: one
+# thread per slow client is bounded, in time and in number.
+SCRAPE_TIMEOUT_SECONDS = 10.0
+MAX_SCRAPES = 32
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\n"
+         b"Connection: close\r\n\r\nService Unavailable\n")
 
 
 def metrics_endpoint(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
@@ -46,8 +55,41 @@ def metrics_app(metrics: Metrics) -> Starlette:
 
 
 class _Quiet(WSGIRequestHandler):
+    timeout = SCRAPE_TIMEOUT_SECONDS  # per socket read and write (StreamRequestHandler.setup)
+
     def log_message(self, format: str, *args: Any) -> None:
         """A scrape every few seconds is not worth a line on stderr."""
+
+
+class _Bounded(ThreadingWSGIServer):
+    """prometheus_client's thread-per-connection server, with at most MAX_SCRAPES threads."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out or went away is not worth a traceback on stderr."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 def _only(path: str, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
@@ -61,12 +103,13 @@ def _only(path: str, app: Callable[..., Iterable[bytes]]) -> Callable[..., Itera
 
 class MetricsListener:
     """`/metrics` on a listener of its own, served from a daemon thread (so it answers even while
-    the event loop is busy). `port` 0 picks a free port: read it from `.port`."""
+    the event loop is busy), one thread per connection, bounded (SCRAPE_TIMEOUT_SECONDS,
+    MAX_SCRAPES). `port` 0 picks a free port: read it from `.port`."""
 
     def __init__(self, metrics: Metrics, host: str, port: int, option: str = "--metrics-listen"
                  ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+        server_class = type("MetricsServer", (_Bounded,), {"address_family": family})
         app = _only(METRICS_PATH, make_wsgi_app(metrics.registry))
         try:
             self._server: WSGIServer = make_server(host, port, app, server_class, handler_class=_Quiet)
