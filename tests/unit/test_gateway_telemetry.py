@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from mcp_preconditions.outcomes import Decision, Outcome
+from mcp_preconditions.outcomes import Decision, Outcome, Status
 from mcp_preconditions.telemetry import Metrics
 from mcp_preconditions.telemetry.gateway import NO_SERVER, GatewayTelemetry
 from mcp_preconditions.telemetry.propagation import message_headers
@@ -34,7 +34,8 @@ def decision(tool: str, *outcomes: Outcome) -> Decision:
 
 
 ALLOWED = decision("alpha__echo", Outcome.satisfied("env:production"))
-DENIED = decision("alpha__slow", Outcome.unsatisfied(SECRET, "no"), Outcome.unsatisfied("quota:q", "empty"))
+USED_UP = Outcome("quota:q", Status.UNSATISFIED, "empty", transient=True, retry_after_seconds=5.0)
+DENIED = decision("alpha__slow", Outcome.unsatisfied(SECRET, "no"), USED_UP)
 UNLISTED = Decision("nope", False, (), subject=None, revision="r1", duration_ns=0)
 
 

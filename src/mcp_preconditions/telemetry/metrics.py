@@ -137,7 +137,10 @@ class Metrics:
             requirement = outcome.requirement
             label = requirement_label(requirement, confidential, declared)
             unmet[(label,)] = unmet.get((label,), 0) + 1
-            if outcome.status is Status.UNSATISFIED and requirement.startswith(QUOTA_PREFIX):
+            # Used up: a quota that had no unit left says when it has one (an undefined quota,
+            # refused by form, says nothing; one that was not asked has no outcome).
+            if outcome.retry_after_seconds is not None and requirement.startswith(QUOTA_PREFIX) \
+                    and outcome.status is Status.UNSATISFIED:
                 name = (quota_label(requirement, confidential, declared),)
                 quota[name] = quota.get(name, 0) + 1
 
