@@ -56,7 +56,9 @@ def spans() -> Iterator[tuple[GatewayTelemetry, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield GatewayTelemetry(Metrics(), provider.get_tracer("test")), exporter
+    telemetry = GatewayTelemetry(Metrics(), provider.get_tracer("test"))
+    telemetry.listed(TOOLS, {SECRET}, "r1")  # span names are listed tools, else (unlisted)
+    yield telemetry, exporter
     provider.shutdown()
 
 
@@ -180,7 +182,7 @@ def test_a_message_ending_in_an_error_marks_its_span_without_the_text(
     assert span is not None
     with pytest.raises(MCPError), span:
         raise MCPError(types.INVALID_PARAMS, "caller's text: sk-secret")
-    call = by_name(exporter)["tools/call x"]
+    call = by_name(exporter)["tools/call (unlisted)"]  # no server lists `x`
     assert call.status.status_code is StatusCode.ERROR
     assert (call.attributes or {})["error.type"] == str(types.INVALID_PARAMS)
     assert "sk-secret" not in repr(call.status) + repr(dict(call.attributes or {}))
