@@ -90,14 +90,19 @@ class Metrics:
         """The tools `server` lists now (name -> effective requirements) and the policy's
         confidential requirements. Call it whenever the listing or the policy changes. Series
         start at 0 for every listed tool and declared requirement, so `rate()` sees the first
-        denial; a requirement that became confidential loses its series."""
+        denial. A tool the server no longer lists loses its series (the counts of the tools still
+        listed are kept), and so does a requirement no server declares any more or one that became
+        confidential: the series are always those of what is listed now."""
         tools = {name: list(reqs) for name, reqs in tools.items()}
         bounds = Bounds.of(tools, confidential)
         secret = frozenset(confidential)
         with self._lock, self._tally.lock:
+            before, declared_before = self._bounds.get(server, _NOTHING), self._declared
             self._bounds[server] = bounds
             self._declared = frozenset().union(*(b.requirements for b in self._bounds.values()))
             tally = self._tally
+            tally.forget(DECISIONS, [(server, t, r) for t in before.tools - bounds.tools
+                                     for r in RESULTS])
             tally.start(DECISIONS, [(server, t, r) for t in bounds.tools for r in RESULTS[:3]])
             tally.start(DECISIONS, [(server, UNLISTED, "unlisted")])
             tally.start(UNMET, [(r,) for r in bounds.requirements])
@@ -105,7 +110,7 @@ class Metrics:
                                 if r.startswith(QUOTA_PREFIX)])
             if any(r in secret for reqs in tools.values() for r in reqs):
                 tally.start(UNMET, [(WITHHELD,)])
-            gone = secret - self._declared
+            gone = (secret | declared_before) - self._declared
             tally.forget(UNMET, [(r,) for r in gone])
             tally.forget(QUOTA, [(r[len(QUOTA_PREFIX):],) for r in gone if r.startswith(QUOTA_PREFIX)])
 
