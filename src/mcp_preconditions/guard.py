@@ -269,9 +269,10 @@ class Guard:
     async def callable_tools(self, credentials: Credentials, tools: Iterable[str] | None = None
                              ) -> list[str]:
         """Which of `tools` (default: every known tool) this caller may call now, in order. A tool
-        denied only by argument conditions or a used-up quota counts as callable: some arguments
-        may be allowed, the quota refills, and each call is still decided on its own. Listing takes
-        no quota unit."""
+        denied only by argument conditions counts as callable: some arguments may be allowed, and
+        each call is still decided on its own. Quotas count as callable without asking their store
+        (a quota refills, and its outcome is never learned): listing takes no unit and costs no
+        store round trip."""
         snap, authenticator, _ = self._state
         names = list(tools) if tools is not None else list(dict.fromkeys([*self._tools, *snap.tools]))
         identity = await self.authenticate(credentials, authenticator)
@@ -280,7 +281,8 @@ class Guard:
             compiled = snap.tools.get(name)
             decided: Ruling | Awaitable[Ruling] = (True, ())
             if compiled is not None:
-                decided = snap.evaluate(compiled, identity, None, take=False)
+                decided = snap.evaluate(compiled if compiled.metered is None
+                                        else compiled.metered.rest, identity, None)
             _, outcomes = decided if isinstance(decided, tuple) else await decided
             if all(o.ok or ((o.argument_dependent or o.transient) and o.status is Status.UNSATISFIED)
                    for o in outcomes):

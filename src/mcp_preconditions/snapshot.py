@@ -318,15 +318,14 @@ class Snapshot:
             return None, f"resolver '{namespace}' raised {_short(exc)}"
         return result, None
 
-    def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None,
-                 *, take: bool = True) -> Ruling | Awaitable[Ruling]:
+    def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None
+                 ) -> Ruling | Awaitable[Ruling]:
         """The call's ruling: every requirement's outcome, in the tool's order, and whether they
         allow it; awaitable only if some lookup is async. A tool the caller alone decides answers
-        from its memo after the first call. A tool's quotas are decided last: when every other
-        requirement holds (and `take`), one unit of each is taken, or none; otherwise they are
-        only looked at."""
+        from its memo after the first call. A tool's quotas are decided last, and only when every
+        other requirement holds: then one unit of each is taken, or none."""
         if tool.metered is not None:
-            return self._metered_ruling(tool.metered, identity, arguments, take)
+            return self._metered_ruling(tool.metered, identity, arguments)
         if not tool.dynamic:  # every outcome fixed for the snapshot
             return ruling(tuple(c.static for c in tool.checks))  # type: ignore[misc]
         reads, principal = tool.reads, identity.principal
@@ -355,59 +354,47 @@ class Snapshot:
         return self._gather(results) if pending else ruling(tuple(results))
 
     def _metered_ruling(self, metered: Metered, identity: Identity,
-                        arguments: Mapping[str, Any] | None, take: bool) -> Ruling | Awaitable[Ruling]:
+                        arguments: Mapping[str, Any] | None) -> Ruling | Awaitable[Ruling]:
         others = self.evaluate(metered.rest, identity, arguments)
         if others.__class__ is tuple:
-            return self._settled(metered, others, identity, arguments, take)
-        return self._settled_later(metered, others, identity, arguments, take)  # type: ignore[arg-type]
+            return self._settled(metered, others, identity)
+        return self._settled_later(metered, others, identity)  # type: ignore[arg-type]
 
-    async def _settled_later(self, metered: Metered, pending: Awaitable[Ruling], identity: Identity,
-                             arguments: Mapping[str, Any] | None, take: bool) -> Ruling:
-        decided = self._settled(metered, await pending, identity, arguments, take)
+    async def _settled_later(self, metered: Metered, pending: Awaitable[Ruling], identity: Identity
+                             ) -> Ruling:
+        decided = self._settled(metered, await pending, identity)
         return decided if isinstance(decided, tuple) else await decided
 
-    def _settled(self, metered: Metered, others: Ruling, identity: Identity,
-                 arguments: Mapping[str, Any] | None, take: bool) -> Ruling | Awaitable[Ruling]:
-        """The quotas' outcomes merged into the others' (tool order), and the one rule on them."""
+    def _settled(self, metered: Metered, others: Ruling, identity: Identity
+                 ) -> Ruling | Awaitable[Ruling]:
+        """The quotas' outcomes merged into the others' (tool order), and the one rule on them.
+        A call the other requirements refuse is refused without its quotas: no store is asked (a
+        caller without a token costs no Redis round trip) and no quota outcome is reported, as a
+        quota that was not checked is neither satisfied nor used up."""
         allowed, outcomes = others
+        if outcomes and not allowed:
+            return others
         quotas: tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]
-        if take and (allowed or not outcomes):  # every other requirement holds: take
-            try:
-                quotas = metered.plan.take(identity)
-            except Exception as exc:  # a failing store is `error` for every quota (fail closed)
-                quotas = _errors(metered.plan.requirements, f"resolver 'quota' raised {_short(exc)}")
-            if isinstance(quotas, tuple):
-                return ruling(outcomes + quotas) if metered.last else _merged(metered, outcomes, quotas)
-            quotas = self._take_later(metered.plan.requirements, quotas)
-        else:  # denied already (or only listing): look, take nothing
-            context = CallContext(metered.rest.name, identity, arguments or _NO_ARGUMENTS,
-                                  self.evaluate_one)
-            looked = [self._run(check, context) for check in metered.checks]
-            quotas = (tuple(looked) if all(r.__class__ is Outcome for r in looked)  # type: ignore[arg-type]
-                      else self._gather_outcomes(looked))
+        try:
+            quotas = metered.plan.take(identity)
+        except Exception as exc:  # a failing store is `error` for every quota (fail closed)
+            quotas = _errors(metered.plan.requirements, f"resolver 'quota' raised {_short(exc)}")
         if isinstance(quotas, tuple):
-            return _merged(metered, outcomes, quotas)
-        return self._merged_later(metered, outcomes, quotas)
+            return ruling(outcomes + quotas) if metered.last else _merged(metered, outcomes, quotas)
+        return self._taken_later(metered, outcomes, quotas)
 
-    async def _take_later(self, requirements: tuple[str, ...],
-                          pending: Awaitable[tuple[Outcome, ...]]) -> tuple[Outcome, ...]:
+    async def _taken_later(self, metered: Metered, others: tuple[Outcome, ...],
+                           pending: Awaitable[tuple[Outcome, ...]]) -> Ruling:
+        """`_settled` for a store that must be awaited (Redis), under the snapshot's timeout."""
         taken, failure = await self._bounded("quota", pending)
-        return _errors(requirements, failure) if failure is not None else taken
+        return _merged(metered, others, taken if failure is None else
+                       _errors(metered.plan.requirements, failure))
 
     @staticmethod
-    async def _merged_later(metered: Metered, others: tuple[Outcome, ...],
-                            pending: Awaitable[tuple[Outcome, ...]]) -> Ruling:
-        return _merged(metered, others, await pending)
-
-    @staticmethod
-    async def _gather_outcomes(results: list[Outcome | Awaitable[Outcome]]) -> tuple[Outcome, ...]:
+    async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> Ruling:
         pending = [r for r in results if not isinstance(r, Outcome)]
         done = iter(await asyncio.gather(*pending))
-        return tuple(r if isinstance(r, Outcome) else next(done) for r in results)
-
-    @classmethod
-    async def _gather(cls, results: list[Outcome | Awaitable[Outcome]]) -> Ruling:
-        return ruling(await cls._gather_outcomes(results))
+        return ruling(tuple(r if isinstance(r, Outcome) else next(done) for r in results))
 
 
 def _merged(metered: Metered, others: tuple[Outcome, ...], quotas: tuple[Outcome, ...]) -> Ruling:

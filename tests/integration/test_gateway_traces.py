@@ -3,8 +3,8 @@ tests/fixtures/otlp.py) in front of two servers that log what they receive: `alp
 `beta` over streamable HTTP. One trace id runs from the client's `traceparent` (its HTTP header, or
 `_meta.traceparent`) through the gateway's server, decision and upstream spans to the `traceparent`
 each server receives (`_meta` for both; a header too for the HTTP one). A denied call's span says
-denied and names no confidential requirement. Without the variables the client's context is passed
-on as it came, and nothing is exported.
+denied and names no confidential requirement; a name no server lists is `(unlisted)` in every span.
+Without the variables the client's context is passed on as it came, and nothing is exported.
 """
 
 from __future__ import annotations
@@ -144,3 +144,28 @@ def test_without_otel_variables_the_clients_context_is_passed_on_and_nothing_exp
     assert [(e["params"]["_meta"]["traceparent"], e["headers"]["traceparent"]) for e in beta] == [
         (traceparent(TRACES[k]), traceparent(TRACES[k])) for k in ("beta", "meta")]
     assert otlp_receiver.requests == 0
+
+
+UNLISTED_TRACE = "c0ffee00c0ffee00c0ffee00c0ffee00"
+
+
+async def probes(url: str, count: int) -> list[bool]:
+    """`count` calls of names no server lists, in one trace: what each said (is_error)."""
+    header = httpx2.AsyncClient(headers={"traceparent": traceparent(UNLISTED_TRACE)}, timeout=30)
+    async with Client(streamable_http_client(url, http_client=header)) as client:
+        return [(await client.call_tool(f"probe_{n}_from_a_caller", {})).is_error
+                for n in range(count)]
+
+
+def test_a_name_no_server_lists_is_unlisted_in_every_span(
+        tmp_path: Path, otlp_receiver: OtlpReceiver) -> None:
+    with traced_gateway(tmp_path, otlp_receiver) as (gw, _beta):
+        assert anyio.run(probes, gw.url + "/mcp", 20) == [True] * 20
+        until(lambda: sum(s.name == "tools/call (unlisted)"
+                          for s in otlp_receiver.spans if s.trace_id == UNLISTED_TRACE), 20, gw.output)
+        spans = [s for s in otlp_receiver.spans if s.trace_id == UNLISTED_TRACE]
+    served = [s for s in spans if s.kind == SERVER and s.name.startswith("tools/call")]
+    assert [s.name for s in served] == ["tools/call (unlisted)"] * 20  # one name for 20 sent
+    assert {s.attributes["gen_ai.tool.name"] for s in served} == {"(unlisted)"}
+    assert {s.attributes["mcp.preconditions.result"] for s in served} == {"unlisted"}
+    assert "probe_" not in repr([(s.name, s.attributes) for s in spans])

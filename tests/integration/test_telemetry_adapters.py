@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_preconditions.telemetry import Metrics, metrics_route
 from tests.fixtures.mcp_servers import FLAVOURS, ROOT, Flavour, run_asgi, server_env, small_guard
 from tests.fixtures.otlp import OtlpReceiver
-from tests.fixtures.traced_flavour import PARENT, TRACE
+from tests.fixtures.traced_flavour import PARENT, TRACE, UNKNOWN
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,9 @@ def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpRec
     done = subprocess.run([sys.executable, "-m", "tests.fixtures.traced_flavour", flavour_name],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    spans = otlp_receiver.wait_for(TRACE, {"decide open_door", "decide closed_door"})
+    decided_unknown = flavour_name != "fastmcp"  # fastmcp refuses an unknown name undecided
+    spans = otlp_receiver.wait_for(TRACE, {"decide open_door", "decide closed_door"} | (
+        {"decide (unlisted)"} if decided_unknown else set()))
     decisions = {s.name: s for s in spans if s.name.startswith("decide ")}
     by_id = {s.span_id: s for s in spans}
     for tool, allowed, result in (("open_door", True, "allowed"), ("closed_door", False, "denied")):
@@ -98,6 +100,12 @@ def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpRec
     roots = [s for s in spans if s.parent_span_id == PARENT]
     assert roots and all(s.kind == 2 for s in roots)
     assert "secret.door" not in repr([(s.name, s.attributes) for s in spans])
+    # The name no tool has is the caller's text: bounded to (unlisted) in every span and attribute.
+    assert UNKNOWN not in repr([(s.name, s.attributes) for s in spans])
+    if decided_unknown:
+        unlisted = decisions["decide (unlisted)"]
+        assert by_id[unlisted.parent_span_id].name == "tools/call (unlisted)"
+        assert by_id[unlisted.parent_span_id].attributes["gen_ai.tool.name"] == "(unlisted)"
 
 
 

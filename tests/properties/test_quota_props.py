@@ -2,7 +2,7 @@
 tokens, one back every `interval`, never more than `calls`). Random programs of clock steps, takes,
 looks, two-bucket takes (both or neither) and bursts of concurrent takes at one instant run against
 the memory store (threads) and the Redis store (a real redis-server, its clock injected), and
-against the Guard (a call denied for its role never takes a unit).
+against the Guard (a call denied for its role never asks the store, let alone takes a unit).
 """
 
 from __future__ import annotations
@@ -148,17 +148,33 @@ def test_the_guard_takes_only_for_calls_every_other_requirement_allows(
     clock = Clock()
     policy = (f"[quotas.q]\ncalls = {calls}\nper_seconds = {calls}\n[tools.t]\n"
               'requirements = ["auth:claim:role:ops", "quota:q"]\n')
+    store = Asked(clock=clock)
     guard = Guard(parse_policy(policy.encode(), "q.toml"), {}, entry_points=False,
-                  live=LiveSources(quota_memory=MemoryQuotaStore(clock=clock)))
+                  live=LiveSources(quota_memory=store))
     refs = {who: Reference(calls, 1000 * MS) for who in ("alice", "bob")}
     for who, has_role, tick in program:
         clock.now += tick
         claims = {"sub": who, "role": "ops" if has_role else "guest"}
+        store.asked = 0
         decision = guard.decide("t", Identity(principal=Principal.from_claims(claims)))
         room = refs[who].wait(clock.now) == 0
         assert decision.allowed == (has_role and room)
+        assert store.asked == (1 if has_role else 0)  # a call refused for its role never asks
         if decision.allowed:
             refs[who].take()
         elif has_role:
             assert decision.unmet == ("quota:q",)
             assert decision.retry_after_seconds is not None and decision.retry_after_seconds > 0
+        else:  # not asked: reported neither satisfied nor used up
+            assert decision.unmet == ("auth:claim:role:ops",)
+            assert decision.outcome("quota:q") is None
+
+
+class Asked(MemoryQuotaStore):
+    """The memory store, counting the questions it is asked."""
+
+    asked = 0
+
+    def take(self, buckets: Sequence[Bucket], take: bool = True) -> Waits:
+        self.asked += 1
+        return super().take(buckets, take)

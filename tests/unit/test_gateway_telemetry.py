@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from mcp_preconditions.outcomes import Decision, Outcome
+from mcp_preconditions.outcomes import Decision, Outcome, Status
 from mcp_preconditions.telemetry import Metrics
 from mcp_preconditions.telemetry.gateway import NO_SERVER, GatewayTelemetry
 from mcp_preconditions.telemetry.propagation import message_headers
@@ -34,7 +34,8 @@ def decision(tool: str, *outcomes: Outcome) -> Decision:
 
 
 ALLOWED = decision("alpha__echo", Outcome.satisfied("env:production"))
-DENIED = decision("alpha__slow", Outcome.unsatisfied(SECRET, "no"), Outcome.unsatisfied("quota:q", "empty"))
+USED_UP = Outcome("quota:q", Status.UNSATISFIED, "empty", transient=True, retry_after_seconds=5.0)
+DENIED = decision("alpha__slow", Outcome.unsatisfied(SECRET, "no"), USED_UP)
 UNLISTED = Decision("nope", False, (), subject=None, revision="r1", duration_ns=0)
 
 
@@ -55,7 +56,9 @@ def spans() -> Iterator[tuple[GatewayTelemetry, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield GatewayTelemetry(Metrics(), provider.get_tracer("test")), exporter
+    telemetry = GatewayTelemetry(Metrics(), provider.get_tracer("test"))
+    telemetry.listed(TOOLS, {SECRET}, "r1")  # span names are listed tools, else (unlisted)
+    yield telemetry, exporter
     provider.shutdown()
 
 
@@ -179,7 +182,7 @@ def test_a_message_ending_in_an_error_marks_its_span_without_the_text(
     assert span is not None
     with pytest.raises(MCPError), span:
         raise MCPError(types.INVALID_PARAMS, "caller's text: sk-secret")
-    call = by_name(exporter)["tools/call x"]
+    call = by_name(exporter)["tools/call (unlisted)"]  # no server lists `x`
     assert call.status.status_code is StatusCode.ERROR
     assert (call.attributes or {})["error.type"] == str(types.INVALID_PARAMS)
     assert "sk-secret" not in repr(call.status) + repr(dict(call.attributes or {}))

@@ -85,18 +85,18 @@ def test_a_call_denied_for_another_requirement_takes_no_unit() -> None:
     for _ in range(10):
         denied = g.decide("launch", mallory)
         assert denied.unmet == ("auth:claim:role:mc",)
-        quota = denied.outcome("quota:hourly")
-        assert quota is not None and quota.ok and "no unit taken" in quota.reason
+        assert denied.outcome("quota:hourly") is None  # not asked, so never reported satisfied
     assert [g.decide("launch", ALICE).allowed for _ in range(4)] == [True, True, True, False]
 
 
-def test_a_used_up_quota_is_named_next_to_the_other_unmet_requirements() -> None:
+def test_a_used_up_quota_is_not_named_when_another_requirement_refuses_the_call() -> None:
     g, _ = guard()
     for _ in range(3):
         assert g.decide("launch", ALICE).allowed
     denied = g.decide("launch", caller(sub="alice"))
-    assert denied.unmet == ("auth:claim:role:mc", "quota:hourly")
-    assert denied.transient == frozenset({"quota:hourly"})
+    assert denied.unmet == ("auth:claim:role:mc",)  # the quota was not asked: nothing to name
+    assert denied.transient == frozenset() and denied.retry_after_seconds is None
+    assert not g.decide("launch", ALICE).allowed  # ... and it is still used up
 
 
 def test_a_tool_with_two_quotas_takes_from_both_or_neither() -> None:

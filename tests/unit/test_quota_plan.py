@@ -11,7 +11,17 @@ from typing import Any
 
 import pytest
 
-from mcp_preconditions import Guard, Identity, Knowledge, LiveSources, Principal, Status, parse_policy
+from mcp_preconditions import (
+    Decision,
+    Guard,
+    Identity,
+    Knowledge,
+    LiveSources,
+    Outcome,
+    Principal,
+    Status,
+    parse_policy,
+)
 from mcp_preconditions.client import DENIAL_ERRORS_META_KEY, TRANSIENT_META_KEY
 from mcp_preconditions.errors import BackendError
 from mcp_preconditions.integrations._calls import denial_error, denial_meta, denial_result
@@ -144,11 +154,23 @@ def test_the_denial_marks_a_used_up_quota_transient_and_knowledge_skips_it() -> 
     assert knowledge.learned() == frozenset()
 
 
-def test_a_denial_for_a_lasting_reason_is_learned_but_never_its_quota() -> None:
+def test_a_denial_for_a_lasting_reason_names_only_it_and_is_learned() -> None:
     g = used_up(POLICY.replace(b"[quotas", b'environment = ["prod"]\n[quotas'))
     g.reload(parse_policy(POLICY, "q.toml"))  # env:prod no longer holds; the quota stays used up
     decision = g.decide("t", ALICE)
-    assert decision.unmet == ("env:prod", "quota:q")
+    assert decision.unmet == ("env:prod",)  # refused before the quota: it is not asked
+    assert decision.outcome("quota:q") is None and decision.retry_after_seconds is None
+    result = denial_result(decision).model_dump(by_alias=True, mode="json")
+    knowledge = Knowledge()
+    assert knowledge.learn_denial(result["structuredContent"], meta=result["_meta"]) == ("env:prod",)
+
+
+def test_a_denial_naming_a_lasting_reason_and_a_quota_is_learned_but_never_its_quota() -> None:
+    # Two unmet requirements, one a used-up quota (as a server whose quota sits in front of it, or
+    # an older version of this one, may answer): the client learns the lasting one only.
+    used = Outcome(requirement="quota:q", status=Status.UNSATISFIED, reason="used up",
+                   transient=True, retry_after_seconds=60.0)
+    decision = Decision("t", False, (Outcome.unsatisfied("env:prod", "no"), used))
     result = denial_result(decision).model_dump(by_alias=True, mode="json")
     knowledge = Knowledge()
     assert knowledge.learn_denial(result["structuredContent"], meta=result["_meta"]) == ("env:prod",)

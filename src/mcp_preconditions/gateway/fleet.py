@@ -242,10 +242,9 @@ class Fleet:
         self._declare()
 
     def _declare(self) -> None:
-        """The metrics' label values: each server's routable tools (a name it lists twice is
-        refused, so it counts as unlisted) with their effective requirements, and the policy."""
-        if self._telemetry.metrics is None:
-            return
+        """The metrics' and spans' label values: each server's routable tools (a name it lists
+        twice is refused, so it counts as unlisted) with their effective requirements, and the
+        policy."""
         guard, routes = self._guard, self.routes
         tools: dict[str, dict[str, tuple[str, ...]]] = {key: {} for key in self.members}
         for visible, target in routes.tools.items():

@@ -16,8 +16,9 @@ from mcp.server.lowlevel.server import Server
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from ..decision_sinks import ATTRIBUTE_PREFIX
 from ..outcomes import Decision
-from ..telemetry.labels import result_of
+from ..telemetry.labels import UNLISTED, result_of
 from ..telemetry.metrics import Metrics
 from ..telemetry.propagation import carrier, incoming_context
 from ..telemetry.tracing import call_attributes, decision_span, recording_span
@@ -77,11 +78,16 @@ async def _observed_later(pre: Preconditions, pending: Awaitable[Decision]) -> D
 
 async def _traced(pre: Preconditions, span: trace.Span, request: Any, tool: str,
                   arguments: Mapping[str, Any] | None) -> Decision:
-    with decision_span(tool):  # the decision-log span sink writes the decision's attributes here
+    listed = pre.known is not None and tool in pre.known
+    if not listed:  # the SDK named its span after the caller's text: a bounded name instead
+        span.update_name(f"tools/call {UNLISTED}")
+    # The decision-log span sink writes the decision's attributes on the decision span.
+    with decision_span(tool if listed else UNLISTED) as decided:
         decision = await pre.guard.check(tool, pre.credentials(request), arguments)
+        if not listed:
+            decided.set_attribute(ATTRIBUTE_PREFIX + "tool", UNLISTED)
     if pre.telemetry is not None:
         pre.telemetry.observe(decision)
-    listed = pre.known is not None and decision.tool in pre.known
     span.set_attributes(call_attributes(pre.name, decision, result_of(decision, listed)))
     return decision
 

@@ -1,8 +1,9 @@
 """`quota:NAME`: satisfied while the caller's bucket of `[quotas.NAME]` has a unit (docs/quotas.md).
 
-`resolve` only looks (a call denied for another reason, list filtering). Units are taken by a
-`QuotaPlan`, compiled once per tool: the snapshot runs it after every other requirement of a call
-holds, and it takes one unit from each of the tool's quotas or from none. Quota outcomes are marked
+`resolve` only looks (a capability grant's condition in a lenient guard; a strict one refuses
+it). Units are taken by a `QuotaPlan`, compiled once per tool: the snapshot runs it only after every
+other requirement of a call holds (otherwise no store is asked), and it takes one unit from each of
+the tool's quotas or from none. Quota outcomes are marked
 `transient`: a client never learns them.
 """
 

@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Tracer
 
 from ..outcomes import Decision
-from .labels import result_of
+from .labels import UNLISTED, result_of
 from .metrics import Metrics
 from .propagation import TRACEPARENT, header, incoming_context, upstream_params
 from .tracing import (
@@ -32,7 +32,6 @@ from .tracing import (
 )
 
 NO_SERVER = "(none)"  # the `server` label of a call to a name no server could take
-_NAMED = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt.name"}
 Headers = Mapping[str, Any] | None  # a request's HTTP headers (None: stdio, in-process)
 
 
@@ -46,6 +45,8 @@ class GatewayTelemetry:
         self.metrics = metrics
         self._tracer = tracer
         self._traced = tracer is not None
+        # Every server's listed tool names (`listed`): the only tool names a span may carry.
+        self._tools: frozenset[str] = frozenset()
         if metrics is not None:  # its `(unlisted)` series exists from the start, at 0
             metrics.declare(NO_SERVER, {})
 
@@ -63,7 +64,9 @@ class GatewayTelemetry:
                 ) -> AbstractContextManager[Span] | None:
         """The SERVER span of one client message, continuing the caller's trace context
         (`params._meta.traceparent`, else the HTTP `traceparent` header); None when tracing is
-        off. Enter it around the whole handling of the message."""
+        off. Enter it around the whole handling of the message. A `tools/call` span is named after
+        its tool when some server lists it, else `(unlisted)`: what a caller sends never adds a
+        span name. (A prompt's name is not known to be listed here: `prompts/get` names none.)"""
         if not self.tracing:
             return None
         attributes: dict[str, Any] = {"mcp.method.name": method}
@@ -71,21 +74,24 @@ class GatewayTelemetry:
             attributes["mcp.protocol.version"] = version
         if request_id is not None:
             attributes["jsonrpc.request.id"] = str(request_id)
-        name = params.get("name") if params and method in _NAMED else None
-        target = name if isinstance(name, str) else None
+        target = None
         if method == "tools/call":
             attributes["gen_ai.operation.name"] = "execute_tool"
-        if target is not None:
-            attributes[_NAMED[method]] = target
+            target = attributes["gen_ai.tool.name"] = self.tool_label(
+                params.get("name") if params else None)
         return _failures(server_span(method, target, incoming_context(params, headers), attributes,
                                      self._tracer))
+
+    def tool_label(self, name: Any) -> str:
+        """`name` when some server lists a tool of that name, else `(unlisted)`."""
+        return name if isinstance(name, str) and name in self._tools else UNLISTED
 
     # -- a call is decided (decide.py) ------------------------------------------------------------
     async def decision(self, tool: str, pending: Awaitable[Decision]) -> Decision:
         """The guard's decision (`pending`, not yet awaited) inside the decision span."""
         if not self._traced:
             return await pending
-        with decision_span(tool, self._tracer):
+        with decision_span(self.tool_label(tool), self._tracer):
             return await pending
 
     def decided(self, server: str, decision: Decision, listed: bool = True) -> None:
@@ -126,6 +132,7 @@ class GatewayTelemetry:
                revision: str) -> None:
         """Every server's routable tools (server -> visible name -> effective requirements) and
         the policy in force: the only label values a call can use from now on."""
+        self._tools = frozenset(name for listed in tools.values() for name in listed)
         metrics = self.metrics
         if metrics is None:
             return

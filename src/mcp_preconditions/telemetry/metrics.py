@@ -1,8 +1,9 @@
 """The Prometheus series of SPEC §13 on a registry of their own, and the calls that move them.
 
 One `Metrics` object per process (a gateway, a hosted server, a test): its registry is its own, so
-two in one process never collide. Every label value is bounded (see labels.py). The per-call
-series live in a `Tally` (one lock per call); the rare events are prometheus_client's own types.
+two in one process never collide. Every label value is bounded (see labels.py). Every counter lives
+in a `Tally` (one lock per call), so the registry exposes no `_created` series (prometheus_client's
+Counter adds one, beyond SPEC §13's list); the gauges are prometheus_client's own.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from ..outcomes import Decision, Status
 from .labels import (
@@ -30,6 +31,7 @@ from .tally import Tally
 
 PREFIX = "mcp_preconditions"
 DECISIONS, UNMET, QUOTA = f"{PREFIX}_decisions", f"{PREFIX}_unmet", f"{PREFIX}_quota_exhausted"
+RESTARTS, RELOADS = f"{PREFIX}_upstream_restarts", f"{PREFIX}_policy_reloads"
 DECISION_SECONDS, UPSTREAM_SECONDS = f"{PREFIX}_decision_seconds", f"{PREFIX}_upstream_seconds"
 # A decision takes microseconds (a cached caller) to a resolver's timeout (seconds).
 DECISION_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
@@ -55,7 +57,11 @@ class Metrics:
                          "unlisted).", ("server", "tool", "result")),
              UNMET: ("Unmet requirements of refused calls (confidential ones as (withheld)).",
                      ("requirement",)),
-             QUOTA: ("Calls refused because a quota had no unit left, by quota.", ("quota",))},
+             QUOTA: ("Calls refused because a quota had no unit left, by quota.", ("quota",)),
+             RESTARTS: ("Upstream server restarts (a new process or connection after a failure).",
+                        ("server",)),
+             RELOADS: ("Policy reloads, by result (success, failure: the old policy stays).",
+                       ("result",))},
             {DECISION_SECONDS: ("Time to decide a call (authentication included).", (),
                                 DECISION_BUCKETS),
              UPSTREAM_SECONDS: ("Time an allowed call spent upstream, by server.", ("server",),
@@ -64,15 +70,8 @@ class Metrics:
         r = self.registry
         self._upstream_up = Gauge(f"{PREFIX}_upstream_up", "1 while the upstream server is "
                                   "connected, else 0.", ("server",), registry=r)
-        self._restarts = Counter(f"{PREFIX}_upstream_restarts", "Upstream server restarts "
-                                 "(a new process or connection after a failure).", ("server",),
-                                 registry=r)
         self._policy_info = Gauge(f"{PREFIX}_policy_info", "1 for the policy revision in force.",
                                   ("revision",), registry=r)
-        self._reloads = Counter(f"{PREFIX}_policy_reloads", "Policy reloads, by result (success, "
-                                "failure: the old policy stays).", ("result",), registry=r)
-        for result in ("success", "failure"):
-            self._reloads.labels(result)
         self._lock = threading.Lock()  # declarations and the policy revision
         self._bounds: dict[str, Bounds] = {}
         self._declared: frozenset[str] = frozenset()  # every server's requirement labels
@@ -81,6 +80,8 @@ class Metrics:
         self._counts = tally.counts[DECISIONS]
         self._unmet = tally.counts[UNMET]
         self._quota = tally.counts[QUOTA]
+        with tally.lock:
+            tally.start(RELOADS, [("success",), ("failure",)])
         seconds = tally.histograms[DECISION_SECONDS]
         self._decision_buckets, self._decision_sums = seconds.series(_NO_LABELS), seconds.sums
 
@@ -89,14 +90,19 @@ class Metrics:
         """The tools `server` lists now (name -> effective requirements) and the policy's
         confidential requirements. Call it whenever the listing or the policy changes. Series
         start at 0 for every listed tool and declared requirement, so `rate()` sees the first
-        denial; a requirement that became confidential loses its series."""
+        denial. A tool the server no longer lists loses its series (the counts of the tools still
+        listed are kept), and so does a requirement no server declares any more or one that became
+        confidential: the series are always those of what is listed now."""
         tools = {name: list(reqs) for name, reqs in tools.items()}
         bounds = Bounds.of(tools, confidential)
         secret = frozenset(confidential)
         with self._lock, self._tally.lock:
+            before, declared_before = self._bounds.get(server, _NOTHING), self._declared
             self._bounds[server] = bounds
             self._declared = frozenset().union(*(b.requirements for b in self._bounds.values()))
             tally = self._tally
+            tally.forget(DECISIONS, [(server, t, r) for t in before.tools - bounds.tools
+                                     for r in RESULTS])
             tally.start(DECISIONS, [(server, t, r) for t in bounds.tools for r in RESULTS[:3]])
             tally.start(DECISIONS, [(server, UNLISTED, "unlisted")])
             tally.start(UNMET, [(r,) for r in bounds.requirements])
@@ -104,7 +110,7 @@ class Metrics:
                                 if r.startswith(QUOTA_PREFIX)])
             if any(r in secret for reqs in tools.values() for r in reqs):
                 tally.start(UNMET, [(WITHHELD,)])
-            gone = secret - self._declared
+            gone = (secret | declared_before) - self._declared
             tally.forget(UNMET, [(r,) for r in gone])
             tally.forget(QUOTA, [(r[len(QUOTA_PREFIX):],) for r in gone if r.startswith(QUOTA_PREFIX)])
 
@@ -137,7 +143,10 @@ class Metrics:
             requirement = outcome.requirement
             label = requirement_label(requirement, confidential, declared)
             unmet[(label,)] = unmet.get((label,), 0) + 1
-            if outcome.status is Status.UNSATISFIED and requirement.startswith(QUOTA_PREFIX):
+            # Used up: a quota that had no unit left says when it has one (an undefined quota,
+            # refused by form, says nothing; one that was not asked has no outcome).
+            if outcome.retry_after_seconds is not None and requirement.startswith(QUOTA_PREFIX) \
+                    and outcome.status is Status.UNSATISFIED:
                 name = (quota_label(requirement, confidential, declared),)
                 quota[name] = quota.get(name, 0) + 1
 
@@ -158,10 +167,11 @@ class Metrics:
         """The upstream server connected (True) or lost (False). Its restarts series starts at 0
         here, so `increase()` sees the first restart."""
         self._upstream_up.labels(server).set(1 if up else 0)
-        self._restarts.labels(server)
+        with self._tally.lock:
+            self._tally.start(RESTARTS, [(server,)])
 
     def upstream_restarted(self, server: str) -> None:
-        self._restarts.labels(server).inc()
+        self._add(RESTARTS, (server,))
 
     def policy_loaded(self, revision: str) -> None:
         """The policy revision now in force (at start and after each successful reload): only it
@@ -176,5 +186,10 @@ class Metrics:
         """One reload attempt of a new policy: `success`, or `failure` (the old policy stays)."""
         if result not in ("success", "failure"):
             raise ValueError(f"policy_reload: result must be 'success' or 'failure', got {result!r}")
-        self._reloads.labels(result).inc()
+        self._add(RELOADS, (result,))
+
+    def _add(self, counter: str, key: tuple[str, ...]) -> None:
+        counts = self._tally.counts[counter]
+        with self._tally.lock:
+            counts[key] = counts.get(key, 0) + 1
 

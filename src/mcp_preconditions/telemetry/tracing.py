@@ -21,6 +21,7 @@ from ..decision_sinks import ATTRIBUTE_PREFIX
 from ..errors import InputError
 from ..outcomes import Decision
 from ..spans import CurrentSpan
+from .labels import UNLISTED
 
 TRACER_NAME = "mcp_preconditions"
 EXPORTERS = ("otlp", "console")
@@ -118,8 +119,9 @@ def recording_span() -> Span | None:
 
 def decision_span(tool: str, tracer: Tracer | None = None) -> AbstractContextManager[Span]:
     """The child span around the guard's decision; the decision-log span sink writes the
-    decision's attributes on it (`decision_sinks.span_attributes`). `tracer`: the global
-    provider's unless given."""
+    decision's attributes on it (`decision_sinks.span_attributes`). `tool` is a bounded label: a
+    name the server lists, else `(unlisted)` (labels.UNLISTED), never a name as a caller sent it.
+    `tracer`: the global provider's unless given."""
     return (tracer or _tracer).start_as_current_span(f"decide {tool}", kind=SpanKind.INTERNAL)
 
 
@@ -162,8 +164,13 @@ def mark_failed(span: Span, exc: BaseException) -> None:
 
 def call_attributes(server: str, decision: Decision, result: str) -> dict[str, Any]:
     """The server span's attributes for a decided call: method, tool, server, allowed, result and
-    how many requirements were unmet (a count: never a confidential name, subject or token)."""
-    return {"mcp.method.name": "tools/call", "gen_ai.tool.name": decision.tool,
-            ATTRIBUTE_PREFIX + "server": server, ATTRIBUTE_PREFIX + "allowed": decision.allowed,
-            ATTRIBUTE_PREFIX + "result": result,
-            ATTRIBUTE_PREFIX + "unmet_count": len(decision.unmet)}
+    how many requirements were unmet (a count: never a confidential name, subject or token). The
+    tool of an `unlisted` result is `(unlisted)`, here and in place of the name a decision-log span
+    sink wrote on the same span: a name no server lists is the caller's text."""
+    attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": decision.tool,
+                  ATTRIBUTE_PREFIX + "server": server, ATTRIBUTE_PREFIX + "allowed": decision.allowed,
+                  ATTRIBUTE_PREFIX + "result": result,
+                  ATTRIBUTE_PREFIX + "unmet_count": len(decision.unmet)}
+    if result == "unlisted":
+        attributes["gen_ai.tool.name"] = attributes[ATTRIBUTE_PREFIX + "tool"] = UNLISTED
+    return attributes
