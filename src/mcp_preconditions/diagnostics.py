@@ -1,18 +1,20 @@
 """The problem lines the command line prints and the explorer page shows, written once: a policy's
 own requirement problems by key path (`policy validate`), the requirements that refuse start-up
 (`check`), and the findings of `lint` (the guard's start-up validation, built non-strict so every
-problem is listed, plus wire-field and policy cross-checks and the tier-schema checks).
+problem is listed, plus wire-field and policy cross-checks and the tier-schema checks), and the
+outcomes `check --tool` and the page explain a decision with (`explained_outcomes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .analysis import never_match_findings
 from .guard import EMPTY_POLICY, Guard
 from .names import check_tool_names, near_miss_message
+from .outcomes import Decision
 from .policy import PolicySource
 from .policy.load import key_path
 from .requirements import Finding, FormChecker, body_of, lint, namespace_of, validate
@@ -50,6 +52,23 @@ def start_up_errors(guard: Guard, tools_path: str) -> list[str]:
     policy for a requirement its `[tools.X]` added (the finding's `source`), else the tools file."""
     return [f"{f.source or tools_path}: tool '{f.tool}': {f.message}"
             for f in guard.findings if f.severity == "error"]
+
+
+# A requirement the decision has no outcome for: a quota of a call the other requirements refuse
+# (no quota store is asked, docs/quotas.md). Neither satisfied nor unsatisfied, and never unmet.
+NOT_ASKED = "not_asked"
+NOT_ASKED_REASON = "not asked: the call is refused for another requirement"
+
+
+def explained_outcomes(decision: Decision, requirements: Sequence[str]) -> list[dict[str, Any]]:
+    """Every requirement of a decided call's tool (`requirements`: `Guard.requirements_for`), in
+    the tool's order, as `Outcome.to_dict`; one the decision has no outcome for is `not_asked`."""
+    rows = []
+    for requirement in requirements:
+        outcome = decision.outcome(requirement)
+        rows.append(outcome.to_dict() if outcome is not None else
+                    {"requirement": requirement, "status": NOT_ASKED, "reason": NOT_ASKED_REASON})
+    return rows
 
 
 def finding_line(finding: Finding) -> str:

@@ -112,6 +112,34 @@ no earlier calls are counted and none is kept)
 """, "")
 
 
+def test_check_shows_the_quota_of_a_refused_call_as_not_asked(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    write("p.toml", POLICY)
+    write("tools.json", '[{"name": "launch"}]')
+    revision = load_policy("p.toml").revision
+    base = ["check", "--policy", "p.toml", "--tools", "tools.json", "--tool", "launch"]
+    # Anonymous: refused for its token, so no quota store is asked: no outcome, and not unmet.
+    assert run(capsys, *base) == (0, f"""policy: p.toml (revision {revision})
+principal: anonymous (no access token)
+quotas: counted in a fresh memory store: no earlier calls are counted and none is kept
+
+TOOL    DECISION  UNMET
+launch  DENIED    auth:oauth2
+
+launch: DENIED
+  STATUS       REQUIREMENT   REASON
+  unsatisfied  auth:oauth2   no access token
+  not_asked    quota:hourly  not asked: the call is refused for another requirement
+""", "")
+    code, out, err = run(capsys, *base, "--format", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"tools": [{
+        "name": "launch", "allowed": False, "unmet": ["auth:oauth2"], "errors": [], "outcomes": [
+            {"requirement": "auth:oauth2", "status": "unsatisfied", "reason": "no access token"},
+            {"requirement": "quota:hourly", "status": "not_asked",
+             "reason": "not asked: the call is refused for another requirement"}]}]}
+
+
 TESTS = """policy = "p.toml"
 [[cases]]
 name = "room"

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from ..client import FilterMode, FilterResult, ToolVerdict, filter_tools
-from ..diagnostics import start_up_errors
+from ..diagnostics import explained_outcomes, start_up_errors
 from ..errors import InputError
 from ..files import arguments_of, parse_json, read_claims, read_json, read_knowledge, read_line, read_tools
 from ..guard import Guard
@@ -71,15 +71,15 @@ def _marked(decision: Decision, requirement: str) -> str:
     return requirement + "".join(f" ({m})" for m in marks)
 
 
-def _check_json(decision: Decision, outcomes: bool) -> dict[str, Any]:
+def _check_json(guard: Guard, decision: Decision, outcomes: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"name": decision.tool, "allowed": decision.allowed,
                            "unmet": list(decision.unmet), "errors": list(decision.errors)}
-    if outcomes:
-        out["outcomes"] = [o.to_dict() for o in decision.outcomes]
+    if outcomes:  # a quota of a call refused for something else: `not_asked`
+        out["outcomes"] = explained_outcomes(decision, guard.requirements_for(decision.tool))
     return out
 
 
-def _check_table(decisions: list[Decision], header: list[str], outcomes: bool) -> str:
+def _check_table(guard: Guard, decisions: list[Decision], header: list[str], outcomes: bool) -> str:
     rows = [("TOOL", "DECISION", "UNMET")] + [
         (d.tool, "ALLOWED" if d.allowed else "DENIED", ", ".join(_marked(d, r) for r in d.unmet))
         for d in decisions]
@@ -87,15 +87,16 @@ def _check_table(decisions: list[Decision], header: list[str], outcomes: bool) -
     if outcomes:
         for d in decisions:
             lines += ["", f"{d.tool}: {'ALLOWED' if d.allowed else 'DENIED'}"]
-            lines += ["  " + line for line in _outcome_rows(d)] or ["  (no requirements)"]
+            lines += ["  " + line for line in _outcome_rows(guard, d)] or ["  (no requirements)"]
     return "\n".join(lines)
 
 
-def _outcome_rows(decision: Decision) -> list[str]:
-    if not decision.outcomes:
+def _outcome_rows(guard: Guard, decision: Decision) -> list[str]:
+    explained = explained_outcomes(decision, guard.requirements_for(decision.tool))
+    if not explained:
         return []
     return table([("STATUS", "REQUIREMENT", "REASON")] + [
-        (o.status.value, _marked(decision, o.requirement), o.reason) for o in decision.outcomes])
+        (o["status"], _marked(decision, o["requirement"]), o["reason"]) for o in explained])
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -116,12 +117,12 @@ def run_check(args: argparse.Namespace) -> int:
     decisions, who = asyncio.run(_decide(guard, selected, args))
     outcomes = args.tool is not None
     if args.format == "json":
-        print_json({"tools": [_check_json(d, outcomes) for d in decisions]})
+        print_json({"tools": [_check_json(guard, d, outcomes) for d in decisions]})
     else:
         header = [f"policy: {args.policy} (revision {guard.revision})", f"principal: {who}"]
         if source.policy.quotas:
             header.append(f"quotas: counted in {fresh_quota_store().name}")
-        print(_check_table(decisions, header, outcomes))
+        print(_check_table(guard, decisions, header, outcomes))
     return OK
 
 
