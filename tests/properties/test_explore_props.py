@@ -1,6 +1,7 @@
 """The explorer page's decisions equal `check --format json` for random policies, callers, tools and
 arguments: the page's JSON endpoints asked over real HTTP (uvicorn on 127.0.0.1, httpx) against the
-command line run on the same files.
+command line run on the same files. Tools may have quotas: a call refused for another requirement
+asks none, and both list its quotas as `not_asked`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.properties.test_guard_props import TOOLS, requirement
 SETTINGS = settings(max_examples=100, deadline=None)
 TOKEN = new_token()
 HEADERS = {"x-explore-token": TOKEN}
+QUOTAS = ["quota:q1", "quota:q2"]
 
 
 class Swappable:
@@ -81,6 +83,7 @@ def policy_text(w: World, policy_tools: dict[str, list[str]]) -> str:
                          **({"claim": w.capability_claim} if w.capability_claim else {})},
         "auth": {"claim_aliases": w.aliases, "scope_implications": w.implications},
         "tools": {name: {"requirements": reqs} for name, reqs in policy_tools.items()},
+        "quotas": {q.removeprefix("quota:"): {"calls": 1, "per_seconds": 60} for q in QUOTAS},
         "confidential": sorted({r for reqs in policy_tools.values() for r in reqs[:1]}),
     }
     return "".join(f"{json.dumps(key)} = {toml(value)}\n" for key, value in data.items())
@@ -95,12 +98,13 @@ def check_json(*args: str) -> dict[str, Any]:
     return result
 
 
-tool_lists = st.dictionaries(st.sampled_from(TOOLS), st.lists(requirement(), max_size=4), min_size=1)
+tool_lists = st.dictionaries(st.sampled_from(TOOLS), st.lists(requirement(QUOTAS), max_size=4),
+                             min_size=1)
 
 
 @SETTINGS
 @given(w=argument_worlds(), code=tool_lists, policy_tools=st.dictionaries(
-    st.sampled_from(TOOLS), st.lists(requirement(), max_size=3)), data=st.data())
+    st.sampled_from(TOOLS), st.lists(requirement(QUOTAS), max_size=3)), data=st.data())
 def test_the_page_decides_as_check(served: tuple[Swappable, str], tmp_path_factory: pytest.TempPathFactory,
                                    w: World, code: dict[str, list[str]],
                                    policy_tools: dict[str, list[str]], data: st.DataObject) -> None:
@@ -131,5 +135,10 @@ def test_the_page_decides_as_check(served: tuple[Swappable, str], tmp_path_facto
         expected["allowed"], expected["unmet"], expected["errors"])
     assert [{k: o[k] for k in ("requirement", "status", "reason")} for o in call["outcomes"]] == \
         [{k: o[k] for k in ("requirement", "status", "reason")} for o in expected["outcomes"]]
+    # Every requirement is listed, with an outcome or not asked. Every quota has room (a fresh
+    # store): a quota is not asked exactly when the call is refused.
+    assert {o["requirement"] for o in call["outcomes"]} == {*code[tool], *policy_tools.get(tool, [])}
+    assert all((o["status"] == "not_asked") == (o["requirement"] in QUOTAS and not call["allowed"])
+               for o in call["outcomes"])
     confidential = set(page["tools"] and [r for t in policy_tools.values() for r in t[:1]])
     assert all(o["confidential"] == (o["requirement"] in confidential) for o in call["outcomes"])

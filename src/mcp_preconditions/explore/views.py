@@ -11,12 +11,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..diagnostics import explained_outcomes
 from ..errors import InputError
 from ..files import arguments_of, parse_json
-from ..outcomes import Decision, Outcome
+from ..outcomes import Decision
 from ..policy import PolicySource
 from ..requirements import body_of, namespace_of
 from .workbench import OVERRIDABLE, Caller, Compiled, Overrides, Workbench
+
+# A decision and its tool's effective requirements (`Guard.requirements_for`) under the same guard:
+# a quota of a call refused for something else is required but has no outcome (not asked).
+Decided = tuple[Decision, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -63,43 +68,56 @@ class Context:
         return await self.bench.decide(guard, self.caller, names, arguments)
 
     async def before(self, names: list[str] | None = None,
-                     arguments: Mapping[str, Any] | None = None) -> dict[str, Decision]:
+                     arguments: Mapping[str, Any] | None = None) -> dict[str, Decided]:
         """The decisions under the file as read, when the policy was edited (and the file works)."""
         guard = self.baseline.guard if self.baseline is not None else None
         if guard is None or self.caller is None:
             return {}
-        return {d.tool: d for d in await self.bench.decide(guard, self.caller, names, arguments)}
+        return {d.tool: (d, guard.requirements_for(d.tool))
+                for d in await self.bench.decide(guard, self.caller, names, arguments)}
 
 
-def tool_json(decision: Decision, before: Decision | None, own: frozenset[str],
+def tool_json(decided: Decided, before: Decided | None, own: frozenset[str],
               overrides: Overrides) -> dict[str, Any]:
-    """One tool's decision with every outcome, marked: confidential, where the requirement came
-    from, whether a what-if value decided it, and what it was before the edit."""
+    """One tool's decision with every requirement's outcome (or `not_asked`), marked: confidential,
+    where the requirement came from, whether a what-if value decided it, and what it was before the
+    edit. What the edit added or removed comes from the requirement lists, never from outcomes."""
+    decision, requirements = decided
     out: dict[str, Any] = {
         "name": decision.tool, "allowed": decision.allowed, "unmet": list(decision.unmet),
         "errors": list(decision.errors),
-        "outcomes": [_outcome_json(o, decision, before, own, overrides) for o in decision.outcomes]}
+        "outcomes": [_outcome_json(row, decision, before, own, overrides)
+                     for row in explained_outcomes(decision, requirements)]}
     if before is not None:
-        now = {o.requirement for o in decision.outcomes}
-        out["was_allowed"] = before.allowed
-        out["removed"] = [o.requirement for o in before.outcomes if o.requirement not in now]
-        out["changed"] = (before.allowed != decision.allowed or bool(out["removed"])
+        was, was_requiring = before
+        out["was_allowed"] = was.allowed
+        out["removed"] = [r for r in was_requiring if r not in requirements]
+        out["changed"] = (was.allowed != decision.allowed or bool(out["removed"])
                           or any(o["was"] is not None for o in out["outcomes"]))
     return out
 
 
-def _outcome_json(outcome: Outcome, decision: Decision, before: Decision | None, own: frozenset[str],
-                  overrides: Overrides) -> dict[str, Any]:
-    requirement = outcome.requirement
-    out = outcome.to_dict()
-    out["confidential"] = requirement in decision.confidential
-    out["from"] = "tool" if requirement in own else "policy"
-    out["what_if"] = requirement in overrides
-    if before is not None:  # "new": the edit added it; else its status before, when it differs
-        was = before.outcome(requirement)
-        out["was"] = "new" if was is None else was.status.value if was.status != outcome.status \
-            else None
+def _outcome_json(row: dict[str, Any], decision: Decision, before: Decided | None,
+                  own: frozenset[str], overrides: Overrides) -> dict[str, Any]:
+    requirement = row["requirement"]
+    out = {**row, "confidential": requirement in decision.confidential,
+           "from": "tool" if requirement in own else "policy", "what_if": requirement in overrides}
+    if before is not None:
+        out["was"] = _was(requirement, decision, before)
     return out
+
+
+def _was(requirement: str, decision: Decision, before: Decided) -> str | None:
+    """"new" when the edit added the requirement; else its status before the edit, when both
+    decisions have an outcome for it and the status differs (a quota not asked on either side is
+    compared with nothing)."""
+    was, was_requiring = before
+    if requirement not in was_requiring:
+        return "new"
+    now, then = decision.outcome(requirement), was.outcome(requirement)
+    if now is None or then is None or now.status == then.status:
+        return None
+    return then.status.value
 
 
 async def who_can(ctx: Context) -> dict[str, Any]:
@@ -115,7 +133,7 @@ async def who_can(ctx: Context) -> dict[str, Any]:
     some = set(await guard.callable_tools(ctx.caller.credentials, ctx.bench.names))
     tools = []
     for decision in decisions:
-        row = tool_json(decision, before.get(decision.tool),
+        row = tool_json((decision, guard.requirements_for(decision.tool)), before.get(decision.tool),
                         frozenset(guard.own_requirements(decision.tool)), ctx.overrides)
         row["some_arguments"] = not decision.allowed and decision.tool in some
         tools.append(row)
@@ -140,12 +158,13 @@ async def try_call(ctx: Context, tool: str, arguments_text: str) -> dict[str, An
     decisions = await ctx.decisions([tool], arguments)
     if decisions is None:
         return {**answer, "call": None}
-    decision = decisions[0]
+    decision, guard = decisions[0], ctx.compiled.guard
+    assert guard is not None  # decisions were made
     before = (await ctx.before([tool], arguments)).get(tool)
-    own = frozenset(ctx.compiled.guard.own_requirements(tool)) if ctx.compiled.guard else frozenset()
     return {**answer, "call": {
         "tool": tool, "arguments": arguments,
-        "decision": tool_json(decision, before, own, ctx.overrides),
+        "decision": tool_json((decision, guard.requirements_for(tool)), before,
+                              frozenset(guard.own_requirements(tool)), ctx.overrides),
         "denial": None if decision.allowed else decision.denial_payload(),
         "denial_text": None if decision.allowed else decision.denial_text()}}
 
