@@ -1,6 +1,7 @@
 """The policy explorer in a real browser (Debian's chromium, driven by Playwright) against the real
 `mcp-preconditions explore` command: pick a caller and see the table change, try arguments, break the
-policy and see the key-path error, fix it and see decisions return, switch knowledge and see hidden
+policy and see the key-path error, fix it and see decisions return, give a tool a quota and see it
+not asked for a refused caller (as `check` says), switch knowledge and see hidden
 tools, load a decision log and see the chart's numbers match `log summarize`. Each view's screenshot
 is saved under .run/explore/.
 """
@@ -157,6 +158,45 @@ def test_breaking_the_policy_shows_the_key_path_and_fixing_it_brings_decisions_b
     page.click("#policy-reset")
     expect(decision(page, "stream_telemetry_v2")).to_have_text("DENIED")
     expect(page.locator("#who-body tr.changed")).to_have_count(0)
+
+
+ABORT = '["auth:oauth2", "capability:rocket.abort", "auth:scope:mission:write"]'
+METERED = POLICY_TEXT.replace(ABORT, ABORT.replace('"auth:scope', '"quota:abort.hourly", "auth:scope')) \
+    + '\n[quotas."abort.hourly"]\ncalls = 5\nper_seconds = 3600\n'
+NOT_ASKED = "not asked: the call is refused for another requirement"
+
+
+def test_a_refused_callers_quota_is_shown_as_not_asked(page: Page, tmp_path: Path) -> None:
+    assert METERED.count('"quota:abort.hourly"') == 1  # abort_launch requires it now
+    page.fill("#policy-text", METERED)
+    page.select_option("#caller-preset", "observer")
+    expect(decision(page, "abort_launch")).to_have_text("DENIED")
+    row = page.locator('#who-body tr.tool-row[data-tool="abort_launch"]')
+    # Refused for its capability and scope: no quota store was asked, and the page says so.
+    expect(row.locator(".chip.notasked")).to_have_text("quota:abort.hourly")
+    row.click()  # allowed for the first caller, so not opened at first sight
+    expect(row).to_have_attribute("aria-expanded", "true")
+    detail = page.locator('#who-body tr.tool-row[data-tool="abort_launch"] + tr.detail')
+    quota = detail.locator("tr", has_text="quota:abort.hourly")
+    expect(quota.locator(".status.not_asked")).to_have_text("not asked")
+    expect(quota.locator("td.reason")).to_have_text(NOT_ASKED)
+    expect(quota.locator(".was")).to_have_text("new")  # the edit added it: it is required now
+    shot(page, "quota-not-asked")
+    # The same lines as `check --tool` for this caller.
+    edited = tmp_path / "mission-control.toml"
+    edited.write_text(METERED, encoding="utf-8")
+    code, out, _ = cli("check", "--policy", str(edited), "--tools", "examples/mission-control-tools.json",
+                       "--claims", "examples/claims/observer.json", "--tool", "abort_launch",
+                       "--format", "json")
+    outcomes = json.loads(out)["tools"][0]["outcomes"]
+    assert code == 0 and {"requirement": "quota:abort.hourly", "status": "not_asked",
+                          "reason": NOT_ASKED} in outcomes
+    expect(detail.locator("td.reason")).to_contain_text([o["reason"] for o in outcomes])
+    # An allowed caller's call takes a unit: the quota is satisfied.
+    page.select_option("#caller-preset", "mission-control")
+    expect(decision(page, "abort_launch")).to_have_text("ALLOWED")
+    expect(row.locator(".chip.sat", has_text="quota:abort.hourly")).to_have_count(1)
+    expect(row.locator(".chip.notasked")).to_have_count(0)
 
 
 def test_switching_knowledge_shows_what_a_strict_client_hides(page: Page) -> None:

@@ -3,7 +3,13 @@
 import { byId, el, fill, plural, table } from "./dom.js";
 
 const MAX_ROWS = 300;  // a long tool list: the first ones drawn, the filter finds the rest
-const STATUS_CLASS = { satisfied: "sat", unsatisfied: "unsat", error: "err" };
+const STATUS_CLASS = { satisfied: "sat", unsatisfied: "unsat", error: "err", not_asked: "notasked" };
+// A quota of a call refused for another requirement: no store was asked, so it has no outcome.
+const STATUS_TEXT = { not_asked: "not asked" };
+
+function statusText(status) {
+  return STATUS_TEXT[status] ?? status;
+}
 
 export function decisionBadge(tool, big = false) {
   const [cls, text] = tool.allowed ? ["allowed", "ALLOWED"]
@@ -14,7 +20,7 @@ export function decisionBadge(tool, big = false) {
 
 function chip(outcome) {
   const cls = ["chip", STATUS_CLASS[outcome.status], outcome.confidential ? "conf" : "", outcome.what_if ? "whatif" : ""];
-  return el("span", { class: cls.join(" "), title: `${outcome.status}: ${outcome.reason}` }, outcome.requirement);
+  return el("span", { class: cls.join(" "), title: `${statusText(outcome.status)}: ${outcome.reason}` }, outcome.requirement);
 }
 
 function grantsFor(requirement, grants) {
@@ -32,7 +38,7 @@ function grantsFor(requirement, grants) {
 export function outcomesTable(tool, grants, withSource = true) {
   if (!tool.outcomes.length) return el("p", { class: "muted" }, "No requirements: every caller may call it.");
   const rows = tool.outcomes.map((o) => el("tr", { class: o.was ? "changed" : null },
-    el("td", {}, el("span", { class: `status ${o.status}` }, o.status),
+    el("td", {}, el("span", { class: `status ${o.status}` }, statusText(o.status)),
       o.was ? el("span", { class: "was", title: "compared with the policy file as read" },
         o.was === "new" ? "new" : `was ${o.was}`) : null),
     el("td", {}, o.requirement, o.confidential ? el("span", { class: "tag conf", title: "never named in a denial" }, "confidential") : null,
