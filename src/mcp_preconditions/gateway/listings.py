@@ -106,6 +106,8 @@ class Listings:
             member, name = await self._prompt(ref.get("name"))
             return member, {**ref, "name": name}
         uri = ref.get("uri")
+        if len(self._fleet.members) == 1:  # URIs are never renamed: nothing to choose
+            return next(iter(self._fleet)), ref
         await self._current("resources", "resources", "templates")
         owner = self._fleet.routes.template(uri) if isinstance(uri, str) else None
         if owner is None and isinstance(uri, str):
@@ -116,6 +118,8 @@ class Listings:
     async def _resource(self, uri: Any, subscription: bool) -> Member:
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
+        if len(self._fleet.members) == 1:  # URIs are never renamed: the server decides
+            return next(iter(self._fleet))
         await self._current("resources", "resources", "templates")
         owner = self._fleet.routes.resource(uri, subscription=subscription)
         if owner is None:
