@@ -48,8 +48,11 @@ LISTINGS = 200
 STARTS = 3  # start-up figures: the median of this many
 MANY = 1_500
 STALLING = 300  # the red-team pass's stall: 300 tools with requirements, unknown names beside
-POLICY = ('environment = ["production"]\n[tools.s0__echo]\nrequirements = ["env:production"]\n'
-          '[tools.echo]\nrequirements = ["env:production"]\n')
+# The fleets' policy names s0's echo by its visible name; the one-server gateways' by its own (a
+# policy naming a fleet server's tool by its own name is a near miss: that server is refused).
+POLICY = 'environment = ["production"]\n[tools.s0__echo]\nrequirements = ["env:production"]\n'
+SINGLE = 'environment = ["production"]\n[tools.echo]\nrequirements = ["env:production"]\n'
+
 ECHO = {"text": "hi"}
 ACCEPT = {"accept": "application/json, text/event-stream"}
 
@@ -183,7 +186,7 @@ def many_policy(tmp: Path, count: int) -> Path:
     """The bench's policy plus a requirement on each of `count` upstream tools `many0`, `many1`, ...:
     every one of them is compiled, as in the red-team pass's upstream."""
     policy = tmp / f"policy-{count}.toml"
-    policy.write_text(POLICY + "".join(f'[tools.many{i}]\nrequirements = ["env:production"]\n'
+    policy.write_text(SINGLE + "".join(f'[tools.many{i}]\nrequirements = ["env:production"]\n'
                                        for i in range(count)), encoding="utf-8")
     return policy
 
