@@ -197,9 +197,9 @@ class Upstream:
         timeout = self._connect_timeout() if self._connect_timeout is not None else None
         peer, link = await self._open(modern=False)
         try:
-            init = await peer.request("initialize", {
+            init = await _handshake(peer, link, "initialize", {
                 "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPABILITIES,
-                "clientInfo": CLIENT_INFO}, timeout=timeout)
+                "clientInfo": CLIENT_INFO}, timeout)
         except RpcError as exc:
             await _closed(peer, link)
             if exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
@@ -222,7 +222,7 @@ class Upstream:
         """A server that refused the handshake: 2026-07-28, where it describes itself on request."""
         peer, link = await self._open(modern=True)
         try:
-            found = await peer.request("server/discover", None, timeout=timeout)
+            found = await _handshake(peer, link, "server/discover", None, timeout)
             if LATEST_MODERN_VERSION not in (found.get("supportedVersions") or ()):
                 raise ConnectionError("the server supports no protocol version the gateway speaks")
         except BaseException:
@@ -345,6 +345,21 @@ class Upstream:
             if not isinstance(cursor, str) or not cursor:
                 break
         return items
+
+
+async def _handshake(peer: Peer, link: Link, method: str, params: dict[str, Any] | None,
+                     timeout: float | None) -> dict[str, Any]:
+    """A request of the handshake, before `_serve` watches the link: a server that exits (or ends
+    the session) before it answers fails it at once (CONNECTION_CLOSED), so it is started again
+    after the backoff, not after the handshake timeout."""
+    async def close_when_lost() -> None:
+        await link.lost.wait()
+        peer.close()
+    watch = asyncio.get_running_loop().create_task(close_when_lost())
+    try:
+        return await peer.request(method, params, timeout=timeout)
+    finally:
+        watch.cancel()
 
 
 async def _closed(peer: Peer, link: Link) -> None:
