@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -67,6 +67,9 @@ class Metered:
     positions: tuple[int, ...]
     plan: QuotaPlan
     last: bool  # the quotas come after every other requirement
+    # The last (others' ruling, quotas' outcomes, merged ruling): a caller's memo answers the same
+    # ruling object each call, and a unit taken the same outcomes, so most calls merge nothing.
+    merged: list[tuple[Ruling, tuple[Outcome, ...], Ruling]] = field(default_factory=list)
 
 
 def _short(exc: BaseException) -> str:
@@ -380,7 +383,13 @@ class Snapshot:
         except Exception as exc:  # a failing store is `error` for every quota (fail closed)
             quotas = _errors(metered.plan.requirements, f"resolver 'quota' raised {_short(exc)}")
         if isinstance(quotas, tuple):
-            return ruling(outcomes + quotas) if metered.last else _merged(metered, outcomes, quotas)
+            slot = metered.merged
+            seen = slot[0] if slot else None  # one slot, replaced whole: threads may race
+            if seen is not None and seen[0] is others and seen[1] is quotas:
+                return seen[2]
+            decided = _merged(metered, outcomes, quotas)
+            slot[:] = [(others, quotas, decided)]
+            return decided
         return self._taken_later(metered, outcomes, quotas)
 
     async def _taken_later(self, metered: Metered, others: tuple[Outcome, ...],

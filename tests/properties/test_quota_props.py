@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mcp_preconditions import Guard, Identity, LiveSources, Principal, parse_policy
 from mcp_preconditions.resolvers import MemoryQuotaStore
 from mcp_preconditions.resolvers.quota_redis import RedisQuotaStore
-from mcp_preconditions.resolvers.quota_store import Bucket, Rate, Waits
+from mcp_preconditions.resolvers.quota_store import Bucket, Key, Rate, Waits
 from mcp_preconditions.resolvers.state_redis import RedisStateSource
 from tests.fixtures.redis import RedisServer
 
@@ -109,12 +109,16 @@ def on_threads(call: Callable[[list[Bucket]], Waits]) -> Take:
 
 
 @settings(max_examples=200, deadline=None)
-@given(PROGRAMS, RATES)
+@given(PROGRAMS, RATES, st.booleans())
 def test_the_memory_store_is_the_reference_bucket(program: list[tuple[Any, ...]],
-                                                 rates: list[tuple[int, int]]) -> None:
+                                                 rates: list[tuple[int, int]], one: bool) -> None:
+    """With `one`, a single bucket is taken by `take_one` (the guard's path for one memory quota)."""
     clock = Clock()
     store = MemoryQuotaStore(clock=clock)
-    asyncio.run(check(program, rates, clock, on_threads(store.take), on_threads(store.peek)))
+
+    def take(buckets: list[Bucket]) -> Waits:
+        return [store.take_one(*buckets[0])] if one and len(buckets) == 1 else store.take(buckets)
+    asyncio.run(check(program, rates, clock, on_threads(take), on_threads(store.peek)))
 
 
 @settings(max_examples=60, deadline=None)
@@ -178,3 +182,7 @@ class Asked(MemoryQuotaStore):
     def take(self, buckets: Sequence[Bucket], take: bool = True) -> Waits:
         self.asked += 1
         return super().take(buckets, take)
+
+    def take_one(self, key: Key, rate: Rate) -> int:
+        self.asked += 1
+        return super().take_one(key, rate)

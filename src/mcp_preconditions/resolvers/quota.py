@@ -133,7 +133,8 @@ class QuotaPlan:
             raise ValueError("a tool's quotas may use at most one store that must be awaited")
         self._single = quotas[0] if len(quotas) == 1 else None
         # The memory store answers ints >= 0 by construction; any other store's answer is checked.
-        self._trusted = self._single is not None and isinstance(self._single.store, MemoryQuotaStore)
+        store = self._single.store if self._single is not None else None
+        self._memory = store if isinstance(store, MemoryQuotaStore) else None
         # Every quota had room and gave a unit: the same outcomes each time.
         self._taken = tuple(resolver.outcome(r, q, 0, TAKEN) for r, q in zip(requirements, quotas,
                                                                                   strict=True))
@@ -145,12 +146,14 @@ class QuotaPlan:
             key = bucket_key(single.name, single.by, identity)
             if key is None:
                 return (unidentified(self.requirements[0]),)
+            if self._memory is not None:  # the usual store: answered at once, ints >= 0
+                wait = self._memory.take_one(key, single.rate)
+                return self._taken if wait == 0 else self._refused([wait])
             buckets = [(key, single.rate)]
             waits = single.store.take(buckets)
             if not isinstance(waits, list):
                 return self._awaited(buckets, [], [0], waits, 0)
-            wait = waits[0] if self._trusted else checked(waits, 1)[0]
-            return self._taken if wait == 0 else self._refused(waits)
+            return self._taken if checked(waits, 1)[0] == 0 else self._refused(waits)
         buckets = []
         for quota in self.quotas:
             key = bucket_key(quota.name, quota.by, identity)
