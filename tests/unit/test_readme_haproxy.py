@@ -20,7 +20,7 @@ def test_the_readme_haproxy_block_is_an_excerpt_of_the_tested_config() -> None:
         f"README.md must have exactly one ```haproxy block (the \"Running several replicas\" section), "
         f"lines of {CONFIG.relative_to(ROOT)}; found {len(blocks)}")
     shown = blocks[0]
-    assert "stick match req.hdr(mcp-session-id)" in shown and "option httpchk GET /readyz" in shown
+    assert "stick match req.hdr(mcp-session-id)" in shown and "stick store-response" in shown
     assert shown in CONFIG.read_text(encoding="utf-8"), (
         f"README.md's ```haproxy block is not consecutive lines of {CONFIG.relative_to(ROOT)}: "
         "paste them again")
