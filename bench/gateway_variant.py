@@ -17,7 +17,7 @@ import anyio
 
 from mcp_preconditions.cli._sockets import listening_socket
 from mcp_preconditions.gateway import Gateway, ServerSpec
-from mcp_preconditions.gateway.listener import serve_http
+from mcp_preconditions.gateway.downstream.listener import serve_http
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import load_policy
 from mcp_preconditions.principal import ANONYMOUS

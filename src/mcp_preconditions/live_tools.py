@@ -24,7 +24,7 @@ from .errors import InputError
 from .gateway.config import ServerSpec
 from .gateway.fleet import target_of
 from .gateway.route import visible
-from .gateway.server import HttpTarget, StdioTarget
+from .gateway.upstream.session import HttpTarget, StdioTarget
 
 MAX_PAGES = 100  # a server whose cursors never end cannot hang the listing
 _RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])

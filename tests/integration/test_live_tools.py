@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel.server import Server
 
 from mcp_preconditions.errors import InputError
-from mcp_preconditions.gateway.server import HttpTarget, StdioTarget
+from mcp_preconditions.gateway.upstream.session import HttpTarget, StdioTarget
 from mcp_preconditions.live_tools import list_tools
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools, run_asgi, server_env

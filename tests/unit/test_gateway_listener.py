@@ -1,5 +1,5 @@
-"""The HTTP listener's bounds on slow clients (gateway/listener.py) against uvicorn's real protocols
-(httptools and h11): they subclass uvicorn's private protocol classes, so these tests fail loudly
+"""The HTTP listener's bounds on slow clients (gateway/downstream/listener.py) against uvicorn's real
+protocols (httptools and h11): they subclass uvicorn's private protocol classes, so these tests fail loudly
 when an upgrade changes what they rely on (`connections`, `cycle`, `cycle.more_body`,
 `cycle.response_complete`, `transport`, `loop`), and the pin in pyproject.toml must admit the
 uvicorn installed.
@@ -20,7 +20,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from mcp_preconditions.gateway.listener import OVER_CAPACITY, Limits, _bounded
+from mcp_preconditions.gateway.downstream.listener import OVER_CAPACITY, Limits, _bounded
 
 PROTOCOLS = [HttpToolsProtocol, H11Protocol]
 LIMITS = Limits(header_seconds=0.05, connections=2)

@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..policy.load import PolicySource
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when a command runs
-    from ..gateway.server import Target
+    from ..gateway.upstream.session import Target
 
 _HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)=env:([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -34,7 +34,7 @@ def add_upstream_options(parser: argparse.ArgumentParser) -> None:
 def target_from(args: argparse.Namespace, source: PolicySource | None) -> Target:
     """The one upstream the options name. A stdio command inherits this process's environment,
     minus the variables `source` (the policy, when there is one) names as the gateway's secrets."""
-    from ..gateway.server import HttpTarget, StdioTarget
+    from ..gateway.upstream.session import HttpTarget, StdioTarget
 
     command = list(args.command)
     if command[:1] == ["--"]:

@@ -86,7 +86,7 @@ def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] |
     """Serve on stdio or HTTP until the listener ends; `/metrics` on the HTTP listener, or on a
     listener of its own (`--metrics-listen`). The exit status (128 + a signal that stopped a
     stdio gateway)."""
-    from ..gateway.listener import Limits, serve_http, serve_stdio
+    from ..gateway.downstream.listener import Limits, serve_http, serve_stdio
 
     metrics = gateway.telemetry.metrics
     assert metrics is not None

@@ -19,7 +19,7 @@ from ..principal import Credentials
 from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
 from ..wire import with_requirements
 from . import bridge
-from .clients import Call
+from .downstream.clients import Call
 from .fleet import UNUSABLE, Fleet, Member
 from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 from .route import visible

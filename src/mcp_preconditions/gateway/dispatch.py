@@ -16,7 +16,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from pydantic import ValidationError
 
 from . import jsonrpc
-from .clients import Call, Client
+from .downstream.clients import Call, Client
+from .downstream.wire import header_value
 from .gateway import SERVED, SERVER_INFO, Gateway
 from .jsonrpc import (
     HEADER_MISMATCH,
@@ -28,7 +29,6 @@ from .jsonrpc import (
     Message,
     RpcError,
 )
-from .streamable_wire import header_value
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -21,8 +21,8 @@ from ..telemetry.gateway import GatewayTelemetry
 from .catalog import Catalog
 from .config import ServerSpec
 from .route import Routes, ServerListing, build_routes
-from .server import HttpTarget, StdioTarget, Target, Upstream
 from .subscriptions import Subscriptions
+from .upstream.session import HttpTarget, StdioTarget, Target, Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -15,12 +15,12 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 from ..principal import Credentials, Identity
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
-from .clients import Call
+from .downstream.callers import Downstream
+from .downstream.clients import Call
 from .fleet import Member
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
-from .server import UpstreamUnavailable
-from .session import Downstream
+from .upstream.session import UpstreamUnavailable
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -20,15 +20,15 @@ from ..policy.model import Policy
 from ..principal import Credentials
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge
-from .clients import Call
 from .config import ServerSpec
 from .decide import Decide
+from .downstream.callers import Downstream
+from .downstream.clients import Call
 from .fleet import Fleet, Member
 from .forward import Forward
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .listings import Listings
 from .rounds import Rounds
-from .session import Downstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import anyio
 
-from .clients import Call
+from .downstream.callers import Downstream
+from .downstream.clients import Call
 from .fleet import Fleet, Member
 from .forward import Forward
 from .jsonrpc import INVALID_PARAMS, RpcError
 from .route import visible
-from .session import Downstream
 from .subscriptions import Subscriptions
 
 log = logging.getLogger("mcp_preconditions.gateway")

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from ..principal import Credentials, Identity
-from .clients import Call
+from .downstream.clients import Call
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_TIMEOUT, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")

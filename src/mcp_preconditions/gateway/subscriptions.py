@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from .server import Upstream
+from .upstream.session import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

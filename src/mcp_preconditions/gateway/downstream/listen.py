@@ -9,8 +9,8 @@ import asyncio
 import logging
 from typing import Any
 
+from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from .clients import Call
-from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -11,8 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..jsonrpc import RequestId
 from .clients import Call, Client
-from .jsonrpc import RequestId
 from .sse import Stream
 
 IDLE_SECONDS = 30 * 60

@@ -13,16 +13,16 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..auth.build import verification_configured
-from ..auth.header import credentials_from_authorization_header
-from ..policy.model import Policy
-from ..principal import Principal
-from ..telemetry.metrics import Metrics
-from .dispatch import Dispatch
-from .gateway import Gateway
-from .http_sessions import Owner, Sessions
+from ...auth.build import verification_configured
+from ...auth.header import credentials_from_authorization_header
+from ...policy.model import Policy
+from ...principal import Principal
+from ...telemetry.metrics import Metrics
+from ..dispatch import Dispatch
+from ..gateway import Gateway
+from .sessions import Owner, Sessions
 from .streamable import Streamable
-from .streamable_wire import Security
+from .wire import Security
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 METRICS_PATH = "/metrics"  # telemetry.METRICS_PATH (its module brings Starlette; this app needs none)

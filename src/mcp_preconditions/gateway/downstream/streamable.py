@@ -12,11 +12,9 @@ from typing import Any
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from . import jsonrpc
-from .clients import Call
-from .dispatch import Dispatch, envelope, unsupported
-from .http_sessions import HttpSession, Owner, Sessions
-from .jsonrpc import (
+from .. import jsonrpc
+from ..dispatch import Dispatch, envelope, unsupported
+from ..jsonrpc import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -25,8 +23,10 @@ from .jsonrpc import (
     REQUEST_CANCELLED,
     RpcError,
 )
+from .clients import Call
+from .sessions import HttpSession, Owner, Sessions
 from .sse import Receive, Reply, Send, Stream, Unanswered
-from .streamable_wire import Security, accepts, empty, read_body, read_headers, rpc_error, text
+from .wire import Security, accepts, empty, read_body, read_headers, rpc_error, text
 
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
 _STATUS = {jsonrpc.PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400,

@@ -19,10 +19,10 @@ from typing import Any
 
 import anyio
 
-from ..telemetry.metrics import Metrics
-from .dispatch import Dispatch
-from .gateway import Gateway
-from .http import build_app
+from ...telemetry.metrics import Metrics
+from ..dispatch import Dispatch
+from ..gateway import Gateway
+from .app import build_app
 from .stdio import StdioClient
 
 EXIT_GRACE_SECONDS = 3.0

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from . import jsonrpc
-from .jsonrpc import Message
+from .. import jsonrpc
+from ..jsonrpc import Message
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -14,10 +14,10 @@ import os
 import sys
 from typing import Any
 
-from . import jsonrpc
+from .. import jsonrpc
+from ..dispatch import Dispatch, envelope, era_refusal, modern
+from ..jsonrpc import Message, RpcError
 from .clients import Call, Client
-from .dispatch import Dispatch, envelope, era_refusal, modern
-from .jsonrpc import Message, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -15,12 +15,12 @@ from typing import Any
 from mcp_types.methods import MONOLITH_REQUESTS, MONOLITH_RESULTS
 from pydantic import TypeAdapter, ValidationError
 
-from . import jsonrpc
+from .. import jsonrpc
+from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
+from ..rounds import PendingCall, Rounds
+from ..subscriptions import Subscriptions
 from .clients import LEVELS, Call, Client
-from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
 from .listen import Listeners
-from .rounds import PendingCall, Rounds
-from .subscriptions import Subscriptions
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from . import jsonrpc
-from .jsonrpc import Message
+from .. import jsonrpc
+from ..jsonrpc import Message
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

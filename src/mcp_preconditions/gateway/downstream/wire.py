@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import jsonrpc
-from .jsonrpc import RpcError
+from .. import jsonrpc
+from ..jsonrpc import RpcError
 from .sse import Receive, Send
 
 MAX_BODY = 4 * 1024 * 1024

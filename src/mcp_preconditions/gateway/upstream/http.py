@@ -11,10 +11,10 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from . import jsonrpc
-from .http1 import Pool, Response
-from .jsonrpc import Message
-from .streamable_wire import encode_header_value
+from .. import jsonrpc
+from ..downstream.wire import encode_header_value
+from ..jsonrpc import Message
+from .client import Pool, Response
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -60,7 +60,7 @@ class HttpLink:
                 headers["mcp-name"] = encode_header_value(named)
         meta = (message.get("params") or {}).get("_meta")
         if isinstance(meta, dict) and "traceparent" in meta:  # the trace context in a header too,
-            from ..telemetry.propagation import carrier  # as HTTP servers and proxies read it
+            from ...telemetry.propagation import carrier  # as HTTP servers and proxies read it
 
             headers.update(carrier({"_meta": meta}))
         response = await self._pool.request("POST", headers, jsonrpc.dumps(message))

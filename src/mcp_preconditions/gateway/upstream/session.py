@@ -24,12 +24,12 @@ from mcp_types import (
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 
-from .. import __version__
-from ..telemetry.gateway import GatewayTelemetry
-from .jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT, RpcError
+from ... import __version__
+from ...telemetry.gateway import GatewayTelemetry
+from ..jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT, RpcError
+from .http import HttpLink
 from .peer import NotificationHook, Peer, ProgressHook, RequestHook, describe
-from .server_http import HttpLink
-from .server_stdio import StdioLink
+from .stdio import StdioLink
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from . import jsonrpc
-from .jsonrpc import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT, Message, RpcError
+from .. import jsonrpc
+from ..jsonrpc import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT, Message, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
-from . import jsonrpc
-from .jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
+from .. import jsonrpc
+from ..jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
 
 LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert",
                            "emergency")  # least severe first (the spec's LoggingLevel)
