@@ -96,7 +96,7 @@ image-tools:
 # in seconds.
 $(IMAGE_RUN)/rootfs.tar:
 	@mkdir -p $(@D)
-	mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
+	mmdebstrap --quiet --format=tar --variant=minbase --include=python3,python3-venv,ca-certificates \
 	  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
 	  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
 	  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \

@@ -111,7 +111,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                     ports[name], args, mounts={public: KEY}, env={"MCP_PRECONDITIONS_REPLICA_ID": name}))
             proxy = subprocess.Popen([haproxy, "-db", "-f", str(tmp / "haproxy.cfg")],
                                      stdout=haproxy_log, stderr=subprocess.STDOUT, cwd=tmp)
-            stack.callback(lambda: (proxy.terminate(), proxy.wait(10)))
+            stack.callback(proxy.wait, 10)
+            stack.callback(proxy.terminate)
             seen: set[str] = set()
             assert eventually(lambda: in_rotation(fleet.url, seen), True, 30), \
                 (seen, (tmp / "haproxy.log").read_text(errors="replace"))
