@@ -119,3 +119,11 @@ def test_the_image_has_no_compiler_no_pip_and_is_smaller_than_one_made_by_hand()
     assert json.loads(entrypoint.stdout) == ["mcp-preconditions", "gateway"]
     size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout)
     assert size < HAND_MADE, f"{size:,} bytes"  # docs/deploy.md gives the figure
+
+
+def test_without_podman_the_image_tests_fail_and_say_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(pytest.fail.Exception) as failed:
+        require_image()
+    assert str(failed.value) == ("podman is not installed: `make test` installs it (`make image`, "
+                                 "from Debian)")
