@@ -62,7 +62,68 @@ typecheck: $(VENV)/.all
 pytest: install
 	$(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile --durations=15
 
-test: install lint typecheck pytest
+test: install image lint typecheck pytest
+
+# -- The gateway's container image (Containerfile, docs/deploy.md) --------------------------------
+# `make image` builds localhost/mcp-preconditions:dev with podman (installed from Debian with runc
+# and mmdebstrap when missing). BASE, the image it builds on, is made here from Debian's packages,
+# so no container registry is needed; a public Python 3.11 image works the same:
+# `make image BASE=docker.io/library/python:3.11-slim`. The dependencies are fetched once per base
+# and pyproject.toml into a wheelhouse, by the base's own Python (deploy/image/wheelhouse.py: each
+# environment marker decided as in the image); the image is then built from it with no network.
+# podman runs with deploy/image/containers.conf, as the image tests do.
+IMAGE        := localhost/mcp-preconditions:dev
+DEBIAN_BASE  := localhost/mcp-preconditions-base:bookworm
+BASE         ?= $(DEBIAN_BASE)
+IMAGE_EXTRAS := mcp,redis,otel
+IMAGE_RUN    := .run/image
+WHEELHOUSE   := $(IMAGE_RUN)/wheels/$(subst :,_,$(subst /,_,$(BASE)))
+PODMAN       := CONTAINERS_CONF=$(CURDIR)/deploy/image/containers.conf podman
+HOST_CA      := $(wildcard /etc/ssl/certs/ca-certificates.crt)
+
+.PHONY: image image-tools image-base
+
+image-tools:
+	@missing=""; for t in podman runc mmdebstrap; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# Debian bookworm's minbase with python3, python3-venv and ca-certificates; merged /usr made by
+# mmdebstrap's hook rather than the usrmerge package (which pulls in perl); no documentation but the
+# copyright files, no man pages, no translations. Kept, so a base removed by `podman rmi` comes back
+# in seconds.
+$(IMAGE_RUN)/rootfs.tar:
+	@mkdir -p $(@D)
+	mmdebstrap --quiet --format=tar --variant=minbase --include=python3,python3-venv,ca-certificates \
+	  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+	  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+	  --dpkgopt='path-exclude=/usr/share/locale/*' \
+	  bookworm $@.part
+	mv $@.part $@
+
+image-base: image-tools
+	@if [ "$(BASE)" = "$(DEBIAN_BASE)" ] && ! $(PODMAN) image exists $(DEBIAN_BASE); then \
+	  $(MAKE) --no-print-directory $(IMAGE_RUN)/rootfs.tar && \
+	  $(PODMAN) import --quiet --change 'CMD ["python3"]' $(IMAGE_RUN)/rootfs.tar $(DEBIAN_BASE); \
+	fi
+
+$(WHEELHOUSE)/.done: pyproject.toml deploy/image/wheelhouse.py | image-base
+	rm -rf $(@D) && mkdir -p $(@D)
+	$(PODMAN) run --rm --network=host -v $(CURDIR)/$(@D):/wheels \
+	  -v $(CURDIR)/pyproject.toml:/pyproject.toml:ro \
+	  -v $(CURDIR)/deploy/image/wheelhouse.py:/wheelhouse.py:ro \
+	  $(if $(HOST_CA),-v $(HOST_CA):/etc/ssl/host-ca.crt:ro -e PIP_CERT=/etc/ssl/host-ca.crt) \
+	  $(BASE) python3 /wheelhouse.py $(IMAGE_EXTRAS)
+	touch $@
+
+image: image-base $(WHEELHOUSE)/.done
+	$(PODMAN) build --format docker --network=none -v $(CURDIR)/$(WHEELHOUSE):/wheelhouse:ro \
+	  --build-arg BASE=$(BASE) --build-arg EXTRAS=$(IMAGE_EXTRAS) \
+	  --build-arg PIP_OPTIONS="--no-index --find-links=/wheelhouse" -t $(IMAGE) .
+	@$(PODMAN) image list $(IMAGE)
 
 # For `make bench` only: the proxies bench/bench_gateway.py compares the gateway with. npm mcp-proxy and
 # supergateway pinned in bench/peers/package-lock.json (a package of their own, so `make test` does not
