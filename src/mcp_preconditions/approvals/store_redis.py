@@ -138,19 +138,21 @@ class RedisApprovalStore:
         return await self._transaction(what, attempt)
 
     async def get(self, request_id: str) -> ApprovalRequest | None:
-        async def read(pipe: Pipeline) -> ApprovalRequest | None:
-            now = await self._now(pipe)
-            request = await self._read(pipe, request_id)
+        async def read(client: Redis) -> ApprovalRequest | None:
+            now = await self._now(client)
+            request = await self._read(client, request_id)
             return None if request is None else lifecycle.aged(request, now)[0]
-        return await self._transaction("get", read)
+        answer: ApprovalRequest | None = await self.connection.call("approval get", read)
+        return answer
 
     async def waiting(self, limit: int = 100) -> list[ApprovalRequest]:
-        async def read(pipe: Pipeline) -> list[ApprovalRequest]:
-            now = await self._now(pipe)
-            ids = await pipe.zrangebyscore(self.prefix + "waiting", f"({now}", "+inf", 0, limit)
-            found = [await self._read(pipe, _text(i)) for i in ids]
+        async def read(client: Redis) -> list[ApprovalRequest]:
+            now = await self._now(client)
+            ids = await client.zrangebyscore(self.prefix + "waiting", f"({now}", "+inf", 0, limit)
+            found = [await self._read(client, _text(i)) for i in ids]
             return [r for r in found if r is not None and r.state is State.REQUESTED]
-        return await self._transaction("waiting", read)
+        answer: list[ApprovalRequest] = await self.connection.call("approval waiting", read)
+        return answer
 
     # -- plumbing ----------------------------------------------------------------------------------
     async def _transaction(self, what: str, attempt: Callable[[Pipeline], Awaitable[T]]) -> T:
@@ -165,13 +167,13 @@ class RedisApprovalStore:
         answer: T = await self.connection.call(f"approval {what}", run)
         return answer
 
-    async def _now(self, pipe: Pipeline) -> float:
+    async def _now(self, pipe: Pipeline | Redis) -> float:
         if self._clock is not None:
             return self._clock()
         seconds, micros = await pipe.time()
         return int(seconds) + int(micros) / 1e6
 
-    async def _read(self, pipe: Pipeline, request_id: str) -> ApprovalRequest | None:
+    async def _read(self, pipe: Pipeline | Redis, request_id: str) -> ApprovalRequest | None:
         raw = await pipe.get(self._request_key(request_id))
         if raw is None:
             return None
