@@ -105,3 +105,25 @@ async def test_a_redis_that_is_down_is_an_error(redis_factory: Callable[[], Redi
                                               "approval open failed:")
     finally:
         await connection.aclose()
+
+
+async def test_an_approval_outlives_its_requests_wait(redis_server: RedisServer) -> None:
+    """A request that waited 10 s and was approved for a day keeps its binding a day (and the
+    keep time), so the retry finds the approval instead of asking anew."""
+    now = [1000.0]
+    connection = RedisStateSource(redis_server.url, connect_timeout=5, read_timeout=5)
+    store = RedisApprovalStore(connection, f"ttl:{uuid.uuid4().hex}:", clock=lambda: now[0],
+                               keep_seconds=60)
+    try:
+        binding = bind("deploy", "t", {}, ALICE, "r1")
+        assert not isinstance(binding, str)
+        opened = await store.open(binding, False, 10, 86_400)
+        assert isinstance(opened, Changed)
+        before = await connection.call("PTTL", lambda r: r.pttl(store._binding_key(binding)))
+        assert before <= 70_000
+        now[0] += 5
+        assert isinstance(await store.decide(opened.request.id, "approve", BOB), Changed)
+        after = await connection.call("PTTL", lambda r: r.pttl(store._binding_key(binding)))
+        assert after > 86_400_000
+    finally:
+        await connection.aclose()

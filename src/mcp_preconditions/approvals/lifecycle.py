@@ -116,7 +116,9 @@ def decide(request: ApprovalRequest, decision: Decision, approver: Party | None,
     if request.state is not State.REQUESTED:
         return "decided"
     caller = request.binding.caller
-    if request.self_approval != (approver == caller) or (approver is None and not request.self_approval):
+    allowed = (approver == caller if request.self_approval
+               else approver is not None and approver != caller)
+    if not allowed:
         return "own"
     state = State.APPROVED if decision == "approve" else State.REFUSED
     return replace(request, state=state, decided_by=approver, decided_at=now,

@@ -98,6 +98,7 @@ class RedisApprovalStore:
             pipe.pexpire(ckey, self._ttl_ms(fresh, now))
             if not self_approval:
                 pipe.zadd(self.prefix + "waiting", {fresh.id: fresh.expires_at})
+            pipe.zremrangebyscore(self.prefix + "waiting", "-inf", now)  # outlived: no longer listed
             await pipe.execute()
             return Changed(fresh, (*made, State.REQUESTED))
         return await self._transaction("open", attempt)
@@ -128,8 +129,13 @@ class RedisApprovalStore:
                 return stepped
             changed = Changed(*stepped)
             if changed.request != request:
+                bkey = self._binding_key(request.binding)
+                await pipe.watch(bkey)
+                current = await pipe.get(bkey)
                 pipe.multi()  # type: ignore[no-untyped-call]
                 self._write(pipe, changed.request, now)
+                if current is not None and _text(current) == request_id:  # an approval outlives
+                    pipe.pexpire(bkey, self._ttl_ms(changed.request, now))  # its request's wait
                 if changed.request.state is not State.REQUESTED:  # no longer waiting
                     pipe.zrem(self.prefix + "waiting", request_id)
                     pipe.zrem(self._caller_key(request.binding), request_id)
@@ -150,7 +156,8 @@ class RedisApprovalStore:
             now = await self._now(client)
             ids = await client.zrangebyscore(self.prefix + "waiting", f"({now}", "+inf", 0, limit)
             found = [await self._read(client, _text(i)) for i in ids]
-            return [r for r in found if r is not None and r.state is State.REQUESTED]
+            return [r for r in found if r is not None and lifecycle.aged(r, now)[0].state
+                    is State.REQUESTED]
         answer: list[ApprovalRequest] = await self.connection.call("approval waiting", read)
         return answer
 
