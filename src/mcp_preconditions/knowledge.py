@@ -17,7 +17,8 @@ from .errors import InputError, RegistryError, ToolsFileError
 from .requirements import namespace_of
 
 __all__ = ["ARGUMENT_DEPENDENT_META_KEY", "DENIAL_ERRORS_META_KEY", "DENIAL_META_KEY",
-           "TRANSIENT_META_KEY", "ClientResolver", "Knowledge", "KnowledgeView"]
+           "NEVER_LEARNED_NAMESPACES", "TRANSIENT_META_KEY", "ClientResolver", "Knowledge",
+           "KnowledgeView"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,10 @@ ARGUMENT_DEPENDENT_META_KEY = "io.github.mcp-preconditions/argument-dependent"
 # quotas): the same call may be allowed once they refill, so they are never learned.
 TRANSIENT_META_KEY = "io.github.mcp-preconditions/transient"
 _NOT_LEARNED_KEYS = (DENIAL_ERRORS_META_KEY, ARGUMENT_DEPENDENT_META_KEY, TRANSIENT_META_KEY)
+# Namespaces never learned from a denial, whatever the server marks (SPEC §6, §15): an approval is
+# given per call, and a credential is connected or obtained per caller; both change with no change
+# on the client's side. They stay unknown unless the application declares them.
+NEVER_LEARNED_NAMESPACES = frozenset({"approval", "credential"})
 # The `_meta` key that holds the denial payload instead of `structuredContent` when the tool
 # declares an `outputSchema` (clients validate structuredContent against it, even on an error).
 DENIAL_META_KEY = "io.github.mcp-preconditions/denial"
@@ -152,7 +157,8 @@ class Knowledge:
         """Remember each string of a denial's `unmet` list as unsatisfiable, for the TTL, except
         those the server could not decide for good: the ones that ended as `error` (they may hold
         next time), the ones that depended on the call's arguments (another call may be allowed)
-        and the transient ones (a used-up quota refills). Learning any would be unsound (SPEC §6).
+        and the transient ones (a used-up quota refills); nor ever an `approval:` or `credential:`
+        one (NEVER_LEARNED_NAMESPACES). Learning any would be unsound (SPEC §6, §15).
 
         `payload`: the SPEC §3 structuredContent (or a JSON-RPC denial's `data`, whose `_meta` may
         hold the lists too); `meta`: the result's `_meta`, whose keys `DENIAL_ERRORS_META_KEY`,
@@ -171,7 +177,8 @@ class Knowledge:
             log.warning("ignored a server denial: %s", problem)
             return ()
         skip = {r for value in found if value for r in value}
-        learned = tuple(r for r in dict.fromkeys(payload["unmet"]) if r not in skip)
+        learned = tuple(r for r in dict.fromkeys(payload["unmet"]) if r not in skip
+                        and namespace_of(r) not in NEVER_LEARNED_NAMESPACES)
         with self._lock:
             for req in learned:
                 self._learned[req] = True

@@ -160,11 +160,12 @@ def test_the_default_failure_answer_is_the_sdks() -> None:
     assert answer == "An error occurred while running the tool. Please try again."
 
 
-def test_server_options_wire_the_filter_and_both_hooks() -> None:
+def test_server_options_wire_the_filter_the_hooks_and_the_echo() -> None:
     rf = RequirementsFilter()
     options = rf.server_options()
     assert options == {"tool_filter": rf, "custom_data_extractor": rf.learn,
-                       "failure_error_function": rf.failure_error_function}
+                       "failure_error_function": rf.failure_error_function,
+                       "tool_meta_resolver": rf.request_meta}
 
 
 # --- one listing, one answer per requirement list -------------------------------------------------

@@ -23,7 +23,9 @@ from mcp_preconditions.principal import ANONYMOUS_IDENTITY
 TAIL = "; edit the file and restart explore"
 # Every other field: nothing outside the text. `quotas.*.store = "redis"` is here because the
 # explorer counts quotas in a fresh store of its own, never Redis (and Redis needs state.redis);
-# `decision_log.logger` and `.opentelemetry` because the explorer records no decision.
+# `decision_log.logger` and `.opentelemetry` because the explorer records no decision;
+# `approvals.*` (requirement strings, numbers, a store choice) like quotas: the explorer builds no
+# approval store of its own yet, and must keep its approvals in a fresh memory store when it does.
 PURE = {
     "environment", "confidential", "features.flags", "state.values", "state.ttl_seconds",
     "capabilities.grants[].capabilities", "capabilities.grants[].when",
@@ -34,7 +36,8 @@ PURE = {
     "auth.cache_ttl_seconds", "guard.lookup_timeout_seconds", "guard.denial", "guard.list_filtering",
     "decision_log.logger", "decision_log.opentelemetry", "gateway.unlisted_tools",
     "gateway.call_timeout_seconds", "quotas.*.calls", "quotas.*.per_seconds", "quotas.*.by",
-    "quotas.*.store",
+    "quotas.*.store", "approvals.*.approvers", "approvals.*.expires_seconds",
+    "approvals.*.timeout_seconds", "approvals.*.store",
 }
 
 

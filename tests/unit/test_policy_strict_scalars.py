@@ -70,6 +70,7 @@ REQUIRED: dict[tuple[str, ...], dict[str, Any]] = {
     ("features", "openfeature"): {"path": "flags.json"},
     ("capabilities", "grants"): {"capabilities": ["x"]},
     ("quotas", KEY): {"calls": 3, "per_seconds": 60},
+    ("approvals", KEY): {"approvers": "self"},
 }
 # Wrong values per expected TOML type (what a careless or hostile file might hold instead).
 WRONG: dict[str, tuple[Any, ...]] = {

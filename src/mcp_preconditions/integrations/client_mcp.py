@@ -2,7 +2,8 @@
 
 `list_tools` returns every tool with its requirements (read from `execution.requirements`, else the
 `_meta` mirror, which survives the SDKs' typed models) and the strict SEP-2487 filter applied in the
-chosen mode; `call_tool` learns the unmet requirements of a denied call.
+chosen mode; `call_tool` learns the unmet requirements of a denied call, hands the application its
+SEP-2643 envelope, and echoes the envelope's context ID when the same call is made again.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams
 
 from ..client import DENIAL_META_KEY, FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
+from ..client_denials import Denials, DeniedCall, OnDenial
+from ..envelope import AuthorizationDenial, ContextIds
 from ..wire import raw_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 
-__all__ = ["RequirementsClient", "ToolList", "denial_of", "missing_scopes_of"]
+__all__ = ["RequirementsClient", "ToolList", "authorization_denial_of", "denial_of", "missing_scopes_of"]
 
 _MAX_PAGES = 100  # a server that paginates forever cannot hang list_tools
 
@@ -64,6 +67,15 @@ def denial_of(result: CallToolResult) -> dict[str, Any] | None:
     return None
 
 
+def authorization_denial_of(denial: CallToolResult | MCPError) -> AuthorizationDenial | None:
+    """The SEP-2643 envelope of a denial (a result's `_meta`, or `data["_meta"]` of a JSON-RPC
+    denial); None when there is none or it is malformed (then with a warning)."""
+    if isinstance(denial, MCPError):
+        data = denial.data if denial.code == DENIAL_CODE else None
+        return AuthorizationDenial.from_meta(data.get("_meta") if isinstance(data, Mapping) else None)
+    return AuthorizationDenial.from_meta(denial.meta) if denial.is_error else None
+
+
 def missing_scopes_of(denial: CallToolResult | MCPError) -> list[str]:
     """The scopes a step-up should ask for, from a denial's `_meta` hint (empty when none): the
     result's `_meta`, or `data["_meta"]` of a JSON-RPC denial."""
@@ -78,13 +90,26 @@ def missing_scopes_of(denial: CallToolResult | MCPError) -> list[str]:
 
 
 class RequirementsClient:
-    """Strict client-side handling of SEP-2487 requirements over a connected MCP client."""
+    """Strict client-side handling of SEP-2487 requirements over a connected MCP client.
+
+    `on_denial` hears every denied call as a `DeniedCall` (its unmet requirements and SEP-2643
+    envelope: whether the caller can do anything, and the hints); `last_denial` is the latest one.
+    """
 
     def __init__(self, client: Any, knowledge: Knowledge | None = None,
-                 mode: FilterMode | str = FilterMode.HIDE) -> None:
+                 mode: FilterMode | str = FilterMode.HIDE, *, on_denial: OnDenial | None = None,
+                 context_ids: ContextIds | None = None) -> None:
         self.client = client
         self.knowledge = knowledge if knowledge is not None else Knowledge()
         self.mode = FilterMode(mode)
+        self.denials = Denials(self.knowledge, self._heard, context_ids)
+        self._on_denial = on_denial
+        self.last_denial: DeniedCall | None = None
+
+    def _heard(self, denied: DeniedCall) -> None:
+        self.last_denial = denied
+        if self._on_denial is not None:
+            self._on_denial(denied)
 
     async def list_tools(self, mode: FilterMode | str | None = None) -> ToolList:
         """Every page of `tools/list`, with requirements, filtered in `mode` (default: the client's)."""
@@ -107,22 +132,24 @@ class RequirementsClient:
             result = await self.client.list_tools(cursor=cursor)
         return result
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> CallToolResult:
-        """Call a tool; a denial (isError result or JSON-RPC error) teaches the knowledge its unmet
-        requirements, then is returned (or re-raised) unchanged."""
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
+                        meta: Mapping[str, Any] | None = None) -> CallToolResult:
+        """Call a tool (with `meta` as the request's `_meta`, plus the context ID of this very
+        call's last denial); a denial (isError result or JSON-RPC error) teaches the knowledge its
+        unmet requirements and reaches `on_denial`, then is returned (or re-raised) unchanged."""
         args = dict(arguments or {})
+        sent = self.denials.request_meta(name, args, meta)
         try:
             if hasattr(self.client, "call_tool_mcp"):  # fastmcp.Client: the raw result, no raise
-                result: CallToolResult = await self.client.call_tool_mcp(name, args)
+                result: CallToolResult = await self.client.call_tool_mcp(name, args, meta=sent)
             else:
-                result = await self.client.call_tool(name, args)
+                result = await self.client.call_tool(name, args, meta=sent)
         except MCPError as exc:
             if exc.code == DENIAL_CODE:  # `data["_meta"]` names the `error` ones, not learned
-                self.knowledge.learn_denial(exc.data)
+                self.denials.error(name, args, exc.data)
             raise
-        payload = denial_of(result)
-        if payload is not None:  # `error` and argument-dependent ones are not learned (SPEC §6)
-            self.knowledge.learn_denial(payload, meta=result.meta)
+        # `error` and argument-dependent ones are not learned (SPEC §6)
+        self.denials.result(name, args, denial_of(result), result.meta)
         return result
 
     def learned(self) -> Sequence[str]:

@@ -1,21 +1,25 @@
 """OpenAI Agents SDK adapter (extra `openai-agents`): SEP-2487's strict client filter as the
 `tool_filter` of its MCP servers, and the hooks that teach the same `Knowledge` the unmet
-requirements of each denied call. Thin: verdicts are `verdict_for`'s, learning `learn_denial`'s.
+requirements of each denied call, hand the application its SEP-2643 envelope and echo its context
+ID on a retry. Thin: verdicts are `verdict_for`'s, a denial is `client_denials.Denials`'s.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from agents import RunContextWrapper, default_tool_error_function
-from agents.mcp import MCPToolCustomDataContext, ToolFilterContext
+from agents.mcp import MCPToolCustomDataContext, MCPToolMetaContext, ToolFilterContext
 from agents.tool import ToolErrorFunction
 from mcp.shared.exceptions import MCPError
 from mcp_types import Tool
 
-from ..client import Knowledge, verdict_for
+from ..client import DENIAL_META_KEY, Knowledge, verdict_for
+from ..client_denials import Denials, OnDenial
+from ..envelope import ContextIds
 from ..knowledge import KnowledgeView
 from ..wire import raw_requirements
 from ._calls import DENIAL_CODE
@@ -47,14 +51,18 @@ class RequirementsFilter:
     `MCPServerSse`: the instance is the server's `tool_filter` (a tool whose verdict is will-fail
     is not offered to the model; unknown, absent or malformed requirements keep it), and its hooks
     learn from denials: `learn` (the `custom_data_extractor`) from `isError` results, and the
-    `failure_error_function` from JSON-RPC denials. A `tool_filter` can only keep or drop a tool,
+    `failure_error_function` from JSON-RPC denials; each denial, with its SEP-2643 envelope, also
+    reaches `on_denial`, and `request_meta` (the `tool_meta_resolver`) echoes the envelope's context
+    ID when the same call is made again. A `tool_filter` can only keep or drop a tool,
     so `hide` is the only mode here (no demote, no annotate: the SDK has no hook to reorder or
     rewrite the list)."""
 
     def __init__(self, knowledge: Knowledge | None = None, *,
-                 on_failure: ToolErrorFunction = default_tool_error_function) -> None:
+                 on_failure: ToolErrorFunction = default_tool_error_function,
+                 on_denial: OnDenial | None = None, context_ids: ContextIds | None = None) -> None:
         self.knowledge = knowledge if knowledge is not None else Knowledge()
         self.on_failure = on_failure
+        self.denials = Denials(self.knowledge, on_denial, context_ids)
         # The SDK asks once per tool, with one context object per listing. Tools that share a
         # requirement list share its verdict within that listing (bench_agents: 1,000 tools with
         # 76 distinct lists cost about a third of what 1,000 distinct lists cost).
@@ -80,20 +88,34 @@ class RequirementsFilter:
 
     def learn(self, context: MCPToolCustomDataContext) -> None:
         """The `custom_data_extractor`: learn a denied call's unmet requirements from its raw
-        result, except those its `_meta` marks as `error` or argument-dependent. Adds no data."""
-        payload = context.structured_content
-        if context.is_error and payload is not None and payload.get("error") == "unmet_requirements":
-            self.knowledge.learn_denial(payload, meta=context.result_meta)
+        result (its structuredContent, or the `_meta` copy of a tool with an outputSchema), except
+        those its `_meta` marks as `error` or argument-dependent, and hand on its envelope. Adds no
+        data."""
+        payload: Any = context.structured_content
+        meta = context.result_meta
+        if payload is None and isinstance(meta, Mapping):
+            payload = meta.get(DENIAL_META_KEY)
+        denied = context.is_error and isinstance(payload, Mapping) and \
+            payload.get("error") == "unmet_requirements"
+        self.denials.result(context.tool_name, context.arguments, payload if denied else None, meta)
+
+    def request_meta(self, context: MCPToolMetaContext) -> dict[str, Any] | None:
+        """The `tool_meta_resolver`: the context ID of this very call's last denial, echoed once."""
+        return self.denials.request_meta(context.tool_name, context.arguments)
 
     async def failure_error_function(self, context: RunContextWrapper[Any], error: Exception) -> str:
-        """Learn from a JSON-RPC denial (its `data` carries the payload and the `_meta` lists), then
-        answer the model as `on_failure` does."""
+        """Learn from a JSON-RPC denial (its `data` carries the payload, the `_meta` lists and the
+        envelope), then answer the model as `on_failure` does."""
         if isinstance(error, MCPError) and error.code == DENIAL_CODE:
-            self.knowledge.learn_denial(error.data)
+            data = error.data
+            tool = data.get("tool") if isinstance(data, Mapping) else None
+            self.denials.error(tool if isinstance(tool, str) else "", None, data)
         answer = self.on_failure(context, error)
         return await answer if inspect.isawaitable(answer) else answer
 
     def server_options(self) -> dict[str, Any]:
-        """Keyword arguments for an Agents SDK MCP server: the filter and both learning hooks."""
+        """Keyword arguments for an Agents SDK MCP server: the filter, the learning hooks and the
+        echo of context IDs."""
         return {"tool_filter": self, "custom_data_extractor": self.learn,
-                "failure_error_function": self.failure_error_function}
+                "failure_error_function": self.failure_error_function,
+                "tool_meta_resolver": self.request_meta}

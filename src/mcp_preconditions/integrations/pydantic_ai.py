@@ -1,6 +1,7 @@
 """pydantic-ai adapter (extra `pydantic-ai`): SEP-2487's strict client filter as a toolset wrapper,
-and a fastmcp client that teaches the same `Knowledge` the unmet requirements of each denied call.
-Thin: the verdicts are `filter_tools`'s, the learning is `Knowledge.learn_denial`'s.
+and a fastmcp client that teaches the same `Knowledge` the unmet requirements of each denied call,
+hands the application its SEP-2643 envelope and echoes its context ID on a retry. Thin: the
+verdicts are `filter_tools`'s, a denial is `client_denials.Denials`'s.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from ..client import FilterMode, Knowledge, ToolVerdict, filter_tools
+from ..client_denials import Denials, OnDenial
+from ..envelope import ContextIds
 from ..errors import InputError
 from ._calls import DENIAL_CODE
 from .client_mcp import denial_of
@@ -84,31 +87,36 @@ class RequirementsToolset(WrapperToolset[AgentDepsT]):
 class LearningClient(Client[Any]):
     """A fastmcp `Client` whose denied calls teach `knowledge` their unmet requirements, exactly as
     `RequirementsClient.call_tool` does (never the ones that ended as `error` or that depended on
-    the arguments). `MCPToolset` calls tools through `call_tool_mcp`, so every call of a run is seen
-    with its raw result (pydantic-ai itself keeps only the text of an error)."""
+    the arguments), reach `on_denial` with their SEP-2643 envelope, and whose retry of a denied
+    call echoes the envelope's context ID. `MCPToolset` calls tools through `call_tool_mcp`, so
+    every call of a run is seen with its raw result (pydantic-ai itself keeps only the text of an
+    error)."""
 
-    def __init__(self, *args: Any, knowledge: Knowledge, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, knowledge: Knowledge, on_denial: OnDenial | None = None,
+                 context_ids: ContextIds | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.knowledge = knowledge
+        self.denials = Denials(knowledge, on_denial, context_ids)
 
     async def call_tool_mcp(self, name: str, arguments: dict[str, Any], progress_handler: Any = None,
                             timeout: Any = None, meta: dict[str, Any] | None = None) -> CallToolResult:
+        sent = self.denials.request_meta(name, arguments, meta)
         try:
-            result = await super().call_tool_mcp(name, arguments, progress_handler, timeout, meta)
+            result = await super().call_tool_mcp(name, arguments, progress_handler, timeout, sent)
         except MCPError as exc:
             if exc.code == DENIAL_CODE:  # `data["_meta"]` names the ones not to learn
-                self.knowledge.learn_denial(exc.data)
+                self.denials.error(name, arguments, exc.data)
             raise
-        payload = denial_of(result)
-        if payload is not None:
-            self.knowledge.learn_denial(payload, meta=result.meta)
+        self.denials.result(name, arguments, denial_of(result), result.meta)
         return result
 
 
-def mcp_toolset(transport: Any, knowledge: Knowledge, mode: FilterMode | str = FilterMode.HIDE,
-                **options: Any) -> RequirementsToolset[Any]:
+def mcp_toolset(transport: Any, knowledge: Knowledge, mode: FilterMode | str = FilterMode.HIDE, *,
+                on_denial: OnDenial | None = None, **options: Any) -> RequirementsToolset[Any]:
     """An `MCPToolset` over `transport` (anything fastmcp's `Client` accepts: a URL, a
-    `StdioTransport`, ...) that learns from denials, wrapped in the strict filter; `options` go to
-    `MCPToolset` (`id`, `tool_error_behavior`, `max_retries`, ...)."""
-    inner: AbstractToolset[Any] = MCPToolset(LearningClient(transport, knowledge=knowledge), **options)
+    `StdioTransport`, ...) that learns from denials (each one, with its SEP-2643 envelope, also
+    reaches `on_denial`), wrapped in the strict filter; `options` go to `MCPToolset` (`id`,
+    `tool_error_behavior`, `max_retries`, ...)."""
+    client = LearningClient(transport, knowledge=knowledge, on_denial=on_denial)
+    inner: AbstractToolset[Any] = MCPToolset(client, **options)
     return RequirementsToolset(inner, knowledge=knowledge, mode=mode)

@@ -50,13 +50,18 @@ def _pointer(value: str) -> str:
     return value
 
 
+def _toml_type(value: object) -> str:
+    return {float: "float", list: "array", dict: "table", bool: "boolean", int: "integer",
+            str: "string"}.get(
+        type(value), type(value).__name__)
+
+
 def _scalar(value: object) -> object:
     """Argument values are JSON strings, integers or booleans: a float, null, array or table is
     refused (it would never equal an argument exactly, or invites numeric coercion)."""
     if isinstance(value, str | int):  # bool is an int
         return value
-    kind = {float: "float", list: "array", dict: "table"}.get(type(value), type(value).__name__)
-    raise ValueError(f"must be a string, an integer or a boolean, got {kind} {value!r}")
+    raise ValueError(f"must be a string, an integer or a boolean, got {_toml_type(value)} {value!r}")
 
 
 Pointer = Annotated[str, AfterValidator(_pointer)]
@@ -249,6 +254,57 @@ class Quota(Section):
         return self
 
 
+def _approvers(value: object) -> object:
+    """`approvers`: "self", or a non-empty list of requirement strings an approver must meet. Each
+    string has a namespace; none is an `approval:` (an approver needing an approval is a cycle) or
+    a `quota:` (a quota only counts calls: it says nothing of who approves). The forms are checked
+    at compile time, like every requirement list (approvals/approvers.py)."""
+    if value == "self":
+        return value
+    if not isinstance(value, list):
+        raise ValueError(f'must be "self" or a list of requirements an approver must meet, got '
+                         f"{_toml_type(value)} {value!r}")
+    if not value:
+        raise ValueError('must name at least one requirement an approver must meet (or be "self")')
+    for i, req in enumerate(value):
+        if not isinstance(req, str):
+            raise ValueError(f"[{i}] must be a requirement string, got {_toml_type(req)} {req!r}")
+        ns = namespace_of(req)
+        if ns is None:
+            raise ValueError(f"requirement {req!r} has no namespace")
+        if ns == "approval":
+            raise ValueError(f"an approver may not need an approval ({req!r}): no cycles")
+        if ns == "quota":
+            raise ValueError(f"a quota is not an approver requirement ({req!r}): it counts calls, "
+                             "it says nothing of who approves")
+    return value
+
+
+class Approval(Section):
+    """`[approvals.NAME]`, the approval of `approval:NAME` (docs/approvals.md): the caller confirms
+    (`approvers = "self"`), or someone who meets every requirement of the list approves. Strict:
+    `expires_seconds = "600"` or `true` is an error, and so is a typo'd key."""
+
+    approvers: Annotated[Literal["self"] | Annotated[list[NonEmpty], Field(min_length=1)],
+                         BeforeValidator(_approvers)] = Field(
+        description='"self" (the caller confirms in flight) or the requirements an approver must '
+                    "meet, e.g. [\"auth:claim:role:release_manager\"]")
+    expires_seconds: Annotated[float, Field(strict=True, ge=1, le=31_557_600, allow_inf_nan=False)] = Field(
+        default=600.0, description="an approval is good this long from the moment it is given, for "
+                                   "one call; a request not decided this long expires")
+    timeout_seconds: Annotated[float, Field(strict=True, gt=0, le=3600, allow_inf_nan=False)] = Field(
+        default=120.0, description='approvers = "self": how long the caller has to answer')
+    store: Literal["memory", "redis"] = Field(
+        default="memory", description='"redis": requests shared by every replica ([state.redis])')
+
+    @model_validator(mode="after")
+    def _timeout_for_self_only(self) -> Approval:
+        if "timeout_seconds" in self.model_fields_set and self.approvers != "self":
+            raise ValueError('timeout_seconds applies to approvers = "self" only (an approver list '
+                             "has expires_seconds)")
+        return self
+
+
 class DecisionLog(Section):
     logger: NonEmpty = "mcp_preconditions.decisions"
     jsonl_path: NonEmpty | None = None
@@ -273,15 +329,19 @@ class Policy(Section):
     gateway: Gateway = Field(default_factory=Gateway)
     quotas: dict[NonEmpty, Quota] = Field(default_factory=dict,
                                           description="quota:NAME -> its rate and bucket")
+    approvals: dict[NonEmpty, Approval] = Field(
+        default_factory=dict, description="approval:NAME -> who approves a call, and for how long")
 
     @model_validator(mode="after")
     def _redis_quotas_need_redis(self) -> Policy:
         if self.state.redis is not None:
             return self
+        stores = [*(("quotas", name, quota.store) for name, quota in self.quotas.items()),
+                  *(("approvals", name, approval.store) for name, approval in self.approvals.items())]
         missing = [InitErrorDetails(type=PydanticCustomError(
-            "quota_store", 'store = "redis" needs a [state.redis] connection'),
-            loc=("quotas", name, "store"), input="redis")
-            for name, quota in self.quotas.items() if quota.store == "redis"]
+            "store", 'store = "redis" needs a [state.redis] connection'),
+            loc=(section, name, "store"), input="redis")
+            for section, name, store in stores if store == "redis"]
         if missing:  # a ValidationError keeps each problem's own key path
             raise ValidationError.from_exception_data("Policy", missing)
         return self

@@ -1,0 +1,250 @@
+"""The approval stores against a tiny reference model (SPEC §15), as a hypothesis state machine:
+requests for a handful of bindings (callers x arguments x revisions; approvers or `self`),
+decisions by approvers and by the caller, refusals, expiry by a controlled clock, uses (two at once,
+from two replicas, must use one approval once), releases. Changed arguments, another caller or a new
+revision are other bindings, never approved. Run on the memory store and on two Redis stores (two
+replicas, two connections) sharing a real redis-server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from mcp_preconditions.approvals import Binding, Party
+from mcp_preconditions.approvals.store import Busy, Changed, MemoryApprovalStore
+from mcp_preconditions.approvals.store_redis import RedisApprovalStore
+from mcp_preconditions.resolvers.state_redis import RedisStateSource
+from tests.fixtures.redis import RedisServer
+
+PEOPLE = [Party("https://idp", "alice"), Party("https://idp", "bob"), Party("https://other", "alice")]
+BINDINGS = [Binding("deploy", "deploy_service", f'{{"env":"{env}"}}', caller, revision)
+            for caller in PEOPLE[:2] for env in ("prod", "staging") for revision in ("r1", "r2")]
+WAIT, SELF_WAIT, LIFETIME = 100, 30, 60
+
+
+@dataclass
+class Ref:
+    """One request, obviously: its binding, who answers, state and when that state ends."""
+
+    binding: Binding
+    self_approval: bool
+    state: str
+    ends: int
+
+
+class Reference:
+    def __init__(self) -> None:
+        self.requests: dict[str, Ref] = {}
+        self.latest: dict[Binding, str] = {}
+
+    def age(self, rid: str, now: int) -> list[str]:
+        ref = self.requests[rid]
+        if ref.state in ("requested", "approved", "refused") and now >= ref.ends:
+            ref.state = "expired"
+            return ["expired"]
+        return []
+
+    def peek(self, rid: str, now: int) -> str:
+        ref = self.requests[rid]
+        live = ref.state in ("requested", "approved", "refused") and now >= ref.ends
+        return "expired" if live else ref.state
+
+    def blocks(self, ref: Ref) -> bool:
+        return ref.state in ("requested", "approved") or (ref.state == "refused" and not ref.self_approval)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> float:
+        return float(self.now)
+
+
+class ApprovalMachine(RuleBasedStateMachine):
+    """Drives `stores` (one store, or replicas of one) and the reference with the same steps."""
+
+    requests = Bundle("requests")
+    make_stores: Any = None  # set by each test: (clock) -> (stores, cleanup coroutine)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = Clock()
+        self.ref = Reference()
+        self.loop = asyncio.new_event_loop()
+        self.stores, self.cleanup = self.make_stores(self.clock, self.loop)
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        self.run(self.cleanup())
+        self.loop.close()
+
+    @initialize()
+    def start(self) -> None:
+        self.clock.now = 1000
+
+    @rule(seconds=st.sampled_from([0, 1, 10, 29, 30, 59, 60, 100]))
+    def tick(self, seconds: int) -> None:
+        self.clock.now += seconds
+
+    @rule(target=requests, b=st.integers(0, len(BINDINGS) - 1), self_approval=st.booleans(),
+          replica=st.integers(0, 1))
+    def open(self, b: int, self_approval: bool, replica: int) -> str:
+        binding, now = BINDINGS[b], self.clock.now
+        answer = self.run(self.stores[replica % len(self.stores)].open(
+            binding, self_approval, SELF_WAIT if self_approval else WAIT, LIFETIME))
+        assert not isinstance(answer, Busy)
+        made: list[str] = []
+        found = self.ref.latest.get(binding)
+        if found is not None:
+            made += self.ref.age(found, now)
+            if self.ref.blocks(self.ref.requests[found]):
+                assert answer.request.id == found and list(answer.made) == made
+                return found
+        assert answer.request.id not in self.ref.requests and list(answer.made) == [*made, "requested"]
+        self.ref.requests[answer.request.id] = Ref(binding, self_approval, "requested",
+                                                   now + (SELF_WAIT if self_approval else WAIT))
+        self.ref.latest[binding] = answer.request.id
+        assert answer.request.binding == binding and answer.request.self_approval == self_approval
+        return answer.request.id
+
+    @rule(rid=requests, approve=st.booleans(), who=st.integers(0, len(PEOPLE)), replica=st.integers(0, 1))
+    def decide(self, rid: str, approve: bool, who: int, replica: int) -> None:
+        approver = PEOPLE[who] if who < len(PEOPLE) else None
+        answer = self.run(self.stores[replica % len(self.stores)].decide(
+            rid, "approve" if approve else "refuse", approver))
+        ref, now = self.ref.requests[rid], self.clock.now
+        state = self.ref.peek(rid, now)
+        if state == "expired":
+            assert answer == "unknown"
+        elif state != "requested":
+            assert answer == "decided"
+        elif not (approver == ref.binding.caller if ref.self_approval else
+                  approver is not None and approver != ref.binding.caller):
+            assert answer == "own"  # nobody approves their own call; only the caller answers `self`
+        else:
+            ref.state, ref.ends = ("approved" if approve else "refused"), now + LIFETIME
+            assert isinstance(answer, Changed) and list(answer.made) == [ref.state]
+
+    @rule(rid=requests, b=st.integers(0, len(BINDINGS) - 1), same=st.booleans(),
+          replica=st.integers(0, 1))
+    def use(self, rid: str, b: int, same: bool, replica: int) -> None:
+        ref = self.ref.requests[rid]
+        binding = ref.binding if same else BINDINGS[b]
+        answer = self.run(self.stores[replica % len(self.stores)].use(rid, binding))
+        self.check_use(rid, binding, [answer])
+
+    @rule(rid=requests)
+    def race(self, rid: str) -> None:
+        """Two replicas use one approval at the same instant: at most one wins."""
+        binding = self.ref.requests[rid].binding
+
+        async def both() -> list[Any]:
+            return list(await asyncio.gather(*(self.stores[i % len(self.stores)].use(rid, binding)
+                                               for i in (0, 1))))
+        self.check_use(rid, binding, self.run(both()))
+
+    def check_use(self, rid: str, binding: Binding, answers: list[Any]) -> None:
+        ref, now = self.ref.requests[rid], self.clock.now
+        state = self.ref.peek(rid, now)
+        wins = [a for a in answers if isinstance(a, Changed)]
+        if ref.binding != binding:
+            assert answers == ["unbound"] * len(answers)
+        elif state != "approved":
+            assert answers == ["not_approved"] * len(answers)
+        else:
+            assert len(wins) == 1 and list(wins[0].made) == ["used"]
+            assert sorted(a for a in answers if not isinstance(a, Changed)) == ["not_approved"] * (
+                len(answers) - 1)
+            ref.state = "used"
+
+    @rule(rid=requests)
+    def release(self, rid: str) -> None:
+        answer = self.run(self.stores[0].release(rid))
+        ref = self.ref.requests[rid]
+        assert isinstance(answer, Changed) and answer.made == ()
+        if ref.state == "used" and self.clock.now < ref.ends:
+            ref.state = "approved"
+        assert answer.request.state.value == ref.state
+
+    @rule(rid=requests)
+    def expire(self, rid: str) -> None:
+        answer = self.run(self.stores[-1].expire(rid))
+        made = self.ref.age(rid, self.clock.now)
+        ref = self.ref.requests[rid]
+        if ref.state == "requested":
+            ref.state, ref.ends, made = "expired", self.clock.now, ["expired"]
+        assert isinstance(answer, Changed) and list(answer.made) == made
+
+    @invariant()
+    def every_request_reads_as_the_reference_says(self) -> None:
+        if not self.ref.requests:
+            return
+        now = self.clock.now
+        for rid in self.ref.requests:
+            got = self.run(self.stores[-1].get(rid))
+            assert got is not None and got.state.value == self.ref.peek(rid, now), rid
+
+    @invariant()
+    def the_waiting_list_is_the_references(self) -> None:
+        now = self.clock.now
+        expected = sorted((r.ends, rid) for rid, r in self.ref.requests.items()
+                          if self.ref.peek(rid, now) == "requested" and not r.self_approval)
+        got = self.run(self.stores[0].waiting())
+        assert sorted((int(r.expires_at), r.id) for r in got) == expected
+
+
+def memory_stores(clock: Clock, loop: asyncio.AbstractEventLoop) -> Any:
+    async def nothing() -> None:
+        return None
+    return [MemoryApprovalStore(clock=clock)], nothing
+
+
+class InMemory(ApprovalMachine):
+    make_stores = staticmethod(memory_stores)
+
+
+def test_the_memory_store_is_the_reference() -> None:
+    run_state_machine_as_test(InMemory, settings=settings(max_examples=120, stateful_step_count=40,
+                                                          deadline=None))
+
+
+@pytest.fixture
+def redis_machine(redis_server: RedisServer) -> type[ApprovalMachine]:
+    def replicas(clock: Clock, loop: asyncio.AbstractEventLoop) -> Any:
+        # Two replicas: each its own connection pool, one prefix (one shared set of requests).
+        # Generous timeouts: what is checked is the transaction, not Redis's speed.
+        prefix = f"props:{uuid.uuid4().hex}:"
+        connections = [RedisStateSource(redis_server.url, connect_timeout=10, read_timeout=10)
+                       for _ in range(2)]
+
+        async def close() -> None:
+            for connection in connections:
+                await connection.aclose()
+        return [RedisApprovalStore(c, prefix, clock=clock) for c in connections], close
+
+    class OnRedis(ApprovalMachine):
+        make_stores = staticmethod(replicas)
+    return OnRedis
+
+
+def test_two_redis_replicas_are_the_reference(redis_machine: type[ApprovalMachine]) -> None:
+    run_state_machine_as_test(redis_machine, settings=settings(max_examples=40, stateful_step_count=30,
+                                                               deadline=None))

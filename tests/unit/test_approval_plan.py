@@ -1,0 +1,290 @@
+"""One call's approvals (SPEC §15), through `ApprovalPlan` on the memory store with a controlled
+clock: an approver's approval lets exactly one call run; a changed argument, another caller, a new
+revision, an expired or self-made approval are refused; a `self` question is asked, answered once;
+a failing store is `error`; every outcome is transient (never learned by a client).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcp_preconditions import Identity, Principal
+from mcp_preconditions.approvals import (
+    MAX_WAITING_PER_CALLER,
+    ApprovalCall,
+    ApprovalPlan,
+    ApprovalRuling,
+    CompiledApproval,
+    MemoryApprovalStore,
+    Party,
+    State,
+)
+from mcp_preconditions.errors import BackendError
+from mcp_preconditions.outcomes import Status
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def who(subject: str) -> Identity:
+    return Identity(Principal.from_claims({"iss": "https://idp", "sub": subject}))
+
+
+ALICE, BOB = who("alice"), who("bob")
+BOB_PARTY = Party("https://idp", "bob")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(clock: Clock) -> MemoryApprovalStore:
+    return MemoryApprovalStore(clock=clock)
+
+
+def plan_of(store: Any, approvers: tuple[str, ...] | None = ("auth:claim:role:rm",),
+            names: tuple[str, ...] = ("deploy",)) -> ApprovalPlan:
+    return ApprovalPlan(tuple(f"approval:{n}" for n in names),
+                        tuple(CompiledApproval(n, approvers, 600, 120, store) for n in names))
+
+
+def call(identity: Identity = ALICE, arguments: dict[str, Any] | None = None, revision: str = "r1",
+         **extra: Any) -> ApprovalCall:
+    return ApprovalCall("deploy_service", {"env": "prod"} if arguments is None else arguments,
+                        identity, revision, **extra)
+
+
+def only(ruling: ApprovalRuling) -> tuple[Status, str, str | None, State | None]:
+    (step,) = ruling.steps
+    return (step.outcome.status, step.outcome.reason, step.remedy,
+            step.note.result if step.note else None)
+
+
+async def test_an_approvers_approval_lets_exactly_one_call_run(store: MemoryApprovalStore) -> None:
+    plan = plan_of(store)
+    first = await plan.decide(call())
+    request = first.steps[0].request
+    assert request is not None
+    assert only(first) == (Status.UNSATISFIED, f"approval 'deploy' is requested: waiting for an "
+                           f"approver (request {request.id})", "approver", State.REQUESTED)
+    assert first.events == (("deploy", State.REQUESTED),)
+    assert first.note is not None and first.note.to_record() == {
+        "name": "deploy", "id": request.id, "result": "requested"}
+    assert all(o.transient for o in first.outcomes)
+    again = await plan.decide(call())  # still waiting: the same request, nothing counted
+    assert again.steps[0].request == request and again.events == ()
+    decided = await store.decide(request.id, "approve", BOB_PARTY)
+    assert not isinstance(decided, str) and decided.made == (State.APPROVED,)
+    ran = await plan.decide(call())
+    assert ran.allowed and ran.events == (("deploy", State.USED),)
+    assert only(ran) == (Status.SATISFIED, f"approval 'deploy' was given, and this call uses it "
+                         f"(request {request.id})", None, State.USED)
+    after = await plan.decide(call())  # used once: the next call needs a new approval
+    assert not after.allowed and after.events == (("deploy", State.REQUESTED),)
+    assert after.steps[0].request is not None and after.steps[0].request.id != request.id
+
+
+@pytest.mark.parametrize("other", [call(arguments={"env": "staging"}), call(identity=BOB),
+                                   call(revision="r2"), call(arguments={"env": "prod", "force": True})])
+async def test_another_call_is_not_approved(store: MemoryApprovalStore, other: ApprovalCall) -> None:
+    plan = plan_of(store)
+    request = (await plan.decide(call())).steps[0].request
+    assert request is not None
+    await store.decide(request.id, "approve", Party("https://idp", "carol"))
+    denied = await plan.decide(other)
+    assert not denied.allowed and denied.events == (("deploy", State.REQUESTED),)
+    assert (await plan.decide(call())).allowed  # the approved call itself still runs, once
+
+
+async def test_nobody_approves_their_own_call(store: MemoryApprovalStore) -> None:
+    request = (await plan_of(store).decide(call())).steps[0].request
+    assert request is not None
+    assert await store.decide(request.id, "approve", Party("https://idp", "alice")) == "own"
+    assert await store.decide(request.id, "approve", None) == "own"
+    assert not (await plan_of(store).decide(call())).allowed
+
+
+async def test_a_request_not_decided_in_time_expires(store: MemoryApprovalStore, clock: Clock) -> None:
+    plan = plan_of(store)
+    request = (await plan.decide(call())).steps[0].request
+    assert request is not None
+    clock.now += 600
+    assert await store.decide(request.id, "approve", BOB_PARTY) == "unknown"
+    later = await plan.decide(call())
+    assert later.events == (("deploy", State.EXPIRED), ("deploy", State.REQUESTED))
+    assert later.steps[0].request is not None and later.steps[0].request.id != request.id
+
+
+async def test_an_approval_is_good_for_expires_seconds_from_when_it_was_given(
+        store: MemoryApprovalStore, clock: Clock) -> None:
+    plan = plan_of(store)
+    request = (await plan.decide(call())).steps[0].request
+    assert request is not None
+    clock.now += 500
+    await store.decide(request.id, "approve", BOB_PARTY)
+    clock.now += 599  # 1099 s after the request, 599 after the approval
+    assert (await plan.decide(call())).allowed
+    second = (await plan.decide(call())).steps[0].request
+    assert second is not None
+    await store.decide(second.id, "approve", BOB_PARTY)
+    clock.now += 600
+    expired = await plan.decide(call())
+    assert not expired.allowed
+    assert expired.events == (("deploy", State.EXPIRED), ("deploy", State.REQUESTED))
+
+
+async def test_a_refusal_stands_until_it_expires(store: MemoryApprovalStore, clock: Clock) -> None:
+    plan = plan_of(store)
+    request = (await plan.decide(call())).steps[0].request
+    assert request is not None
+    assert not isinstance(await store.decide(request.id, "refuse", BOB_PARTY), str)
+    assert await store.decide(request.id, "approve", BOB_PARTY) == "decided"
+    refused = await plan.decide(call())
+    assert only(refused) == (Status.UNSATISFIED, f"approval 'deploy': an approver refused it "
+                             f"(request {request.id})", "none", State.REFUSED)
+    clock.now += 600
+    assert (await plan.decide(call())).events == (("deploy", State.EXPIRED), ("deploy", State.REQUESTED))
+
+
+async def test_an_anonymous_caller_gets_no_approver_request(store: MemoryApprovalStore) -> None:
+    ruling = await plan_of(store).decide(call(identity=Identity(failure="no access token")))
+    assert only(ruling) == (Status.UNSATISFIED, "approval 'deploy' needs a verified caller: an "
+                            "approval is bound to the caller's issuer and subject", "none", None)
+    assert await store.waiting() == []
+
+
+async def test_a_caller_whose_identity_failed_is_an_error(store: MemoryApprovalStore) -> None:
+    ruling = await plan_of(store).decide(call(identity=Identity(failure="jwks down", error=True)))
+    assert only(ruling)[:3] == (Status.ERROR, "the caller could not be identified (authentication "
+                                "failed on a backend error), so the call cannot be bound", None)
+
+
+async def test_unbindable_arguments_are_refused(store: MemoryApprovalStore) -> None:
+    ruling = await plan_of(store).decide(call(arguments={"n": float("nan")}))
+    assert only(ruling) == (Status.UNSATISFIED, "approval 'deploy' cannot be asked for: its arguments "
+                            "have no canonical JSON form (RFC 8785): nan is not representable in JCS",
+                            "none", None)
+
+
+async def test_a_greedy_caller_is_bounded_and_others_still_ask(store: MemoryApprovalStore) -> None:
+    plan = plan_of(store)
+    for i in range(MAX_WAITING_PER_CALLER):
+        assert (await plan.decide(call(arguments={"i": i}))).events == (("deploy", State.REQUESTED),)
+    busy = await plan.decide(call(arguments={"i": "one more"}))
+    assert only(busy) == (Status.UNSATISFIED, "approval 'deploy': this caller has 20 requests waiting "
+                          "for a decision already", "none", None)
+    assert (await plan.decide(call(identity=BOB))).events == (("deploy", State.REQUESTED),)
+
+
+async def test_a_failing_store_is_an_error(store: MemoryApprovalStore) -> None:
+    class Down(MemoryApprovalStore):
+        async def open(self, *args: Any) -> Any:
+            raise BackendError("redis approval open failed: ConnectionError")
+
+    ruling = await plan_of(Down()).decide(call())
+    assert only(ruling) == (Status.ERROR, "approval store 'memory' failed: BackendError: redis approval "
+                            "open failed: ConnectionError", None, None)
+
+
+async def test_a_released_approval_serves_the_next_call(store: MemoryApprovalStore) -> None:
+    plan = plan_of(store)
+    request = (await plan.decide(call())).steps[0].request
+    assert request is not None
+    await store.decide(request.id, "approve", BOB_PARTY)
+    used = await plan.decide(call())
+    released = await plan.release(used)
+    assert released.events == () and released.steps[0].outcome.reason == (
+        f"approval 'deploy' was given (not used: the call was refused for another reason; request "
+        f"{request.id})")
+    assert (await plan.decide(call())).allowed  # good again, once
+    assert not (await plan.decide(call())).allowed
+
+
+async def test_two_approvals_are_used_both_or_neither(clock: Clock) -> None:
+    class Raced(MemoryApprovalStore):
+        """Another replica uses `b` between this call's look and its use."""
+
+        async def use(self, request_id: str, binding: Any) -> Any:
+            if request_id == b.id:
+                await super().use(request_id, binding)
+            return await super().use(request_id, binding)
+
+    store = Raced(clock=clock)
+    plan = plan_of(store, names=("a", "b"))
+    first = await plan.decide(call())
+    a, b = (s.request for s in first.steps)
+    assert a is not None and b is not None
+    for request in (a, b):
+        await store.decide(request.id, "approve", BOB_PARTY)
+    lost = await plan.decide(call())
+    assert [s.outcome.status for s in lost.steps] == [Status.SATISFIED, Status.UNSATISFIED]
+    assert lost.steps[1].outcome.reason == ("approval 'b' could not be used (not_approved): another "
+                                            "call used it first, or it expired")
+    assert lost.events == ()  # `a` was given back: not counted as used
+    got = await store.get(a.id)
+    assert got is not None and got.state is State.APPROVED
+
+
+# -- self ------------------------------------------------------------------------------------------
+async def test_a_client_that_cannot_be_asked_gets_undisclosed(store: MemoryApprovalStore) -> None:
+    ruling = await plan_of(store, approvers=None).decide(call())
+    assert only(ruling) == (Status.UNSATISFIED, "approval 'deploy' asks the caller to confirm, and this "
+                            "client cannot be asked (no elicitation)", "undisclosed", None)
+    assert ruling.events == ()
+
+
+@pytest.mark.parametrize(("answer", "result", "reason"), [
+    ("accept", State.USED, "was given, and this call uses it"),
+    ("decline", State.REFUSED, "the caller declined"),
+    ("cancel", State.REFUSED, "the caller declined"),
+    (None, State.EXPIRED, "the caller did not answer within 120 s")])
+async def test_a_self_question_is_asked_and_answered_once(
+        store: MemoryApprovalStore, answer: Any, result: State, reason: str) -> None:
+    plan = plan_of(store, approvers=None)
+    asked = await plan.decide(call(can_ask=True))
+    (step,) = asked.steps
+    assert step.remedy == "ask" and step.question is not None and step.request is not None
+    assert asked.events == (("deploy", State.REQUESTED),)
+    assert step.question.elicitation_params() == {
+        "mode": "form", "requestedSchema": {"type": "object", "properties": {}},
+        "message": "Approve one call of tool 'deploy_service' (approval 'deploy') with these "
+                   'arguments?\n{\n  "env": "prod"\n}'}
+    made = await plan.answer(step.request.id, call(), answer)
+    assert made == (("deploy", State.APPROVED if answer == "accept" else result),)
+    decided = await plan.decide(call(can_ask=True, answered=step.request.id))
+    assert decided.allowed == (answer == "accept")
+    assert only(decided)[1] == f"approval 'deploy': {reason} (request {step.request.id})" or \
+        only(decided)[1] == f"approval 'deploy' {reason} (request {step.request.id})"
+    assert only(decided)[3] is result
+    assert await plan.answer(step.request.id, call(), "accept") == ()  # answered once
+
+
+@pytest.mark.parametrize("other", [call(identity=BOB), call(arguments={"env": "staging"}),
+                                   call(revision="r2")])
+async def test_only_the_call_asked_about_answers(store: MemoryApprovalStore, other: ApprovalCall) -> None:
+    plan = plan_of(store, approvers=None)
+    request = (await plan.decide(call(can_ask=True))).steps[0].request
+    assert request is not None
+    assert await plan.answer(request.id, other, "accept") == ()
+    got = await store.get(request.id)
+    assert got is not None and got.state is State.REQUESTED
+    assert not (await plan.decide(other._replace(answered=request.id))).allowed
+
+
+async def test_a_self_decline_does_not_stop_the_next_question(store: MemoryApprovalStore) -> None:
+    plan = plan_of(store, approvers=None)
+    request = (await plan.decide(call(can_ask=True))).steps[0].request
+    assert request is not None
+    await plan.answer(request.id, call(), "decline")
+    again = await plan.decide(call(can_ask=True))  # a new call (no answer with it) is asked again
+    assert again.steps[0].remedy == "ask" and again.steps[0].request is not None
+    assert again.steps[0].request.id != request.id
