@@ -90,7 +90,7 @@ class ConnectedAccounts:
         self.settings = settings
         self.vault = vault
         self.sealer = Sealer(settings.encryption_key)
-        self.discovery = discovery or Discovery.of(settings, transport=transport)
+        self.discovery = discovery if discovery is not None else Discovery.of(settings, transport=transport)
         self._clock = clock
         self._transport = transport
         self._refreshes: Flights[Connection] = Flights()

@@ -75,13 +75,13 @@ def _stores(oauth: Mapping[str, OAuthSettings], redis: RedisStateSource | None, 
         return None, tickets
     shared = [key for key, s in oauth.items() if s.store == "redis"]
     if not shared:
-        return MemoryVault(), tickets or MemoryTickets()
+        return MemoryVault(), tickets if tickets is not None else MemoryTickets()
     if redis is None:
         raise RequirementError([f"servers.{shared[0]}.credentials.store: store = \"redis\" needs "
                                 "the policy's [state.redis] connection"])
     from .stores_redis import RedisTickets, RedisVault
 
-    return RedisVault(redis), tickets or RedisTickets(redis)
+    return RedisVault(redis), tickets if tickets is not None else RedisTickets(redis)
 
 
 def sign_in_settings(source: PolicySource, environ: Mapping[str, str] | None = None

@@ -163,7 +163,8 @@ class ConnectFlow:
             raise FlowError(400, f"The authorization server refused the code ({exc}).") from None
         except CredentialBackendError as exc:
             log.warning("credential for server %s: redeeming a code failed: %s", server, exc)
-            raise FlowError(502, "The authorization server could not be reached; try again.") from None
+            raise FlowError(502, "The authorization server could not complete the connection; try "
+                                 "again.") from None
         return server, connection
 
     def _opened(self, key: str, raw: bytes) -> tuple[str, dict[str, object]]:

@@ -5,7 +5,6 @@ look-up is not remembered: the next request asks again.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,7 +45,6 @@ class Discovery:
         self._timeout = timeout
         self._found = fixed
         self._transport = transport
-        self._lock = asyncio.Lock()
 
     @classmethod
     def of(cls, settings: OAuthSettings, *, transport: httpx2.AsyncBaseTransport | None = None
@@ -59,13 +57,10 @@ class Discovery:
 
     async def endpoints(self) -> Endpoints:
         found = self._found
-        if found is not None:
-            return found
-        async with self._lock:  # one look-up at a time; the others use its answer
-            if self._found is None:
-                assert self.issuer is not None
-                self._found = await self._discover(self.issuer)
-            return self._found
+        if found is None:  # two first calls may both look: the answers are the same
+            assert self.issuer is not None
+            found = self._found = await self._discover(self.issuer)
+        return found
 
     async def _discover(self, issuer: str) -> Endpoints:
         last = ""
