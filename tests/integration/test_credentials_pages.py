@@ -10,6 +10,7 @@ only their own connections. With Redis, two replicas share links, states and tok
 from __future__ import annotations
 
 import html
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -119,7 +120,9 @@ def test_a_caller_lists_and_removes_only_their_own_connections(site: Pages, oidc
 
 
 def test_someone_elses_link_is_403_and_a_stolen_state_is_400_with_its_code_unredeemed(
-        browser: Browser, site: Pages, wiki: TokenServer, oidc_server: OidcServer) -> None:
+        browser: Browser, site: Pages, wiki: TokenServer, oidc_server: OidcServer,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     alice = oidc_server.user_token("alice")
     link = site.link(alice)
     mallory = browser.new_context()
@@ -168,6 +171,11 @@ def test_someone_elses_link_is_403_and_a_stolen_state_is_400_with_its_code_unred
     assert message(own) == "Unknown, used or expired state: start again from the connect link."
     obtained = run(site.resolver.obtain(REQ, site.identity(alice), alice))
     assert run(whoami(wiki.url, obtained.credential)) == "alice"
+    assert obtained.credential is not None
+    query = parse_qs(urlsplit(captured[0]).query)
+    secrets = [query["code"][0], query["state"][0], link.rsplit("/", 1)[1], alice,
+               obtained.credential.headers()["Authorization"].split()[1]]
+    assert caplog.records and not [s for s in secrets if s in caplog.text]  # nothing secret logged
     for context in (mallory, owner):
         context.close()
 

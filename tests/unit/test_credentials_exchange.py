@@ -318,3 +318,23 @@ def test_a_credential_cannot_be_copied_or_pickled() -> None:
     for attempt in (lambda: pickle.dumps(credential), lambda: copy.deepcopy(credential)):
         with pytest.raises(TypeError):
             attempt()
+
+
+async def test_a_guard_without_the_credential_step_denies_and_lists_the_tool(
+        ) -> None:
+    """Registered as a plain resolver (no phase-2 wiring), `credential:KEY` fails closed: every
+    call is denied without asking anyone, and list filtering still counts the tool as callable."""
+    from mcp_preconditions.guard import Guard
+    from mcp_preconditions.policy.load import parse_policy
+    from mcp_preconditions.principal import Credentials
+
+    server = AuthServer(lambda form: (200, exchanged()))
+    guard = Guard(parse_policy(b"[guard]\nlist_filtering = true\n", "p.toml"),
+                  {"read": [REQ]}, resolvers=[resolver(server, Clock())], entry_points=False)
+    decision = await guard.check("read", Credentials(principal=caller().principal))
+    assert not decision.allowed and decision.unmet == (REQ,)
+    assert decision.outcomes[0].reason == NOT_OBTAINED and server.requests == []
+    assert await guard.callable_tools(Credentials(principal=caller().principal)) == ["read"]
+    assert guard.snapshot.registry.check_form("credential:nope") == (
+        "no server 'nope' has credentials (servers with credentials: 'crm') (accepted forms: "
+        "credential:KEY, where the gateway's config has [servers.KEY.credentials])")
