@@ -53,6 +53,12 @@ def _cookie(response: Response, request: Request, name: str, value: str, seconds
                         secure=request.url.scheme == "https")
 
 
+def _route(request: Request) -> str:
+    """The page a request is for, without its secrets (a link's id, a query's code and state)."""
+    path = request.url.path
+    return "/connect/ID" if path.startswith("/connect/") and path != SIGN_IN_CALLBACK else path
+
+
 def _redirect(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303, headers=_HEADERS)
 
@@ -86,9 +92,12 @@ class CredentialPages:
             except FlowError as exc:
                 return page(exc.status, "Not connected", str(exc))
             except CredentialBackendError as exc:
-                log.warning("connect page %s failed: %s", request.url.path, exc)
+                log.warning("connect page %s failed: %s", _route(request), exc)
                 return page(502, "Not connected", "A service the gateway needs is unavailable; "
                                                   "try again.")
+            except Exception as exc:  # one line, its type only: a message may hold a code or state
+                log.error("connect page %s failed: %s", _route(request), type(exc).__name__)
+                return page(500, "Not connected", "The gateway could not complete this step.")
         return run
 
     # -- browser pages ------------------------------------------------------------------------------
@@ -104,8 +113,9 @@ class CredentialPages:
                 return self._with_binding(_redirect(url), request, binding)
             if person != link.caller:
                 raise FlowError(403, "This connect link was made for someone else.")
-        link = await self.flow.use(link_id)
-        return self._with_binding(_redirect(await self.flow.authorize(link, binding)), request, binding)
+        url = await self.flow.authorize(link, binding)  # before the link is used: a failure keeps it
+        await self.flow.use(link_id)  # single use: a second opener gets 410
+        return self._with_binding(_redirect(url), request, binding)
 
     async def signed_in(self, request: Request) -> Response:
         if self.sign_in is None:
