@@ -77,6 +77,34 @@ class AuthBackendError(PreconditionsError):
     """The token issuer's JWKS or introspection endpoint is unreachable, slow or malformed."""
 
 
+# --- upstream credentials (SPEC §14) --------------------------------------------------------------
+class CredentialError(PreconditionsError):
+    """No credential for a caller and a server; the message is a reason without any secret."""
+
+
+class NoCredentialError(CredentialError):
+    """There is none to be had: an anonymous caller, no connected account, no entry, or an
+    authorization server that refused (`credential:KEY` is `unsatisfied`)."""
+
+
+class CredentialBackendError(CredentialError):
+    """An authorization server or a store is down, slow or answered garbage (`error`)."""
+
+
+class FlowError(CredentialError):
+    """A step of a browser flow (a connect link, a sign-in, a callback) is refused; `status` is the
+    HTTP status its page answers with, the message what the person is told."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class SealError(PreconditionsError):
+    """A sealed (encrypted) value does not open: tampered with, moved to another owner, or sealed
+    with another key."""
+
+
 # --- live facts ---------------------------------------------------------------------------------
 class BackendError(PreconditionsError):
     """A state or flag backend is down, slow or returned garbage."""

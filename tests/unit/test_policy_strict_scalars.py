@@ -68,6 +68,7 @@ REQUIRED: dict[tuple[str, ...], dict[str, Any]] = {
     ("auth", "introspection"): {"endpoint": "https://idp.example/introspect", "client_id_env": "ID",
                                 "client_secret_env": "SECRET"},
     ("features", "openfeature"): {"path": "flags.json"},
+    ("auth", "sign_in"): {"client_id": "env:ID", "client_secret": "env:SECRET"},
     ("capabilities", "grants"): {"capabilities": ["x"]},
     ("quotas", KEY): {"calls": 3, "per_seconds": 60},
     ("approvals", KEY): {"approvers": "self"},

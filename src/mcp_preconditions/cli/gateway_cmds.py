@@ -41,6 +41,10 @@ def run_gateway(args: argparse.Namespace) -> int:
     from ..telemetry.gateway import GatewayTelemetry
 
     config, policy = _servers(args)
+    unserved = [s.key for s in config.servers if s.credentials is not None]
+    if unserved:  # until the guard obtains them, refuse rather than send every caller as the gateway
+        raise InputError(f"{config.source}: server '{unserved[0]}': per-caller credentials are not "
+                         "served by this gateway yet; remove its credentials table to run it")
     listen = _listen(args.listen or config.listen or "stdio")
     claims = args.claims if args.claims is not None else config.claims
     if listen is not None and claims is not None:

@@ -33,6 +33,7 @@ REACHING: dict[str, str] = {
     "auth.jwks_uri": NETWORK,
     "auth.public_keys_pem": READ,  # an entry that is not PEM text is a file name
     "auth.introspection": NETWORK,  # its *_env fields read the environment too
+    "auth.sign_in": ENVIRONMENT,  # its env: references; people sign in at auth.issuer
     "decision_log.jsonl_path": WRITE,
 }
 

@@ -13,7 +13,6 @@ policy (every problem by key path, unknown keys and loose types refused), never 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tomllib
@@ -34,15 +33,16 @@ from pydantic import (
 )
 
 from ..addresses import http_address
+from ..credentials.settings import CredentialSettings
 from ..errors import FileReadError, PolicyError
 from ..files import read_bounded
 from ..policy.load import key_path, problems_of
+from .config_credentials import CredentialsEntry, credential_settings, located
+from .config_values import HEADER_NAME, Strict, env_value, http_url
 
 # A server's key becomes its default prefix (`KEY__`), so it must make a valid tool name.
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 PREFIX_PATTERN = r"^[A-Za-z0-9_.-]{0,64}$"
-_ENV_REF = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 WHAT = "invalid gateway config"
 
 
@@ -53,11 +53,7 @@ def listen_address(value: str) -> tuple[str, int] | None:
     return http_address(value, "'stdio' or 'http://HOST:PORT'")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class ServerEntry(_Strict):
+class ServerEntry(Strict):
     """One server: a stdio `command` the gateway starts, or a streamable-HTTP `url`."""
 
     command: str | None = Field(default=None, min_length=1)
@@ -71,13 +67,13 @@ class ServerEntry(_Strict):
                                description='shown before each tool and prompt name; default "KEY__"')
     type: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = Field(
         default=None, description="optional, as desktop clients write it; must agree with command/url")
+    credentials: CredentialsEntry | None = Field(
+        default=None, description="how each caller's own credential is obtained (docs/credentials.md)")
 
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s]*)?", value):
-            raise ValueError(f"not an http(s) URL: {value!r}")
-        return value
+        return http_url(value)
 
     @field_validator("prefix")
     @classmethod
@@ -91,7 +87,7 @@ class ServerEntry(_Strict):
     @classmethod
     def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not _HEADER_NAME.fullmatch(name):
+            if not HEADER_NAME.fullmatch(name):
                 raise ValueError(f"not an HTTP header name: {name!r}")
         return value
 
@@ -101,6 +97,9 @@ class ServerEntry(_Strict):
             raise ValueError("set exactly one of 'command' (a stdio server) or 'url' (streamable HTTP)")
         if self.command is not None and self.headers:
             raise ValueError("'headers' is for a 'url' server")
+        if self.command is not None and self.credentials is not None:
+            raise located("credentials", "for a 'url' server only: a stdio server is one process "
+                                          "the gateway starts, not reached by each caller as themselves")
         if self.url is not None and (self.args or self.env):
             raise ValueError("'args' and 'env' are for a 'command' server")
         if self.type is not None and (self.type == "stdio") != (self.command is not None):
@@ -120,7 +119,7 @@ def _server_key(key: str) -> str:
 ServerKey = Annotated[str, AfterValidator(_server_key)]
 
 
-class GatewayFile(_Strict):
+class GatewayFile(Strict):
     """A whole `gateway.toml`."""
 
     policy: str = Field(min_length=1, description="a path relative to this file, or an http(s) URL")
@@ -158,7 +157,8 @@ class DesktopFile(BaseModel):
 @dataclass(frozen=True)
 class ServerSpec:
     """One server, ready to start: its key, the prefix of its names, and how to reach it
-    (`command`/`args`/`env` overrides, or `url`/`headers`), `env:VAR` references resolved."""
+    (`command`/`args`/`env` overrides, or `url`/`headers`, and its per-caller `credentials`),
+    `env:VAR` references resolved."""
 
     key: str
     prefix: str
@@ -167,6 +167,9 @@ class ServerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # How each caller's own credential for this server is obtained (SPEC §14); None: the static
+    # `headers` only, for every caller.
+    credentials: CredentialSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,10 @@ def _specs(servers: Mapping[str, ServerEntry], path: str, top: str) -> tuple[Ser
             problems.append(f"{key_path((top, key, 'args'))}: names this file: a gateway started on "
                             "it would start itself again and again (give --servers a copy of the "
                             "servers, not the config that launches the gateway)")
-        specs.append(ServerSpec(key, prefix, entry.command, tuple(entry.args), env, entry.url, headers))
+        credentials = None if entry.credentials is None else credential_settings(
+            entry.credentials, (top, key, "credentials"), Path(path).parent, problems)
+        specs.append(ServerSpec(key, prefix, entry.command, tuple(entry.args), env, entry.url, headers,
+                                credentials))
     if problems:
         raise PolicyError(path, problems, WHAT)
     return tuple(specs)
@@ -273,19 +279,10 @@ def _same_file(arg: str, path: str) -> bool:
 
 def _resolved(values: Mapping[str, str], where: tuple[str, ...], problems: list[str]
               ) -> dict[str, str]:
-    """`env:VAR` values read from the gateway's environment; a missing one is a problem, and so is
-    a value that starts with `env:` but names no variable (sent as is, it would be a literal)."""
+    """`env:VAR` values read from the gateway's environment (each problem by key path)."""
     out: dict[str, str] = {}
     for name, value in values.items():
-        ref = _ENV_REF.fullmatch(value)
-        if ref is None and value.startswith("env:"):
-            problems.append(f"{key_path((*where, name))}: expected env:VAR (VAR: letters, digits "
-                            f"and '_', not starting with a digit), got {value!r}")
-        elif ref is None:
-            out[name] = value
-        elif ref.group(1) in os.environ:
-            out[name] = os.environ[ref.group(1)]
-        else:
-            problems.append(f"{key_path((*where, name))}: environment variable {ref.group(1)} is "
-                            "not set")
+        found = env_value(value, (*where, name), problems)
+        if found is not None:
+            out[name] = found
     return out

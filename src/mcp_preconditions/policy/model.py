@@ -7,6 +7,7 @@ tools.*.requirements, auth) are fixed for portability; the rest extends them.
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -160,6 +161,25 @@ class Introspection(Section):
     timeout_seconds: PositiveSeconds = 2.0
 
 
+def _env_reference(value: str) -> str:
+    if not re.fullmatch(r"env:[A-Za-z_][A-Za-z0-9_]*", value):
+        # the value itself is not shown: it may be the secret, written where it must not be
+        raise ValueError("must be env:VAR, naming an environment variable (a secret is never "
+                         "written in a policy)")
+    return value
+
+
+EnvReference = Annotated[str, AfterValidator(_env_reference)]
+
+
+class SignIn(Section):
+    """`[auth.sign_in]`: the gateway as an OpenID Connect client of `[auth]`'s issuer, for people
+    signing in to its pages (connect links, approvals)."""
+
+    client_id: EnvReference = Field(description='"env:VAR": the gateway\'s client id at the issuer')
+    client_secret: EnvReference = Field(description='"env:VAR": its client secret')
+
+
 class Auth(Section):
     """Access-token verification (RFC 9068 JWTs, RFC 7662 introspection) and claim/scope rules."""
 
@@ -187,6 +207,8 @@ class Auth(Section):
         default_factory=dict, description="scope -> scopes it implies (exact strings)")
     cache_max_entries: Annotated[int, Field(ge=0)] = 10000
     cache_ttl_seconds: Seconds = 300.0
+    sign_in: SignIn | None = Field(default=None,
+                                   description="sign people in to the gateway's pages at `issuer`")
 
     @field_validator("algorithms")
     @classmethod
@@ -199,6 +221,14 @@ class Auth(Section):
         if set(value) & HMAC_ALGORITHMS and set(value) & ASYMMETRIC_ALGORITHMS:
             raise ValueError("do not mix HMAC and asymmetric algorithms (key-confusion attack)")
         return value
+
+    @model_validator(mode="after")
+    def _sign_in_needs_issuer(self) -> Auth:
+        if self.sign_in is not None and self.issuer is None:
+            raise ValidationError.from_exception_data("Auth", [InitErrorDetails(
+                type=PydanticCustomError("sign_in_issuer", "needs auth.issuer: people sign in there"),
+                loc=("sign_in",), input=None)])
+        return self
 
     @field_validator("claim_aliases")
     @classmethod

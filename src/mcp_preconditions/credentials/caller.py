@@ -1,0 +1,34 @@
+"""Who a credential belongs to: a verified caller, named by issuer and subject (SPEC §14). Tokens,
+connections, links and `state` values are all bound to one; an anonymous caller has none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple
+
+from ..principal import Principal
+
+
+class Caller(NamedTuple):
+    """A verified caller: the `iss` of their token ("" when it has none) and their subject."""
+
+    issuer: str
+    subject: str
+
+    @property
+    def key(self) -> str:
+        """`"<issuer> <subject>"`, as the per-subject secrets file names a caller."""
+        return f"{self.issuer} {self.subject}"
+
+    def digest(self) -> str:
+        """A fixed-length name for storage keys (Redis), where the caller's own text need not appear."""
+        return hashlib.sha256(f"{len(self.issuer)}:{self.key}".encode()).hexdigest()
+
+
+def caller_of(principal: Principal | None) -> Caller | None:
+    """The caller a principal is, or None (no principal, or no subject to name them by)."""
+    if principal is None or principal.subject is None:
+        return None
+    issuer = principal.claims.get("iss")
+    return Caller(issuer if isinstance(issuer, str) else "", principal.subject)
