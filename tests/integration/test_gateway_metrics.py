@@ -183,7 +183,8 @@ def test_a_broken_policy_reload_counts_a_failure_and_the_alert_fires(tmp_path: P
         assert revision is not None
         info = "mcp_preconditions_policy_info == 1"
         reloads = "mcp_preconditions_policy_reloads_total"
-        until(lambda: prom.values(reloads, "result"), {("success",): 0, ("failure",): 0})
+        until(lambda: prom.values(reloads, "result"), {("success",): 0, ("failure",): 0,
+                                                         ("unusable",): 0})
         (tmp_path / "policy.toml").write_text(POLICY + "[tools.alpha__echo\n", encoding="utf-8")
         firing = until(lambda: prom.values('ALERTS{alertname="MCPPreconditionsPolicyReloadFailing"}',
                                            "alertstate", "job"), {("firing", "gw"): 1}, gw.output)

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.header import credentials_from_authorization_header
 from ..guard import Guard
+from ..owner import Owner
 from ..principal import Credentials, Principal
 
 log = logging.getLogger(__name__)
@@ -38,17 +39,16 @@ LISTENER: contextvars.ContextVar[object | None] = contextvars.ContextVar(
 
 
 class SessionOwner(AuthenticatedUser):
-    """A caller whose bearer token the guard verified, as the MCP SDK's session managers compare
-    callers (client id, issuer, subject: the gateway's `owner_of`). It carries no token and no
-    scopes; `credentials` are what the request carried, for the guard to decide its calls."""
+    """A caller whose bearer token the guard verified, handed to the MCP SDK's session managers in
+    the form they compare (an `AccessToken`'s client id, issuer claim and subject), built from the
+    one session-owner type the gateway uses too (`owner.Owner`). It carries no token and no scopes;
+    `credentials` are what the request carried, for the guard to decide its calls."""
 
     def __init__(self, principal: Principal, credentials: Credentials) -> None:
-        claims = principal.claims
-        client = claims.get("client_id", claims.get("azp"))
-        issuer = claims.get("iss")
+        owner = self.owner = Owner.of(principal)
         super().__init__(AccessToken(
-            token="", client_id=str(client) if client is not None else "", scopes=[],
-            subject=principal.subject, claims={"iss": str(issuer)} if issuer is not None else None))
+            token="", client_id=owner.client, scopes=[], subject=owner.subject,
+            claims={"iss": owner.issuer} if owner.issuer is not None else None))
         self.credentials = credentials
 
 

@@ -26,7 +26,8 @@ _HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
 @dataclass(frozen=True)
 class Security:
     """DNS-rebinding protection: the Host and Origin a request may carry (as the MCP SDK sets them
-    up for a listener on a loopback address; `PATTERN:*` allows any port)."""
+    up for a listener on a loopback address; `PATTERN:*` allows any port). A web page that rebinds
+    its own name to 127.0.0.1 sends that name as Host, so it reads nothing it asks for."""
 
     hosts: tuple[str, ...]
     origins: tuple[str, ...]
@@ -38,10 +39,17 @@ class Security:
         return cls(("127.0.0.1:*", "localhost:*", "[::1]:*"),
                    ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"))
 
-    def refuse(self, headers: Mapping[str, str]) -> tuple[int, bytes] | None:
-        if not _allowed(headers.get("host"), self.hosts):
+    def refuse(self, raw: list[tuple[bytes, bytes]]) -> tuple[int, bytes] | None:
+        """The status and text refusing a request with these raw (ASGI) headers, or None. The
+        first Host and Origin count, as `read_headers` reads them."""
+        host = origin = None
+        for name, value in raw:
+            if name == b"host" and host is None:
+                host = value.decode("latin-1")
+            elif name == b"origin" and origin is None:
+                origin = value.decode("latin-1")
+        if not _allowed(host, self.hosts):
             return 421, b"Invalid Host header"
-        origin = headers.get("origin")
         if origin and not _allowed(origin, self.origins):
             return 403, b"Invalid Origin header"
         return None
