@@ -133,7 +133,7 @@ async def test_a_whole_request_is_answered_and_not_cut_off(base: type[asyncio.Pr
 @pytest.mark.parametrize("base", PROTOCOLS)
 async def test_a_connection_over_the_cap_and_the_reserve_is_answered_503_as_it_is_accepted(
         base: type[asyncio.Protocol]) -> None:
-    state, refused = ServerState(), []
+    state, refused = ServerState(), list[str]()
     cls = _bounded(LIMITS, base, refused.append)
     held = [connect(base, state, cls) for _ in range(LIMITS.connections + HEALTH_RESERVE)]
     assert not any(transport.closed for _, transport in held)
@@ -150,7 +150,7 @@ async def test_a_connection_over_the_cap_and_the_reserve_is_answered_503_as_it_i
 @pytest.mark.parametrize("line", [b"GET /healthz HTTP/1.1\r\n", b"HEAD /readyz?verbose HTTP/1.1\r\n"])
 async def test_over_the_cap_a_health_check_is_answered_once_and_the_connection_closed(
         base: type[asyncio.Protocol], line: bytes) -> None:
-    state, refused = ServerState(), []
+    state, refused = ServerState(), list[str]()
     cls = _bounded(LIMITS, base, refused.append)
     held = [connect(base, state, cls) for _ in range(LIMITS.connections)]
     protocol, transport = connect(base, state, cls)  # in the reserve
@@ -169,7 +169,7 @@ async def test_over_the_cap_a_health_check_is_answered_once_and_the_connection_c
     b"POST /healthz HTTP/1.1\r\n", b"GET /" + b"a" * 300])
 async def test_over_the_cap_anything_else_is_answered_503_and_closed(
         base: type[asyncio.Protocol], start: bytes) -> None:
-    state, refused = ServerState(), []
+    state, refused = ServerState(), list[str]()
     cls = _bounded(LIMITS, base, refused.append)
     held = [connect(base, state, cls) for _ in range(LIMITS.connections)]
     protocol, transport = connect(base, state, cls)
@@ -185,7 +185,7 @@ async def test_with_the_cap_of_requests_under_way_only_health_checks_start(
         base: type[asyncio.Protocol]) -> None:
     """A connection within the cap, but with `connections` requests already under way (streams a
     caller holds open): its next request is judged as one over the cap."""
-    state, refused = ServerState(), []
+    state, refused = ServerState(), list[str]()
     cls = _bounded(LIMITS, base, refused.append)
     busy: set[asyncio.Task[None]] = {asyncio.ensure_future(asyncio.sleep(60))
                                      for _ in range(LIMITS.connections)}

@@ -195,6 +195,7 @@ def _limits(args: argparse.Namespace) -> Limits:
 
     return Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
                   int(_positive(args.max_connections, "--max-connections", int)),
+                  int(_positive(args.max_sessions, "--max-sessions", int)),
                   int(_positive(args.max_sessions_per_principal, "--max-sessions-per-principal", int)),
                   int(_positive(args.max_streams_per_principal, "--max-streams-per-principal", int)))
 
@@ -257,6 +258,9 @@ def _add_http_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-connections", default="1000", metavar="N",
                         help="HTTP: at most N connections and requests at once; beyond that only "
                              "/healthz and /readyz are answered, the rest get 503 (default 1000)")
+    parser.add_argument("--max-sessions", default="10000", metavar="N",
+                        help="HTTP: at most N open 2025-11-25 sessions in all; more get 503 "
+                             "(default 10000)")
     parser.add_argument("--max-sessions-per-principal", default="64", metavar="N",
                         help="HTTP: at most N open 2025-11-25 sessions per caller (issuer and "
                              "subject; anonymous callers share one bound); the caller's least "

@@ -25,7 +25,7 @@ from ...telemetry.metrics import Metrics, RefusalReason
 from ..dispatch import Dispatch
 from ..gateway import Gateway
 from .app import build_app
-from .sessions import SESSIONS_PER_PRINCIPAL, STREAMS_PER_PRINCIPAL, Sessions
+from .sessions import MAX_SESSIONS, SESSIONS_PER_PRINCIPAL, STREAMS_PER_PRINCIPAL, Sessions
 from .stdio import StdioClient
 
 EXIT_GRACE_SECONDS = 3.0
@@ -37,11 +37,13 @@ class Limits:
     """What HTTP clients may hold: a request's headers complete within `header_seconds` (and then
     its body within as long again); at most `connections` connections, and as many requests under
     way, at once (beyond that HEALTH_RESERVE more connections may ask `/healthz` or `/readyz`, and
-    anything else gets 503 and is closed); per principal at most `sessions_per_principal`
-    2025-11-25 sessions and `streams_per_principal` long-lived streams (GET, `subscriptions/listen`)."""
+    anything else gets 503 and is closed); at most `sessions` 2025-11-25 sessions, and per principal
+    at most `sessions_per_principal` of them and `streams_per_principal` long-lived streams (GET,
+    `subscriptions/listen`)."""
 
     header_seconds: float = 10.0
     connections: int = 1000
+    sessions: int = MAX_SESSIONS
     sessions_per_principal: int = SESSIONS_PER_PRINCIPAL
     streams_per_principal: int = STREAMS_PER_PRINCIPAL
 
@@ -90,7 +92,7 @@ async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    sessions = Sessions(per_principal=limits.sessions_per_principal,
+    sessions = Sessions(limit=limits.sessions, per_principal=limits.sessions_per_principal,
                         streams_per_principal=limits.streams_per_principal)
     app: Any = build_app(gateway, host, f"http://{shown}:{port}", metrics, sessions)
     if announce is not None:

@@ -45,7 +45,7 @@ class HttpSession:
     client: Client
     stream: Stream | None = None  # its GET stream, while one is open
     in_flight: int = 0  # requests being served (an open GET stream counts)
-    last_active: float = field(default_factory=time.monotonic)
+    last_active: float = field(default_factory=lambda: time.monotonic())  # (a clock tests set)
     ended: bool = False
     # Its requests being served, by id: a `notifications/cancelled` interrupts one.
     running: dict[RequestId, tuple[asyncio.Task[Any], Call]] = field(default_factory=dict)

@@ -1,0 +1,55 @@
+"""A loopback gateway answers no page that rebinds its own name to 127.0.0.1 (issue 29): every path but
+`/healthz` (`/metrics` and `/readyz` included) checks Host and Origin, as `/mcp` does; and every
+refusal made before a decision (a Host, no token, a refused token, another's session) counts in
+`mcp_preconditions_http_refused_total{reason}`. A real gateway process, real tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.oidc import OidcServer
+from tests.integration.test_gateway_lockout import ACCEPT, gateway, initialize
+
+pytestmark = pytest.mark.integration
+
+REBOUND = "rebound.attacker.test"
+
+
+def refused_counts(page: str) -> dict[str, float]:
+    return {m[1]: float(m[2]) for m in re.finditer(
+        r'^mcp_preconditions_http_refused_total\{reason="(\w+)"\} (\S+)$', page, re.MULTILINE)}
+
+
+def test_a_rebound_host_reads_neither_metrics_nor_readiness_and_each_refusal_is_counted(
+        tmp_path: Path, oidc_server: OidcServer) -> None:
+    owner, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
+    with gateway(tmp_path, oidc_server) as gw, \
+            httpx.Client(base_url=gw.url, timeout=30) as http:
+        rebound = {path: http.get(path, headers={"host": f"{REBOUND}:{gw.url.rsplit(':', 1)[1]}"})
+                   for path in ("/metrics", "/readyz", "/healthz", "/.well-known/oauth-protected-resource")}
+        posted = http.post("/mcp", headers={**ACCEPT, "host": REBOUND,
+                                            "authorization": f"Bearer {owner}"}, json={})
+        origin = http.get("/readyz", headers={"origin": f"http://{REBOUND}"})
+        missing = http.post("/mcp", headers=ACCEPT, json={})
+        invalid = http.post("/mcp", headers={**ACCEPT, "authorization": "Bearer not.a.jwt"}, json={})
+        session = initialize(http, owner).headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        unknown, anothers = (http.post("/mcp", json=listing, headers={
+            **ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25",
+            "authorization": f"Bearer {token}"}) for sid, token in (("no-such", owner),
+                                                                    (session, other)))
+        page = http.get("/metrics").text
+    assert {p: (r.status_code, r.text) for p, r in rebound.items()} == {
+        "/metrics": (421, "Invalid Host header"), "/readyz": (421, "Invalid Host header"),
+        "/healthz": (200, '{"status":"up"}'),
+        "/.well-known/oauth-protected-resource": (421, "Invalid Host header")}
+    assert (posted.status_code, posted.text) == (421, "Invalid Host header")
+    assert (origin.status_code, origin.text) == (403, "Invalid Origin header")
+    assert [r.status_code for r in (missing, invalid, unknown, anothers)] == [401, 401, 404, 404]
+    assert refused_counts(page) == {"token_missing": 1, "token_invalid": 1, "session": 2,
+                                    "host": 5, "over_cap": 0}
