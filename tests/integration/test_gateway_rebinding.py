@@ -7,6 +7,7 @@ refusal made before a decision (a Host, no token, a refused token, another's ses
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -53,3 +54,22 @@ def test_a_rebound_host_reads_neither_metrics_nor_readiness_and_each_refusal_is_
     assert [r.status_code for r in (missing, invalid, unknown, anothers)] == [401, 401, 404, 404]
     assert refused_counts(page) == {"token_missing": 1, "token_invalid": 1, "session": 2,
                                     "host": 5, "over_cap": 0}
+
+
+def test_the_metrics_listener_of_its_own_answers_loopback_hosts_only(tmp_path: Path,
+                                                                      oidc_server: OidcServer) -> None:
+    with gateway(tmp_path, oidc_server, "--metrics-listen", "http://127.0.0.1:0") as gw:
+        for _ in range(300):
+            found = re.search(r"metrics on (\S+)", gw.output())
+            if found:
+                break
+            time.sleep(0.1)
+        assert found is not None, gw.output()
+        url = found.group(1)
+        port = url.split(":")[2].split("/")[0]
+        rebound = httpx.get(url, headers={"host": f"{REBOUND}:{port}"}, timeout=30)
+        origin = httpx.get(url, headers={"origin": f"http://{REBOUND}"}, timeout=30)
+        page = httpx.get(url, timeout=30)
+    assert (rebound.status_code, rebound.text) == (421, "Invalid Host header")
+    assert (origin.status_code, origin.text) == (403, "Invalid Origin header")
+    assert page.status_code == 200 and refused_counts(page.text)["host"] == 2

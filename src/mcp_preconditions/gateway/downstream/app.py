@@ -19,12 +19,13 @@ from ...auth.header import credentials_from_authorization_header
 from ...owner import Owner
 from ...policy.model import Policy
 from ...principal import Principal
+from ...rebinding import Security
 from ...telemetry.metrics import Metrics
 from ..dispatch import Dispatch
 from ..gateway import Gateway
 from .sessions import Sessions
 from .streamable import Streamable
-from .wire import Security, text
+from .wire import text
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 METRICS_PATH = "/metrics"  # telemetry.METRICS_PATH (its module brings Starlette; this app needs none)
@@ -83,7 +84,7 @@ class App:
             return
         path, method = scope["path"], scope["method"]
         if self.security is not None and path != HEALTHZ_PATH:
-            refused = self.security.refuse(scope["headers"])
+            refused = self.security.refuse_headers(scope["headers"])
             if refused is not None:
                 self.refused("host")
                 await text(send, *refused)
