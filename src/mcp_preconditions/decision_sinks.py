@@ -24,6 +24,7 @@ from .decisions import (
     LoggingRecorder,
     RecordFields,
     ToolLabels,
+    caller_record,
     decision_record,
 )
 from .errors import PolicyError
@@ -125,19 +126,11 @@ class LoggingAndSpanRecorder(LoggingRecorder):
 
 
 def span_attributes(decision: Decision) -> dict[str, Any]:
-    """The decision as OpenTelemetry attribute values: what a denial may say (disclosed unmet and
-    errored requirements, the withheld count), never a subject or a confidential requirement (a
-    trace leaves the operator's hands: collectors, vendors, shared dashboards)."""
-    confidential = decision.confidential
-    attributes: dict[str, Any] = {
-        "tool": decision.tool,
-        "allowed": decision.allowed,
-        "unmet": list(decision.disclosed_unmet),
-        "withheld": decision.withheld,
-        "errors": [r for r in decision.errors if r not in confidential],
-        "revision": decision.revision,
-        "duration_us": round(decision.duration_ns / 1000, 1),
-    }
+    """The decision as OpenTelemetry attribute values: what a denial may say (the caller's view of
+    the record: disclosed unmet and errored requirements, the withheld count), and not even the
+    subject (a trace leaves the operator's hands: collectors, vendors, shared dashboards)."""
+    attributes = caller_record(decision)
+    del attributes["time"], attributes["subject"]
     return {ATTRIBUTE_PREFIX + k: v for k, v in attributes.items()}
 
 
