@@ -7,6 +7,7 @@ refusal made before a decision (a Host, no token, a refused token, another's ses
 from __future__ import annotations
 
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -54,6 +55,34 @@ def test_a_rebound_host_reads_neither_metrics_nor_readiness_and_each_refusal_is_
     assert [r.status_code for r in (missing, invalid, unknown, anothers)] == [401, 401, 404, 404]
     assert refused_counts(page) == {"token_missing": 1, "token_invalid": 1, "session": 2,
                                     "host": 5, "over_cap": 0}
+
+
+def _without_host(url: str, request_line: bytes) -> bytes:
+    """What an HTTP/1.0 client that sends no Host (haproxy's `option httpchk`) reads."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request_line + b"\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(4096):
+            data += chunk
+    return data
+
+
+def test_a_probe_without_host_is_answered_and_mcp_without_host_is_not(
+        tmp_path: Path, oidc_server: OidcServer) -> None:
+    """No browser page can omit Host, so a health check or scrape without one (haproxy's HTTP/1.0
+    `option httpchk`) is answered; `/mcp` refuses it, as the MCP SDK does."""
+    with gateway(tmp_path, oidc_server) as gw:
+        for _ in range(300):  # the upstream connects
+            if httpx.get(gw.url + "/readyz", timeout=30).status_code == 200:
+                break
+            time.sleep(0.1)
+        ready = _without_host(gw.url, b"GET /readyz HTTP/1.0")
+        scraped = _without_host(gw.url, b"GET /metrics HTTP/1.0")
+        mcp = _without_host(gw.url, b"POST /mcp HTTP/1.0\r\nContent-Length: 0")
+    assert ready.startswith(b"HTTP/1.1 200 ") and b'"status":"ready"' in ready
+    assert scraped.startswith(b"HTTP/1.1 200 ") and b"mcp_preconditions_http_refused_total" in scraped
+    assert mcp.startswith(b"HTTP/1.1 421 ") and mcp.endswith(b"Invalid Host header")
 
 
 def test_the_metrics_listener_of_its_own_answers_loopback_hosts_only(tmp_path: Path,

@@ -100,7 +100,7 @@ _STATUS_TEXT = {421: "421 Misdirected Request", 403: "403 Forbidden"}
 def _only(path: str, app: Callable[..., Iterable[bytes]], security: Security | None = None,
           metrics: Metrics | None = None) -> Callable[..., Iterable[bytes]]:
     def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        refused = (security.refuse(environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN"))
+        refused = (security.refuse(environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN"), hostless=True)
                    if security is not None else None)
         if refused is not None:
             if metrics is not None:

@@ -84,7 +84,9 @@ class App:
             return
         path, method = scope["path"], scope["method"]
         if self.security is not None and path != HEALTHZ_PATH:
-            refused = self.security.refuse_headers(scope["headers"])
+            # `/mcp` refuses a request without Host, as the MCP SDK does; a health check or a scrape
+            # without one (HTTP/1.0 probes) is answered: no browser page can omit it.
+            refused = self.security.refuse_headers(scope["headers"], hostless=path != MCP_PATH)
             if refused is not None:
                 self.refused("host")
                 await text(send, *refused)
