@@ -83,14 +83,8 @@ class App:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
-        if self.security is not None and path != HEALTHZ_PATH:
-            # `/mcp` refuses a request without Host, as the MCP SDK does; a health check or a scrape
-            # without one (HTTP/1.0 probes) is answered: no browser page can omit it.
-            refused = self.security.refuse_headers(scope["headers"], hostless=path != MCP_PATH)
-            if refused is not None:
-                self.refused("host")
-                await text(send, *refused)
-                return
+        if path != HEALTHZ_PATH and await self._rebound(scope, send):
+            return
         if path == MCP_PATH:
             owner: Owner | None = None
             if self.metadata is not None and method != "OPTIONS":
@@ -124,6 +118,19 @@ class App:
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         await _respond(send, status, b"" if method == "HEAD" else data,
                        [(b"content-type", b"application/json"), *headers], length=len(data))
+
+    async def _rebound(self, scope: Scope, send: Send) -> bool:
+        """Whether the request was refused for its Host or Origin (on a loopback listener). `/mcp`
+        refuses a request without Host, as the MCP SDK does; a health check or a scrape without
+        one (an HTTP/1.0 probe) is answered: no browser page can omit it."""
+        if self.security is None:
+            return False
+        refused = self.security.refuse_headers(scope["headers"], hostless=scope["path"] != MCP_PATH)
+        if refused is None:
+            return False
+        self.refused("host")
+        await text(send, *refused)
+        return True
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         chores: list[asyncio.Task[None]] = []
