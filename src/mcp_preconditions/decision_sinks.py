@@ -1,8 +1,9 @@
 """Decision-log sinks beyond `logging`: a JSONL file, and OpenTelemetry span attributes.
 
 `build_recorder(source)` assembles what a policy's `[decision_log]` asks for. Every sink writes
-only `decision_record()` fields, so no token, secret or claim value can reach a sink; span
-attributes also leave out the subject and confidential requirements (`span_attributes`).
+only `decision_record()` fields (or fewer: `caller_record()` where the caller reads the log), so
+no token, secret or claim value can reach a sink; span attributes also leave out the subject and
+confidential requirements (`span_attributes`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from .decisions import (
     DecisionRecorder,
     FanOutRecorder,
     LoggingRecorder,
+    RecordFields,
     ToolLabels,
+    caller_record,
     decision_record,
 )
 from .errors import PolicyError
@@ -95,8 +98,9 @@ class LoggingAndSpanRecorder(LoggingRecorder):
 
     def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER,
                  labels: Mapping[str, str] | None = None,
-                 tool_labels: ToolLabels | None = None) -> None:
-        super().__init__(logger, labels, tool_labels)
+                 tool_labels: ToolLabels | None = None,
+                 fields: RecordFields = decision_record) -> None:
+        super().__init__(logger, labels, tool_labels, fields)
         from .spans import CurrentSpan
 
         # `CurrentSpan.recording()`, read inline below: the method call alone cost an in-process
@@ -108,8 +112,8 @@ class LoggingAndSpanRecorder(LoggingRecorder):
     def record(self, decision: Decision) -> None:
         try:
             if self.logger.isEnabledFor(logging.INFO):
-                self.logger.info(json.dumps(decision_record(decision, self.labels,
-                                                            self.tool_labels), ensure_ascii=False))
+                self.logger.info(json.dumps(self.fields(decision, self.labels, self.tool_labels),
+                                            ensure_ascii=False))
         except Exception:
             logging.getLogger(DEFAULT_LOGGER).exception("decision log sink failed")
         try:
@@ -122,19 +126,11 @@ class LoggingAndSpanRecorder(LoggingRecorder):
 
 
 def span_attributes(decision: Decision) -> dict[str, Any]:
-    """The decision as OpenTelemetry attribute values: what a denial may say (disclosed unmet and
-    errored requirements, the withheld count), never a subject or a confidential requirement (a
-    trace leaves the operator's hands: collectors, vendors, shared dashboards)."""
-    confidential = decision.confidential
-    attributes: dict[str, Any] = {
-        "tool": decision.tool,
-        "allowed": decision.allowed,
-        "unmet": list(decision.disclosed_unmet),
-        "withheld": decision.withheld,
-        "errors": [r for r in decision.errors if r not in confidential],
-        "revision": decision.revision,
-        "duration_us": round(decision.duration_ns / 1000, 1),
-    }
+    """The decision as OpenTelemetry attribute values: what a denial may say (the caller's view of
+    the record: disclosed unmet and errored requirements, the withheld count), and not even the
+    subject (a trace leaves the operator's hands: collectors, vendors, shared dashboards)."""
+    attributes = caller_record(decision)
+    del attributes["time"], attributes["subject"]
     return {ATTRIBUTE_PREFIX + k: v for k, v in attributes.items()}
 
 
@@ -147,16 +143,19 @@ def opentelemetry_available() -> bool:
 
 
 def build_recorder(source: PolicySource, labels: Mapping[str, str] | None = None,
-                   tool_labels: ToolLabels | None = None) -> DecisionRecorder:
+                   tool_labels: ToolLabels | None = None, *,
+                   logged: RecordFields = decision_record) -> DecisionRecorder:
     """The recorder a policy's `[decision_log]` asks for: JSON through logging always, plus a JSONL
     file (`jsonl_path`, relative to the policy file) and span attributes (`opentelemetry`, when
     `opentelemetry-api` is installed). `labels`, and `tool_labels(tool)`, go into every record.
-    Raises PolicyError when the file cannot be opened."""
+    `logged` is what the logging sink writes (`caller_record` where the caller reads the log); the
+    file always gets the operator's whole record. Raises PolicyError when the file cannot be
+    opened."""
     settings = source.policy.decision_log
     spans = settings.opentelemetry and opentelemetry_available()
     sinks: list[DecisionRecorder] = [
-        LoggingAndSpanRecorder(settings.logger, labels, tool_labels) if spans
-        else LoggingRecorder(settings.logger, labels, tool_labels)]
+        LoggingAndSpanRecorder(settings.logger, labels, tool_labels, logged) if spans
+        else LoggingRecorder(settings.logger, labels, tool_labels, logged)]
     if settings.jsonl_path is not None:
         path = source.resolve_path(settings.jsonl_path)
         try:

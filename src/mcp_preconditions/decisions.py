@@ -1,5 +1,6 @@
 """Decision records: one per decision, with time, tool, subject, allowed, unmet, errors, policy
-revision and duration. Never a token, a secret or a claim value.
+revision and duration. Never a token, a secret or a claim value. The operator's record names every
+requirement; the caller's (`caller_record`, where the caller reads the log) only what a denial says.
 
 The default sink is JSON through `logging` (logger `mcp_preconditions.decisions`, level INFO).
 """
@@ -19,6 +20,8 @@ DEFAULT_LOGGER = "mcp_preconditions.decisions"
 
 # Labels that depend on the tool (a gateway's `server`): tool name -> labels, added to its records.
 ToolLabels = Callable[[str], Mapping[str, str]]
+# How a sink turns a decision into its record: `decision_record` or `caller_record`.
+RecordFields = Callable[[Decision, Mapping[str, str] | None, ToolLabels | None], dict[str, Any]]
 
 
 def decision_record(decision: Decision, labels: Mapping[str, str] | None = None,
@@ -45,6 +48,30 @@ def decision_record(decision: Decision, labels: Mapping[str, str] | None = None,
     return record
 
 
+def caller_record(decision: Decision, labels: Mapping[str, str] | None = None,
+                  tool_labels: ToolLabels | None = None) -> dict[str, Any]:
+    """The record as its caller may read it (a stdio gateway's stderr, which a desktop client shows
+    its user): what a denial says and no more. The unmet requirements it may name, the
+    confidential ones counted in `withheld`; the requirements that ended as `error`, by name only
+    (a reason may name a backend), confidential ones left out; the server's key. Not `labels` (a
+    gateway's upstream command line, its replica id): those are the operator's."""
+    confidential = decision.confidential
+    record: dict[str, Any] = {
+        "time": time.time(),
+        "tool": decision.tool,
+        "subject": decision.subject,
+        "allowed": decision.allowed,
+        "unmet": list(decision.disclosed_unmet),
+        "withheld": decision.withheld,
+        "errors": [r for r in decision.errors if r not in confidential],
+        "revision": decision.revision,
+        "duration_us": round(decision.duration_ns / 1000, 1),
+    }
+    if tool_labels is not None:
+        record.update(tool_labels(decision.tool))
+    return record
+
+
 class DecisionRecorder(Protocol):
     def record(self, decision: Decision) -> None: ...
 
@@ -54,14 +81,16 @@ class LoggingRecorder:
 
     def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER,
                  labels: Mapping[str, str] | None = None,
-                 tool_labels: ToolLabels | None = None) -> None:
+                 tool_labels: ToolLabels | None = None,
+                 fields: RecordFields = decision_record) -> None:
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
         self.labels = dict(labels or {})
         self.tool_labels = tool_labels
+        self.fields = fields  # `caller_record` where the caller reads this log
 
     def record(self, decision: Decision) -> None:
         if self.logger.isEnabledFor(logging.INFO):
-            self.logger.info(json.dumps(decision_record(decision, self.labels, self.tool_labels),
+            self.logger.info(json.dumps(self.fields(decision, self.labels, self.tool_labels),
                                         ensure_ascii=False))
 
 

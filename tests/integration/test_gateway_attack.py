@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from mcp_preconditions.gateway.downstream.listener import HEALTH_RESERVE
 from tests.fixtures import asking_upstream
 from tests.fixtures.gateway_upstream import (
     Process,
@@ -218,21 +219,25 @@ def test_half_sent_headers_and_bodies_are_cut_off_and_connections_are_capped(tmp
         for sock in slow[:15]:
             sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Ty")  # half its headers
         for sock in slow[15:]:  # whole headers, then part of the body they promise
-            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                         b"Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{")
+            sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
+                         + b"Content-Type: application/json\r\nAccept: application/json, "
+                           b"text/event-stream\r\nContent-Length: 100\r\n\r\n{")
         for sock in slow:  # each is closed by the gateway: the read ends (b"") instead of hanging
             assert sock.recv(1024) == b""
             sock.close()
         assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
-        held = [socket.create_connection((host, int(port)), timeout=30) for _ in range(46)]
-        try:  # within the cap: held until their header deadline; beyond it: 503 and closed at once
+        held = [socket.create_connection((host, int(port)), timeout=30)
+                for _ in range(40 + HEALTH_RESERVE + 8)]
+        try:  # within the cap, and the health checks' reserve beyond it: held until their header
+            # deadline; beyond both: 503 and closed at once
             got = [_read_all(sock) for sock in held]
         finally:
             for sock in held:
                 sock.close()
     # (the 40th may be over the cap too, while the /healthz connection is still being closed)
-    assert got[:39] == [b""] * 39
-    assert all(g.startswith(b"HTTP/1.1 503 ") for g in got[40:]), got[40:]
+    assert got[:39 + HEALTH_RESERVE] == [b""] * (39 + HEALTH_RESERVE)
+    over = got[40 + HEALTH_RESERVE:]
+    assert len(over) == 8 and all(g.startswith(b"HTTP/1.1 503 ") for g in over), over
     assert not tool_calls(log)
 
 

@@ -183,7 +183,8 @@ def test_a_broken_policy_reload_counts_a_failure_and_the_alert_fires(tmp_path: P
         assert revision is not None
         info = "mcp_preconditions_policy_info == 1"
         reloads = "mcp_preconditions_policy_reloads_total"
-        until(lambda: prom.values(reloads, "result"), {("success",): 0, ("failure",): 0})
+        until(lambda: prom.values(reloads, "result"), {("success",): 0, ("failure",): 0,
+                                                         ("unusable",): 0})
         (tmp_path / "policy.toml").write_text(POLICY + "[tools.alpha__echo\n", encoding="utf-8")
         firing = until(lambda: prom.values('ALERTS{alertname="MCPPreconditionsPolicyReloadFailing"}',
                                            "alertstate", "job"), {("firing", "gw"): 1}, gw.output)
@@ -298,3 +299,27 @@ def test_metrics_need_no_token_where_mcp_does(tmp_path: Path) -> None:
     assert page.status_code == 200
     assert "mcp_preconditions_upstream_up" in page.text
     assert "issuer.example" not in page.text and "Bearer" not in page.text
+
+
+def test_a_reload_that_leaves_a_server_unusable_counts_as_unusable_not_success(
+        tmp_path: Path) -> None:
+    """A near miss of a server's tool (`[tools.Echo]` for `echo`) swaps in, but every call to that
+    server is refused: the reload is `unusable`. Fixing it again is a `success`."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.echo]\nrequirements = []\n', encoding="utf-8")
+    counts = 'mcp_preconditions_policy_reloads_total{result="%s"} %s'
+    with gateway_http(policy, tmp_path / "u.jsonl", "--policy-poll-seconds", "0.2", "--",
+                      *UPSTREAM_STDIO, wait="/readyz") as gw:
+        until(lambda: httpx.get(gw.url + "/readyz", timeout=30).status_code, 200, gw.output)
+        policy.write_text('[tools.Echo]\nrequirements = []\n', encoding="utf-8")
+        until(lambda: counts % ("unusable", "1.0") in httpx.get(gw.url + "/metrics").text, True,
+              gw.output)
+        unusable = httpx.get(gw.url + "/readyz", timeout=30)
+        refused = anyio.run(_call, gw.url + "/mcp", "echo")
+        policy.write_text('[tools.echo]\nrequirements = []\n', encoding="utf-8")
+        until(lambda: counts % ("success", "1.0") in httpx.get(gw.url + "/metrics").text, True,
+              gw.output)
+        page = httpx.get(gw.url + "/metrics").text
+    assert unusable.status_code == 503 and "problem" in unusable.json()["servers"]["upstream"]
+    assert refused["isError"] is True
+    assert counts % ("unusable", "1.0") in page and counts % ("failure", "0.0") in page

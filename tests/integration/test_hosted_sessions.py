@@ -8,6 +8,7 @@ as for an unknown one, on every verb; the owner, and a fresh token of the same p
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -103,6 +104,28 @@ def test_serve_over_http_keeps_a_session_to_the_principal_that_opened_it(
     with httpx.Client(base_url=mission_http.url.removesuffix("/mcp"), headers=ACCEPT,
                       timeout=30) as http:
         _assert_owned(http, oidc_server, *owner_and_others)
+
+
+def _refused(http: httpx.Client) -> dict[str, float]:
+    page = http.get("/metrics").text
+    return {m[1]: float(m[2]) for m in re.finditer(
+        r'^mcp_preconditions_http_refused_total\{reason="(\w+)"\} (\S+)$', page, re.MULTILINE)}
+
+
+def test_serve_counts_its_refusals_before_a_decision_as_the_gateway_does(
+        mission_http: ServeProcess, oidc_server: OidcServer,
+        owner_and_others: tuple[str, list[str | None]]) -> None:
+    """Another's session (and an ended one) is a `session` refusal, a rebound Host a `host` one,
+    in the same series and by the same reasons as the gateway's (issue 29)."""
+    with httpx.Client(base_url=mission_http.url.removesuffix("/mcp"), headers=ACCEPT,
+                      timeout=30) as http:
+        before = _refused(http)
+        _assert_owned(http, oidc_server, *owner_and_others)  # 3 others x 3 verbs, 1 ended session
+        rebound = http.post("/mcp", headers={"host": "rebound.attacker.test"}, json=LISTING)
+        after = _refused(http)
+    assert rebound.status_code == 421
+    assert {r: after[r] - before[r] for r in after} == {
+        "token_missing": 0, "token_invalid": 0, "session": 10, "host": 1, "over_cap": 0}
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from mcp_preconditions.decision_sinks import (
     build_recorder,
     span_attributes,
 )
-from mcp_preconditions.decisions import FanOutRecorder, LoggingRecorder
+from mcp_preconditions.decisions import FanOutRecorder, LoggingRecorder, caller_record
 
 DENIED = Decision("launch_rocket", False, (
     Outcome.satisfied("auth:oauth2", "ok"),
@@ -275,3 +275,29 @@ def test_labels_go_into_every_record(tmp_path: Path) -> None:
     guard.decide("t", Identity())
     record = json.loads((tmp_path / "d.jsonl").read_text(encoding="utf-8"))
     assert (record["replica"], record["upstream"], record["allowed"]) == ("r1", "everything", False)
+
+
+@pytest.mark.parametrize("spans_on", [False, True])
+def test_the_callers_view_says_what_the_denial_says_and_the_file_keeps_the_whole_record(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, spans_on: bool) -> None:
+    """A stdio gateway's stderr is its caller's: `logged=caller_record` puts there the disclosed
+    unmet requirements, the confidential ones as a count, errored requirements by name (no
+    reason) and the tool's server, no operator label; the JSONL file gets everything."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[decision_log]\njsonl_path = "d.jsonl"\nopentelemetry = {str(spans_on).lower()}\n',
+                      encoding="utf-8")
+    recorder = build_recorder(load_policy(policy), {"replica": "r1", "upstream": "npx secret-cmd"},
+                              lambda tool: {"server": "fs"}, logged=caller_record)
+    secret = dataclasses.replace(DENIED, confidential=frozenset({"env:production"}))
+    with caplog.at_level(logging.INFO, logger="mcp_preconditions.decisions"):
+        recorder.record(secret)
+    [shown] = [json.loads(r.getMessage()) for r in caplog.records]
+    [whole] = [json.loads(line) for line in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert {k: v for k, v in shown.items() if k != "time"} == {
+        "tool": "launch_rocket", "subject": "alice", "allowed": False, "unmet": [
+            "state:weather.clear"], "withheld": 1, "errors": ["state:weather.clear"],
+        "revision": "abc123def456", "duration_us": 12.3, "server": "fs"}
+    assert "production" not in json.dumps(shown) and "redis" not in json.dumps(shown)
+    assert whole["unmet"] == ["env:production", "state:weather.clear"]
+    assert whole["errors"] == {"state:weather.clear": "redis down"}
+    assert (whole["replica"], whole["upstream"], whole["server"]) == ("r1", "npx secret-cmd", "fs")

@@ -18,7 +18,7 @@ SPEC_SERIES = {  # SPEC §13, as exposed (counters with `_total`, histograms wit
     "mcp_preconditions_upstream_seconds_sum", "mcp_preconditions_upstream_seconds_count",
     "mcp_preconditions_upstream_up", "mcp_preconditions_upstream_restarts_total",
     "mcp_preconditions_policy_info", "mcp_preconditions_policy_reloads_total",
-    "mcp_preconditions_quota_exhausted_total"}
+    "mcp_preconditions_quota_exhausted_total", "mcp_preconditions_http_refused_total"}
 
 
 def busy() -> Metrics:
@@ -36,6 +36,8 @@ def busy() -> Metrics:
     m.policy_loaded("r1")
     m.policy_reload("success")
     m.policy_reload("failure")
+    m.policy_reload("unusable")
+    m.http_refused("token_missing")
     return m
 
 

@@ -4,10 +4,11 @@ undeclared requirements), results classified, policy revisions and reloads, `/me
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -188,9 +189,25 @@ def test_only_the_revision_in_force_has_policy_info() -> None:
     m.policy_loaded("bbb")
     assert label_values(m, "revision") == {"bbb"}
     assert value(m, "mcp_preconditions_policy_info", revision="bbb") == 1
-    with pytest.raises(ValueError, match=r"^policy_reload: result must be 'success' or 'failure', "
-                                         r"got 'ok'$"):
+    with pytest.raises(ValueError, match=r"^policy_reload: result must be one of success, failure, "
+                                         r"unusable, got 'ok'$"):
         m.policy_reload("ok")  # type: ignore[arg-type]
+
+
+def test_http_refusals_count_by_reason_from_zero_and_take_no_other_reason() -> None:
+    m = Metrics()
+    reasons = ("token_missing", "token_invalid", "session", "host", "over_cap")
+    assert {r: value(m, "mcp_preconditions_http_refused_total", reason=r) for r in reasons} == \
+        dict.fromkeys(reasons, 0)
+    m.http_refused("host")
+    m.http_refused("host")
+    m.http_refused("over_cap")
+    assert value(m, "mcp_preconditions_http_refused_total", reason="host") == 2
+    assert value(m, "mcp_preconditions_http_refused_total", reason="over_cap") == 1
+    with pytest.raises(ValueError, match=r"^http_refused: reason must be one of token_missing, "
+                                         r"token_invalid, session, host, over_cap, got 'x'$"):
+        m.http_refused("x")  # type: ignore[arg-type]
+    assert label_values(m, "reason") == set(reasons)  # a caller adds no series
 
 
 def test_upstream_series() -> None:
@@ -222,6 +239,34 @@ def test_watch_policy_follows_a_reloader(tmp_path: Path) -> None:
     reloader.reload()
     assert value(m, "mcp_preconditions_policy_reloads_total", result="success") == 1
     assert label_values(m, "revision") == {guard.revision} != {first}
+
+
+async def test_watch_policy_counts_a_swap_as_what_applying_it_says(tmp_path: Path) -> None:
+    """A gateway applies each swap to its servers first (their tool names against the new policy):
+    a swap that leaves one unusable counts as `unusable`, not `success`."""
+    path = tmp_path / "policy.toml"
+    path.write_text('environment = ["production"]\n', encoding="utf-8")
+    guard = Guard(load_policy(path), entry_points=False)
+    reloader = PolicyReloader(guard, path)
+    m = Metrics()
+    verdicts: list[Literal["success", "unusable"]] = ["unusable", "success"]
+
+    async def applied(_change: object) -> Literal["success", "unusable"]:
+        await asyncio.sleep(0)  # applied after the swap, as a gateway's re-check is
+        return verdicts.pop(0)
+
+    watch_policy(m, reloader, applied)
+    for count, environment in enumerate(("staging", "production"), 1):
+        path.write_text(f'environment = ["{environment}"]\n', encoding="utf-8")
+        reloader.reload()
+        for _ in range(500):  # the count moves once `applied` has run
+            if sum(value(m, "mcp_preconditions_policy_reloads_total", result=r) or 0
+                   for r in ("success", "unusable")) == count:
+                break
+            await asyncio.sleep(0.01)
+    assert value(m, "mcp_preconditions_policy_reloads_total", result="unusable") == 1
+    assert value(m, "mcp_preconditions_policy_reloads_total", result="success") == 1
+    assert label_values(m, "revision") == {guard.revision}
 
 
 def test_the_metrics_app_serves_get_metrics_only() -> None:

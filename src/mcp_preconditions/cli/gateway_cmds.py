@@ -12,13 +12,22 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from ..decision_sinks import JsonlRecorder, build_recorder
+from ..decisions import (
+    DecisionRecorder,
+    FanOutRecorder,
+    ToolLabels,
+    caller_record,
+    decision_record,
+)
 from ..errors import InputError
 from ..files import read_claims
 from ..guard import Guard
+from ..policy.load import PolicySource
 from ..principal import ANONYMOUS, Credentials, Principal
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
@@ -27,6 +36,7 @@ from ._upstream import add_upstream_options, target_from, upstream_environment
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway, GatewayConfig
+    from ..gateway.downstream.listener import Limits
     from ..gateway.replicas import ReplicaOptions
     from ..telemetry import Metrics
 
@@ -65,8 +75,9 @@ def run_gateway(args: argparse.Namespace) -> int:
     tracing = configure_tracing(service_name=SERVICE_NAME)  # an unusable OTEL_* setting: exit 2 now
     label = _single_label(args) if args.config is None and args.servers is None else None
     gateways: list[Gateway] = []  # the gateway names each decision's server; it is made next
-    guard = Guard(source, resolvers=resolvers_from(args), labels=replicas.labels(options, label),
-                  tool_labels=lambda tool: gateways[0].server_labels(tool))
+    recorder = _recorder(args.decision_log, source, listen is None, replicas.labels(options, label),
+                         lambda tool: gateways[0].server_labels(tool))
+    guard = Guard(source, resolvers=resolvers_from(args), recorder=recorder)
     metrics = Metrics()
     gateway = Gateway(guard, config.servers, _credentials(listen, claims),
                       environment=upstream_environment(source), telemetry=GatewayTelemetry(metrics))
@@ -98,8 +109,7 @@ def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] |
     try:
         limits = Limits()
         if listen is not None:
-            limits = Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
-                            int(_positive(args.max_connections, "--max-connections", int)))
+            limits = _limits(args)
             sock = listening_socket(*listen, "--listen")
         if metrics_at is not None:
             from ..telemetry import MetricsListener  # (Starlette and a WSGI server: only then)
@@ -145,6 +155,24 @@ def _servers(args: argparse.Namespace) -> tuple[GatewayConfig, str]:
     return config.single_server(spec), args.policy
 
 
+def _recorder(log_file: str | None, source: PolicySource, stdio: bool, labels: dict[str, str],
+              tool_labels: ToolLabels) -> DecisionRecorder:
+    """Where decisions are recorded: the policy's `[decision_log]`, plus `--decision-log FILE`
+    (JSON lines, the operator's whole record). Over stdio the records on stderr are the caller's
+    view (`caller_record`): a desktop client shows the gateway's stderr to its user, who is the
+    caller, so it names no confidential requirement (docs/gateway.md)."""
+    sink = build_recorder(source, labels, tool_labels,
+                          logged=caller_record if stdio else decision_record)
+    if log_file is None:
+        return sink
+    try:
+        operator = JsonlRecorder(log_file, labels, tool_labels)
+    except OSError as exc:
+        raise InputError(f"--decision-log: cannot open '{log_file}' for appending: "
+                         f"{exc.strerror or exc}") from None
+    return FanOutRecorder(sink, operator)
+
+
 def _single_label(args: argparse.Namespace) -> str:
     """The `upstream` label of a single-upstream gateway's records: its URL or command line."""
     command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else args.command
@@ -165,6 +193,17 @@ def _credentials(listen: tuple[str, int] | None, claims: str | None) -> Callable
     return of
 
 
+def _limits(args: argparse.Namespace) -> Limits:
+    """The HTTP listener's bounds, each flag checked as typed (SPEC §10)."""
+    from ..gateway.downstream.listener import Limits
+
+    return Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
+                  int(_positive(args.max_connections, "--max-connections", int)),
+                  int(_positive(args.max_sessions, "--max-sessions", int)),
+                  int(_positive(args.max_sessions_per_principal, "--max-sessions-per-principal", int)),
+                  int(_positive(args.max_streams_per_principal, "--max-streams-per-principal", int)))
+
+
 def _positive(value: str | None, option: str, kind: Callable[[str], float]) -> float:
     if value is None:
         raise InputError(f"{option}: missing")
@@ -181,14 +220,20 @@ def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions, metrics:
                ) -> list[Callable[[], Coroutine[Any, Any, None]]]:
     """The policy poller as a task for the gateway's task group (none when not watched). After a
     swap the servers' tool names are checked against the new policy and clients list again;
-    every attempt counts in `policy_reloads_total`."""
+    every attempt counts in `policy_reloads_total`, a swap that leaves some server's policy
+    unusable (a near miss of one of its tools) as `unusable`."""
     from ..gateway import replicas
     from ..telemetry import watch_policy
 
-    reloader = replicas.reloader(guard, options, lambda _change: gateway.policy_changed())
+    reloader = replicas.reloader(guard, options)
     if reloader is None:
         return []
-    watch_policy(metrics, reloader)
+
+    async def applied(_change: Any) -> Literal["success", "unusable"]:
+        await gateway.policy_changed()
+        return "unusable" if any(m.problem is not None for m in gateway.fleet) else "success"
+
+    watch_policy(metrics, reloader, applied)
     return [replicas.keep_current(reloader)]
 
 
@@ -207,6 +252,26 @@ def _stdio_credentials(claims: str | None) -> Credentials:
     if claims is None:
         return ANONYMOUS
     return Credentials(principal=Principal.from_claims(read_claims(claims)))
+
+
+def _add_http_options(parser: argparse.ArgumentParser) -> None:
+    """The HTTP listener's bounds (SPEC §10; docs/gateway.md)."""
+    parser.add_argument("--header-timeout-seconds", default="10", metavar="S",
+                        help="HTTP: close a connection whose request headers are not complete "
+                             "within S seconds (default 10)")
+    parser.add_argument("--max-connections", default="1000", metavar="N",
+                        help="HTTP: at most N connections and requests at once; beyond that only "
+                             "/healthz and /readyz are answered, the rest get 503 (default 1000)")
+    parser.add_argument("--max-sessions", default="10000", metavar="N",
+                        help="HTTP: at most N open 2025-11-25 sessions in all; more get 503 "
+                             "(default 10000)")
+    parser.add_argument("--max-sessions-per-principal", default="64", metavar="N",
+                        help="HTTP: at most N open 2025-11-25 sessions per caller (issuer and "
+                             "subject; anonymous callers share one bound); the caller's least "
+                             "recently used idle session ends to make room, else 429 (default 64)")
+    parser.add_argument("--max-streams-per-principal", default="16", metavar="N",
+                        help="HTTP: at most N long-lived streams (GET, subscriptions/listen) per "
+                             "caller; more get 429 (default 16)")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -248,14 +313,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="serve GET /metrics on a listener of its own (a stdio gateway has no "
                              "other; over HTTP it moves /metrics off the main listener, which then "
                              "answers 404 there)")
+    parser.add_argument("--decision-log", metavar="FILE",
+                        help="append every decision record to FILE as JSON lines, whole (over "
+                             "stdio the records on stderr are what the caller may see: a desktop "
+                             "client shows stderr to its user)")
     parser.add_argument("--claims", metavar="C",
                         help="stdio only: JSON claims of the local caller (default: anonymous)")
-    parser.add_argument("--header-timeout-seconds", default="10", metavar="S",
-                        help="HTTP: close a connection whose request headers are not complete "
-                             "within S seconds (default 10)")
-    parser.add_argument("--max-connections", default="1000", metavar="N",
-                        help="HTTP: at most N connections and requests at once; more get 503 "
-                             "(default 1000)")
+    _add_http_options(parser)
     add_resolver_option(parser)
     add_upstream_options(parser)  # last: the command takes every remaining argument
     parser.set_defaults(func=run_gateway)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,7 +24,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.header import credentials_from_authorization_header
 from ..guard import Guard
+from ..owner import Owner
 from ..principal import Credentials, Principal
+from ..telemetry.metrics import Metrics, RefusalReason
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -38,17 +40,16 @@ LISTENER: contextvars.ContextVar[object | None] = contextvars.ContextVar(
 
 
 class SessionOwner(AuthenticatedUser):
-    """A caller whose bearer token the guard verified, as the MCP SDK's session managers compare
-    callers (client id, issuer, subject: the gateway's `owner_of`). It carries no token and no
-    scopes; `credentials` are what the request carried, for the guard to decide its calls."""
+    """A caller whose bearer token the guard verified, handed to the MCP SDK's session managers in
+    the form they compare (an `AccessToken`'s client id, issuer claim and subject), built from the
+    one session-owner type the gateway uses too (`owner.Owner`). It carries no token and no scopes;
+    `credentials` are what the request carried, for the guard to decide its calls."""
 
     def __init__(self, principal: Principal, credentials: Credentials) -> None:
-        claims = principal.claims
-        client = claims.get("client_id", claims.get("azp"))
-        issuer = claims.get("iss")
+        owner = self.owner = Owner.of(principal)
         super().__init__(AccessToken(
-            token="", client_id=str(client) if client is not None else "", scopes=[],
-            subject=principal.subject, claims={"iss": str(issuer)} if issuer is not None else None))
+            token="", client_id=owner.client, scopes=[], subject=owner.subject,
+            claims={"iss": owner.issuer} if owner.issuer is not None else None))
         self.credentials = credentials
 
 
@@ -61,22 +62,58 @@ class SessionOwners:
 
     `GuardedMCPServer`'s HTTP apps add it themselves. Elsewhere it is one line: a lowlevel
     `Server`'s `app.add_middleware(SessionOwners, guard=guard)`, or fastmcp's
-    `app.http_app(middleware=[Middleware(SessionOwners, guard=guard)])`."""
+    `app.http_app(middleware=[Middleware(SessionOwners, guard=guard)])`.
 
-    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+    `metrics` (read per request: None counts nothing) counts the SDK's refusals made before any
+    decision as the gateway counts its own (`http_refused_total{reason}`): a session that does not
+    exist or is another's (`session`), a Host or Origin of DNS rebinding (`host`)."""
+
+    def __init__(self, app: ASGIApp, guard: Guard,
+                 metrics: Callable[[], Metrics | None] = lambda: None) -> None:
         self.app = app
         self.guard = guard
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("user") is None:
-            header = next((value.decode("latin-1") for name, value in scope["headers"]
-                           if name == b"authorization"), None)
-            if header is not None:
-                credentials = credentials_from_authorization_header(header)
-                principal = (await self.guard.authenticate(credentials)).principal
-                if principal is not None:
-                    scope["user"] = SessionOwner(principal, credentials)
+        if scope["type"] == "http":
+            if scope.get("user") is None:
+                header = next((value.decode("latin-1") for name, value in scope["headers"]
+                               if name == b"authorization"), None)
+                if header is not None:
+                    credentials = credentials_from_authorization_header(header)
+                    principal = (await self.guard.authenticate(credentials)).principal
+                    if principal is not None:
+                        scope["user"] = SessionOwner(principal, credentials)
+            metrics = self.metrics()
+            if metrics is not None:
+                send = _counting_refusals(send, metrics)
         await self.app(scope, receive, send)
+
+
+# The MCP SDK's refusals before any decision, told apart by status and the text it answers with
+# (mcp/server/transport_security.py, streamable_http_manager.py, streamable_http.py).
+_REFUSALS: dict[int, tuple[tuple[bytes, RefusalReason], ...]] = {
+    421: ((b"Invalid Host header", "host"),),
+    403: ((b"Invalid Origin header", "host"),),
+    404: ((b"Session not found", "session"), (b"Session has been terminated", "session"))}
+
+
+def _counting_refusals(send: Send, metrics: Metrics) -> Send:
+    """`send`, counting a response that is one of the SDK's refusals (`_REFUSALS`)."""
+    status = 0
+
+    async def counted(message: MutableMapping[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif status in _REFUSALS:
+            body = bytes(message.get("body", b""))
+            reason = next((r for text, r in _REFUSALS[status] if text in body), None)
+            if reason is not None:
+                metrics.http_refused(reason)
+            status = 0  # its first part says it; the rest is not looked at
+        await send(message)
+    return counted
 
 
 class TargetedBus:

@@ -208,7 +208,8 @@ class GuardedMCPServer(MCPServer[Any]):
         """`app` with its sessions bound to the caller the guard verifies. With the SDK's own auth
         (a token verifier) the SDK binds them itself, to the caller it verified."""
         if self._token_verifier is None:
-            app.add_middleware(SessionOwners, guard=self.preconditions.guard)
+            app.add_middleware(SessionOwners, guard=self.preconditions.guard,
+                               metrics=lambda: self.metrics)
         return app
 
     @property

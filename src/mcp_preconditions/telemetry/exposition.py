@@ -1,6 +1,7 @@
 """`/metrics` in the Prometheus text format (prometheus_client's own exposition): as a route for an
 HTTP listener's Starlette app, as an ASGI app of its own, or on a listener of its own (a stdio
-server has no HTTP listener; `--metrics-listen http://HOST:PORT`).
+server has no HTTP listener; `--metrics-listen http://HOST:PORT`), which on a loopback address
+answers loopback Hosts only (DNS rebinding: a web page must not learn which tools are called).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import PreconditionsError
+from ..rebinding import Security
 from .metrics import Metrics
 
 METRICS_PATH = "/metrics"
@@ -92,8 +94,19 @@ class _Bounded(ThreadingWSGIServer):
             super().handle_error(request, client_address)
 
 
-def _only(path: str, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+_STATUS_TEXT = {421: "421 Misdirected Request", 403: "403 Forbidden"}
+
+
+def _only(path: str, app: Callable[..., Iterable[bytes]], security: Security | None = None,
+          metrics: Metrics | None = None) -> Callable[..., Iterable[bytes]]:
     def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        refused = (security.refuse(environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN"), hostless=True)
+                   if security is not None else None)
+        if refused is not None:
+            if metrics is not None:
+                metrics.http_refused("host")
+            start_response(_STATUS_TEXT[refused[0]], [("Content-Type", "text/plain")])
+            return [refused[1]]
         if environ.get("PATH_INFO") != path:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found; the metrics are at /metrics\n"]
@@ -110,7 +123,7 @@ class MetricsListener:
                  ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server_class = type("MetricsServer", (_Bounded,), {"address_family": family})
-        app = _only(METRICS_PATH, make_wsgi_app(metrics.registry))
+        app = _only(METRICS_PATH, make_wsgi_app(metrics.registry), Security.for_host(host), metrics)
         try:
             self._server: WSGIServer = make_server(host, port, app, server_class, handler_class=_Quiet)
         except OSError as exc:

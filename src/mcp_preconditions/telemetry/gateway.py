@@ -20,7 +20,7 @@ from opentelemetry.trace import Span, Tracer
 
 from ..outcomes import Decision
 from .labels import UNLISTED, result_of
-from .metrics import Metrics
+from .metrics import Metrics, RefusalReason
 from .propagation import TRACEPARENT, header, incoming_context, upstream_params
 from .tracing import (
     call_attributes,
@@ -116,6 +116,13 @@ class GatewayTelemetry:
         to pass on in `_meta`) to `server`, inside the upstream span; a `tools/call` is timed.
         `headers` are the client's, for its `traceparent` header when tracing is off."""
         return UpstreamCall(self, server, method, params, headers)
+
+    # -- a request refused before any decision (the HTTP listener) ------------------------------
+    def refused(self, reason: RefusalReason) -> None:
+        """An HTTP request refused before a decision: a 401, a session's 404, a Host/Origin
+        refusal, a bound reached (`Metrics.http_refused`)."""
+        if self.metrics is not None:
+            self.metrics.http_refused(reason)
 
     # -- a server's life (server.py, fleet.py) ----------------------------------------------------
     def connected(self, server: str, up: bool) -> None:

@@ -32,13 +32,20 @@ from .tally import Tally
 PREFIX = "mcp_preconditions"
 DECISIONS, UNMET, QUOTA = f"{PREFIX}_decisions", f"{PREFIX}_unmet", f"{PREFIX}_quota_exhausted"
 RESTARTS, RELOADS = f"{PREFIX}_upstream_restarts", f"{PREFIX}_policy_reloads"
+REFUSED = f"{PREFIX}_http_refused"
 DECISION_SECONDS, UPSTREAM_SECONDS = f"{PREFIX}_decision_seconds", f"{PREFIX}_upstream_seconds"
 # A decision takes microseconds (a cached caller) to a resolver's timeout (seconds).
 DECISION_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                     30.0, 60.0, 120.0)
-ReloadResult = Literal["success", "failure"]
+ReloadResult = Literal["success", "failure", "unusable"]
+RELOAD_RESULTS: tuple[ReloadResult, ...] = ("success", "failure", "unusable")
+# Why an HTTP request was refused before any decision: no token, a token not accepted, a session
+# that does not exist (or is another caller's), a Host/Origin of DNS rebinding, a bound reached.
+RefusalReason = Literal["token_missing", "token_invalid", "session", "host", "over_cap"]
+REFUSAL_REASONS: tuple[RefusalReason, ...] = ("token_missing", "token_invalid", "session", "host",
+                                              "over_cap")
 _NOTHING = Bounds()
 _NO_LABELS: tuple[str, ...] = ()
 
@@ -60,8 +67,10 @@ class Metrics:
              QUOTA: ("Calls refused because a quota had no unit left, by quota.", ("quota",)),
              RESTARTS: ("Upstream server restarts (a new process or connection after a failure).",
                         ("server",)),
-             RELOADS: ("Policy reloads, by result (success, failure: the old policy stays).",
-                       ("result",))},
+             RELOADS: ("Policy reloads, by result (success; failure: the old policy stays; "
+                       "unusable: in force, but some server's calls are all refused).", ("result",)),
+             REFUSED: ("HTTP requests refused before any decision, by reason (token_missing, "
+                       "token_invalid, session, host, over_cap).", ("reason",))},
             {DECISION_SECONDS: ("Time to decide a call (authentication included).", (),
                                 DECISION_BUCKETS),
              UPSTREAM_SECONDS: ("Time an allowed call spent upstream, by server.", ("server",),
@@ -81,7 +90,8 @@ class Metrics:
         self._unmet = tally.counts[UNMET]
         self._quota = tally.counts[QUOTA]
         with tally.lock:
-            tally.start(RELOADS, [("success",), ("failure",)])
+            tally.start(RELOADS, [(r,) for r in RELOAD_RESULTS])
+            tally.start(REFUSED, [(r,) for r in REFUSAL_REASONS])
         seconds = tally.histograms[DECISION_SECONDS]
         self._decision_buckets, self._decision_sums = seconds.series(_NO_LABELS), seconds.sums
 
@@ -183,10 +193,20 @@ class Metrics:
             self._revision = revision
 
     def policy_reload(self, result: ReloadResult) -> None:
-        """One reload attempt of a new policy: `success`, or `failure` (the old policy stays)."""
-        if result not in ("success", "failure"):
-            raise ValueError(f"policy_reload: result must be 'success' or 'failure', got {result!r}")
+        """One reload attempt of a new policy: `success`, `failure` (the old policy stays), or
+        `unusable` (swapped in, but it leaves some server's policy unusable: a near miss)."""
+        if result not in RELOAD_RESULTS:
+            raise ValueError(f"policy_reload: result must be one of {', '.join(RELOAD_RESULTS)}, "
+                             f"got {result!r}")
         self._add(RELOADS, (result,))
+
+    def http_refused(self, reason: RefusalReason) -> None:
+        """One HTTP request refused before any decision (a 401, a 404 for a session, a 421/403
+        for Host/Origin, a 503/429 at a bound), by reason."""
+        if reason not in REFUSAL_REASONS:
+            raise ValueError(f"http_refused: reason must be one of {', '.join(REFUSAL_REASONS)}, "
+                             f"got {reason!r}")
+        self._add(REFUSED, (reason,))
 
     def _add(self, counter: str, key: tuple[str, ...]) -> None:
         counts = self._tally.counts[counter]

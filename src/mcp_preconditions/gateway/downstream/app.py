@@ -2,7 +2,8 @@
 `/metrics` (unless served on a listener of their own), and, when the policy's `[auth]` verifies
 tokens, a 401 with `WWW-Authenticate` for a request without a valid bearer token, plus RFC 9728
 protected-resource metadata. A verified caller owns the sessions it opens: anyone else gets 404 for
-them, as for an unknown session (SPEC §10).
+them, as for an unknown session (SPEC §10). On a loopback listener every path but `/healthz` checks
+Host and Origin first (DNS rebinding). Each refusal made before a decision is counted by reason.
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ from typing import Any
 
 from ...auth.build import verification_configured
 from ...auth.header import credentials_from_authorization_header
+from ...owner import Owner
 from ...policy.model import Policy
 from ...principal import Principal
+from ...rebinding import Security
 from ...telemetry.metrics import Metrics
 from ..dispatch import Dispatch
 from ..gateway import Gateway
-from .sessions import Owner, Sessions
+from .sessions import Sessions
 from .streamable import Streamable
-from .wire import Security
+from .wire import text
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 METRICS_PATH = "/metrics"  # telemetry.METRICS_PATH (its module brings Starlette; this app needs none)
 MCP_PATH = "/mcp"
+HEALTHZ_PATH = "/healthz"  # the one path answered whatever the Host: it says "up" and nothing else
 READY_PING_SECONDS = 2.0
 
 Scope = dict[str, Any]
@@ -34,22 +38,28 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def build_app(gateway: Gateway, host: str, base_url: str, metrics: Metrics | None = None) -> App:
+def build_app(gateway: Gateway, host: str, base_url: str, metrics: Metrics | None = None,
+              sessions: Sessions | None = None) -> App:
     """The ASGI app; `base_url` (`http://HOST:PORT`) names the resource in the auth metadata.
     `metrics` are served at `/metrics`, outside the bearer gate like the health checks (no token,
-    label, or confidential requirement is in them; docs/operations.md says why)."""
-    sessions = Sessions()
-    return App(gateway, Streamable(Dispatch(gateway), Security.for_host(host), sessions), sessions,
-               base_url, metrics)
+    label, or confidential requirement is in them; docs/operations.md says why). `sessions` holds
+    the per-principal bounds (default: SPEC §10's)."""
+    sessions = sessions if sessions is not None else Sessions()
+    refused = gateway.telemetry.refused
+    return App(gateway, Streamable(Dispatch(gateway), sessions, refused), sessions, base_url,
+               metrics, Security.for_host(host))
 
 
 class App:
     """Routes a request to its endpoint (the ones above; anything else is 404)."""
 
     def __init__(self, gateway: Gateway, streamable: Streamable, sessions: Sessions,
-                 base_url: str, metrics: Metrics | None = None) -> None:
+                 base_url: str, metrics: Metrics | None = None,
+                 security: Security | None = None) -> None:
         self.gateway = gateway
         self.metrics = metrics
+        self.security = security
+        self.refused = gateway.telemetry.refused
         self.streamable = streamable
         self.sessions = sessions
         self.base_url = base_url
@@ -73,21 +83,24 @@ class App:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
+        if path != HEALTHZ_PATH and await self._rebound(scope, send):
+            return
         if path == MCP_PATH:
             owner: Owner | None = None
             if self.metadata is not None and method != "OPTIONS":
                 principal, header = await self._verified(scope)
                 if principal is None:
+                    self.refused("token_missing" if header is None else "token_invalid")
                     await self._challenge(send, header)
                     return
-                owner = owner_of(principal)
+                owner = Owner.of(principal)
             await self.streamable(scope, receive, send, owner)
             return
         if path == METRICS_PATH and self.metrics is not None and method in ("GET", "HEAD"):
             await self._scrape(scope, send)
             return
         endpoints: dict[str, Callable[[], Awaitable[tuple[int, Any, list[tuple[bytes, bytes]]]]]] = {
-            "/healthz": _healthz, "/readyz": self._readyz}
+            HEALTHZ_PATH: _healthz, "/readyz": self._readyz}
         if self.metadata is not None:
             endpoints[METADATA_PATH] = endpoints[METADATA_PATH + MCP_PATH] = self._metadata
         endpoint = endpoints.get(path)
@@ -105,6 +118,19 @@ class App:
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         await _respond(send, status, b"" if method == "HEAD" else data,
                        [(b"content-type", b"application/json"), *headers], length=len(data))
+
+    async def _rebound(self, scope: Scope, send: Send) -> bool:
+        """Whether the request was refused for its Host or Origin (on a loopback listener). `/mcp`
+        refuses a request without Host, as the MCP SDK does; a health check or a scrape without
+        one (an HTTP/1.0 probe) is answered: no browser page can omit it."""
+        if self.security is None:
+            return False
+        refused = self.security.refuse_headers(scope["headers"], hostless=scope["path"] != MCP_PATH)
+        if refused is None:
+            return False
+        self.refused("host")
+        await text(send, *refused)
+        return True
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         chores: list[asyncio.Task[None]] = []
@@ -177,16 +203,6 @@ async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[byt
                 "headers": [*headers, (b"content-length", str(size).encode())]})
     with contextlib.suppress(Exception):
         await send({"type": "http.response.body", "body": body})
-
-
-def owner_of(principal: Principal) -> Owner:
-    """Whose a session is: the verified caller's client id, issuer and subject (what the MCP SDK's
-    session manager compared). A token refreshed by the same principal keeps its sessions."""
-    claims = principal.claims
-    client = claims.get("client_id", claims.get("azp"))
-    issuer = claims.get("iss")
-    return (str(client) if client is not None else "", str(issuer) if issuer is not None else None,
-            principal.subject)
 
 
 async def readiness(gateway: Gateway) -> dict[str, Any]:

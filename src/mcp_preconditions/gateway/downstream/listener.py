@@ -1,14 +1,16 @@
 """Where clients reach the gateway: one client on stdio, or streamable HTTP on a socket that is already
 bound. The servers' supervisors and the listener run in one task group; when the listener ends,
 everything ends. Over HTTP, slow clients are bounded: a connection whose request headers are not
-complete in time (or whose body is not) is closed, and open connections are capped: one beyond the
-cap is answered 503 and closed as it is accepted (SPEC §10).
+complete in time (or whose body is not) is closed, and open connections are capped; beyond the cap
+a few more connections may ask `/healthz` or `/readyz` and nothing else, and the rest are answered
+503 and closed as they are accepted (SPEC §10).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import sys
@@ -19,10 +21,11 @@ from typing import Any
 
 import anyio
 
-from ...telemetry.metrics import Metrics
+from ...telemetry.metrics import Metrics, RefusalReason
 from ..dispatch import Dispatch
 from ..gateway import Gateway
 from .app import build_app
+from .sessions import MAX_SESSIONS, SESSIONS_PER_PRINCIPAL, STREAMS_PER_PRINCIPAL, Sessions
 from .stdio import StdioClient
 
 EXIT_GRACE_SECONDS = 3.0
@@ -31,12 +34,18 @@ Task = Callable[[], Coroutine[Any, Any, None]]
 
 @dataclass(frozen=True)
 class Limits:
-    """What one HTTP client may hold: request headers complete within `header_seconds` (and then
-    its body within as long again), and at most `connections` connections (plus requests in
-    progress) open at once; beyond that a new one gets 503 and is closed at once."""
+    """What HTTP clients may hold: a request's headers complete within `header_seconds` (and then
+    its body within as long again); at most `connections` connections, and as many requests under
+    way, at once (beyond that HEALTH_RESERVE more connections may ask `/healthz` or `/readyz`, and
+    anything else gets 503 and is closed); at most `sessions` 2025-11-25 sessions, and per principal
+    at most `sessions_per_principal` of them and `streams_per_principal` long-lived streams (GET,
+    `subscriptions/listen`)."""
 
     header_seconds: float = 10.0
     connections: int = 1000
+    sessions: int = MAX_SESSIONS
+    sessions_per_principal: int = SESSIONS_PER_PRINCIPAL
+    streams_per_principal: int = STREAMS_PER_PRINCIPAL
 
 
 async def serve_stdio(gateway: Gateway, *also: Task) -> int:
@@ -83,12 +92,14 @@ async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    app: Any = build_app(gateway, host, f"http://{shown}:{port}", metrics)
+    sessions = Sessions(limit=limits.sessions, per_principal=limits.sessions_per_principal,
+                        streams_per_principal=limits.streams_per_principal)
+    app: Any = build_app(gateway, host, f"http://{shown}:{port}", metrics, sessions)
     if announce is not None:
         print(announce.format(url=f"http://{shown}:{port}/mcp"), file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", http=_bounded(limits), ws="none",
-                            interface="asgi3",
-                            limit_concurrency=limits.connections)
+    # No `limit_concurrency`: uvicorn's would answer 503 to the health checks too; `_bounded` caps.
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="none", interface="asgi3",
+                            http=_bounded(limits, refused=gateway.telemetry.refused))
     async with anyio.create_task_group() as tg:
         tg.start_soon(gateway.run)
         for task in also:
@@ -111,35 +122,78 @@ def _protocol() -> type[asyncio.Protocol]:
 # What a connection beyond the cap reads before it is closed: uvicorn's own 503 (flow_control.py).
 OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
                  b"content-length: 19\r\nconnection: close\r\n\r\nService Unavailable")
+# Connections beyond the cap that may still ask for a health check (a load balancer's probe, an
+# operator's curl); beyond these, a connection is refused as it is accepted (no fd held for long).
+HEALTH_RESERVE = 8
+# The request line such a connection may send, and how much is read to find it.
+_HEALTH_LINE = re.compile(rb"(?:GET|HEAD) /(?:healthz|readyz)(?:\?[!-~]*)? HTTP/1\.[01]\r\n")
+_LINE_BYTES = 256
 _HEADERS, _BODY = "headers", "body"
 
 
-def _bounded(limits: Limits, base: Any = None) -> type[asyncio.Protocol]:
+def _health_check(start: bytes) -> bool | None:
+    """Whether a request starting with these bytes asks `/healthz` or `/readyz`; None while its
+    request line is not complete yet."""
+    end = start.find(b"\r\n")
+    if end < 0:
+        return None if len(start) < _LINE_BYTES else False
+    return _HEALTH_LINE.match(start, 0, end + 2) is not None
+
+
+def _bounded(limits: Limits, base: Any = None,
+             refused: Callable[[RefusalReason], None] = lambda _reason: None
+             ) -> type[asyncio.Protocol]:
     """uvicorn's protocol (`base`, default `_protocol()`), plus the bounds it lacks: it times out
     only idle keep-alive connections, so a client that sends half its headers, or trickles its
-    body, held a connection forever; and it accepts every connection, answering 503 only once a
-    request's headers are in. Here each request's headers, then its body, must arrive within
-    `header_seconds` each, and a connection beyond `connections` is answered 503 and closed as
-    it is accepted. This relies on uvicorn's internals (`connections`, `cycle`, `cycle.more_body`,
-    `cycle.response_complete`, `transport`, `loop`): pyproject pins the uvicorn versions it was
-    checked against, and tests/unit/test_gateway_listener.py fails if they change."""
+    body, held a connection forever; and its own cap (`limit_concurrency`) answers 503 to every
+    request once reached, health checks included. Here each request's headers, then its body, must
+    arrive within `header_seconds` each. `connections` connections are admitted; HEALTH_RESERVE
+    more may send one `/healthz` or `/readyz` request (then they are closed), and so may a request
+    that starts while `connections` requests are under way; anything else over the cap is answered
+    503 and closed, and counted (`refused("over_cap")`). This relies on uvicorn's internals
+    (`tasks`, `cycle`, `cycle.more_body`, `cycle.response_complete`, `on_response_complete`,
+    `transport`, `loop`): pyproject pins the uvicorn versions it was checked against, and
+    tests/unit/test_gateway_listener.py fails if they change."""
     base = base if base is not None else _protocol()
+    admitted: set[asyncio.Protocol] = set()
+    reserve: set[asyncio.Protocol] = set()
 
     class Bounded(base):  # type: ignore[misc]
         _deadline: asyncio.TimerHandle | None = None
         _armed_for: str | None = None
+        _fresh = True  # the next bytes start a request
+        _gate: bytes | None = None  # the start of a request over the cap, until it is judged
+        _last = False  # its one request over the cap is let through: nothing more is read
 
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
-            if len(self.connections) > limits.connections:  # over the cap: no fd held for long
-                transport.write(OVER_CAPACITY)
-                transport.close()
+            if len(admitted) < limits.connections:
+                admitted.add(self)
+            elif len(reserve) < HEALTH_RESERVE:
+                reserve.add(self)
+            else:  # over the cap and the reserve: no fd held for long
+                self._refuse()
                 return
             self._arm(_HEADERS)
 
         def data_received(self, data: bytes) -> None:
+            if self._last:
+                return
             if self._deadline is None and self._stage() == _HEADERS:
                 self._arm(_HEADERS)  # the next request on a kept-alive connection starts now
+            if self._fresh:
+                self._fresh = False
+                if self in reserve or len(self.tasks) >= limits.connections:
+                    self._gate = b""
+            if self._gate is not None:
+                self._gate += data
+                verdict = _health_check(self._gate)
+                if verdict is None:
+                    return
+                if not verdict:
+                    self._refuse()
+                    return
+                data, self._gate, self._last = self._gate, None, True
             super().data_received(data)
             stage = self._stage()
             if stage is None:
@@ -147,9 +201,22 @@ def _bounded(limits: Limits, base: Any = None) -> type[asyncio.Protocol]:
             elif stage != self._armed_for:
                 self._arm(stage)  # its headers are in: its body has its own time
 
+        def on_response_complete(self) -> None:
+            if self._last:  # its one health check is answered: the slot is freed at once
+                self.transport.close()
+            self._fresh = True
+            super().on_response_complete()
+
         def connection_lost(self, exc: Exception | None) -> None:
+            admitted.discard(self)
+            reserve.discard(self)
             self._disarm()
             super().connection_lost(exc)
+
+        def _refuse(self) -> None:
+            refused("over_cap")
+            self.transport.write(OVER_CAPACITY)
+            self.transport.close()
 
         def _stage(self) -> str | None:
             """What the connection waits for from its client: a request's headers, its body, or

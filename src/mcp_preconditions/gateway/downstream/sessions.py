@@ -1,6 +1,7 @@
 """The 2025-11-25 sessions of the HTTP listener: each bound to the principal that opened it (anyone
 else is told it does not exist), ended by DELETE or after `idle_seconds` with no request in flight,
-and at most `limit` open at once (the MCP SDK's session manager's rules, kept).
+at most `limit` open at once (the MCP SDK's session manager's rules, kept), and at most `per_principal`
+of one principal (SPEC §10: no caller locks out another); likewise its long-lived streams.
 """
 
 from __future__ import annotations
@@ -11,14 +12,30 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...owner import Owner, PrincipalKey, principal_key
 from ..jsonrpc import RequestId
 from .clients import Call, Client
 from .sse import Stream
 
 IDLE_SECONDS = 30 * 60
 MAX_SESSIONS = 10_000
-# Who a session belongs to: (client id, issuer, subject) of the verified caller; None without [auth].
-Owner = tuple[str, str | None, str | None]
+SESSIONS_PER_PRINCIPAL = 64
+STREAMS_PER_PRINCIPAL = 16
+
+
+class OverCap(Exception):
+    """A session or stream refused because a bound is reached: the HTTP status and the message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# What a refused caller reads: the listener is full (503), or it holds its own bound (429).
+TOO_MANY_SESSIONS = (503, "Too many open sessions")
+TOO_MANY_OF_YOURS = (429, "Too many open sessions for this caller: end one (DELETE) first")
+TOO_MANY_STREAMS = (429, "Too many open streams for this caller: close one first")
 
 
 @dataclass(eq=False)
@@ -28,7 +45,7 @@ class HttpSession:
     client: Client
     stream: Stream | None = None  # its GET stream, while one is open
     in_flight: int = 0  # requests being served (an open GET stream counts)
-    last_active: float = field(default_factory=time.monotonic)
+    last_active: float = field(default_factory=lambda: time.monotonic())  # (a clock tests set)
     ended: bool = False
     # Its requests being served, by id: a `notifications/cancelled` interrupts one.
     running: dict[RequestId, tuple[asyncio.Task[Any], Call]] = field(default_factory=dict)
@@ -42,12 +59,19 @@ class HttpSession:
 
 
 class Sessions:
-    """The open sessions of one listener."""
+    """The open sessions of one listener, and its principals' long-lived streams."""
 
-    def __init__(self, idle_seconds: float = IDLE_SECONDS, limit: int = MAX_SESSIONS) -> None:
+    def __init__(self, idle_seconds: float = IDLE_SECONDS, limit: int = MAX_SESSIONS,
+                 per_principal: int = SESSIONS_PER_PRINCIPAL,
+                 streams_per_principal: int = STREAMS_PER_PRINCIPAL) -> None:
         self.idle_seconds = idle_seconds
         self.limit = limit
+        self.per_principal = per_principal
+        self.streams_per_principal = streams_per_principal
         self._open: dict[str, HttpSession] = {}
+        # Each principal's open sessions, oldest first; and its open streams (GET, listen).
+        self._of: dict[PrincipalKey, dict[str, HttpSession]] = {}
+        self._streams: dict[PrincipalKey, int] = {}
 
     def get(self, session_id: str) -> HttpSession | None:
         return self._open.get(session_id)
@@ -55,23 +79,56 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._open)
 
-    def open(self, owner: Owner | None) -> HttpSession | None:
-        """A new session for `owner`, or None while `limit` sessions are open."""
+    def open(self, owner: Owner | None) -> HttpSession:
+        """A new session for `owner`. A principal at its bound loses its own least recently used
+        idle session; with none idle it is refused (OverCap 429), and so is anyone while `limit`
+        sessions are open (503). Another principal's sessions are never touched."""
+        key = principal_key(owner)
+        mine = self._of.get(key)
+        if mine is not None and len(mine) >= self.per_principal:
+            idle = [s for s in mine.values() if s.in_flight == 0]
+            if not idle:
+                raise OverCap(*TOO_MANY_OF_YOURS)
+            self.end(min(idle, key=lambda s: s.last_active))
         if len(self._open) >= self.limit:
-            return None
+            raise OverCap(*TOO_MANY_SESSIONS)
         session = HttpSession(uuid.uuid4().hex, owner, Client(None, http=True))
         self._open[session.id] = session
+        self._of.setdefault(key, {})[session.id] = session
         return session
 
     def end(self, session: HttpSession) -> None:
         """Forget the session (its id answers 404 from now on) and let go of what it held."""
         self._open.pop(session.id, None)
+        key = principal_key(session.owner)
+        mine = self._of.get(key)
+        if mine is not None:
+            mine.pop(session.id, None)
+            if not mine:
+                del self._of[key]
         if session.ended:
             return
         session.ended = True
         if session.stream is not None:
             session.stream.close()
         session.client.close()
+
+    def hold_stream(self, owner: Owner | None) -> None:
+        """One more long-lived stream (a session's GET stream, a `subscriptions/listen` request)
+        of `owner`'s principal; OverCap 429 at its bound. `release_stream` when it ends."""
+        key = principal_key(owner)
+        held = self._streams.get(key, 0)
+        if held >= self.streams_per_principal:
+            raise OverCap(*TOO_MANY_STREAMS)
+        self._streams[key] = held + 1
+
+    def release_stream(self, owner: Owner | None) -> None:
+        key = principal_key(owner)
+        left = self._streams.get(key, 1) - 1
+        if left > 0:
+            self._streams[key] = left
+        else:
+            self._streams.pop(key, None)
 
     async def expire(self) -> None:
         """Run until cancelled: end every session idle for `idle_seconds`."""

@@ -1,17 +1,20 @@
 """Streamable HTTP at `/mcp`, framed by the gateway itself (no SDK transport, no starlette): POST a
 message and read its answer (JSON, or SSE when something comes first), GET a session's stream,
-DELETE it; 2025-11-25 sessions by id, 2026-07-28 requests that stand alone; the Host/Origin checks
-against DNS rebinding, the Accept and protocol-version header checks, 404 for another's session.
+DELETE it; 2025-11-25 sessions by id, 2026-07-28 requests that stand alone; the Accept and
+protocol-version header checks, 404 for another's session, each principal's sessions and streams
+bounded (the Host/Origin checks, on every path, are the app's).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from ...owner import Owner
+from ...telemetry.metrics import RefusalReason
 from .. import jsonrpc
 from ..dispatch import Dispatch, envelope, unsupported
 from ..jsonrpc import (
@@ -24,9 +27,9 @@ from ..jsonrpc import (
     RpcError,
 )
 from .clients import Call
-from .sessions import HttpSession, Owner, Sessions
+from .sessions import HttpSession, OverCap, Sessions
 from .sse import Receive, Reply, Send, Stream, Unanswered
-from .wire import Security, accepts, empty, read_body, read_headers, rpc_error, text
+from .wire import accepts, empty, read_body, read_headers, rpc_error, text
 
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
 _STATUS = {jsonrpc.PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400,
@@ -38,10 +41,11 @@ _ROUTING = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
 class Streamable:
     """The `/mcp` endpoint of one gateway."""
 
-    def __init__(self, dispatch: Dispatch, security: Security | None, sessions: Sessions) -> None:
+    def __init__(self, dispatch: Dispatch, sessions: Sessions,
+                 refused: Callable[[RefusalReason], None] = lambda _reason: None) -> None:
         self.dispatch = dispatch
-        self.security = security
         self.sessions = sessions
+        self.refused = refused  # counts a refusal made before any decision, by reason (SPEC §13)
         self.unanswered = Unanswered()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -59,19 +63,21 @@ class Streamable:
             return
         version = headers.get("mcp-protocol-version")
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await self._modern(scope, headers, body, receive, send)
+            await self._modern(scope, headers, body, receive, send, owner)
             return
         session_id = headers.get("mcp-session-id")
         if session_id is not None:
             session = self.sessions.get(session_id)
             if session is None or session.owner != owner:  # another's session does not exist
+                self.refused("session")
                 await rpc_error(send, 404, RpcError(INVALID_REQUEST, "Session not found"))
                 return
             await self._in_session(session, scope, headers, body, receive, send, opening=False)
             return
-        session = self.sessions.open(owner)
-        if session is None:
-            await rpc_error(send, 503, RpcError(INTERNAL_ERROR, "Too many open sessions"))
+        try:
+            session = self.sessions.open(owner)
+        except OverCap as over:
+            await self._over_cap(send, over)
             return
         status = await self._in_session(session, scope, headers, body, receive, send, opening=True)
         if status is None or status >= 400:  # nothing was established: no session kept
@@ -89,6 +95,7 @@ class Streamable:
             await text(send, *refused)
             return refused[0]
         if session.ended:
+            self.refused("session")
             return await rpc_error(send, 404, RpcError(
                 INVALID_REQUEST, "Not Found: Session has been terminated"), mine)
         if method not in ("POST", "GET", "DELETE"):
@@ -126,18 +133,29 @@ class Streamable:
         if method == "POST" and not headers.get("content-type", "").lower().startswith(
                 "application/json"):
             return 400, b"Invalid Content-Type header"
-        return self.security.refuse(headers) if self.security is not None else None
+        return None
+
+    async def _over_cap(self, send: Send, over: OverCap, rid: jsonrpc.RequestId | None = None,
+                        headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.refused("over_cap")
+        await rpc_error(send, over.status, RpcError(INTERNAL_ERROR, over.message), headers, rid=rid)
 
     async def _get(self, session: HttpSession, receive: Receive, send: Send,
                    mine: list[tuple[bytes, bytes]]) -> int:
         if session.stream is not None and session.stream.open:
             return await rpc_error(send, 409, RpcError(
                 INVALID_REQUEST, "Conflict: Only one SSE stream is allowed per session"), mine)
+        try:
+            self.sessions.hold_stream(session.owner)
+        except OverCap as over:
+            await self._over_cap(send, over, headers=mine)
+            return over.status
         stream = session.stream = Stream(send)
         session.client.standalone = stream
         try:
             await stream.serve(receive, mine)
         finally:
+            self.sessions.release_stream(session.owner)
             if session.stream is stream:
                 session.stream = None
                 session.client.standalone = None
@@ -180,7 +198,7 @@ class Streamable:
 
     # -- 2026-07-28: requests that stand alone ---------------------------------------------------
     async def _modern(self, scope: dict[str, Any], headers: dict[str, str], body: bytes,
-                      receive: Receive, send: Send) -> None:
+                      receive: Receive, send: Send, owner: Owner | None) -> None:
         refused = self._refused(scope["method"], headers)
         if refused is not None:
             await text(send, *refused)
@@ -217,7 +235,11 @@ class Streamable:
             return
         reply = Reply(send, [], self.unanswered, self.loop)
         call = Call(message["method"], message.get("params"), rid, version, reply, None, headers)
-        answer = await self._watched(call, receive)
+        try:
+            answer = await self._watched(call, receive, owner)
+        except OverCap as over:
+            await self._over_cap(send, over, rid)
+            return
         call.closed = True
         if answer is None:
             reply.abandon()
@@ -225,9 +247,14 @@ class Streamable:
         error = answer.get("error")
         await reply.finish(answer, _STATUS.get(error["code"], 200) if error else 200)
 
-    async def _watched(self, call: Call, receive: Receive) -> dict[str, Any] | None:
+    async def _watched(self, call: Call, receive: Receive, owner: Owner | None
+                       ) -> dict[str, Any] | None:
         """The call's answer, or None when its client went away first (which cancels it: at
-        2026-07-28 closing the stream is how a client cancels)."""
+        2026-07-28 closing the stream is how a client cancels). A listen stream is one of its
+        principal's long-lived streams: OverCap, before it runs, beyond their bound."""
+        listening = call.method == "subscriptions/listen"
+        if listening:
+            self.sessions.hold_stream(owner)
         loop = self.loop
         task = asyncio.current_task(loop)
         assert task is not None
@@ -236,8 +263,7 @@ class Streamable:
         def watch() -> None:
             watcher.append(loop.create_task(_gone(receive, task, call)))
 
-        timer = (loop.call_soon(watch) if call.method == "subscriptions/listen"
-                 else loop.call_later(WATCH_AFTER_SECONDS, watch))
+        timer = (loop.call_soon(watch) if listening else loop.call_later(WATCH_AFTER_SECONDS, watch))
         try:
             return await self.dispatch.answer(call)
         except asyncio.CancelledError:
@@ -249,6 +275,8 @@ class Streamable:
             timer.cancel()
             for each in watcher:
                 each.cancel()
+            if listening:
+                self.sessions.release_stream(owner)
 
 
 def _once(raw: list[tuple[bytes, bytes]]) -> None:

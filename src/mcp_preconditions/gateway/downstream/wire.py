@@ -1,6 +1,6 @@
 """The HTTP side of streamable HTTP, for the gateway's endpoint (and its client of HTTP servers):
-request headers, the body (bounded), Accept, the Host/Origin checks against DNS rebinding, the MCP
-header-value codec, and responses written as raw ASGI messages (errors as JSON-RPC bodies).
+request headers, the body (bounded), Accept, the MCP header-value codec, and responses written as
+raw ASGI messages (errors as JSON-RPC bodies). (The Host/Origin checks: rebinding.py.)
 """
 
 from __future__ import annotations
@@ -8,50 +8,16 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from .. import jsonrpc
 from ..jsonrpc import RpcError
 from .sse import Receive, Send
 
 MAX_BODY = 4 * 1024 * 1024
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 _SENTINEL = re.compile(r"=\?base64\?(.*)\?=")
 _HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
-
-
-@dataclass(frozen=True)
-class Security:
-    """DNS-rebinding protection: the Host and Origin a request may carry (as the MCP SDK sets them
-    up for a listener on a loopback address; `PATTERN:*` allows any port)."""
-
-    hosts: tuple[str, ...]
-    origins: tuple[str, ...]
-
-    @classmethod
-    def for_host(cls, host: str) -> Security | None:
-        if host not in LOCAL_HOSTS:
-            return None
-        return cls(("127.0.0.1:*", "localhost:*", "[::1]:*"),
-                   ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"))
-
-    def refuse(self, headers: Mapping[str, str]) -> tuple[int, bytes] | None:
-        if not _allowed(headers.get("host"), self.hosts):
-            return 421, b"Invalid Host header"
-        origin = headers.get("origin")
-        if origin and not _allowed(origin, self.origins):
-            return 403, b"Invalid Origin header"
-        return None
-
-
-@functools.lru_cache(maxsize=256)  # a client sends the same Host (and Origin) every time
-def _allowed(value: str | None, patterns: tuple[str, ...]) -> bool:
-    if not value:
-        return False
-    return value in patterns or any(p.endswith(":*") and value.startswith(p[:-1]) for p in patterns)
 
 
 class Headers(dict[str, str]):

@@ -1,0 +1,210 @@
+"""No caller locks out another (issue 29, the third red-team pass; SPEC §10): a real gateway process,
+real tokens from the oidc-provider, the attacker over raw HTTP and the bystander through the MCP
+SDK's client. One principal opening sessions beyond its bound, or holding its streams and every
+other connection, does not stop another principal's `initialize`, calls or the health checks.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.fixtures.gateway_upstream import UPSTREAM_STDIO, Process, gateway_http, tool_calls
+from tests.fixtures.mcp_servers import bearer
+from tests.fixtures.oidc import AUDIENCE, OidcServer
+from tests.integration.test_gateway_calls import raw_call
+
+pytestmark = pytest.mark.integration
+
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "greedy", "version": "1"}}}
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {},
+               "io.modelcontextprotocol/clientInfo": {"name": "greedy", "version": "1"}}
+LISTEN = {"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen",
+          "params": {"notifications": {"toolsListChanged": True}, "_meta": MODERN_META}}
+
+
+def auth_policy(tmp_path: Path, oidc: OidcServer) -> Path:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[auth]\nissuer = "{oidc.issuer}"\naudience = "{AUDIENCE}"\n'
+                      f'jwks_uri = "{oidc.jwks_uri}"\n', encoding="utf-8")
+    return policy
+
+
+def gateway(tmp_path: Path, oidc: OidcServer, *flags: str) -> Any:
+    """A gateway with `[auth]` and these listener flags, in front of the logging upstream."""
+    return gateway_http(auth_policy(tmp_path, oidc), tmp_path / "upstream.jsonl", *flags, "--",
+                        *UPSTREAM_STDIO, wait="/readyz")
+
+
+async def bystander_calls_echo(url: str, token: str) -> dict[str, Any]:
+    """What another principal sees: the SDK's client initializes and calls `echo`."""
+    async with Client(streamable_http_client(url + "/mcp", http_client=bearer(token)),
+                      mode="legacy") as client:
+        return await raw_call(client, "echo", {"text": "hi"})
+
+
+def initialize(http: httpx.Client, token: str) -> httpx.Response:
+    return http.post("/mcp", headers={"authorization": f"Bearer {token}"}, json=INITIALIZE)
+
+
+# -- sessions ------------------------------------------------------------------------------------
+def test_one_principal_opening_sessions_beyond_its_bound_does_not_stop_anothers_initialize(
+        tmp_path: Path, oidc_server: OidcServer) -> None:
+    """The finding: one valid token opened 10,000 sessions and every other caller's `initialize`
+    got 503 for 30 minutes. Here the listener holds 60 sessions in all, 8 per principal: the
+    greedy principal opens 150, each of its new ones ending its own least recently used."""
+    greedy, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
+    with gateway(tmp_path, oidc_server, "--max-sessions", "60",
+                 "--max-sessions-per-principal", "8") as gw, \
+            httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=30) as http:
+        opened = [initialize(http, greedy) for _ in range(150)]
+        ids = [r.headers["mcp-session-id"] for r in opened]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        alive = [http.post("/mcp", json=listing, headers={
+            "mcp-session-id": i, "mcp-protocol-version": "2025-11-25",
+            "authorization": f"Bearer {greedy}"}).status_code for i in ids]
+        seen = anyio.run(bystander_calls_echo, gw.url, other)
+    assert {r.status_code for r in opened} == {200}
+    assert alive == [404] * 142 + [200] * 8  # its own oldest went, its newest 8 are intact
+    assert seen["isError"] is False and seen["content"][0]["text"] == "echo: hi"
+
+
+def test_a_principal_whose_sessions_are_all_busy_is_refused_and_no_one_else(
+        tmp_path: Path, oidc_server: OidcServer) -> None:
+    greedy, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
+    with gateway(tmp_path, oidc_server, "--max-sessions-per-principal", "3") as gw, \
+            httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=30) as http:
+        ids = [initialize(http, greedy).headers["mcp-session-id"] for _ in range(3)]
+        streams = []
+        try:  # each of its sessions holds a GET stream open: none is idle
+            for session in ids:
+                stream = http.stream("GET", "/mcp", headers={
+                    "mcp-session-id": session, "mcp-protocol-version": "2025-11-25",
+                    "authorization": f"Bearer {greedy}", "accept": "text/event-stream"})
+                response = stream.__enter__()
+                streams.append(stream)
+                assert response.status_code == 200
+            with httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=30) as again:
+                refused = initialize(again, greedy)
+            seen = anyio.run(bystander_calls_echo, gw.url, other)
+        finally:
+            for stream in streams:
+                stream.__exit__(None, None, None)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["message"] == ("Too many open sessions for this caller: end "
+                                                  "one (DELETE) first")
+    assert seen["isError"] is False
+
+
+# -- streams and connections ---------------------------------------------------------------------
+async def _listen(http: httpx.AsyncClient, token: str, held: list[Any]) -> int:
+    """Open one 2026-07-28 listen stream; a stream that is acknowledged stays open in `held` (with
+    its line reader: a reader left behind closes the stream when it is collected)."""
+    request = http.build_request("POST", "/mcp", json=LISTEN, headers={
+        **ACCEPT, "authorization": f"Bearer {token}", "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "subscriptions/listen"})
+    response = await http.send(request, stream=True)
+    if response.status_code == 200:
+        lines = response.aiter_lines()
+        while "acknowledged" not in await lines.__anext__():
+            pass
+        held.append((response, lines))
+    else:
+        await response.aread()
+        held.append(None)
+        await response.aclose()
+    return response.status_code
+
+
+def test_one_principal_holding_its_streams_stops_neither_anothers_calls_nor_the_health_checks(
+        tmp_path: Path, oidc_server: OidcServer) -> None:
+    """The finding: one caller holding 99 of 100 listen streams made every other request, and
+    `/healthz`, answer 503. Here one principal gets 16 streams and a 429 beyond; the connections it
+    can still hold (idle sockets up to the cap) leave `/healthz` and `/readyz` answered."""
+    greedy, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
+    with gateway(tmp_path, oidc_server, "--max-connections", "24",
+                 "--header-timeout-seconds", "60") as gw:
+        statuses, seen, health, capped = anyio.run(_streams_then_cap, gw, greedy, other)
+        metrics = httpx.get(gw.url + "/metrics", timeout=30).text
+    assert sorted(statuses) == [200] * 16 + [429] * 4
+    assert seen["isError"] is False
+    assert health == {"/healthz": 200, "/readyz": 200}
+    assert capped == 503  # the bystander's own request over the cap: refused, and counted
+    assert 'mcp_preconditions_http_refused_total{reason="over_cap"} 5.0' in metrics
+    assert tool_calls(tmp_path / "upstream.jsonl") == ["echo"]
+
+
+async def _streams_then_cap(gw: Process, greedy: str, other: str
+                            ) -> tuple[list[int], dict[str, Any], dict[str, int], int]:
+    held: list[Any] = []
+    limits = httpx.Limits(max_connections=40, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=30, limits=limits) as http:
+        try:
+            statuses = [await _listen(http, greedy, held) for _ in range(20)]
+            seen = await bystander_calls_echo(gw.url, other)
+            await anyio.sleep(0.5)  # the gateway has seen the bystander's connections close
+            host, port = gw.url.removeprefix("http://").split(":")
+            # Every other connection the cap allows, held idle by the same principal.
+            idle = [socket.create_connection((host, int(port))) for _ in range(24 - 16)]
+            try:
+                await anyio.sleep(0.5)  # accepted by now
+                async with httpx.AsyncClient(base_url=gw.url, timeout=30) as fresh:
+                    health = {path: (await fresh.get(path)).status_code
+                              for path in ("/healthz", "/readyz")}
+                async with httpx.AsyncClient(base_url=gw.url, timeout=30) as fresh:
+                    capped = (await fresh.post("/mcp", json=INITIALIZE, headers={
+                        **ACCEPT, "authorization": f"Bearer {other}"})).status_code
+            finally:
+                for sock in idle:
+                    sock.close()
+        finally:
+            for stream in held:
+                if stream is not None:
+                    await stream[0].aclose()
+    return statuses, seen, health, capped
+
+
+@pytest.fixture
+def bounded(tmp_path: Path, oidc_server: OidcServer) -> Iterator[Process]:
+    with gateway(tmp_path, oidc_server, "--max-streams-per-principal", "2") as gw:
+        yield gw
+
+
+def test_a_principals_get_and_listen_streams_share_its_bound(bounded: Process,
+                                                             oidc_server: OidcServer) -> None:
+    greedy = oidc_server.token()
+    anyio.run(_get_and_listen, bounded, greedy)
+
+
+async def _get_and_listen(gw: Process, greedy: str) -> None:
+    held: list[Any] = []
+    async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
+        init = await http.post("/mcp", json=INITIALIZE, headers={
+            **ACCEPT, "authorization": f"Bearer {greedy}"})
+        get = await http.send(http.build_request("GET", "/mcp", headers={
+            "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25",
+            "authorization": f"Bearer {greedy}", "accept": "text/event-stream"}), stream=True)
+        try:
+            assert get.status_code == 200
+            assert [await _listen(http, greedy, held) for _ in range(2)] == [200, 429]
+            refused = held[-1]
+            assert refused is None
+        finally:
+            await get.aclose()
+            for stream in held:
+                if stream is not None:
+                    await stream[0].aclose()
+        await anyio.sleep(0.5)  # the gateway sees the streams close
+        assert await _listen(http, greedy, held) == 200  # a closed stream gives its slot back
+        await held[-1][0].aclose()
