@@ -18,12 +18,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.fixtures.explorer import MISSION, SCREENSHOTS, Explorer, chromium, explorer
+from tests.fixtures.explorer import MISSION, PRESETS, SCREENSHOTS, Explorer, chromium, explorer, opened
 from tests.fixtures.mcp_servers import CLI, ROOT, server_env
 
 pytestmark = pytest.mark.integration
-PRESETS = ["--claims", "examples/claims/mission-control.json", "--claims", "examples/claims/observer.json",
-           "--knowledge", "examples/knowledge.json"]
 POLICY_TEXT = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
 
 
@@ -41,16 +39,9 @@ def server() -> Iterator[Explorer]:
 
 @pytest.fixture
 def page(browser: Browser, server: Explorer) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(server.page)
-    expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
-    yield page
-    context.close()
-    assert errors == []  # no script error, no refused resource (the page's CSP included)
+    with opened(browser, server.page) as page:
+        expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
+        yield page
 
 
 def shot(page: Page, name: str) -> None:
