@@ -71,7 +71,8 @@ pytest: install
 # extras' dependencies shape: the hosted adapters on the MCP SDK and fastmcp (in process, stdio, HTTP,
 # tool names, fail-closed), the SDK's client adapter, pydantic-ai and the OpenAI Agents SDK, the gateway
 # in front of SDK servers (bridging both protocol versions, live tool lists), uvicorn's private
-# classes under the gateway's listener, and redis-py. The rest of the suite runs on the newest only.
+# classes under the gateway's listener, redis-py, and the wheel installed beside these very SDKs
+# without replacing one. The rest of the suite runs on the newest only.
 LOWEST        := .run/lowest
 LOWEST_EXTRAS := mcp,explore,fastmcp,redis,pydantic-ai,openai-agents
 LOWEST_TESTS  := tests/integration/test_mcp_inprocess.py tests/integration/test_mcp_stdio.py \
@@ -81,7 +82,7 @@ LOWEST_TESTS  := tests/integration/test_mcp_inprocess.py tests/integration/test_
                  tests/integration/test_agents_servers.py tests/integration/test_agents_pydantic_ai.py \
                  tests/integration/test_agents_openai.py tests/integration/test_gateway_calls.py \
                  tests/integration/test_gateway_bridging.py tests/integration/test_live_tools.py \
-                 tests/integration/test_redis_state.py \
+                 tests/integration/test_redis_state.py tests/integration/test_install_beside_sdks.py \
                  tests/unit/test_adapters_wire.py tests/unit/test_agents_adapters.py \
                  tests/unit/test_gateway_listener.py
 $(LOWEST)/.installed: pyproject.toml .ci/lowest_constraints.py | $(VENV)/.all
@@ -115,4 +116,4 @@ bench: install bench-peers
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(VENV) node_modules bench/peers/node_modules .run/peers $(LOWEST) $(LOWEST).constraints.txt .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules bench/peers/node_modules .run/peers $(LOWEST) $(LOWEST).constraints.txt .run/core-only .pytest_cache .mypy_cache .ruff_cache .hypothesis
