@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Download, Page, expect
 
-from tests.fixtures.explorer import MISSION, PRESETS, SCREENSHOTS, Explorer, chromium, explorer, opened
+from tests.fixtures.explorer import explorer, opened, shot
 from tests.fixtures.mcp_servers import CLI, ROOT, server_env
 from tests.fixtures.upstreams import filesystem_stdio, time_stdio
 
 pytestmark = pytest.mark.integration
+pytest_plugins = ["tests.fixtures.explorer_pages"]
 POLICY_TEXT = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
 NEAR_MISS = POLICY_TEXT + '\n[tools.Launch_rocket]\nrequirements = ["auth:oauth2"]\n'
 # The observer may no longer read telemetry; the v2 stream opens to every signed-in caller.
@@ -30,28 +30,9 @@ CALLERS = {"mission-control": "alice (preset 'mission-control')", "observer": "b
            "": "anonymous (no access token)"}
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Explorer]:
-    with explorer(*MISSION, *PRESETS) as proc:
-        yield proc
-
-
 @pytest.fixture
-def page(browser: Browser, server: Explorer) -> Iterator[Page]:
-    with opened(browser, server.page) as page:
-        expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
-        yield page
-
-
-def shot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+def page(mission_page: Page) -> Page:
+    return mission_page
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -147,7 +128,7 @@ def test_an_edit_shows_who_gains_or_loses_for_every_preset(page: Page, tmp_path:
     expect(access).to_be_hidden()
 
 
-def test_servers_explores_a_desktop_configs_servers_live(browser: Browser, tmp_path: Path) -> None:
+def test_servers_explores_a_desktop_configs_servers_live(explorer_browser: Browser, tmp_path: Path) -> None:
     (tmp_path / "files").mkdir()
     fs, clock = filesystem_stdio(tmp_path / "files"), time_stdio()
     servers = tmp_path / "servers.json"
@@ -157,7 +138,7 @@ def test_servers_explores_a_desktop_configs_servers_live(browser: Browser, tmp_p
     policy = tmp_path / "policy.toml"
     policy.write_text('[tools.fs__write_file]\nrequirements = ["auth:claim:role:editor"]\n', encoding="utf-8")
     with explorer("--policy", str(policy), "--servers", str(servers)) as proc, \
-            opened(browser, proc.page) as page:
+            opened(explorer_browser, proc.page) as page:
         rows = page.locator("#who-body tr.tool-row")
         expect(rows.first).to_be_visible()
         names = rows.evaluate_all("(rows) => rows.map((r) => r.dataset.tool)")
