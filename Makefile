@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 EXTRAS := mcp,explore,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
 
-.PHONY: all install install-core node services demo test check lint typecheck pytest bench bench-peers clean
+.PHONY: all install install-core node services demo test check lint typecheck pytest pytest-lowest bench bench-peers clean
 
 all: test
 
@@ -19,9 +19,11 @@ $(VENV)/.core: $(PY) pyproject.toml
 	$(PIP) install --quiet -e ".[mcp,explore]"
 	touch $@
 
-# Everything: every extra, the test and bench tools, and the example custom-resolver package.
+# Everything: every extra, the test and bench tools, and the example custom-resolver package, each at
+# the newest version the registry serves that pyproject.toml's ranges admit (eager: an existing venv
+# moves up too), so `make test` is the newest pass (SPEC §9).
 $(VENV)/.all: $(PY) pyproject.toml examples/custom_resolver/pyproject.toml
-	$(PIP) install --quiet -e ".[$(EXTRAS)]"
+	$(PIP) install --quiet --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
 	$(PIP) install --quiet -e examples/custom_resolver
 	touch $(VENV)/.core $@
 
@@ -51,18 +53,16 @@ demo: install-core
 	$(VENV)/bin/mcp-preconditions demo
 
 lint: $(VENV)/.all
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench examples .ci
 
 typecheck: $(VENV)/.all
-	$(VENV)/bin/mypy --strict src bench
+	$(VENV)/bin/mypy --strict src bench .ci/lowest_constraints.py
 
 # pytest exits 5 when no test ran: that is a failure here too. Most of the run waits on the servers
 # the tests start, so test files run in parallel (pytest-xdist, a worker per core, at most 4; each
 # worker starts its own session services on free ports, and no test looks beyond its own processes).
 pytest: install
 	$(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile --durations=15
-
-test: install image lint typecheck pytest
 
 # -- The gateway's container image (Containerfile, docs/deploy.md) --------------------------------
 # `make image` builds localhost/mcp-preconditions:dev with podman (installed from Debian with runc
@@ -125,6 +125,41 @@ image: image-base $(WHEELHOUSE)/.done
 	  --build-arg PIP_OPTIONS="--no-index --find-links=/wheelhouse" -t $(IMAGE) .
 	@$(PODMAN) image list $(IMAGE)
 
+# The lowest pass (SPEC §9): a second virtualenv with the lowest versions pyproject.toml's ranges
+# allow for the core and LOWEST_EXTRAS (.ci/lowest_constraints.py turns their lower bounds into pip
+# constraints; `dev`'s test tools, and `openfeature` and `otel`, which the test fixtures import, stay at
+# their newest), rebuilt only when pyproject.toml changes. It runs the tests of the surface the
+# extras' dependencies shape: the hosted adapters on the MCP SDK and fastmcp (in process, stdio, HTTP,
+# tool names, fail-closed), the SDK's client adapter, pydantic-ai and the OpenAI Agents SDK, the gateway
+# in front of SDK servers (bridging both protocol versions, live tool lists), uvicorn's private
+# classes under the gateway's listener, redis-py, and the wheel installed beside these very SDKs
+# without replacing one. The rest of the suite runs on the newest only.
+LOWEST        := .run/lowest
+LOWEST_EXTRAS := mcp,explore,fastmcp,redis,pydantic-ai,openai-agents
+LOWEST_TESTS  := tests/integration/test_mcp_inprocess.py tests/integration/test_mcp_stdio.py \
+                 tests/integration/test_mcp_http.py tests/integration/test_mcp_fail_open.py \
+                 tests/integration/test_mcp_tool_names.py tests/integration/test_mcp_call_handler.py \
+                 tests/integration/test_hosted_sessions.py tests/integration/test_mcp_client.py \
+                 tests/integration/test_agents_servers.py tests/integration/test_agents_pydantic_ai.py \
+                 tests/integration/test_agents_openai.py tests/integration/test_gateway_calls.py \
+                 tests/integration/test_gateway_bridging.py tests/integration/test_live_tools.py \
+                 tests/integration/test_redis_state.py tests/integration/test_install_beside_sdks.py \
+                 tests/unit/test_adapters_wire.py tests/unit/test_agents_adapters.py \
+                 tests/unit/test_gateway_listener.py
+$(LOWEST)/.installed: pyproject.toml .ci/lowest_constraints.py | $(VENV)/.all
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(PY) .ci/lowest_constraints.py pyproject.toml $(LOWEST_EXTRAS) > $(LOWEST).constraints.txt
+	$(LOWEST)/bin/pip install --quiet -c $(LOWEST).constraints.txt -e ".[$(LOWEST_EXTRAS),openfeature,otel,dev]"
+	touch $@
+
+pytest-lowest: install $(LOWEST)/.installed
+	cat $(LOWEST).constraints.txt
+	$(LOWEST)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile -p no:cacheprovider $(LOWEST_TESTS)
+
+test: install image lint typecheck pytest pytest-lowest
+
 # For `make bench` only: the proxies bench/bench_gateway.py compares the gateway with. npm mcp-proxy and
 # supergateway pinned in bench/peers/package-lock.json (a package of their own, so `make test` does not
 # install them); PyPI mcp-proxy needs mcp<2, so it gets a virtualenv of its own, pinned by
@@ -142,4 +177,4 @@ bench: install bench-peers
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(VENV) node_modules bench/peers/node_modules .run/peers .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules bench/peers/node_modules .run/peers $(LOWEST) $(LOWEST).constraints.txt .run/core-only .pytest_cache .mypy_cache .ruff_cache .hypothesis

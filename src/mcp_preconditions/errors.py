@@ -21,6 +21,11 @@ class InputError(PreconditionsError):
     """A file or value supplied by the user is unusable; the message names the file and place."""
 
 
+class UsageError(InputError):
+    """A command's options do not fit together; the command line prints it with the command's name,
+    as argparse prints its own usage errors."""
+
+
 class PolicyError(InputError):
     """A policy file (or a file like it: `what` says which) is invalid; `problems` lists every
     problem by key path."""

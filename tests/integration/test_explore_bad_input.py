@@ -6,6 +6,7 @@ never a server traceback and never a 500.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from playwright.sync_api import Browser, expect
 
 from mcp_preconditions.cli import main
 from tests.fixtures.explorer import MISSION, SCREENSHOTS, Explorer, chromium, explorer
-from tests.fixtures.mcp_servers import ROOT
+from tests.fixtures.mcp_servers import CLI, ROOT
 
 pytestmark = pytest.mark.integration
 BOUND = 100_000  # MCP_PRECONDITIONS_MAX_FILE_BYTES for this explorer: a "huge" log is small to make
@@ -280,15 +281,35 @@ def test_hostile_names_are_shown_as_text(tmp_path: Path) -> None:
 
 def test_lint_findings_are_the_lines_lint_prints(server: Explorer, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """A near miss of a tool name (which a server refuses to run with) and rules that can never
-    match: the page lists what `lint --policy` prints, decisions still shown as `check` does."""
+    """Rules that can never match: the page lists what `lint --policy` prints, decisions still
+    shown as `check` does (a server runs with such a policy)."""
+    answer = ask(server, "/api/decisions", policy=POLICY)
+    copy = tmp_path / "mission-control.toml"
+    copy.write_text(POLICY, encoding="utf-8")
+    assert main(["lint", "--policy", str(copy), "--tools", "examples/mission-control-tools.json"]) == 0
+    printed = capsys.readouterr().out.splitlines()[:-1]  # the last line counts them
+    assert answer["policy"]["warnings"] == [line.replace(str(copy), "policies/mission-control.toml")
+                                            for line in printed]
+    assert any("no caller can ever be allowed: env:staging" in w for w in answer["policy"]["warnings"])
+    assert answer["policy"]["ok"] and answer["tools"] is not None
+
+
+def test_a_near_miss_is_refused_as_a_server_refuses_it(server: Explorer, tmp_path: Path) -> None:
+    """`[tools.Launch_rocket]` beside the tool `launch_rocket`: a server with these tools refuses to
+    start (Guard.know_tools); the page says so in the line `serve` prints, and decides nothing as if
+    the rule were absent."""
     policy = POLICY + '\n[tools.Launch_rocket]\nrequirements = ["auth:oauth2"]\n'
     answer = ask(server, "/api/decisions", policy=policy)
     copy = tmp_path / "mission-control.toml"
     copy.write_text(policy, encoding="utf-8")
-    assert main(["lint", "--policy", str(copy), "--tools", "examples/mission-control-tools.json"]) == 1
-    printed = capsys.readouterr().out.splitlines()[:-1]  # the last line counts them
-    assert answer["policy"]["warnings"] == [line.replace(str(copy), "policies/mission-control.toml")
-                                            for line in printed]
-    assert any(": error: tool 'launch_rocket': " in w for w in answer["policy"]["warnings"])
-    assert answer["policy"]["ok"] and answer["tools"] is not None
+    served = subprocess.run([*CLI, "serve", "--policy", str(copy)], capture_output=True, text=True,
+                            cwd=ROOT, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    assert served.returncode == 2
+    line = served.stderr.strip().removeprefix("mcp-preconditions: error: ").replace(
+        str(copy), "policies/mission-control.toml")
+    assert 'tools."Launch_rocket": names no tool, but nearly matches the tool "launch_rocket"' in line
+    assert answer["policy"]["problems"] == [line]
+    assert (answer["policy"]["ok"], answer["tools"], answer.get("access")) == (False, None, None)
+    assert not [w for w in answer["policy"]["warnings"] if ": error: " in w]  # said once, as a problem
+    call = ask(server, "/api/call", policy=policy, tool="launch_rocket", arguments="")
+    assert call["call"] is None

@@ -11,51 +11,23 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
-from tests.fixtures.explorer import MISSION, SCREENSHOTS, Explorer, chromium, explorer
+from tests.fixtures.explorer import MISSION, shot
 from tests.fixtures.mcp_servers import CLI, ROOT, server_env
 
 pytestmark = pytest.mark.integration
-PRESETS = ["--claims", "examples/claims/mission-control.json", "--claims", "examples/claims/observer.json",
-           "--knowledge", "examples/knowledge.json"]
+pytest_plugins = ["tests.fixtures.explorer_pages"]
 POLICY_TEXT = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Explorer]:
-    with explorer(*MISSION, *PRESETS) as proc:
-        yield proc
-
-
 @pytest.fixture
-def page(browser: Browser, server: Explorer) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(server.page)
-    expect(page.locator("#who-body tr.tool-row")).to_have_count(7)
-    yield page
-    context.close()
-    assert errors == []  # no script error, no refused resource (the page's CSP included)
-
-
-def shot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+def page(mission_page: Page) -> Page:
+    return mission_page
 
 
 def decision(page: Page, tool: str) -> Any:

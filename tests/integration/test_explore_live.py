@@ -61,5 +61,5 @@ def test_a_gateway_config_is_explored_under_visible_names(tmp_path: Path) -> Non
 def test_one_tool_source_exactly(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explore", "--policy", "policies/mission-control.toml", *extra]) == 2
     assert capsys.readouterr().err == (
-        "mcp-preconditions: error: give the tools one way: --tools T, --config gateway.toml, "
-        "--upstream-url URL, or a command after --\n")
+        "mcp-preconditions explore: error: give the tools one way: --tools T, --config gateway.toml, "
+        "--servers FILE, --upstream-url URL, or a command after --\n")

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from ..errors import PreconditionsError
+from ..errors import PreconditionsError, UsageError
+from ._extras import extra_behind, missing_extra, needs_line
 from ._output import BAD_INPUT, PROG, escape, fail
 
 __all__ = ["build_parser", "main"]
@@ -47,6 +48,8 @@ def build_parser(modules: Sequence[str] = MODULES) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in modules:
         importlib.import_module(f"{__name__}.{module}").register(subparsers)
+    for name, subparser in subparsers.choices.items():  # `command` is also the upstream's argv
+        subparser.set_defaults(subcommand=name, usage_error=subparser.error)
     return parser
 
 
@@ -74,15 +77,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     alone = ALONE.get(given[0]) if given else None
     parser = build_parser((alone,) if alone is not None else MODULES)
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # said by the command's own parser, so the line names the command
+            args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # --help, --version and usage errors: argparse has printed already
         return exc.code if isinstance(exc.code, int) else BAD_INPUT
     if sys.stdout is None and _needs_stdout(args):  # started with stdout closed (`>&-`)
         return fail("standard output is closed; there is nowhere to print the result")
+    extra = missing_extra(args.subcommand)
+    if extra is not None:
+        return fail(needs_line(extra), args.subcommand)
     try:
         code: int = args.func(args)
         if sys.stdout is not None:
             sys.stdout.flush()  # a write error surfaces here, not in the interpreter's exit
+    except ModuleNotFoundError as exc:  # installed, but not importable: the same line
+        if (extra := extra_behind(args.subcommand, exc)) is None:
+            raise
+        return fail(needs_line(extra), args.subcommand)
+    except UsageError as exc:
+        return fail(exc.lines(), args.subcommand)
     except PreconditionsError as exc:
         return fail(exc.lines())
     except (BrokenPipeError, ConnectionResetError) as exc:

@@ -22,16 +22,18 @@ PROG = "mcp-preconditions"
 OK, FINDINGS, BAD_INPUT = 0, 1, 2
 
 
-def _say(kind: str, lines: Iterable[str]) -> None:
+def _say(kind: str, lines: Iterable[str], command: str | None = None) -> None:
     if sys.stderr is None:  # stderr closed: the exit code is all that is left to say it with
         return
+    prog = PROG if command is None else f"{PROG} {command}"
     for line in lines:
-        print(f"{PROG}: {kind}: {escape(line)}", file=sys.stderr)
+        print(f"{prog}: {kind}: {escape(line)}", file=sys.stderr)
 
 
-def fail(message: str | Sequence[str]) -> int:
-    """Report bad input on stderr, one line per problem; returns the exit code 2."""
-    _say("error", [message] if isinstance(message, str) else message)
+def fail(message: str | Sequence[str], command: str | None = None) -> int:
+    """Report bad input on stderr, one line per problem (`mcp-preconditions COMMAND: error: ...`
+    with a command: a usage error, as argparse says it); returns the exit code 2."""
+    _say("error", [message] if isinstance(message, str) else message, command)
     return BAD_INPUT
 
 

@@ -8,12 +8,13 @@ confidential requirements included, to whoever has its URL, which carries a toke
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..client import Knowledge
-from ..errors import FileReadError, InputError, PolicyError
+from ..errors import FileReadError, PolicyError, UsageError
 from ..files import read_bounded, read_claims, read_json, read_tools
 from ._output import PROG, warn
 from ._resolvers import add_resolver_option, resolvers_from
@@ -22,6 +23,7 @@ from ._upstream import add_upstream_options, target_from, upstream_environment
 from .core_cmds import TOOLS_HELP
 
 DEFAULT_LISTEN = "http://127.0.0.1:8088"
+_UNLOGGED = logging.NullHandler()
 
 
 def run_explore(args: argparse.Namespace) -> int:
@@ -33,7 +35,7 @@ def run_explore(args: argparse.Namespace) -> int:
 
     host, port = http_address(args.listen, "--listen")
     if not is_loopback(host) and not args.allow_remote:
-        raise InputError(f"--listen: {host} is not a loopback address, and the page shows the whole "
+        raise UsageError(f"--listen: {host} is not a loopback address, and the page shows the whole "
                          "policy, confidential requirements included, to whoever has its URL, whose "
                          "token crosses the network unencrypted; add --allow-remote to serve it to "
                          "other machines anyway")
@@ -42,6 +44,9 @@ def run_explore(args: argparse.Namespace) -> int:
                     tools_label=tools_label, presets=_presets(args.claims),
                     knowledge=_knowledge(args.knowledge), logs=tuple(args.log),
                     resolvers=tuple(resolvers_from(args)))
+    # The page checks each edit's `[tools.NAME]` against the tools as a server does (Guard.know_tools),
+    # which logs a name that matches no tool: the page lists it, the terminal would at each keystroke.
+    logging.getLogger("mcp_preconditions.policy").addHandler(_UNLOGGED)
     bench = Workbench(inputs)
     for line in bench.compile(inputs.policy_text).problems:  # the page shows them too, to be fixed
         warn(line)
@@ -63,22 +68,24 @@ def run_explore(args: argparse.Namespace) -> int:
 
 def tools_from(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     """The tools to explore and where they came from: the one place a tool source is chosen. A
-    tools file; a gateway.toml's servers, listed live under their visible names; or one live
-    server (`-- COMMAND`, `--upstream-url`), as `mcp-preconditions tools` lists it."""
+    tools file; a gateway.toml's servers, or a desktop config's (`gateway --servers`), listed live
+    under their visible names; or one live server (`-- COMMAND`, `--upstream-url`), as
+    `mcp-preconditions tools` lists it."""
     live = args.upstream_url is not None or any(c != "--" for c in args.command)
-    if [args.tools is not None, args.config is not None, live].count(True) != 1:
-        raise InputError("give the tools one way: --tools T, --config gateway.toml, "
+    if [args.tools is not None, args.config is not None, args.servers is not None, live].count(True) != 1:
+        raise UsageError("give the tools one way: --tools T, --config gateway.toml, --servers FILE, "
                          "--upstream-url URL, or a command after --")
     if args.tools is not None:
         return read_tools(args.tools), args.tools
     import anyio
 
     from ..live_tools import list_servers_tools, list_tools
-    if args.config is not None:
-        from ..gateway.config import load_config
-        config = load_config(args.config)
+    if args.config is not None or args.servers is not None:
+        from ..gateway.config import load_config, load_servers
+        config = load_config(args.config) if args.config is not None else load_servers(args.servers)
         environment = upstream_environment(None)
-        return anyio.run(lambda: list_servers_tools(config.servers, environment)), args.config
+        return (anyio.run(lambda: list_servers_tools(config.servers, environment)),
+                args.config if args.config is not None else args.servers)
     target = target_from(args, None)
     return anyio.run(lambda: list_tools(target)), target.label
 
@@ -136,10 +143,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "saved); what a strict client would hide; decision logs over time. It reads the "
                     "files once and writes nothing.")
     parser.add_argument("--policy", required=True, metavar="P", help="policy file (TOML)")
-    parser.add_argument("--tools", metavar="T", help=TOOLS_HELP + " (or --config, or a live server)")
+    parser.add_argument("--tools", metavar="T",
+                        help=TOOLS_HELP + " (or --config, --servers, or a live server)")
     parser.add_argument("--config", metavar="FILE",
                         help="a gateway.toml: its servers' tools, listed live under their visible "
                              "names")
+    parser.add_argument("--servers", metavar="FILE",
+                        help='a desktop client\'s config JSON, as `gateway --servers` reads it: its '
+                             '{"mcpServers": {...}} tools, listed live under their visible names')
     parser.add_argument("--claims", action="append", default=[], metavar="C",
                         help="a caller preset: a JSON object of verified claims (repeatable)")
     parser.add_argument("--knowledge", action="append", default=[], metavar="K",

@@ -139,9 +139,28 @@ async def who_can(ctx: Context) -> dict[str, Any]:
         tools.append(row)
     source = ctx.compiled.source
     assert source is not None
-    return {**answer, "tools": tools, "grants": grants_json(source),
+    return {**answer, "tools": tools, "access": await access_changes(ctx), "grants": grants_json(source),
             "facts": facts_json(source, [r for d in decisions for r in guard.requirements_for(d.tool)],
                                 ctx.overrides)}
+
+
+async def access_changes(ctx: Context) -> list[dict[str, Any]] | None:
+    """Who gains or loses a tool with the edit, for every caller the page offers (anonymous and
+    each preset, whichever is selected): the tools each is allowed under the file as read and under
+    the edit. None when the policy is not edited, or either one cannot be used."""
+    now = ctx.compiled.guard
+    then = ctx.baseline.guard if ctx.baseline is not None else None
+    if now is None or then is None:
+        return None
+    bench, changes = ctx.bench, []
+    for preset in (None, *bench.inputs.presets):
+        caller = bench.caller(preset, None)
+        after, before = await bench.decide(now, caller), await bench.decide(then, caller)
+        gained = [a.tool for a, b in zip(after, before, strict=True) if a.allowed and not b.allowed]
+        lost = [a.tool for a, b in zip(after, before, strict=True) if b.allowed and not a.allowed]
+        if gained or lost:
+            changes.append({"preset": preset, "label": caller.label, "gained": gained, "lost": lost})
+    return changes
 
 
 async def try_call(ctx: Context, tool: str, arguments_text: str) -> dict[str, Any]:

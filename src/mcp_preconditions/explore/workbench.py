@@ -1,6 +1,7 @@
 """The explorer's decisions, with no HTTP in sight: a policy text as edited on the page, compiled into
 the same non-strict `Guard` that `check` builds, with the same problem lines `policy validate`,
-`check` and `lint` print; and the caller, from claims, as `check --claims` reads them.
+`check` and `lint` print, and refused for what a server or the gateway with these tools refuses it
+for; and the caller, from claims, as `check --claims` reads them.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Compiled:
-    """A policy text compiled for the tools: the guard, or the problems that stop it (the lines
-    the command line prints, by file and key path), and the warnings either way."""
+    """A policy text compiled for the tools: the guard, or the problems that stop it (what a
+    server or the gateway would refuse to run with, in the lines the command line prints, by file
+    and key path), and the warnings either way."""
 
     source: PolicySource | None  # as written, before the page's what-if values
     guard: Guard | None
@@ -135,9 +137,10 @@ class Workbench:
         except PreconditionsError as exc:  # e.g. an [auth] key file that cannot be read
             return Compiled(source, None, exc.lines(), [])
         errors, warned = requirement_problems(source, guard.snapshot.registry)
-        problems = [f"{where}: {e}" for e in errors] or start_up_errors(guard, self.inputs.tools_label)
-        # `lint`'s findings; its errors too (a near miss of a tool name, which a server refuses to
-        # run with), unless they are the start-up problems already listed.
+        problems = ([f"{where}: {e}" for e in errors] or start_up_errors(guard, self.inputs.tools_label)
+                    or refused_names(guard, self.names))
+        # `lint`'s findings; its errors too, unless they are the problems already listed (a near
+        # miss of a tool name is both).
         findings = lint_findings(self.inputs.tools, self.inputs.tools_label, source, guard=guard)
         warnings = [f"{where}: {w}" for w in warned] + [
             finding_line(f) for f in findings if not (problems and f.severity == "error")]
@@ -162,6 +165,16 @@ class Workbench:
             return Caller(Identity(principal=principal), f"{principal.subject or '(no sub)'} (preset "
                                                         f"{preset!r})")
         return Caller(ANONYMOUS_IDENTITY, "anonymous (no access token)")
+
+
+def refused_names(guard: Guard, names: Sequence[str]) -> list[str]:
+    """The lines a server with these tools, or the gateway in front of them, refuses the policy
+    with: a `[tools.NAME]` that nearly matches one of them, found by the check they run."""
+    try:
+        guard.know_tools(names)
+    except PolicyError as exc:
+        return exc.lines()
+    return []
 
 
 def with_overrides(source: PolicySource, overrides: Sequence[tuple[str, bool]]) -> PolicySource:

@@ -56,8 +56,8 @@ def _state_source(source: PolicySource, live: LiveSources) -> StateSource | None
     try:
         from .state_redis import RedisStateSource
     except ImportError as exc:
-        raise RequirementError([f"{source.source}: state.redis needs the 'redis' extra "
-                                f"(pip install 'mcp-preconditions[redis]'): {exc}"]) from None
+        raise RequirementError([f"{source.source}: state.redis needs the 'redis' extra, which is "
+                                f"not installed: install mcp-preconditions with [redis] ({exc})"]) from None
     return RedisStateSource.from_policy(source.policy.state.redis)
 
 
@@ -68,7 +68,8 @@ def _flag_source(source: PolicySource, live: LiveSources) -> FlagSource | None:
         from .feature_openfeature import OpenFeatureFlagSource
     except ImportError as exc:
         raise RequirementError([f"{source.source}: features.openfeature needs the 'openfeature' "
-                                f"extra (pip install 'mcp-preconditions[openfeature]'): {exc}"]) from None
+                                f"extra, which is not installed: install mcp-preconditions with "
+                                f"[openfeature] ({exc})"]) from None
     return OpenFeatureFlagSource.from_policy(source.policy.features.openfeature, source)
 
 
@@ -81,8 +82,8 @@ def _quota_resolver(source: PolicySource, live: LiveSources) -> QuotaResolver:
             from .quota_redis import RedisQuotaStore
         except ImportError as exc:
             raise RequirementError([f"{source.source}: quotas with store = \"redis\" need the "
-                                    f"'redis' extra (pip install 'mcp-preconditions[redis]'): "
-                                    f"{exc}"]) from None
+                                    f"'redis' extra, which is not installed: install "
+                                    f"mcp-preconditions with [redis] ({exc})"]) from None
         redis = RedisQuotaStore.from_policy(policy.state.redis)  # one for all: one script per call
     compiled = {}
     for name, quota in policy.quotas.items():

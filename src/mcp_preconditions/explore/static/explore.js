@@ -17,6 +17,7 @@ const state = {
   logs: { file: null, replica: "", revision: "" },
 };
 let who = null;  // the last "who can do what" answer: grants and facts for the other views
+let refused = 0;  // the problems a server would refuse the policy as edited for (0: it runs it)
 const ui = { open: new Set(), seeded: false, toggle(name) {
   if (this.open.has(name)) this.open.delete(name); else this.open.add(name);
   if (who) renderWho(who, ui);
@@ -84,11 +85,18 @@ function showHead(answer) {
   const { policy, caller } = answer;
   const pill = byId("policy-status");
   pill.className = `pill ${policy.ok ? "ok" : "bad"}`;
-  fill(pill, policy.ok ? `✓ valid · rev ${policy.revision}` : `✗ ${plural(policy.problems.length, "problem")}`);
-  pill.title = policy.ok ? "the policy validates; the revision is the hash `decision_log` records" : "see the lines below the editor";
+  // What a server (or the gateway) with these tools would do with the policy as edited.
+  fill(pill, policy.ok ? `✓ servers run it · rev ${policy.revision}`
+    : `✗ servers refuse it · ${plural(policy.problems.length, "problem")}`);
+  pill.title = policy.ok ? "a server or the gateway with these tools starts with this policy; the revision is the hash `decision_log` records"
+    : "a server or the gateway with these tools refuses to start with this policy: see the lines below the editor";
   if (policy.edited) pill.append(el("span", {}, " · edited"));
+  refused = policy.ok ? 0 : policy.problems.length;
+  const download = byId("policy-download");
+  download.classList.toggle("warn", Boolean(refused));
+  download.title = refused ? "A server would refuse this policy: you are asked before it is saved" : "Save the edited policy as a file";
   fill(byId("policy-problems"), policy.problems.length ? [
-    el("p", { class: "title" }, "The policy cannot be used as it is. The command line reports the same lines:"),
+    el("p", { class: "title" }, "A server or the gateway would refuse this policy. The command line reports the same lines:"),
     policy.problems.map((p) => el("div", { class: "line" }, p))] : []);
   const warnings = byId("policy-warnings");
   warnings.hidden = !policy.warnings.length;
@@ -140,6 +148,8 @@ function setupPolicy() {
     soon(refresh, 0);
   });
   byId("policy-download").addEventListener("click", () => {
+    if (refused && !window.confirm(`A server or the gateway would refuse this policy (${plural(refused, "problem")}, `
+      + "listed below the editor). Download it anyway?")) return;
     const url = URL.createObjectURL(new Blob([state.policy], { type: "application/toml" }));
     const link = el("a", { href: url, download: config.policy_path.split(/[\\/]/).pop() || "policy.toml" });
     document.body.append(link);

@@ -52,12 +52,30 @@ export function outcomesTable(tool, grants, withSource = true) {
   return table(["Status", "Requirement", "Reason", ...(withSource ? ["From"] : [])], [...rows, ...removed]);
 }
 
+const NAMED = 20;  // tool names listed per caller in "who gains or loses"; the rest counted
+
+function names(tools) {
+  return tools.length > NAMED ? `${tools.slice(0, NAMED).join(", ")} and ${tools.length - NAMED} more` : tools.join(", ");
+}
+
+function renderAccess(access) {  // every caller the page offers, not only the one selected
+  const box = byId("who-access");
+  box.hidden = !access;
+  if (!access) return;
+  fill(box, access.length ? [el("p", { class: "title" }, "Your edit changes who can call what:"),
+    access.map((c) => el("div", { class: "access-line", dataset: { preset: c.preset ?? "" } }, el("b", {}, c.label), ": ",
+      c.gained.length ? el("span", { class: "gains" }, `gains ${names(c.gained)}`) : null, c.gained.length && c.lost.length ? "; " : null,
+      c.lost.length ? el("span", { class: "loses" }, `loses ${names(c.lost)}`) : null))]
+    : el("p", { class: "muted" }, "Your edit changes no caller's access."));
+}
+
 export function renderWho(answer, ui) {
   const body = byId("who-body");
+  renderAccess(answer.access ?? null);
   if (!answer.tools) {
     fill(byId("who-summary"), "");
     fill(body, el("p", { class: "placeholder" }, answer.policy.ok
-      ? "Fix the caller's claims to see decisions." : "Fix the policy's problems (left) to see decisions."));
+      ? "Fix the caller's claims to see decisions." : "A server would refuse this policy. Fix the policy's problems (left) to see decisions."));
     return;
   }
   const tools = answer.tools;
