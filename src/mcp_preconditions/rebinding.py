@@ -28,8 +28,10 @@ class Security:
         network in front of it decides who reaches it)."""
         if host not in LOCAL_HOSTS:
             return None
-        return cls(("127.0.0.1:*", "localhost:*", "[::1]:*"),
-                   ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"))
+        # `PATTERN:*` allows any port; the bare names are what a client sends for port 80.
+        return cls(("127.0.0.1", "localhost", "[::1]", "127.0.0.1:*", "localhost:*", "[::1]:*"),
+                   ("http://127.0.0.1", "http://localhost", "http://[::1]", "http://127.0.0.1:*",
+                    "http://localhost:*", "http://[::1]:*"))
 
     def refuse(self, host: str | None, origin: str | None, *, hostless: bool = False
                ) -> Refusal | None:
