@@ -16,8 +16,9 @@ protocol versions, `bridge` the envelope fields. `fleet` keeps the servers and t
 """
 
 from .config import GatewayConfig, ServerSpec, load_config, load_servers
+from .errors import UpstreamUnavailable
 from .gateway import Gateway
-from .upstream.session import HttpTarget, StdioTarget, Upstream, UpstreamUnavailable
+from .upstream.session import HttpTarget, StdioTarget, Upstream
 
 __all__ = ["Gateway", "GatewayConfig", "HttpTarget", "ServerSpec", "StdioTarget", "Upstream",
            "UpstreamUnavailable", "load_config", "load_servers"]

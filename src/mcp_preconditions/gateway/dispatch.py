@@ -10,17 +10,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
+from mcp_types import PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
 from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from . import jsonrpc
 from .downstream.clients import Call, Client
-from .downstream.wire import header_value
+from .errors import UpstreamError
 from .gateway import SERVED, SERVER_INFO, Gateway
+from .inbound import InboundLadderRejection, classify_inbound_request
 from .jsonrpc import (
-    HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -31,9 +31,6 @@ from .jsonrpc import (
 )
 
 log = logging.getLogger("mcp_preconditions.gateway")
-
-# The methods whose target a 2026-07-28 request repeats in the `Mcp-Name` header.
-NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 
 class Dispatch:
@@ -56,6 +53,10 @@ class Dispatch:
             return jsonrpc.error(call.id, exc)
         except ValidationError:
             return jsonrpc.error(call.id, RpcError(INVALID_PARAMS, "Invalid request parameters", ""))
+        except UpstreamError as exc:  # a server's failure, never the caller's (errors.py)
+            log.warning("request %s: a server failed: %s", call.method, exc)
+            return jsonrpc.error(call.id, RpcError(INTERNAL_ERROR, "a server behind the gateway "
+                                                   "failed"))
         except Exception:
             log.exception("request %s failed", call.method)
             return jsonrpc.error(call.id, RpcError(INTERNAL_ERROR, "Internal server error"))
@@ -136,44 +137,10 @@ def modern(params: Mapping[str, Any] | None) -> bool:
 def envelope(message: Mapping[str, Any], headers: Mapping[str, str] | None) -> str:
     """The protocol version of a 2026-07-28 request, after the spec's checks of its envelope
     (and, over HTTP, of the headers that repeat it); RpcError with the first that fails."""
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, Mapping) else None
-    if not isinstance(meta, Mapping):
-        raise RpcError(INVALID_PARAMS, "params._meta must be an object carrying the required "
-                       f"{PROTOCOL_VERSION_META_KEY!r} and {CLIENT_CAPABILITIES_META_KEY!r} "
-                       "envelope keys")
-    missing = [k for k in (PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY) if k not in meta]
-    if missing:
-        raise RpcError(INVALID_PARAMS, "params._meta is missing the required envelope key(s): "
-                       + ", ".join(missing))
-    version = meta[PROTOCOL_VERSION_META_KEY]
-    if headers is not None:
-        _headers_agree(message, version, headers)
-    if not isinstance(version, str):
-        raise RpcError(INVALID_PARAMS, "the protocol-version envelope value must be a string")
-    if version not in MODERN_PROTOCOL_VERSIONS:
-        raise unsupported(version)
-    return version
-
-
-def _headers_agree(message: Mapping[str, Any], version: Any, headers: Mapping[str, str]) -> None:
-    if headers.get("mcp-protocol-version") is None or headers.get("mcp-protocol-version") != version:
-        raise RpcError(HEADER_MISMATCH, "mcp-protocol-version header does not match the request "
-                       "envelope's protocol version")
-    method = message.get("method")
-    if headers.get("mcp-method") != method:
-        raise RpcError(HEADER_MISMATCH, "mcp-method header does not match the request body's method")
-    key = NAMED.get(method) if isinstance(method, str) else None
-    if key is not None:
-        value = message["params"].get(key)
-        if value is not None and header_value(headers.get("mcp-name")) != value:
-            raise RpcError(HEADER_MISMATCH, f"mcp-name header does not match the request body's "
-                           f"{key!r} parameter")
-
-
-def unsupported(version: str) -> RpcError:
-    return RpcError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
-                    {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version})
+    route = classify_inbound_request(message, headers=headers)
+    if isinstance(route, InboundLadderRejection):
+        raise route.error()
+    return route.protocol_version
 
 
 def era_refusal(method: str, params: Mapping[str, Any] | None, *, modern_connection: bool

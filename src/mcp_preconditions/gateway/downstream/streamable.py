@@ -13,7 +13,13 @@ from typing import Any
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from .. import jsonrpc
-from ..dispatch import Dispatch, envelope, unsupported
+from ..dispatch import Dispatch, envelope
+from ..inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    InboundLadderRejection,
+    find_duplicated_routing_header,
+    unsupported_protocol_version_rejection,
+)
 from ..jsonrpc import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
@@ -29,10 +35,7 @@ from .sse import Receive, Reply, Send, Stream, Unanswered
 from .wire import Security, accepts, empty, read_body, read_headers, rpc_error, text
 
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
-_STATUS = {jsonrpc.PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400,
-           HEADER_MISMATCH: 400, -32021: 400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION: 400,
-           jsonrpc.METHOD_NOT_FOUND: 404}
-_ROUTING = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
+_STATUS = ERROR_CODE_HTTP_STATUS
 
 
 class Streamable:
@@ -200,8 +203,9 @@ class Streamable:
         if isinstance(message, dict) and "id" not in message:
             if jsonrpc.kind(message) != "notification":
                 await rpc_error(send, 400, _INVALID_BODY)
-            elif headers.get("mcp-protocol-version") not in ("2026-07-28",):
-                await rpc_error(send, 400, unsupported(headers.get("mcp-protocol-version", "")))
+            elif (unserved := unsupported_protocol_version_rejection(
+                    headers.get("mcp-protocol-version", ""))) is not None:
+                await rpc_error(send, 400, unserved.error())
             else:
                 await empty(send, 202, [], json=False)  # no client notification acts here
             return
@@ -253,12 +257,9 @@ class Streamable:
 
 def _once(raw: list[tuple[bytes, bytes]]) -> None:
     """A routing header given twice is refused: readers of the first and the last would differ."""
-    seen: set[bytes] = set()
-    for name, _ in raw:
-        name = name.lower()
-        if name in _ROUTING and name in seen:
-            raise RpcError(HEADER_MISMATCH, f"{name.decode()} header appears more than once")
-        seen.add(name)
+    twice = find_duplicated_routing_header((n.decode("latin-1"), "") for n, _ in raw)
+    if twice is not None:
+        raise InboundLadderRejection(HEADER_MISMATCH, f"{twice} header appears more than once").error()
 
 
 _INVALID_BODY = RpcError(INVALID_REQUEST, "Body must be a single JSON-RPC request or notification object")
