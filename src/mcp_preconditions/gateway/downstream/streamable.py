@@ -148,36 +148,17 @@ class Streamable:
 
     async def _post(self, session: HttpSession, message: dict[str, Any], headers: dict[str, str],
                     send: Send, mine: list[tuple[bytes, bytes]]) -> int:
-        client = session.client
-        what = jsonrpc.kind(message)
-        if what != "request":
+        connection = session.connection
+        if jsonrpc.kind(message) != "request":
             await empty(send, 202, mine)
-            if what in ("response", "error"):
-                client.answered(message)
-            elif message["method"] == "notifications/cancelled":
-                _cancel(session, message.get("params"))
-            else:
-                await self.dispatch.notified(client, message["method"], message.get("params"),
-                                             headers)
+            await connection.received(message, self.dispatch.notified, headers)
             return 202
-        loop = self.loop
-        reply = Reply(send, mine, self.unanswered, loop, sse=True)
-        call = Call(message["method"], message.get("params"), message["id"], client.version, reply,
-                    client, headers)
-        running = session.running
-        task = asyncio.current_task(loop)
-        assert task is not None
-        running[message["id"]] = (task, call)
-        try:
-            answer = await self.dispatch.answer(call)
-        except asyncio.CancelledError:
-            if not call.extra.get("cancelled"):
-                raise
-            task.uncancel()  # the client cancelled this request: its stream ends with that
+        reply = Reply(send, mine, self.unanswered, self.loop, sse=True)
+        call = Call(message["method"], message.get("params"), message["id"], session.client.version,
+                    reply, session.client, headers)
+        answer = await connection.serve(call, self.dispatch.answer)
+        if answer is None:  # the client cancelled it: its stream ends with that
             answer = jsonrpc.error(call.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
-        finally:
-            running.pop(message["id"], None)
-        call.closed = True
         await reply.finish(answer)
         return 200
 
@@ -270,21 +251,6 @@ async def _gone(receive: Receive, task: asyncio.Task[Any], call: Call) -> None:
         pass
     call.extra["gone"] = True
     task.cancel()
-
-
-def _cancel(session: HttpSession, params: Any) -> None:
-    """A client's `notifications/cancelled`: its request is interrupted and never answered."""
-    rid = params.get("requestId") if isinstance(params, dict) else None
-    running = session.running
-    if not jsonrpc.is_id(rid):
-        return
-    entry = running.get(rid)
-    if entry is None:
-        entry = next((v for k, v in running.items() if str(k) == str(rid)), None)
-    if entry is not None:
-        task, call = entry
-        call.extra["cancelled"] = True
-        task.cancel()
 
 
 async def _message(headers: Mapping[str, str], body: bytes, send: Send,

@@ -30,6 +30,7 @@ CONNECT_SECONDS = 10.0
 MAX_CONNECTIONS = 100  # per server: requests beyond this wait for a connection
 _STREAM_HIGH, _STREAM_LOW = 1 << 20, 1 << 18  # buffered bytes of a stream: pause / resume reading
 _KEEP_ALIVE = re.compile(r"(?:^|[\s,;])timeout\s*=\s*(\d+)", re.IGNORECASE)
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 
@@ -48,12 +49,12 @@ DEFAULT_BOUNDS = Bounds()
 
 
 def field_problem(name: str, value: str) -> str | None:
-    """Why `name: value` cannot be an HTTP header (CR, LF, NUL or another control character, which
-    would let a value write headers of its own), or None when it can."""
-    if not re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", name):
-        return f"{name!r} is not an HTTP header name"
+    """Why `name: value` cannot be an HTTP header (a name that is no token; a value holding CR, LF,
+    NUL or another control character, which could write headers of its own), or None."""
+    if not _FIELD_NAME.fullmatch(name):
+        return "not an HTTP header name"
     if not _FIELD_VALUE.fullmatch(value):
-        return f"the value of header {name} holds CR, LF, NUL or another control character"
+        return "its value holds CR, LF, NUL or another control character"
     return None
 
 
@@ -69,7 +70,11 @@ class Response:
         self._parts: collections.deque[bytes] = collections.deque()
         self._buffered = 0
         self._total = 0
-        self._whole = False  # read whole: never paused, bounded by Bounds.body
+        self._whole = False  # read whole: never paused
+        # Bounded by Bounds.body unless it is an event stream (read in pieces: the SSE decoder
+        # bounds each event; the stream may last as long as the session).
+        kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        self._bounded = kind != "text/event-stream"
         self.complete = False
         self._error: BaseException | None = None
         self._wake: asyncio.Future[None] | None = None
@@ -79,7 +84,7 @@ class Response:
         self._parts.append(data)
         self._buffered += len(data)
         self._total += len(data)
-        if self._whole and self._total > self._connection.bounds.body:
+        if (self._bounded or self._whole) and self._total > self._connection.bounds.body:
             raise UpstreamTooLarge(f"a response body over {self._connection.bounds.body} bytes")
         if not self._whole and self._buffered > _STREAM_HIGH:
             self._connection.pause()
@@ -333,7 +338,7 @@ class Pool:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
-                raise ValueError(problem)
+                raise ValueError(f"header {name!r}: {problem}")
             lines.append(f"{name}: {value}\r\n")
         if body or method in ("POST", "PUT"):
             lines.append(f"content-length: {len(body)}\r\n")

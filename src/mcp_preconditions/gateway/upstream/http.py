@@ -58,7 +58,7 @@ class HttpLink:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
-                raise ValueError(problem)
+                raise ValueError(f"header {name!r}: {problem}")
         self._pool = Pool(url, bounds=bounds)
         self._bounds = bounds
         self._headers = {"accept": ACCEPT, "content-type": "application/json", **headers}

@@ -62,9 +62,10 @@ class Decoder:
         return out
 
     def _field(self, line: bytes, out: list[bytes]) -> None:
-        if not line:  # a blank line ends the event
-            if self._data and self._kind in (b"", b"message"):
-                out.append(b"\n".join(self._data))
+        if not line:  # a blank line ends the event (one with empty data is no event)
+            data = b"\n".join(self._data)
+            if data and self._kind in (b"", b"message"):
+                out.append(data)
             self._data, self._size, self._kind = [], 0, b""
             return
         if line[:1] == b":":
