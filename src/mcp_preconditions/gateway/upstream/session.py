@@ -13,7 +13,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import anyio
@@ -34,6 +34,7 @@ from .client import DEFAULT_BOUNDS, Bounds
 from .http import HttpLink
 from .peer import NotificationHook, Peer, ProgressHook, RequestHook, describe
 from .stdio import StdioLink
+from .targets import HttpTarget, StdioTarget, Target
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -46,34 +47,6 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 MAX_NOTIFYING = 16  # the gateway's notifications to one server under way at once; more are dropped
 
 __all__ = ["HttpTarget", "StdioTarget", "Target", "Upstream", "UpstreamUnavailable"]
-
-
-@dataclass(frozen=True)
-class StdioTarget:
-    """A command to run; `env` is the whole environment it gets (secrets already removed)."""
-
-    command: str
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return " ".join((self.command, *self.args))
-
-
-@dataclass(frozen=True)
-class HttpTarget:
-    """A streamable-HTTP endpoint; `headers` carry the upstream's own credentials."""
-
-    url: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return self.url
-
-
-Target = StdioTarget | HttpTarget
 Link = StdioLink | HttpLink
 
 
@@ -125,7 +98,6 @@ class Upstream:
         self.last_error: str | None = None
         self._background: TaskGroup | None = None
         self._listens = 0
-        self._acks: dict[str, Callable[[], None]] = {}
         self._pinging: asyncio.Task[bool] | None = None
         self._notifying = 0
         self._once: dict[str, bool] = {}  # work running by key -> asked for again meanwhile
@@ -394,7 +366,7 @@ class Upstream:
 async def _handshake(peer: Peer, link: Link, method: str, params: dict[str, Any] | None,
                      timeout: float | None) -> dict[str, Any]:
     """A request of the handshake, before `_serve` watches the link: a server that exits (or ends
-    the session) before it answers fails it at once (CONNECTION_CLOSED), so it is started again
+    the session) before it answers fails it at once (UpstreamClosed), so it is started again
     after the backoff, not after the handshake timeout."""
     async def close_when_lost() -> None:
         await link.lost.wait()
