@@ -7,7 +7,7 @@ envelope checked (and, over HTTP, its routing headers); errors in their wire for
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mcp_types import PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
@@ -19,7 +19,12 @@ from . import jsonrpc
 from .downstream.clients import Call, Client
 from .errors import UpstreamError
 from .gateway import SERVED, SERVER_INFO, Gateway
-from .inbound import InboundLadderRejection, classify_inbound_request
+from .inbound import (
+    MCP_PARAM_HEADER_PREFIX,
+    InboundLadderRejection,
+    classify_inbound_request,
+    validate_mcp_param_headers,
+)
 from .jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -31,6 +36,7 @@ from .jsonrpc import (
 )
 
 log = logging.getLogger("mcp_preconditions.gateway")
+_PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower().encode()
 
 
 class Dispatch:
@@ -82,6 +88,28 @@ class Dispatch:
         if method == "ping":
             return {}
         raise RpcError(METHOD_NOT_FOUND, "Method not found", method)
+
+    def param_refusal(self, message: Mapping[str, Any], raw: Iterable[tuple[bytes, bytes]]
+                      ) -> RpcError | None:
+        """A 2026-07-28 `tools/call`'s `Mcp-Param-*` headers (raw, repeats visible) against its
+        arguments and the tool's `x-mcp-header` annotations as the gateway lists it: the SDK
+        server's check, so an intermediary that routed on a header saw what the call does."""
+        params = message.get("params")
+        if message.get("method") != "tools/call" or not isinstance(params, Mapping):
+            return None
+        arguments = params.get("arguments")
+        arguments = {} if arguments is None else arguments
+        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in raw
+                   if n.lower().startswith(_PARAM_PREFIX)]
+        if not isinstance(arguments, Mapping) or not (arguments or headers):
+            return None
+        fleet = self.gateway.fleet
+        target = fleet.routes.tools.get(params.get("name"))  # type: ignore[arg-type]
+        tool = fleet.members[target.server].catalog.tools.get(target.name) if target else None
+        if tool is None:
+            return None
+        refused = validate_mcp_param_headers(tool.get("inputSchema"), arguments, headers)
+        return refused.error() if refused is not None else None
 
     async def _initialize(self, call: Call) -> dict[str, Any]:
         """The handshake (2025-11-25 and older): the version negotiated, the servers'

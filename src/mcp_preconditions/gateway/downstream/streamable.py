@@ -197,6 +197,9 @@ class Streamable:
         try:
             _once(scope["headers"])
             version = envelope(message, headers)
+            mismatch = self.dispatch.param_refusal(message, scope["headers"])
+            if mismatch is not None:
+                raise mismatch
         except RpcError as exc:
             await rpc_error(send, _STATUS.get(exc.code, 200), exc, rid=rid)
             return

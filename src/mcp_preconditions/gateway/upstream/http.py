@@ -142,9 +142,11 @@ class HttpLink:
         if kind == "text/event-stream" and status < 300:
             self._streams[rid] = response
             try:
-                async for data in events(response.stream(), self._bounds.event, self._bounds.line):
-                    if self._deliver(data, rid, message):
-                        return  # answered: the rest of the stream is not waited for
+                async with contextlib.aclosing(events(response.stream(), self._bounds.event,
+                                                      self._bounds.line)) as stream:
+                    async for data in stream:
+                        if self._deliver(data, rid, message):
+                            return  # answered: the rest of the stream is not waited for
             finally:
                 self._streams.pop(rid, None)
             raise UpstreamClosed("the server ended the event stream without an answer")
@@ -234,9 +236,10 @@ class HttpLink:
                         failures += 1
                     else:
                         failures = 0
-                        async for data in events(response.stream(), self._bounds.event,
-                                                 self._bounds.line):
-                            self._deliver(data, None)
+                        async with contextlib.aclosing(events(
+                                response.stream(), self._bounds.event, self._bounds.line)) as stream:
+                            async for data in stream:
+                                self._deliver(data, None)
                 finally:
                     response.close()
             except UpstreamError as exc:  # refused, malformed, past a bound: asked again later

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -124,7 +124,7 @@ class Response:
         parts, self._parts = self._parts, collections.deque()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    async def stream(self) -> AsyncGenerator[bytes, None]:
         """The body's pieces as they arrive; reading pauses while more than a megabyte waits."""
         try:
             while await self._next():

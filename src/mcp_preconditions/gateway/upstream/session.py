@@ -245,12 +245,12 @@ class Upstream:
             holder[0].received(message)
 
         target = self.target
+        bounds = self._bounds() if self._bounds is not None else DEFAULT_BOUNDS
         link: Link
-        if isinstance(target, StdioTarget):
+        if isinstance(target, StdioTarget):  # a line is one whole message: bounded like a body
             link = await StdioLink.start(target.command, target.args, dict(target.env), received,
-                                         self.label, self._errlog)
+                                         self.label, self._errlog, bounds.body)
         else:
-            bounds = self._bounds() if self._bounds is not None else DEFAULT_BOUNDS
             link = HttpLink(target.url, target.headers, received, self.label, bounds)
             link.modern = modern
         peer = Peer(link, self.label, self._answer, self._notified, envelope)

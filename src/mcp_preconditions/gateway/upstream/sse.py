@@ -6,8 +6,9 @@ the stream with UpstreamTooLarge: nothing a server sends is buffered without lim
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from ..errors import UpstreamTooLarge
 
@@ -82,11 +83,12 @@ class Decoder:
             self._kind = value
 
 
-async def events(chunks: AsyncIterator[bytes], max_event: int, max_line: int
-                 ) -> AsyncIterator[bytes]:
+async def events(chunks: AsyncGenerator[bytes, None], max_event: int, max_line: int
+                 ) -> AsyncGenerator[bytes, None]:
     """The `data` of each message event of a stream, as it completes (an event the stream ends
     in the middle of is dropped, as the format says)."""
     decoder = Decoder(max_event, max_line)
-    async for chunk in chunks:
-        for data in decoder.feed(chunk):
-            yield data
+    async with contextlib.aclosing(chunks) as pieces:
+        async for chunk in pieces:
+            for data in decoder.feed(chunk):
+                yield data
