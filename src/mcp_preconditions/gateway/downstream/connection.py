@@ -30,6 +30,20 @@ def correlated(request_id: RequestId) -> RequestId:
     return request_id
 
 
+async def answered(call: Call, answer: Answer) -> Message | None:
+    """`call`'s answer, worked out in the current task; None when its client cancelled it (it
+    marked the call `cancelled` and cancelled the task: the task goes on, cancelled no more)."""
+    try:
+        return await answer(call)
+    except asyncio.CancelledError:
+        if not call.extra.get("cancelled"):
+            raise
+        task = asyncio.current_task()
+        assert task is not None
+        task.uncancel()
+        return None
+
+
 class Connection:
     """A client's connection and the requests it has running."""
 
@@ -50,12 +64,7 @@ class Connection:
         if call.method != "initialize" and self._running.get(key, (task, None))[1] is not call:
             self._track(call, task)  # (the handshake is never cancelled)
         try:
-            return await answer(call)
-        except asyncio.CancelledError:
-            if not call.extra.get("cancelled"):
-                raise
-            task.uncancel()
-            return None
+            return await answered(call, answer)
         finally:
             self._forget(key, call)
 

@@ -30,6 +30,7 @@ from ..jsonrpc import (
     RpcError,
 )
 from .clients import Call
+from .connection import answered
 from .sessions import HttpSession, Owner, Sessions
 from .sse import Receive, Reply, Send, Stream, Unanswered
 from .wire import Security, accepts, empty, read_body, read_headers, rpc_error, text
@@ -227,12 +228,7 @@ class Streamable:
         timer = (loop.call_soon(watch) if call.method == "subscriptions/listen"
                  else loop.call_later(WATCH_AFTER_SECONDS, watch))
         try:
-            return await self.dispatch.answer(call)
-        except asyncio.CancelledError:
-            if not call.extra.get("gone"):
-                raise
-            task.uncancel()
-            return None
+            return await answered(call, self.dispatch.answer)
         finally:
             timer.cancel()
             for each in watcher:
@@ -252,7 +248,7 @@ _INVALID_BODY = RpcError(INVALID_REQUEST, "Body must be a single JSON-RPC reques
 async def _gone(receive: Receive, task: asyncio.Task[Any], call: Call) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-    call.extra["gone"] = True
+    call.extra["cancelled"] = True  # at 2026-07-28 closing the stream is the cancellation
     task.cancel()
 
 
