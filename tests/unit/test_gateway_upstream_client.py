@@ -253,3 +253,47 @@ async def test_a_header_value_with_cr_lf_or_nul_is_refused_and_never_written(
 
 def test_a_header_value_with_tabs_and_latin1_is_allowed() -> None:
     assert field_problem("x-note", "a\tb é") is None
+
+
+class _Transport(asyncio.Transport):
+    """Records what the connection asks of its transport."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_stream_whose_last_piece_paused_reading_leaves_its_connection_reading() -> None:
+    """The piece that fills a stream's buffer may also end it: the connection goes back to the pool
+    reading again (else the next request on it would wait for ever)."""
+    from mcp_preconditions.gateway.upstream.client import _Connection
+
+    pool = Pool("http://127.0.0.1:1/mcp", bounds=BOUNDS)
+    connection, transport = _Connection(pool), _Transport()
+    connection.connection_made(transport)
+    pool._open = 1
+    head = asyncio.get_running_loop().create_task(connection.exchange(b"request"))
+    await asyncio.sleep(0)
+    body = b"x" * (2 << 20)
+    connection.data_received(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"content-length: %d\r\n\r\n" % len(body) + body)
+    response = await head
+    assert response.complete and not transport.paused
+    assert pool._idle == [connection]
+    assert b"".join([part async for part in response.stream()]) == body

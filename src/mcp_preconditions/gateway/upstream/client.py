@@ -135,6 +135,7 @@ class _Connection(asyncio.Protocol):
             return
         response, self._response = self._response, None
         keep = self._parser.should_keep_alive()
+        self.resume()  # the body is whole: a reader still behind holds it, not the connection
         if response is not None:
             response._end()
             if keep:
