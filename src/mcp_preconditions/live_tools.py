@@ -25,6 +25,7 @@ from .gateway.config import ServerSpec
 from .gateway.fleet import target_of
 from .gateway.route import visible
 from .gateway.upstream.session import HttpTarget, StdioTarget
+from .tls import client_context
 
 MAX_PAGES = 100  # a server whose cursors never end cannot hang the listing
 _RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
@@ -111,7 +112,8 @@ def _transport(target: StdioTarget | HttpTarget, errlog: TextIO) -> Transport:
         params = StdioServerParameters(command=target.command, args=list(target.args),
                                        env=dict(target.env))
         return cast(Transport, stdio_client(params, errlog=errlog))
-    http = httpx2.AsyncClient(headers=dict(target.headers), timeout=httpx2.Timeout(30.0))
+    http = httpx2.AsyncClient(headers=dict(target.headers), timeout=httpx2.Timeout(30.0),
+                              verify=client_context())
     return cast(Transport, streamable_http_client(target.url, http_client=http))
 
 

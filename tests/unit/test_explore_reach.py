@@ -35,7 +35,8 @@ PURE = {
     "auth.claim_aliases", "auth.scope_implications", "auth.cache_max_entries",
     "auth.cache_ttl_seconds", "guard.lookup_timeout_seconds", "guard.denial", "guard.list_filtering",
     "decision_log.logger", "decision_log.opentelemetry", "gateway.unlisted_tools",
-    "gateway.call_timeout_seconds", "quotas.*.calls", "quotas.*.per_seconds", "quotas.*.by",
+    "gateway.call_timeout_seconds", "gateway.max_response_bytes", "gateway.max_event_bytes",
+    "quotas.*.calls", "quotas.*.per_seconds", "quotas.*.by",
     "quotas.*.store", "approvals.*.approvers", "approvals.*.expires_seconds",
     "approvals.*.timeout_seconds", "approvals.*.store",
 }

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .keys import KeySet, VerificationKey
     from .verifier import TokenAuthenticator
 
-# Imported on first use (PEP 562): they need httpx, PyJWT and cryptography, which a policy without
+# Imported on first use (PEP 562): they need httpx2, PyJWT and cryptography, which a policy without
 # token verification never loads.
 _LAZY = {"Introspector": ".introspection", "JwtVerifier": ".jwt_verifier", "KeySet": ".keys",
          "VerificationKey": ".keys", "TokenAuthenticator": ".verifier"}

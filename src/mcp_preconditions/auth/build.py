@@ -15,7 +15,7 @@ from ..policy.model import HMAC_ALGORITHMS, Auth
 from .base import Authenticator, PassThroughAuthenticator
 from .cache import IdentityCache
 
-if TYPE_CHECKING:  # the verifiers (httpx, PyJWT, cryptography: 30 MB) are imported when a policy
+if TYPE_CHECKING:  # the verifiers (httpx2, PyJWT, cryptography: 30 MB) are imported when a policy
     # asks for verification, never for one without [auth]
     from .keys import VerificationKey
 

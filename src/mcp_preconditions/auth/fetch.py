@@ -1,21 +1,21 @@
 """Small, bounded HTTP reads for the auth backends: a JSON document with a total timeout and a size
 cap, and issuer metadata discovery (OpenID Connect Discovery, then RFC 8414).
 
-Every failure is an AuthBackendError with a readable reason; httpx's exceptions never escape.
+Every failure is an AuthBackendError with a readable reason; httpx2's exceptions never escape.
+Connections use the package's one TLS context (`tls.py`: SSL_CERT_FILE / SSL_CERT_DIR).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-import ssl
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
+import httpx2
 
 from ..errors import AuthBackendError
+from ..tls import client_context
 
 MAX_DOCUMENT_BYTES = 1 << 20  # a JWKS or metadata document larger than 1 MiB is not one
 
@@ -24,17 +24,10 @@ class NoDocumentError(AuthBackendError):
     """The server answered, but not with a JSON document (an HTTP error status, or not JSON)."""
 
 
-@functools.cache
-def ssl_context() -> ssl.SSLContext:
-    """One shared TLS context (honouring SSL_CERT_FILE / SSL_CERT_DIR, for a private CA): building
-    one costs ~50 ms, a client built on it well under 1 ms."""
-    return httpx.create_ssl_context()
-
-
 def describe(exc: BaseException) -> str:
     """A short, token-free description of a transport failure."""
     text = str(exc)
-    # By name: authlib brings its own HTTP library (httpx2, or httpx), whose classes differ from ours.
+    # By name: whichever HTTP library authlib picked (httpx2, else httpx), its classes may differ.
     if type(exc).__name__ == "ConnectError":
         return f"connection failed ({text})" if text else "connection failed"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -47,12 +40,13 @@ async def get_json(url: str, timeout: float) -> Any:
             return await _get_json(url, timeout)
     except TimeoutError:
         raise AuthBackendError(f"{url} did not answer within {timeout:g} s") from None
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         raise AuthBackendError(f"cannot fetch {url}: {describe(exc)}") from None
 
 
 async def _get_json(url: str, timeout: float) -> Any:
-    async with httpx.AsyncClient(timeout=timeout, verify=ssl_context(), follow_redirects=False) as client, \
+    async with httpx2.AsyncClient(timeout=timeout, verify=client_context(),
+                                  follow_redirects=False) as client, \
             client.stream("GET", url, headers={"Accept": "application/json"}) as response:
         if response.status_code != 200:
             raise NoDocumentError(f"{url} answered HTTP {response.status_code}")

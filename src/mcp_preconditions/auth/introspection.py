@@ -16,8 +16,9 @@ from typing import Any
 from ..errors import AuthBackendError, TokenError
 from ..policy.model import Introspection
 from ..principal import Principal
+from ..tls import client_context
 from .claims import check_audience, check_issuer, check_times
-from .fetch import describe, ssl_context
+from .fetch import describe
 
 
 class Introspector:
@@ -61,7 +62,7 @@ class Introspector:
         try:
             async with asyncio.timeout(self._timeout), AsyncOAuth2Client(
                     client_id, client_secret, token_endpoint_auth_method="client_secret_basic",
-                    timeout=self._timeout, verify=ssl_context(), follow_redirects=False) as client:
+                    timeout=self._timeout, verify=client_context(), follow_redirects=False) as client:
                 response = await client.introspect_token(self.endpoint, token=token,
                                                          token_type_hint="access_token")
         except TimeoutError:

@@ -64,10 +64,15 @@ def _header(spec: str) -> tuple[str, str]:
     match = _HEADER.fullmatch(spec)
     if match is None:
         raise InputError(f"--upstream-header: expected NAME=env:VAR, got {spec!r}")
+    from ..gateway.upstream.client import field_problem
+
     name, var = match.groups()
     value = os.environ.get(var)
     if value is None:
         raise InputError(f"--upstream-header {name}: environment variable {var} is not set")
+    problem = field_problem(name, value)
+    if problem is not None:  # refused, never written: it could add headers of its own
+        raise InputError(f"--upstream-header {name}: environment variable {var}: {problem}")
     return name, value
 
 

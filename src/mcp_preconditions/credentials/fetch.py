@@ -12,8 +12,9 @@ from typing import Any
 
 import httpx2
 
-from ..auth.fetch import describe, ssl_context
+from ..auth.fetch import describe
 from ..errors import CredentialBackendError
+from ..tls import client_context
 
 MAX_ANSWER_BYTES = 1 << 20
 
@@ -48,7 +49,7 @@ async def _send(method: str, url: str, timeout: float, form: Mapping[str, str] |
                 headers: Mapping[str, str] | None,
                 transport: httpx2.AsyncBaseTransport | None) -> Answer:
     sent = {"Accept": "application/json", **(headers or {})}
-    async with httpx2.AsyncClient(timeout=timeout, verify=ssl_context(), follow_redirects=False,
+    async with httpx2.AsyncClient(timeout=timeout, verify=client_context(), follow_redirects=False,
                                   transport=transport) as client, \
             client.stream(method, url, data=dict(form) if form is not None else None,
                           headers=sent) as response:

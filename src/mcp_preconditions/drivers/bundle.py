@@ -21,9 +21,9 @@ from ..files import read_bounded
 from ..policy.load import PolicySource, load_policy, parse_policy
 from .reload import OnChange, PolicyChange, PolicyReloader, log
 
-if TYPE_CHECKING:  # httpx and cryptography are imported when a bundle URL or a key is used: a
+if TYPE_CHECKING:  # httpx2 and cryptography are imported when a bundle URL or a key is used: a
     # policy file needs neither (30 MB of a gateway's memory)
-    import httpx
+    import httpx2
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ..guard import Guard
@@ -158,22 +158,23 @@ class _Fetched:
 
 def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
     """GET with an optional If-None-Match: each network wait, and the whole body, within `timeout`
-    seconds. Every failure is a BundleError naming the URL; httpx's exceptions never escape."""
-    import httpx
+    seconds. Every failure is a BundleError naming the URL; httpx2's exceptions never escape."""
+    import httpx2
 
-    from ..auth.fetch import describe, ssl_context
+    from ..auth.fetch import describe
+    from ..tls import client_context
 
     headers = {"Accept": "application/toml, text/plain;q=0.9, */*;q=0.1", "Cache-Control": "no-cache"}
     if etag is not None:
         headers["If-None-Match"] = etag
     try:
-        if not httpx.URL(url).host:
+        if not httpx2.URL(url).host:
             raise BundleError(url, "not a usable URL: no host")
-    except httpx.InvalidURL as exc:
+    except httpx2.InvalidURL as exc:
         raise BundleError(url, f"not a usable URL: {exc}") from None
     deadline = time.monotonic() + timeout
     try:
-        with httpx.Client(timeout=timeout, verify=ssl_context(), follow_redirects=False) as client, \
+        with httpx2.Client(timeout=timeout, verify=client_context(), follow_redirects=False) as client, \
                 client.stream("GET", url, headers=headers) as response:
             if response.status_code == 304 and etag is not None:
                 return _Fetched(None, etag)
@@ -182,15 +183,15 @@ def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
                 raise error(url, f"answered HTTP {response.status_code}")
             body = _read_body(url, response, deadline, timeout)
             return _Fetched(body, response.headers.get("etag"))
-    except httpx.RemoteProtocolError as exc:
+    except httpx2.RemoteProtocolError as exc:
         raise BundleError(url, f"body cut short or malformed: {describe(exc)}") from None
-    except httpx.TimeoutException:
+    except httpx2.TimeoutException:
         raise BundleError(url, f"no complete answer within {timeout:g} s") from None
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         raise BundleError(url, f"cannot fetch: {describe(exc)}") from None
 
 
-def _read_body(url: str, response: httpx.Response, deadline: float, timeout: float) -> bytes:
+def _read_body(url: str, response: httpx2.Response, deadline: float, timeout: float) -> bytes:
     body = bytearray()
     for chunk in response.iter_bytes():
         body += chunk
@@ -199,7 +200,7 @@ def _read_body(url: str, response: httpx.Response, deadline: float, timeout: flo
         if time.monotonic() > deadline:  # a server dripping bytes never resets the clock
             raise BundleError(url, f"no complete answer within {timeout:g} s")
     # A body shorter than its Content-Length, or a chunked body cut off, raises RemoteProtocolError
-    # in httpx's HTTP/1.1 parser (h11). Only a close-delimited body (no length, no chunks) can be
+    # in httpx2's HTTP/1.1 parser. Only a close-delimited body (no length, no chunks) can be
     # cut short unseen: a signature catches that.
     return bytes(body)
 

@@ -5,19 +5,34 @@ library, each reached over stdio (a command the gateway supervises) or streamabl
                               ServerSpec("crm", "crm__", url="https://crm.example.com/mcp")],
                       credentials)
 
-The pipeline: `downstream/` is where callers arrive (`listener`; stdio in `stdio`; HTTP: the ASGI
-`app`, framed by `streamable` and `sse`, sessions in `sessions`) -> `dispatch` (the protocol around
-the pipeline) -> `gateway` -> `decide` (the guard on tools) -> `route` (which server) -> `forward`
--> `upstream/` (one supervised `session` per server: its `peer` over `stdio` or `http` on the
-HTTP/1.1 `client`). `downstream/callers` knows the clients (`downstream/clients`) and routes what
-servers send back; `rounds` and `downstream/listen` carry input rounds and listen streams between
-protocol versions, `bridge` the envelope fields. `fleet` keeps the servers and their listings
-(`catalog`); `config` reads the deployment file. Messages stay the dicts they arrived as (`jsonrpc`).
+The path of one `tools/call` over HTTP, and back:
+
+    downstream/listener  uvicorn on httptools, slow and surplus connections bounded
+    downstream/app       the bearer token checked (401), /healthz /readyz /metrics
+    downstream/streamable  POST framed, the session found (`sessions`), a 2026-07-28 envelope
+                         and its routing headers checked (`inbound`)
+    downstream/connection  the request tracked on its client's connection (cancellation)
+    dispatch             its version's schema; initialize, ping, server/discover answered here
+    gateway -> decide    the guard's Decision: refused here, or on (`route`: which server)
+    forward              progress mapped back, input rounds between versions; a server's
+                         failure becomes one error naming it (`errors`)
+    upstream/session     that server's supervised session -> `peer`: an id, a timeout, a
+                         cancellation told to the server
+    upstream/http        POSTed with its headers (`Mcp-Param-*` from `inbound`) on
+    upstream/client      a kept connection; the response parsed strictly by llhttp, bounded
+    upstream/sse         an SSE answer decoded (bounded) and handed back the moment it arrives
+    bridge               the result shaped for the client's version; `downstream/sse` writes it
+
+On stdio, `downstream/stdio` takes the place of the first three. What servers send unasked (their
+requests, notifications, `list_changed`) goes `peer` -> `session` -> `downstream/callers` (the one
+client it can be for) and `fleet`, which re-lists a server (`catalog`) one listing at a time.
+`config` reads the deployment file; messages stay the dicts they arrived as (`jsonrpc`).
 """
 
 from .config import GatewayConfig, ServerSpec, load_config, load_servers
+from .errors import UpstreamUnavailable
 from .gateway import Gateway
-from .upstream.session import HttpTarget, StdioTarget, Upstream, UpstreamUnavailable
+from .upstream.session import HttpTarget, StdioTarget, Upstream
 
 __all__ = ["Gateway", "GatewayConfig", "HttpTarget", "ServerSpec", "StdioTarget", "Upstream",
            "UpstreamUnavailable", "load_config", "load_servers"]

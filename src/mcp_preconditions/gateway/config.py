@@ -39,6 +39,7 @@ from ..files import read_bounded
 from ..policy.load import key_path, problems_of
 from .config_credentials import CredentialsEntry, credential_settings, located
 from .config_values import HEADER_NAME, Strict, env_value, http_url
+from .upstream.client import field_problem
 
 # A server's key becomes its default prefix (`KEY__`), so it must make a valid tool name.
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -251,6 +252,10 @@ def _specs(servers: Mapping[str, ServerEntry], path: str, top: str) -> tuple[Ser
     for key, entry in servers.items():
         env = _resolved(entry.env, (top, key, "env"), problems)
         headers = _resolved(entry.headers, (top, key, "headers"), problems)
+        for name, value in headers.items():  # literal, or from the environment: never written
+            problem = field_problem(name, value)
+            if problem is not None:
+                problems.append(f"{key_path((top, key, 'headers', name))}: {problem}")
         prefix = entry.prefix if entry.prefix is not None else f"{key}__"
         if entry.command is not None and shutil.which(entry.command) is None:
             problems.append(f"{key_path((top, key, 'command'))}: cannot start the server: command "

@@ -7,20 +7,25 @@ envelope checked (and, over HTTP, its routing headers); errors in their wire for
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
+from mcp_types import PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
 from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from . import jsonrpc
 from .downstream.clients import Call, Client
-from .downstream.wire import header_value
+from .errors import UpstreamError
 from .gateway import SERVED, SERVER_INFO, Gateway
+from .inbound import (
+    MCP_PARAM_HEADER_PREFIX,
+    InboundLadderRejection,
+    classify_inbound_request,
+    validate_mcp_param_headers,
+)
 from .jsonrpc import (
-    HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -31,9 +36,7 @@ from .jsonrpc import (
 )
 
 log = logging.getLogger("mcp_preconditions.gateway")
-
-# The methods whose target a 2026-07-28 request repeats in the `Mcp-Name` header.
-NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower().encode()
 
 
 class Dispatch:
@@ -56,6 +59,10 @@ class Dispatch:
             return jsonrpc.error(call.id, exc)
         except ValidationError:
             return jsonrpc.error(call.id, RpcError(INVALID_PARAMS, "Invalid request parameters", ""))
+        except UpstreamError as exc:  # a server's failure, never the caller's (errors.py)
+            log.warning("request %s: a server failed: %s", call.method, exc)
+            return jsonrpc.error(call.id, RpcError(INTERNAL_ERROR, "a server behind the gateway "
+                                                   "failed"))
         except Exception:
             log.exception("request %s failed", call.method)
             return jsonrpc.error(call.id, RpcError(INTERNAL_ERROR, "Internal server error"))
@@ -81,6 +88,28 @@ class Dispatch:
         if method == "ping":
             return {}
         raise RpcError(METHOD_NOT_FOUND, "Method not found", method)
+
+    def param_refusal(self, message: Mapping[str, Any], raw: Iterable[tuple[bytes, bytes]]
+                      ) -> RpcError | None:
+        """A 2026-07-28 `tools/call`'s `Mcp-Param-*` headers (raw, repeats visible) against its
+        arguments and the tool's `x-mcp-header` annotations as the gateway lists it: the SDK
+        server's check, so an intermediary that routed on a header saw what the call does."""
+        params = message.get("params")
+        if message.get("method") != "tools/call" or not isinstance(params, Mapping):
+            return None
+        arguments = params.get("arguments")
+        arguments = {} if arguments is None else arguments
+        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in raw
+                   if n.lower().startswith(_PARAM_PREFIX)]
+        if not isinstance(arguments, Mapping) or not (arguments or headers):
+            return None
+        fleet = self.gateway.fleet
+        target = fleet.routes.tools.get(params.get("name"))  # type: ignore[arg-type]
+        tool = fleet.members[target.server].catalog.tools.get(target.name) if target else None
+        if tool is None:
+            return None
+        refused = validate_mcp_param_headers(tool.get("inputSchema"), arguments, headers)
+        return refused.error() if refused is not None else None
 
     async def _initialize(self, call: Call) -> dict[str, Any]:
         """The handshake (2025-11-25 and older): the version negotiated, the servers'
@@ -136,44 +165,10 @@ def modern(params: Mapping[str, Any] | None) -> bool:
 def envelope(message: Mapping[str, Any], headers: Mapping[str, str] | None) -> str:
     """The protocol version of a 2026-07-28 request, after the spec's checks of its envelope
     (and, over HTTP, of the headers that repeat it); RpcError with the first that fails."""
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, Mapping) else None
-    if not isinstance(meta, Mapping):
-        raise RpcError(INVALID_PARAMS, "params._meta must be an object carrying the required "
-                       f"{PROTOCOL_VERSION_META_KEY!r} and {CLIENT_CAPABILITIES_META_KEY!r} "
-                       "envelope keys")
-    missing = [k for k in (PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY) if k not in meta]
-    if missing:
-        raise RpcError(INVALID_PARAMS, "params._meta is missing the required envelope key(s): "
-                       + ", ".join(missing))
-    version = meta[PROTOCOL_VERSION_META_KEY]
-    if headers is not None:
-        _headers_agree(message, version, headers)
-    if not isinstance(version, str):
-        raise RpcError(INVALID_PARAMS, "the protocol-version envelope value must be a string")
-    if version not in MODERN_PROTOCOL_VERSIONS:
-        raise unsupported(version)
-    return version
-
-
-def _headers_agree(message: Mapping[str, Any], version: Any, headers: Mapping[str, str]) -> None:
-    if headers.get("mcp-protocol-version") is None or headers.get("mcp-protocol-version") != version:
-        raise RpcError(HEADER_MISMATCH, "mcp-protocol-version header does not match the request "
-                       "envelope's protocol version")
-    method = message.get("method")
-    if headers.get("mcp-method") != method:
-        raise RpcError(HEADER_MISMATCH, "mcp-method header does not match the request body's method")
-    key = NAMED.get(method) if isinstance(method, str) else None
-    if key is not None:
-        value = message["params"].get(key)
-        if value is not None and header_value(headers.get("mcp-name")) != value:
-            raise RpcError(HEADER_MISMATCH, f"mcp-name header does not match the request body's "
-                           f"{key!r} parameter")
-
-
-def unsupported(version: str) -> RpcError:
-    return RpcError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
-                    {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version})
+    route = classify_inbound_request(message, headers=headers)
+    if isinstance(route, InboundLadderRejection):
+        raise route.error()
+    return route.protocol_version
 
 
 def era_refusal(method: str, params: Mapping[str, Any] | None, *, modern_connection: bool

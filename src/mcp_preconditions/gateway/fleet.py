@@ -22,6 +22,7 @@ from .catalog import Catalog
 from .config import ServerSpec
 from .route import Routes, ServerListing, build_routes
 from .subscriptions import Subscriptions
+from .upstream.client import Bounds
 from .upstream.session import HttpTarget, StdioTarget, Target, Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -79,7 +80,8 @@ class Fleet:
         self.members: dict[str, Member] = {}
         for spec in specs:
             upstream = Upstream(target_of(spec, environment), key=spec.key,
-                                connect_timeout=self._handshake_timeout, telemetry=telemetry)
+                                connect_timeout=self._handshake_timeout, telemetry=telemetry,
+                                bounds=self._bounds)
             telemetry.connected(spec.key, False)  # down until its first session
             catalog = Catalog(spec.key, self._fetcher(upstream), self._tools_changed,
                               self._others_changed)
@@ -99,6 +101,12 @@ class Fleet:
         never less than HANDSHAKE_SECONDS (an interpreter's imports on a loaded host, a first npx
         run). One that takes longer is dropped and started again with backoff."""
         return max(self._policy().gateway.call_timeout_seconds, HANDSHAKE_SECONDS)
+
+    def _bounds(self) -> Bounds:
+        """What an HTTP server's responses may hold (`[gateway]`; read at each connection)."""
+        gateway = self._policy().gateway
+        return Bounds(body=gateway.max_response_bytes, event=gateway.max_event_bytes,
+                      line=gateway.max_event_bytes)
 
     def __iter__(self) -> Iterator[Member]:
         return iter(self.members.values())

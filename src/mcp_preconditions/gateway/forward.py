@@ -17,10 +17,10 @@ from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
 from .downstream.callers import Downstream
 from .downstream.clients import Call
+from .errors import UpstreamError
 from .fleet import Member
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
-from .upstream.session import UpstreamUnavailable
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -83,9 +83,9 @@ class Forward:
                                           bridge.upstream_params(params, modern=upstream.modern),
                                           ctx.headers if ctx is not None else None) as sent:
                 return await upstream.request(method, sent, timeout=timeout, on_progress=on_progress)
-        except UpstreamUnavailable as exc:
-            log.warning("server %s unavailable for %s: %s", upstream.label, method, exc)
-            raise RpcError(INTERNAL_ERROR, f"server {member.key} is unavailable") from None
+        except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
+            log.warning("server %s: %s: %s", upstream.label, method, exc)
+            raise exc.rpc(member.key) from None
 
     async def _in_rounds(self, ctx: Call, member: Member, method: str,
                          params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:

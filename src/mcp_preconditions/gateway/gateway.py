@@ -106,8 +106,8 @@ class Gateway:
 
         def on_notification(method: str, params: dict[str, Any]) -> None:
             if method in LIST_CHANGED:  # that server alone is listed again; clients hear of it
-                self.fleet.outdated(member, method)
-                upstream.spawn(lambda: self.fleet.changed(member, method))
+                self.fleet.outdated(member, method)  # (one re-list at a time, however many come)
+                upstream.spawn_once(method, lambda: self.fleet.changed(member, method))
                 return
             self.downstream.notify(member.key, method, params)
 

@@ -263,6 +263,12 @@ class Gateway(Section):
         default="allow", description='"deny" refuses every tool with no requirements anywhere')
     call_timeout_seconds: PositiveSeconds = Field(
         default=30.0, description="an upstream call still running after this is cut off")
+    max_response_bytes: Annotated[int, Field(ge=1 << 16, le=1 << 30)] = Field(
+        default=64 << 20, description="an HTTP server's response body larger than this fails the "
+                                      "request and closes its connection")
+    max_event_bytes: Annotated[int, Field(ge=1 << 12, le=1 << 30)] = Field(
+        default=4 << 20, description="one SSE event (and one line) from an HTTP server; larger "
+                                     "closes the stream")
 
 
 class Quota(Section):

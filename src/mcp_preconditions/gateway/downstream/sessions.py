@@ -10,11 +10,10 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...owner import Owner, PrincipalKey, principal_key
-from ..jsonrpc import RequestId
-from .clients import Call, Client
+from .clients import Client
+from .connection import Connection
 from .sse import Stream
 
 IDLE_SECONDS = 30 * 60
@@ -47,8 +46,11 @@ class HttpSession:
     in_flight: int = 0  # requests being served (an open GET stream counts)
     last_active: float = field(default_factory=lambda: time.monotonic())  # (a clock tests set)
     ended: bool = False
-    # Its requests being served, by id: a `notifications/cancelled` interrupts one.
-    running: dict[RequestId, tuple[asyncio.Task[Any], Call]] = field(default_factory=dict)
+    # Its requests being served (the connection core the stdio listener shares).
+    connection: Connection = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.connection = Connection(self.client)
 
     def begin(self) -> None:
         self.in_flight += 1
@@ -111,7 +113,7 @@ class Sessions:
         session.ended = True
         if session.stream is not None:
             session.stream.close()
-        session.client.close()
+        session.connection.close()  # what it has running is cancelled, as when stdin closes
 
     def hold_stream(self, owner: Owner | None) -> None:
         """One more long-lived stream (a session's GET stream, a `subscriptions/listen` request)

@@ -1,7 +1,9 @@
 """The gateway's one stdio client: JSON-RPC lines read and written on asyncio pipes over fd 0 and 1
-(no thread per line), each request served as it comes (`initialize` before anything after it). The
-first request chooses the protocol era, as the MCP SDK's dual-era loop does. Stray writes to fd 1
-(a library printing) go to stderr instead of corrupting the protocol.
+(no thread per line), each request served as it comes (`initialize` before anything after it) on
+the connection core all listeners share (`connection.py`). The first request chooses the protocol
+era, as the MCP SDK's dual-era loop does. Stray writes to fd 1 (a library printing) go to stderr
+instead of corrupting the protocol. A stdin the event loop cannot watch (a file, /dev/null) is read
+on a thread; a closed one is at its end: the gateway exits at once.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import stat
 import sys
 from typing import Any
 
@@ -18,6 +21,7 @@ from .. import jsonrpc
 from ..dispatch import Dispatch, envelope, era_refusal, modern
 from ..jsonrpc import Message, RpcError
 from .clients import Call, Client
+from .connection import Connection
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -57,70 +61,54 @@ class StdioClient:
 
     def __init__(self, dispatch: Dispatch) -> None:
         self.dispatch = dispatch
-        self.client: Client | None = None
+        self.connection: Connection | None = None
         self._era: bool | None = None  # None until the first request; True: 2026-07-28
-        self._running: dict[Any, tuple[asyncio.Task[None], Call]] = {}
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         in_fd, out_fd = _claim(0, os.O_RDONLY), _claim(1, os.O_WRONLY)
-        reader = asyncio.StreamReader(limit=MAX_LINE)
-        read_pipe = os.fdopen(in_fd, "rb", buffering=0)
-        write_pipe = os.fdopen(out_fd, "wb", buffering=0)
+        reader = await _reader(loop, in_fd)
         transport: asyncio.WriteTransport | None = None
-        try:
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), read_pipe)
-        except ValueError:  # stdin is a file: read it on a thread
-            loop.run_in_executor(None, _feed, read_pipe, reader, loop)
-        with contextlib.suppress(ValueError):
-            transport, _ = await loop.connect_write_pipe(asyncio.Protocol, write_pipe)
-        output = Output(transport, out_fd)
-        self.client = Client(output, http=False)
+        if out_fd is not None:
+            write_pipe = os.fdopen(out_fd, "wb", buffering=0)
+            with contextlib.suppress(ValueError, OSError):
+                transport, _ = await loop.connect_write_pipe(asyncio.Protocol, write_pipe)
+        output = Output(transport, out_fd if out_fd is not None else -1)
+        connection = self.connection = Connection(Client(output, http=False))
         try:
             while line := await _line(reader):
-                await self._received(line, output)
+                await self._received(line, output, connection)
         finally:
-            self.client.close()
-            for task, _call in list(self._running.values()):
-                task.cancel()
+            connection.close()
             if transport is not None:
                 transport.close()
 
-    async def _received(self, line: bytes, output: Output) -> None:
+    async def _received(self, line: bytes, output: Output, connection: Connection) -> None:
         try:
             message = jsonrpc.loads(line)
         except ValueError:
             return  # a line that is not JSON: dropped, as the MCP SDK's stdio server does
         what = jsonrpc.kind(message)
-        client = self.client
-        assert client is not None
-        if what in ("response", "error"):
-            client.answered(message)
-        elif what == "notification":
-            if message["method"] == "notifications/cancelled":
-                self._cancel(message.get("params"))
-            else:
-                await self.dispatch.notified(client, message["method"], message.get("params"))
-        elif what is None:  # answered when it can be (JSON-RPC 2.0), else dropped
+        if what is None:  # answered when it can be (JSON-RPC 2.0), else dropped
             answer = jsonrpc.invalid_request(message)
             if answer is not None:
                 output.push(answer)
-        elif what == "request":
-            call = self._call(message, output)
+        elif what != "request":
+            await connection.received(message, self.dispatch.notified)
+        else:
+            call = self._call(message, output, connection.client)
             if call is None:
                 return
             if call.method == "initialize":  # served before the next line is read
-                await self._serve(call, output)
+                await self._serve(call, output, connection)
             else:
-                task = asyncio.get_running_loop().create_task(self._serve(call, output))
-                self._running[call.id] = (task, call)
+                connection.start(call, self._serve(call, output, connection))
 
-    def _call(self, message: dict[str, Any], output: Output) -> Call | None:
+    def _call(self, message: dict[str, Any], output: Output, client: Client) -> Call | None:
         method, params = message["method"], message.get("params")
         if self._era is None:
             self._era = method != "initialize" and modern(params)
-            assert self.client is not None
-            self.client.modern = self._era
+            client.modern = self._era
         refused = era_refusal(method, params, modern_connection=self._era)
         if refused is None and self._era:
             try:
@@ -132,26 +120,29 @@ class StdioClient:
             return None
         if self._era:
             return Call(method, params, message["id"], version, output)
-        assert self.client is not None
-        return Call(method, params, message["id"], self.client.version, output, self.client)
+        return Call(method, params, message["id"], client.version, output, client)
 
-    async def _serve(self, call: Call, output: Output) -> None:
-        try:
-            answer = await self.dispatch.answer(call)
-        except asyncio.CancelledError:
-            return  # the client cancelled it: never answered
-        finally:
-            call.closed = True
-            entry = self._running.get(call.id)
-            if entry is not None and entry[1] is call:
-                del self._running[call.id]
-        output.push(answer)
+    async def _serve(self, call: Call, output: Output, connection: Connection) -> None:
+        answer = await connection.serve(call, self.dispatch.answer)
+        if answer is not None:  # a request the client cancelled is never answered
+            output.push(answer)
 
-    def _cancel(self, params: Any) -> None:
-        rid = params.get("requestId") if isinstance(params, dict) else None
-        entry = self._running.get(rid) if jsonrpc.is_id(rid) else None
-        if entry is not None:
-            entry[0].cancel()
+
+async def _reader(loop: asyncio.AbstractEventLoop, fd: int | None) -> asyncio.StreamReader:
+    """A reader of the protocol's stdin: a pipe, socket or terminal read by the event loop; a
+    file or a device it cannot watch (/dev/null) on a thread; none (fd 0 was closed) at its end."""
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    if fd is None:
+        reader.feed_eof()
+        return reader
+    pipe = os.fdopen(fd, "rb", buffering=0)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd):
+        with contextlib.suppress(ValueError, OSError):
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+            return reader
+    loop.run_in_executor(None, _feed, pipe, reader, loop)
+    return reader
 
 
 async def _line(reader: asyncio.StreamReader) -> bytes:
@@ -172,10 +163,17 @@ async def _line(reader: asyncio.StreamReader) -> bytes:
             log.warning("a client message over %d bytes was dropped", MAX_LINE)
 
 
-def _claim(fd: int, mode: int) -> int:
+def _claim(fd: int, mode: int) -> int | None:
     """The protocol's own copy of fd 0 or 1 (above the standard range, not inherited); fd 0 then
-    reads /dev/null and fd 1 writes to stderr, so nothing else can use or corrupt the channel."""
-    private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    reads /dev/null and fd 1 writes to stderr, so nothing else can use or corrupt the channel.
+    None when the process started with it closed: the descriptor may be another file's since
+    (the event loop's own), and is left alone."""
+    if (sys.stdin if fd == 0 else sys.stdout) is None:
+        return None
+    try:
+        private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError:
+        return None
     if fd == 0:
         null = os.open(os.devnull, mode)
         os.dup2(null, 0)
@@ -187,6 +185,10 @@ def _claim(fd: int, mode: int) -> int:
 
 
 def _feed(pipe: Any, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
-    while data := pipe.read(1 << 16):
-        loop.call_soon_threadsafe(reader.feed_data, data)
-    loop.call_soon_threadsafe(reader.feed_eof)
+    try:
+        while data := pipe.read(1 << 16):
+            loop.call_soon_threadsafe(reader.feed_data, data)
+    except OSError:
+        pass  # unreadable: its end
+    with contextlib.suppress(RuntimeError):  # the loop already closed
+        loop.call_soon_threadsafe(reader.feed_eof)

@@ -16,7 +16,13 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from ...owner import Owner
 from ...telemetry.metrics import RefusalReason
 from .. import jsonrpc
-from ..dispatch import Dispatch, envelope, unsupported
+from ..dispatch import Dispatch, envelope
+from ..inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    InboundLadderRejection,
+    find_duplicated_routing_header,
+    unsupported_protocol_version_rejection,
+)
 from ..jsonrpc import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
@@ -27,15 +33,13 @@ from ..jsonrpc import (
     RpcError,
 )
 from .clients import Call
+from .connection import answered
 from .sessions import HttpSession, OverCap, Sessions
 from .sse import Receive, Reply, Send, Stream, Unanswered
 from .wire import accepts, empty, read_body, read_headers, rpc_error, text
 
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
-_STATUS = {jsonrpc.PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400,
-           HEADER_MISMATCH: 400, -32021: 400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION: 400,
-           jsonrpc.METHOD_NOT_FOUND: 404}
-_ROUTING = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
+_STATUS = ERROR_CODE_HTTP_STATUS
 
 
 class Streamable:
@@ -163,36 +167,17 @@ class Streamable:
 
     async def _post(self, session: HttpSession, message: dict[str, Any], headers: dict[str, str],
                     send: Send, mine: list[tuple[bytes, bytes]]) -> int:
-        client = session.client
-        what = jsonrpc.kind(message)
-        if what != "request":
+        connection = session.connection
+        if jsonrpc.kind(message) != "request":
             await empty(send, 202, mine)
-            if what in ("response", "error"):
-                client.answered(message)
-            elif message["method"] == "notifications/cancelled":
-                _cancel(session, message.get("params"))
-            else:
-                await self.dispatch.notified(client, message["method"], message.get("params"),
-                                             headers)
+            await connection.received(message, self.dispatch.notified, headers)
             return 202
-        loop = self.loop
-        reply = Reply(send, mine, self.unanswered, loop, sse=True)
-        call = Call(message["method"], message.get("params"), message["id"], client.version, reply,
-                    client, headers)
-        running = session.running
-        task = asyncio.current_task(loop)
-        assert task is not None
-        running[message["id"]] = (task, call)
-        try:
-            answer = await self.dispatch.answer(call)
-        except asyncio.CancelledError:
-            if not call.extra.get("cancelled"):
-                raise
-            task.uncancel()  # the client cancelled this request: its stream ends with that
+        reply = Reply(send, mine, self.unanswered, self.loop, sse=True)
+        call = Call(message["method"], message.get("params"), message["id"], session.client.version,
+                    reply, session.client, headers)
+        answer = await connection.serve(call, self.dispatch.answer)
+        if answer is None:  # the client cancelled it: its stream ends with that
             answer = jsonrpc.error(call.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
-        finally:
-            running.pop(message["id"], None)
-        call.closed = True
         await reply.finish(answer)
         return 200
 
@@ -218,8 +203,9 @@ class Streamable:
         if isinstance(message, dict) and "id" not in message:
             if jsonrpc.kind(message) != "notification":
                 await rpc_error(send, 400, _INVALID_BODY)
-            elif headers.get("mcp-protocol-version") not in ("2026-07-28",):
-                await rpc_error(send, 400, unsupported(headers.get("mcp-protocol-version", "")))
+            elif (unserved := unsupported_protocol_version_rejection(
+                    headers.get("mcp-protocol-version", ""))) is not None:
+                await rpc_error(send, 400, unserved.error())
             else:
                 await empty(send, 202, [], json=False)  # no client notification acts here
             return
@@ -230,6 +216,9 @@ class Streamable:
         try:
             _once(scope["headers"])
             version = envelope(message, headers)
+            mismatch = self.dispatch.param_refusal(message, scope["headers"])
+            if mismatch is not None:
+                raise mismatch
         except RpcError as exc:
             await rpc_error(send, _STATUS.get(exc.code, 200), exc, rid=rid)
             return
@@ -265,12 +254,7 @@ class Streamable:
 
         timer = (loop.call_soon(watch) if listening else loop.call_later(WATCH_AFTER_SECONDS, watch))
         try:
-            return await self.dispatch.answer(call)
-        except asyncio.CancelledError:
-            if not call.extra.get("gone"):
-                raise
-            task.uncancel()
-            return None
+            return await answered(call, self.dispatch.answer)
         finally:
             timer.cancel()
             for each in watcher:
@@ -281,12 +265,9 @@ class Streamable:
 
 def _once(raw: list[tuple[bytes, bytes]]) -> None:
     """A routing header given twice is refused: readers of the first and the last would differ."""
-    seen: set[bytes] = set()
-    for name, _ in raw:
-        name = name.lower()
-        if name in _ROUTING and name in seen:
-            raise RpcError(HEADER_MISMATCH, f"{name.decode()} header appears more than once")
-        seen.add(name)
+    twice = find_duplicated_routing_header((n.decode("latin-1"), "") for n, _ in raw)
+    if twice is not None:
+        raise InboundLadderRejection(HEADER_MISMATCH, f"{twice} header appears more than once").error()
 
 
 _INVALID_BODY = RpcError(INVALID_REQUEST, "Body must be a single JSON-RPC request or notification object")
@@ -295,23 +276,8 @@ _INVALID_BODY = RpcError(INVALID_REQUEST, "Body must be a single JSON-RPC reques
 async def _gone(receive: Receive, task: asyncio.Task[Any], call: Call) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-    call.extra["gone"] = True
+    call.extra["cancelled"] = True  # at 2026-07-28 closing the stream is the cancellation
     task.cancel()
-
-
-def _cancel(session: HttpSession, params: Any) -> None:
-    """A client's `notifications/cancelled`: its request is interrupted and never answered."""
-    rid = params.get("requestId") if isinstance(params, dict) else None
-    running = session.running
-    if not jsonrpc.is_id(rid):
-        return
-    entry = running.get(rid)
-    if entry is None:
-        entry = next((v for k, v in running.items() if str(k) == str(rid)), None)
-    if entry is not None:
-        task, call = entry
-        call.extra["cancelled"] = True
-        task.cancel()
 
 
 async def _message(headers: Mapping[str, str], body: bytes, send: Send,

@@ -1,14 +1,11 @@
-"""The HTTP side of streamable HTTP, for the gateway's endpoint (and its client of HTTP servers):
-request headers, the body (bounded), Accept, the MCP header-value codec, and responses written as
-raw ASGI messages (errors as JSON-RPC bodies). (The Host/Origin checks: rebinding.py.)
+"""The HTTP side of streamable HTTP, for the gateway's endpoint: request headers, the body
+(bounded), Accept, and responses written as raw ASGI messages (errors as JSON-RPC bodies). The
+Host/Origin checks are `rebinding.py`'s; the MCP header-value codec is `gateway/inbound.py`'s.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import re
 from collections.abc import Mapping
 
 from .. import jsonrpc
@@ -16,8 +13,6 @@ from ..jsonrpc import RpcError
 from .sse import Receive, Send
 
 MAX_BODY = 4 * 1024 * 1024
-_SENTINEL = re.compile(r"=\?base64\?(.*)\?=")
-_HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
 
 
 class Headers(dict[str, str]):
@@ -70,23 +65,6 @@ async def read_body(receive: Receive, headers: Mapping[str, str], send: Send) ->
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def header_value(value: str | None) -> str | None:
-    """An MCP header value as sent: base64 inside `=?base64?...?=`, else as is (None when the
-    sentinel is malformed, so it matches nothing)."""
-    if value is None:
-        return None
-    found = _SENTINEL.fullmatch(value)
-    if found is None:
-        return value
-    try:
-        decoded = base64.b64decode(found[1], validate=True)
-        if base64.b64encode(decoded).decode("ascii") != found[1]:
-            return None
-        return decoded.decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-
-
 async def rpc_error(send: Send, status: int, error: RpcError,
                      headers: list[tuple[bytes, bytes]] | None = None, *,
                      rid: jsonrpc.RequestId | None = None) -> int:
@@ -112,11 +90,3 @@ async def empty(send: Send, status: int, headers: list[tuple[bytes, bytes]], *,
     with contextlib.suppress(Exception):
         await send({"type": "http.response.body", "body": b""})
 
-
-def encode_header_value(value: str) -> str:
-    """A value as the MCP header codec sends it: as is when it survives an HTTP header, else
-    base64 in its `=?base64?...?=` sentinel."""
-    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not (
-            value.startswith("=?base64?") and value.endswith("?=")):
-        return value
-    return f"=?base64?{base64.b64encode(value.encode('utf-8')).decode('ascii')}?="

@@ -1,171 +1,318 @@
-"""A small HTTP/1.1 client for the gateway's streamable-HTTP servers: keep-alive connections in a
-pool (the MCP SDK's client opened a connection per call), bodies by Content-Length, chunked or until
-close, read whole or as a stream (SSE). http and https; nothing else an MCP server needs.
+"""The gateway's HTTP/1.1 client for its streamable-HTTP servers, parsing responses with llhttp
+(httptools) in its strict default (RFC 9112): a malformed status line, a Content-Length that is not
+one non-negative integer, Transfer-Encoding with Content-Length, bad chunk framing or any byte the
+gateway did not ask for fails that request and closes its connection, which is never reused.
+
+Keep-alive connections in a pool capped per server; one write per request, and a request that may
+have been written is never sent again. A kept connection is used only while the server keeps it
+(its `Keep-Alive: timeout`, else IDLE_SECONDS, under the servers' usual five); one the server closed
+is seen before anything is written on it. Bodies are bounded (`Bounds`) and read in bounded pieces:
+whole, or as a stream whose reading pauses while its reader is behind.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
+import math
+import re
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import Mapping
 
-MAX_HEAD = 64 * 1024
-MAX_BODY = 64 * 1024 * 1024
-_IDLE_KEPT = 32  # connections kept open between requests, per server
+import httptools
+
+from ..errors import UpstreamClosed, UpstreamProtocolError, UpstreamTooLarge, UpstreamUnavailable
+from .response import DEFAULT_BOUNDS, Bounds, Response
+
+IDLE_SECONDS = 4.0  # uvicorn and Node close an idle keep-alive connection after 5 s
+CONNECT_SECONDS = 10.0
+MAX_CONNECTIONS = 100  # per server: requests beyond this wait for a connection
+_KEEP_ALIVE = re.compile(r"(?:^|[\s,;])timeout\s*=\s*(\d+)", re.IGNORECASE)
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 
-class Response:
-    """A response whose body is read once, whole (`read`) or in pieces (`stream`); the connection
-    goes back to the pool when the body has been read to its end."""
+def field_problem(name: str, value: str) -> str | None:
+    """Why `name: value` cannot be an HTTP header (a name that is no token; a value holding CR, LF,
+    NUL or another control character, which could write headers of its own), or None."""
+    if not _FIELD_NAME.fullmatch(name):
+        return "not an HTTP header name"
+    if not _FIELD_VALUE.fullmatch(value):
+        return "its value holds CR, LF, NUL or another control character"
+    return None
 
-    def __init__(self, pool: Pool, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 status: int, headers: dict[str, str]) -> None:
-        self.status = status
-        self.headers = headers
-        self._pool = pool
-        self._reader = reader
-        self._writer = writer
-        self._done = False
 
-    async def read(self) -> bytes:
-        parts = []
-        size = 0
-        async for part in self.stream():
-            size += len(part)
-            if size > MAX_BODY:
-                self.close()
-                raise ConnectionError("response body too large")
-            parts.append(part)
-        return b"".join(parts)
+class _Connection(asyncio.Protocol):
+    """One connection to the server, its bytes parsed as they arrive. It carries one exchange at a
+    time; whatever the server sends outside one ends it."""
 
-    async def stream(self) -> AsyncIterator[bytes]:
-        reader = self._reader
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.bounds = pool.bounds
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_until = math.inf  # when a kept connection is retired unused
+        self._parser = httptools.HttpResponseParser(self)
+        self._head: asyncio.Future[Response] | None = None  # an exchange waiting for its head
+        self._response: Response | None = None  # the response being read
+        self._headers: dict[str, str] = {}
+        self._head_bytes = 0
+        self._interim = False  # a 1xx head: skipped
+        self._failure: BaseException | None = None
+        self._paused = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self._head is None and self._response is None:
+            self.fail(UpstreamProtocolError("the server sent bytes no request asked for"))
+            return
         try:
-            if self.headers.get("transfer-encoding", "").lower() == "chunked":
-                while True:
-                    size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
-                    if size == 0:
-                        while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                            pass  # trailers
-                        break
-                    yield await reader.readexactly(size)
-                    await reader.readexactly(2)
-                keep = True
-            elif "content-length" in self.headers:
-                left = int(self.headers["content-length"])
-                while left > 0:
-                    part = await reader.read(min(left, 1 << 16))
-                    if not part:
-                        raise ConnectionError("connection closed mid-body")
-                    left -= len(part)
-                    yield part
-                keep = True
-            else:  # until the server closes
-                while part := await reader.read(1 << 16):
-                    yield part
-                keep = False
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-            self.close()
-            raise ConnectionError(f"malformed response body: {exc}") from None
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.fail(UpstreamProtocolError("the server switched protocols"))
+        except httptools.HttpParserError as exc:
+            cause = self._failure or exc.__context__
+            self.fail(cause if isinstance(cause, UpstreamProtocolError)
+                      else UpstreamProtocolError(f"malformed response: {exc}"))
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        response = self._response
+        if response is not None and self._head is None and _until_close(response):
+            self._response = None
+            response._end()  # a body delimited by the connection's end is complete now
+        self.fail(UpstreamClosed("the server closed the connection"))
+
+    # -- llhttp callbacks --------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self._head is None and self._response is None:
+            raise self._refuse(UpstreamProtocolError("the server sent a response no request asked for"))
+        self._headers = {}
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > self.bounds.head:
+            raise self._refuse(UpstreamTooLarge(f"a response head over {self.bounds.head} bytes"))
+        self._headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        self._head_bytes = 0
+        if 100 <= status < 200:  # 100 Continue and the like: the final response follows
+            self._interim = True
+            return
+        if self._parser.get_http_version() not in ("1.1", "1.0"):
+            raise self._refuse(UpstreamProtocolError("not an HTTP/1.1 response"))
+        coding = self._headers.get("transfer-encoding")
+        if coding is not None and coding.strip().lower() != "chunked":
+            raise self._refuse(UpstreamProtocolError(f"unsupported transfer-encoding {coding!r}"))
+        head, self._head = self._head, None
+        assert head is not None  # on_message_begin checked that an exchange waits
+        response = self._response = Response(self, status, self._headers)
+        if status in (204, 304) and ("content-length" in self._headers or coding is not None):
+            self.idle_until = -math.inf  # framing it should not have: served, then not reused
+        if not head.done():
+            head.set_result(response)
+
+    def on_body(self, body: bytes) -> None:
+        response = self._response
+        if response is not None:
+            try:
+                response._feed(body)
+            except UpstreamTooLarge as exc:
+                raise self._refuse(exc) from None
+
+    def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
+        response, self._response = self._response, None
+        keep = self._parser.should_keep_alive()
+        self.resume()  # the body is whole: a reader still behind holds it, not the connection
+        if response is not None:
+            response._end()
+            if keep:
+                self.pool.release(self, response.headers.get("keep-alive"))
+                return
+        self.close()
+
+    # -- the exchange ------------------------------------------------------------------------------
+    async def exchange(self, data: bytes) -> Response:
+        """Write one request (once) and return its response when the head has arrived."""
+        assert self.transport is not None
+        head: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._head = head
+        self.transport.write(data)
+        try:
+            return await head
         except BaseException:
-            self.close()
+            self.close()  # cancelled or failed: its response may still come, so never reuse it
             raise
-        self._done = True
-        if keep and self.headers.get("connection", "").lower() != "close":
-            self._pool.release(self._reader, self._writer)
-        else:
-            self.close()
+
+    def usable(self, now: float) -> bool:
+        return not self.closed and now < self.idle_until and self.transport is not None \
+            and not self.transport.is_closing()
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None and not self.closed:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _refuse(self, error: UpstreamProtocolError) -> UpstreamProtocolError:
+        """Remember why a callback stopped the parser (llhttp reports only that one did)."""
+        self._failure = error
+        return error
+
+    def fail(self, error: BaseException) -> None:
+        """End the connection: whatever waits on it gets `error`."""
+        head, self._head = self._head, None
+        if head is not None and not head.done():
+            head.set_exception(error)
+        response, self._response = self._response, None
+        if response is not None:
+            response._end(error)
+        self.close()
 
     def close(self) -> None:
-        """Give up on the rest of the body: the connection is closed, not reused."""
-        if not self._done:
-            self._done = True
-            self._writer.close()
+        if not self.closed:
+            self.closed = True
+            self.pool.forget(self)
+            if self.transport is not None:
+                self.transport.close()
+
+
+def _until_close(response: Response) -> bool:
+    """Whether a response's body ends when the connection does (no length, not chunked)."""
+    return "content-length" not in response.headers and "transfer-encoding" not in response.headers \
+        and response.status not in (204, 304)
 
 
 class Pool:
-    """Keep-alive connections to one origin."""
+    """Keep-alive connections to one origin, at most `limit` open at once."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, bounds: Bounds = DEFAULT_BOUNDS, limit: int = MAX_CONNECTIONS,
+                 tls: ssl.SSLContext | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
-        self.https = parts.scheme == "https"
+        https = parts.scheme == "https"
         self.host = parts.hostname or "localhost"
-        self.port = parts.port or (443 if self.https else 80)
+        self.port = parts.port or (443 if https else 80)
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        default = (443 if self.https else 80) == self.port
+        default = (443 if https else 80) == self.port
         self.authority = parts.netloc.rsplit("@", 1)[-1] if not default else self.host
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-        self._ssl = ssl.create_default_context() if self.https else None
+        self.bounds = bounds
+        self.limit = limit
+        self._tls = tls if tls is not None or not https else _client_tls()
+        self._idle: list[_Connection] = []
+        self._open = 0
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    async def request(self, method: str, headers: dict[str, str], body: bytes = b"") -> Response:
-        """Send one request to the pool's URL; its response once the head has arrived. A kept
-        connection the server closed meanwhile is replaced once, transparently."""
-        head = [f"{method} {self.path} HTTP/1.1", f"host: {self.authority}"]
-        head += [f"{name}: {value}" for name, value in headers.items()]
+    def encode(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> bytes:
+        """The request's bytes; ValueError for a header that cannot be written safely."""
+        lines = [f"{method} {self.path} HTTP/1.1\r\nhost: {self.authority}\r\n"]
+        for name, value in headers.items():
+            problem = field_problem(name, value)
+            if problem is not None:
+                raise ValueError(f"header {name!r}: {problem}")
+            lines.append(f"{name}: {value}\r\n")
         if body or method in ("POST", "PUT"):
-            head.append(f"content-length: {len(body)}")
-        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-        while self._idle:
-            reader, writer = self._idle.pop()
-            if reader.at_eof() or writer.is_closing():
-                writer.close()
-                continue
+            lines.append(f"content-length: {len(body)}\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1") + body
+
+    async def request(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
+        """Send one request; its response once the head has arrived. Raises ValueError (a header
+        refused: nothing is sent), UpstreamUnavailable (no connection could be made: nothing was
+        sent), and once it may have been sent UpstreamProtocolError or UpstreamClosed; it is
+        never sent again."""
+        data = self.encode(method, headers, body)
+        connection = await self._connection()
+        return await connection.exchange(data)
+
+    async def _connection(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            while self._idle:
+                kept = self._idle.pop()
+                if kept.usable(now):
+                    kept.idle_until = math.inf
+                    return kept
+                kept.close()
+            if self._open < self.limit:
+                self._open += 1
+                try:
+                    return await self._connect(loop)
+                except BaseException:
+                    self._open -= 1
+                    self._wake_one()
+                    raise
+            waiter = loop.create_future()
+            self._waiting.append(waiter)
             try:
-                return await self._exchange(reader, writer, data)
-            except _Stale:
-                continue  # closed by the server while idle: nothing was read, try another
-        reader, writer = await asyncio.open_connection(
-            self.host, self.port, ssl=self._ssl, limit=MAX_HEAD,
-            server_hostname=self.host if self._ssl is not None else None)
-        try:
-            return await self._exchange(reader, writer, data)
-        except _Stale:
-            raise ConnectionError("the server closed the connection") from None
+                await waiter
+            finally:
+                if waiter in self._waiting:
+                    self._waiting.remove(waiter)
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        data: bytes) -> Response:
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
-            writer.write(data)
-            raw = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as exc:
-            writer.close()
-            if not exc.partial:
-                raise _Stale from None
-            raise ConnectionError("connection closed mid-response") from None
-        except (ConnectionError, asyncio.LimitOverrunError) as exc:
-            writer.close()
-            if isinstance(exc, ConnectionResetError | BrokenPipeError):
-                raise _Stale from None
-            raise ConnectionError(str(exc)) from None
-        except BaseException:
-            writer.close()
-            raise
-        lines = raw[:-4].decode("latin-1").split("\r\n")
-        try:
-            status = int(lines[0].split(" ", 2)[1])
-        except (IndexError, ValueError):
-            writer.close()
-            raise ConnectionError(f"malformed status line: {lines[0][:80]!r}") from None
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        return Response(self, reader, writer, status, headers)
+            async with asyncio.timeout(CONNECT_SECONDS):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self), self.host, self.port, ssl=self._tls,
+                    server_hostname=self.host if self._tls is not None else None)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise UpstreamUnavailable(f"cannot connect to {self.authority}: "
+                                      f"{exc or type(exc).__name__}") from None
+        return connection
 
-    def release(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._idle) < _IDLE_KEPT and not writer.is_closing():
-            self._idle.append((reader, writer))
-        else:
-            writer.close()
+    def release(self, connection: _Connection, keep_alive: str | None) -> None:
+        """A connection whose exchange is over: kept for the next request while the server keeps it."""
+        seconds = IDLE_SECONDS
+        if keep_alive is not None and (said := _KEEP_ALIVE.search(keep_alive)) is not None:
+            seconds = min(seconds, int(said[1]) - 1.0)  # a second early: the server's clock ran first
+        if connection.closed or seconds <= 0 or connection.idle_until == -math.inf:
+            connection.close()
+            return
+        connection.idle_until = asyncio.get_running_loop().time() + seconds
+        self._idle.append(connection)
+        self._wake_one()
+
+    def forget(self, connection: _Connection) -> None:
+        """A connection closed (by either side)."""
+        if connection in self._idle:
+            self._idle.remove(connection)
+        self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def close(self) -> None:
-        for _, writer in self._idle:
-            with contextlib.suppress(Exception):
-                writer.close()
+        for connection in list(self._idle):
+            connection.close()
         self._idle.clear()
 
 
-class _Stale(Exception):
-    """A kept-alive connection turned out closed before any of the response arrived."""
+def _client_tls() -> ssl.SSLContext:
+    from ...tls import client_context
+
+    return client_context()
+
+
+__all__ = ["DEFAULT_BOUNDS", "Bounds", "Pool", "Response", "field_problem"]

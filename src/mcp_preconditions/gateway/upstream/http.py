@@ -1,6 +1,11 @@
 """A server the gateway reaches over streamable HTTP: each message POSTed on a pool of keep-alive
-connections, answers read as JSON or as an SSE stream, the session's GET stream for what the server
-sends unasked (2025-11-25), the routing headers of 2026-07-28, and DELETE when the gateway stops.
+connections, its answer read as JSON or from an SSE stream (handed on the moment it arrives, the rest
+of the stream not waited for), the session's GET stream for what the server sends unasked
+(2025-11-25), the routing and `Mcp-Param-*` headers of 2026-07-28, and DELETE when the gateway stops.
+
+What comes back on a request's POST must be that request's answer: anything else fails that request,
+not the session. The session is lost only for real: a 404 for its id, or connections refused
+CONNECT_FAILURES times in a row.
 """
 
 from __future__ import annotations
@@ -8,29 +13,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from mcp_types.version import LATEST_MODERN_VERSION
+
 from .. import jsonrpc
-from ..downstream.wire import encode_header_value
+from ..errors import (
+    UpstreamClosed,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
+from ..inbound import (
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    NAME_BEARING_METHODS,
+    encode_header_value,
+    find_invalid_x_mcp_header,
+    mcp_param_headers,
+    x_mcp_header_map,
+)
 from ..jsonrpc import Message
-from .client import Pool, Response
+from .client import DEFAULT_BOUNDS, Bounds, Pool, Response, field_problem
+from .sse import events
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
 ACCEPT = "application/json, text/event-stream"
 GET_RETRY_SECONDS = 1.0
 GET_ATTEMPTS = 3  # consecutive failed GET streams before the gateway stops asking for one
-# 2026-07-28 requests name their target in a header too (the params key of each such method).
-_NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+CONNECT_FAILURES = 3  # consecutive refused connections before the session counts as lost
+_SESSION_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII, as the transport requires
 
 
 class HttpLink:
     """One session (2025-11-25) or one series of self-contained requests (2026-07-28) with a server."""
 
     def __init__(self, url: str, headers: Mapping[str, str], received: Callable[[Any], None],
-                 label: str) -> None:
-        self._pool = Pool(url)
+                 label: str, bounds: Bounds = DEFAULT_BOUNDS) -> None:
+        for name, value in headers.items():
+            problem = field_problem(name, value)
+            if problem is not None:
+                raise ValueError(f"header {name!r}: {problem}")
+        self._pool = Pool(url, bounds=bounds)
+        self._bounds = bounds
         self._headers = {"accept": ACCEPT, "content-type": "application/json", **headers}
         self._received = received
         self._label = label
@@ -40,68 +70,150 @@ class HttpLink:
         self.lost = asyncio.Event()
         self._streams: dict[jsonrpc.RequestId, Response] = {}
         self._listening: asyncio.Task[None] | None = None
+        self._refused = 0  # connections refused in a row
+        self._param_maps: dict[str, dict[tuple[str, ...], str]] = {}  # tool -> its Mcp-Param-* map
 
     def _with_session(self) -> dict[str, str]:
         headers = dict(self._headers)
         if self.session_id is not None:
             headers["mcp-session-id"] = self.session_id
         if self.protocol_version is not None:
-            headers["mcp-protocol-version"] = self.protocol_version
+            headers[MCP_PROTOCOL_VERSION_HEADER] = self.protocol_version
         return headers
 
-    async def send(self, message: Message, *, modern: bool = False) -> None:
+    def _headers_of(self, message: Message, modern: bool) -> dict[str, str]:
         headers = self._with_session()
         method = message.get("method")
+        params = message.get("params") or {}
         if modern and isinstance(method, str):
-            headers["mcp-protocol-version"] = "2026-07-28"
-            headers["mcp-method"] = method
-            named = (message.get("params") or {}).get(_NAMED.get(method, ""))
+            headers[MCP_PROTOCOL_VERSION_HEADER] = LATEST_MODERN_VERSION
+            headers[MCP_METHOD_HEADER] = method
+            named = params.get(NAME_BEARING_METHODS.get(method, ""))
             if isinstance(named, str):
-                headers["mcp-name"] = encode_header_value(named)
-        meta = (message.get("params") or {}).get("_meta")
+                headers[MCP_NAME_HEADER] = encode_header_value(named)
+            if method == "tools/call":
+                headers.update(self._param_headers(params))
+        meta = params.get("_meta")
         if isinstance(meta, dict) and "traceparent" in meta:  # the trace context in a header too,
             from ...telemetry.propagation import carrier  # as HTTP servers and proxies read it
 
             headers.update(carrier({"_meta": meta}))
-        response = await self._pool.request("POST", headers, jsonrpc.dumps(message))
-        if method == "initialize" and "mcp-session-id" in response.headers:
-            self.session_id = response.headers["mcp-session-id"]
-        rid = message.get("id") if "method" in message else None
-        if response.status == 404 and self.session_id is not None and not modern:
-            response.close()
-            self.lost.set()  # the server ended the session (restarted, expired)
-            raise ConnectionError("the server ended the session")
-        kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if kind == "text/event-stream":
-            if rid is not None:
-                self._streams[rid] = response
-            try:
-                async for event in events(response.stream()):
-                    self._deliver(event)
-            finally:
-                self._streams.pop(rid, None)  # type: ignore[arg-type]
-            return
-        body = await response.read()
-        if kind == "application/json" and body:
-            self._deliver(body)
-        elif rid is not None and response.status >= 400:
-            self._received(jsonrpc.error(rid, jsonrpc.RpcError(
-                jsonrpc.INTERNAL_ERROR, f"the server answered HTTP {response.status}")))
+        return headers
 
-    def _deliver(self, data: bytes) -> None:
+    async def _request(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
+        try:
+            response = await self._pool.request(method, headers, body)
+        except UpstreamUnavailable:
+            self._refused += 1
+            if self._refused >= CONNECT_FAILURES:
+                self.lost.set()  # the server is gone: the session is started again, with backoff
+            raise
+        except ValueError as exc:  # a header that cannot be written: refused, nothing is sent
+            raise UpstreamError(str(exc)) from None
+        self._refused = 0
+        return response
+
+    async def send(self, message: Message, *, modern: bool = False) -> None:
+        """POST one message. A request's answer goes to `received` as soon as it arrives; an
+        UpstreamError fails this request alone (the session stays unless it is lost for real)."""
+        method = message.get("method")
+        response = await self._request("POST", self._headers_of(message, modern),
+                                       jsonrpc.dumps(message))
+        try:
+            if method == "initialize" and "mcp-session-id" in response.headers:
+                self.session_id = _session_id(response.headers["mcp-session-id"])
+            if response.status == 404 and self.session_id is not None and not modern:
+                self.lost.set()  # the server ended the session (restarted, expired)
+                raise UpstreamClosed("the server ended the session")
+            rid = message.get("id") if isinstance(method, str) else None
+            if rid is None:  # a notification, or an answer to the server: nothing comes back
+                await response.read()
+                return
+            await self._answer(response, rid, message)
+        finally:
+            response.close()
+
+    async def _answer(self, response: Response, rid: jsonrpc.RequestId, message: Message) -> None:
+        status = response.status
+        kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if status in (202, 204):
+            raise UpstreamProtocolError(f"the server answered a request with HTTP {status} and no "
+                                        "message")
+        if kind == "text/event-stream" and status < 300:
+            self._streams[rid] = response
+            try:
+                async with contextlib.aclosing(events(response.stream(), self._bounds.event,
+                                                      self._bounds.line)) as stream:
+                    async for data in stream:
+                        if self._deliver(data, rid, message):
+                            return  # answered: the rest of the stream is not waited for
+            finally:
+                self._streams.pop(rid, None)
+            raise UpstreamClosed("the server ended the event stream without an answer")
+        body = await response.read()
+        if kind == "application/json" and body and self._deliver(body, rid, message, strict=True):
+            return
+        if status >= 400:
+            raise UpstreamRefused(status)
+        raise UpstreamProtocolError("the server's answer was not a JSON-RPC answer to the request")
+
+    def _deliver(self, data: bytes, rid: jsonrpc.RequestId | None, asked: Message | None = None, *,
+                 strict: bool = False) -> bool:
+        """Hand what the server sent on to the session; whether it held the answer to `rid`. An
+        answer to anything else is dropped: each request gets its own answer, or none."""
         try:
             message = jsonrpc.loads(data)
         except ValueError as exc:
+            if strict:
+                raise UpstreamProtocolError(f"unreadable message: {str(exc)[:200]}") from None
             log.warning("upstream %s: unreadable message: %s", self._label, str(exc)[:200])
-            return
+            return False
+        answered = False
         for one in message if isinstance(message, list) else [message]:
+            what = jsonrpc.kind(one)
+            if what in ("response", "error"):
+                if rid is None or answered or one.get("id") != rid:
+                    log.warning("upstream %s: an answer to a request it was not asked here: dropped",
+                                self._label)
+                    continue
+                if asked is not None and asked.get("method") == "tools/list" and what == "response":
+                    self._absorb_tools(asked, one["result"])
+                answered = True
             self._received(one)
+        return answered
+
+    # -- 2026-07-28: the Mcp-Param-* headers a server's tools declare ------------------------------
+    def _absorb_tools(self, asked: Message, result: dict[str, Any]) -> None:
+        """Remember each listed tool's `x-mcp-header` map (as the SDK's client does); a tool whose
+        annotations are unusable gets no headers."""
+        if not self.modern:
+            return
+        tools = [t for t in result.get("tools") or () if isinstance(t, dict)
+                 and isinstance(t.get("name"), str)]
+        for tool in tools:
+            schema = tool.get("inputSchema")
+            if find_invalid_x_mcp_header(schema) is None and (found := x_mcp_header_map(schema)):
+                self._param_maps[tool["name"]] = found
+            else:
+                self._param_maps.pop(tool["name"], None)
+        whole = not (asked.get("params") or {}).get("cursor") and not result.get("nextCursor")
+        if whole:  # the whole listing: tools it no longer has lose their maps
+            names = {t["name"] for t in tools}
+            self._param_maps = {k: v for k, v in self._param_maps.items() if k in names}
+
+    def _param_headers(self, params: Mapping[str, Any]) -> dict[str, str]:
+        found = self._param_maps.get(params.get("name"))  # type: ignore[arg-type]
+        arguments = params.get("arguments")
+        if found is None or not isinstance(arguments, Mapping):
+            return {}
+        return mcp_param_headers(found, arguments)
 
     def abandon(self, request_id: jsonrpc.RequestId) -> bool:
         """A 2026-07-28 request is cancelled by closing its stream (its POST's task ends, which
         closes the connection); a 2025-11-25 server is told with a notification instead."""
         return self.modern
 
+    # -- the session's GET stream ------------------------------------------------------------------
     def listen(self) -> None:
         """Open the session's GET stream (what the server sends outside any request)."""
         if self._listening is None:
@@ -113,22 +225,24 @@ class HttpLink:
             headers = self._with_session()
             headers["accept"] = "text/event-stream"
             try:
-                response = await self._pool.request("GET", headers)
-                if response.status == 405:  # the server offers no GET stream
+                response = await self._request("GET", headers)
+                try:
+                    if response.status == 405:  # the server offers no GET stream
+                        return
+                    if response.status == 404:
+                        self.lost.set()
+                        return
+                    if response.status != 200:
+                        failures += 1
+                    else:
+                        failures = 0
+                        async with contextlib.aclosing(events(
+                                response.stream(), self._bounds.event, self._bounds.line)) as stream:
+                            async for data in stream:
+                                self._deliver(data, None)
+                finally:
                     response.close()
-                    return
-                if response.status == 404:
-                    response.close()
-                    self.lost.set()
-                    return
-                if response.status != 200:
-                    response.close()
-                    failures += 1
-                else:
-                    failures = 0
-                    async for event in events(response.stream()):
-                        self._deliver(event)
-            except (OSError, ConnectionError) as exc:
+            except UpstreamError as exc:  # refused, malformed, past a bound: asked again later
                 failures += 1
                 log.debug("upstream %s: GET stream: %s", self._label, exc)
             await asyncio.sleep(GET_RETRY_SECONDS)
@@ -147,23 +261,7 @@ class HttpLink:
         self._pool.close()
 
 
-async def events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The `data` of each SSE event of type `message` (or untyped), as it completes."""
-    pending = b""
-    data: list[bytes] = []
-    kind = b""
-    async for chunk in chunks:
-        pending += chunk
-        while True:
-            end = pending.find(b"\n")
-            if end < 0:
-                break
-            line, pending = pending[:end].rstrip(b"\r"), pending[end + 1:]
-            if not line:
-                if data and kind in (b"", b"message"):
-                    yield b"\n".join(data)
-                data, kind = [], b""
-            elif line.startswith(b"data:"):
-                data.append(line[5:].removeprefix(b" "))
-            elif line.startswith(b"event:"):
-                kind = line[6:].strip()
+def _session_id(value: str) -> str:
+    if not _SESSION_ID.fullmatch(value):
+        raise UpstreamProtocolError("the server's Mcp-Session-Id is not visible ASCII")
+    return value

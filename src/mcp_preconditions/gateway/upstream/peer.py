@@ -1,20 +1,25 @@
 """The gateway's JSON-RPC session with one server, over one link (a stdio process or streamable HTTP):
 request ids and their answers, timeouts and cancellation told to the server, progress mapped back,
-the server's own requests and notifications handed to the gateway. Messages stay dicts.
+the server's own requests (at most MAX_SERVING at once) and notifications handed to the gateway.
+What the link or the server fails with is an UpstreamError (`errors.py`); a server's own JSON-RPC
+error is an RpcError. A notification the server does not accept within NOTIFY_SECONDS is given up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from .. import jsonrpc
-from ..jsonrpc import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT, Message, RpcError
+from ..errors import UpstreamClosed, UpstreamError, UpstreamTimeout
+from ..jsonrpc import METHOD_NOT_FOUND, Message, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")
+
+NOTIFY_SECONDS = 5.0  # for a server to accept a notification (or the gateway's answer to it)
+MAX_SERVING = 64  # a server's requests answered at once; more are dropped (it times them out)
 
 SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
 
@@ -35,7 +40,7 @@ class Link(Protocol):
 
     async def send(self, message: Message, *, modern: bool) -> None:
         """Deliver one message; a request's answer comes back through the session's `received`.
-        Raises ConnectionError (or OSError) when the link is gone."""
+        Raises UpstreamError (or OSError) when it cannot."""
         ...
 
     def abandon(self, request_id: jsonrpc.RequestId) -> bool:
@@ -72,9 +77,10 @@ class Peer:
                       on_progress: ProgressHook | None = None,
                       request_id: jsonrpc.RequestId | None = None) -> dict[str, Any]:
         """Send one request and wait for its result (the server's raw dict). RpcError: the server's
-        error, REQUEST_TIMEOUT, or CONNECTION_CLOSED when the link is lost meanwhile."""
+        own error; UpstreamTimeout, UpstreamClosed (the link is lost meanwhile) or whatever else
+        the link failed this request with."""
         if self.closed:
-            raise RpcError(CONNECTION_CLOSED, "Connection closed")
+            raise UpstreamClosed("Connection closed")
         rid = self.next_id() if request_id is None else request_id
         out = dict(params) if params is not None else {}
         if on_progress is not None or self.envelope is not None:
@@ -97,42 +103,48 @@ class Peer:
         except TimeoutError:  # (the wait was cancelled: a future cancelled is not an answer)
             if not future.done() or future.cancelled():
                 await self._cancel(rid, f"timed out after {timeout}s")
-            raise RpcError(REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
+            raise UpstreamTimeout(f"Request {method!r} timed out") from None
         except asyncio.CancelledError:
             if sent and (not future.done() or future.cancelled()):
                 await asyncio.shield(self._cancel(rid, "caller cancelled"))
             raise
         except OSError:
-            raise RpcError(CONNECTION_CLOSED, "Connection closed") from None
+            raise UpstreamClosed("Connection closed") from None
         finally:
             self._pending.pop(rid, None)
             self._progress.pop(rid, None)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
-        if self.closed:
-            return
-        with contextlib.suppress(OSError):  # fire and forget: the link's loss is seen by its reader
-            await self.link.send(jsonrpc.notification(method, dict(params) if params is not None
-                                                      else None), modern=self.envelope is not None)
+        """Send a notification; one the server does not accept in NOTIFY_SECONDS is given up
+        (logged: the session carries on). The link's loss is seen by its reader."""
+        if not self.closed:
+            await self._post(jsonrpc.notification(method, dict(params) if params is not None
+                                                  else None), method)
+
+    async def _post(self, message: Message, what: str) -> None:
+        try:
+            async with asyncio.timeout(NOTIFY_SECONDS):
+                await self.link.send(message, modern=self.envelope is not None)
+        except TimeoutError:
+            log.warning("upstream %s: %s not accepted within %g s; given up", self.label, what,
+                        NOTIFY_SECONDS)
+        except (OSError, UpstreamError) as exc:
+            log.debug("upstream %s: %s not sent: %s", self.label, what, describe(exc))
 
     async def _cancel(self, rid: jsonrpc.RequestId, reason: str) -> None:
         """Tell the server a request is abandoned (courtesy; it may have finished already)."""
         if self.closed or self.link.abandon(rid):
             return
-        try:
-            async with asyncio.timeout(2.0):
-                await self.link.send(jsonrpc.notification(
-                    "notifications/cancelled", {"requestId": rid, "reason": reason}),
-                    modern=self.envelope is not None)
-        except (OSError, TimeoutError):
-            pass
+        await self._post(jsonrpc.notification("notifications/cancelled",
+                                              {"requestId": rid, "reason": reason}),
+                         "notifications/cancelled")
 
     def close(self) -> None:
         """The link is gone: every request waiting on it fails at once."""
         self.closed = True
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(RpcError(CONNECTION_CLOSED, "Connection closed"))
+                future.set_exception(UpstreamClosed("Connection closed"))
         for task in self._serving.values():
             task.cancel()
 
@@ -152,6 +164,10 @@ class Peer:
             self._notification(message["method"], message.get("params") or {})
         elif what == "request":
             rid = message["id"]
+            if len(self._serving) >= MAX_SERVING or rid in self._serving:
+                log.warning("upstream %s: request %s dropped (%d of its requests in progress, or "
+                            "its id is)", self.label, message["method"], len(self._serving))
+                return
             task = asyncio.get_running_loop().create_task(
                 self._serve(rid, message["method"], message.get("params") or {}))
             self._serving[rid] = task
@@ -193,8 +209,7 @@ class Peer:
             answer = jsonrpc.error(rid, RpcError(jsonrpc.INTERNAL_ERROR, f"gateway: {describe(exc)}"))
         finally:
             self._serving.pop(rid, None)
-        with contextlib.suppress(OSError):
-            await self.link.send(answer, modern=self.envelope is not None)
+        await self._post(answer, f"the answer to {method}")
 
 
 def unknown_method(method: str) -> RpcError:

@@ -1,7 +1,9 @@
 """The gateway's session to one server it guards: a stdio command that it starts, watches and
 restarts with backoff, or a streamable-HTTP URL. The handshake era (2025-11-25) is asked for first,
 2026-07-28 (`server/discover`, listen streams) when a server refuses it. Results come back as the
-dicts the server sent.
+dicts the server sent. What the server does costs it alone: concurrent pings share one answer, the
+gateway's notifications to it go out in the background (bounded), and work it asks for again and
+again (re-listing after `list_changed`) runs at most once at a time with one more pending.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import anyio
@@ -26,10 +28,13 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 
 from ... import __version__
 from ...telemetry.gateway import GatewayTelemetry
-from ..jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT, RpcError
+from ..errors import UpstreamError, UpstreamProtocolError, UpstreamRefused, UpstreamUnavailable
+from ..jsonrpc import RpcError
+from .client import DEFAULT_BOUNDS, Bounds
 from .http import HttpLink
 from .peer import NotificationHook, Peer, ProgressHook, RequestHook, describe
 from .stdio import StdioLink
+from .targets import HttpTarget, StdioTarget, Target
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -39,38 +44,9 @@ CLIENT_CAPABILITIES = {"sampling": {}, "elicitation": {"form": {}, "url": {}},
                        "roots": {"listChanged": True}}
 _LIST_PAGES = 100  # a paginator that never ends cannot hang a listing
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+MAX_NOTIFYING = 16  # the gateway's notifications to one server under way at once; more are dropped
 
-
-class UpstreamUnavailable(Exception):
-    """The upstream is not connected (starting, restarting, or unreachable)."""
-
-
-@dataclass(frozen=True)
-class StdioTarget:
-    """A command to run; `env` is the whole environment it gets (secrets already removed)."""
-
-    command: str
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return " ".join((self.command, *self.args))
-
-
-@dataclass(frozen=True)
-class HttpTarget:
-    """A streamable-HTTP endpoint; `headers` carry the upstream's own credentials."""
-
-    url: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return self.url
-
-
-Target = StdioTarget | HttpTarget
+__all__ = ["HttpTarget", "StdioTarget", "Target", "Upstream", "UpstreamUnavailable"]
 Link = StdioLink | HttpLink
 
 
@@ -101,7 +77,8 @@ class Upstream:
 
     def __init__(self, target: Target, *, key: str = "upstream", errlog: TextIO = sys.stderr,
                  connect_timeout: Callable[[], float] | None = None,
-                 telemetry: GatewayTelemetry | None = None) -> None:
+                 telemetry: GatewayTelemetry | None = None,
+                 bounds: Callable[[], Bounds] | None = None) -> None:
         self.target = target
         self.telemetry = telemetry if telemetry is not None else GatewayTelemetry()
         self.key = key  # the server's name in the gateway's config: all a caller is ever told
@@ -109,6 +86,7 @@ class Upstream:
         # How long the handshake may take (None: forever). A server that never answers it is
         # dropped and started again with backoff, like one that exits.
         self._connect_timeout = connect_timeout
+        self._bounds = bounds  # what an HTTP server's responses may hold (read at each connection)
         # Set by the gateway that serves this upstream's clients.
         self.on_request: RequestHook = _no_client
         self.on_notification: NotificationHook = _ignore
@@ -120,7 +98,9 @@ class Upstream:
         self.last_error: str | None = None
         self._background: TaskGroup | None = None
         self._listens = 0
-        self._acks: dict[str, Callable[[], None]] = {}
+        self._pinging: asyncio.Task[bool] | None = None
+        self._notifying = 0
+        self._once: dict[str, bool] = {}  # work running by key -> asked for again meanwhile
 
     # -- supervision -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -138,6 +118,29 @@ class Upstream:
         if self._background is None:
             raise UpstreamUnavailable("the gateway is not running")
         self._background.start_soon(task)
+
+    def spawn_once(self, key: str, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `task` unless work of `key` is running: then that work runs once more when it ends.
+        However often it is asked for, at most one run is in flight and one pending, and no task
+        is made per request (a server sending `list_changed` in a loop costs one re-list at a time)."""
+        if key in self._once:
+            self._once[key] = True
+            return
+        self._once[key] = False
+        self.spawn(lambda: self._run_once(key, task))
+
+    async def _run_once(self, key: str, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            while True:
+                self._once[key] = False
+                try:
+                    await task()
+                except Exception as exc:  # the next request runs it again; the gateway goes on
+                    log.warning("upstream %s: %s failed: %s", self.label, key, describe(exc))
+                if not self._once[key]:
+                    return
+        finally:
+            del self._once[key]
 
     async def _supervise(self) -> None:
         delay = BACKOFF_FIRST
@@ -200,18 +203,16 @@ class Upstream:
             init = await _handshake(peer, link, "initialize", {
                 "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPABILITIES,
                 "clientInfo": CLIENT_INFO}, timeout)
-        except RpcError as exc:
+        except (RpcError, UpstreamRefused):  # refused (a server's error, or an HTTP error status)
             await _closed(peer, link)
-            if exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
-                raise  # a server that does not answer at all is not asked again another way
             return await self._discover(timeout)
-        except BaseException:
+        except BaseException:  # a server that does not answer at all is not asked another way
             await _closed(peer, link)
             raise
         version = init.get("protocolVersion")
         if version not in HANDSHAKE_PROTOCOL_VERSIONS:
             await _closed(peer, link)
-            raise ConnectionError(f"unsupported protocol version from the server: {version!r}")
+            raise UpstreamProtocolError(f"unsupported protocol version from the server: {version!r}")
         if isinstance(link, HttpLink):
             link.protocol_version = version  # every later request says it, as a header
         await peer.notify("notifications/initialized", None)
@@ -224,7 +225,8 @@ class Upstream:
         try:
             found = await _handshake(peer, link, "server/discover", None, timeout)
             if LATEST_MODERN_VERSION not in (found.get("supportedVersions") or ()):
-                raise ConnectionError("the server supports no protocol version the gateway speaks")
+                raise UpstreamProtocolError("the server supports no protocol version the gateway "
+                                            "speaks")
         except BaseException:
             await _closed(peer, link)
             raise
@@ -243,12 +245,13 @@ class Upstream:
             holder[0].received(message)
 
         target = self.target
+        bounds = self._bounds() if self._bounds is not None else DEFAULT_BOUNDS
         link: Link
-        if isinstance(target, StdioTarget):
+        if isinstance(target, StdioTarget):  # a line is one whole message: bounded like a body
             link = await StdioLink.start(target.command, target.args, dict(target.env), received,
-                                         self.label, self._errlog)
+                                         self.label, self._errlog, bounds.body)
         else:
-            link = HttpLink(target.url, target.headers, received, self.label)
+            link = HttpLink(target.url, target.headers, received, self.label, bounds)
             link.modern = modern
         peer = Peer(link, self.label, self._answer, self._notified, envelope)
         holder.append(peer)
@@ -287,18 +290,14 @@ class Upstream:
     # -- requests to the upstream ----------------------------------------------------------------
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_progress: ProgressHook | None = None) -> dict[str, Any]:
-        """Forward one request; the upstream's raw result. Raises RpcError (the upstream's error,
-        a timeout, a lost connection) or UpstreamUnavailable."""
+        """Forward one request; the upstream's raw result. Raises RpcError (the upstream's own
+        error) or UpstreamError (unavailable, a timeout, a protocol error, a closed connection: it
+        fails this request; whether the session is lost is the link's to say)."""
         connected = self.current
         if connected is None:
             raise UpstreamUnavailable(self.last_error or "not connected")
-        try:
-            return await connected.peer.request(method, params, timeout=timeout,
-                                                on_progress=on_progress)
-        except RpcError as exc:
-            if exc.code == CONNECTION_CLOSED:
-                connected.lost.set()
-            raise
+        return await connected.peer.request(method, params, timeout=timeout,
+                                            on_progress=on_progress)
 
     @property
     def modern(self) -> bool:
@@ -308,28 +307,45 @@ class Upstream:
 
     async def reachable(self, timeout: float) -> bool:
         """Whether the upstream answers a ping now (a 2026-07-28-only upstream: whether a session
-        is up). A failed ping on a lost connection starts the reconnect."""
+        is up). Concurrent callers (health checks) share one ping."""
         connected = self.current
         if connected is None:
             return False
         if connected.protocol_version == LATEST_MODERN_VERSION:
             return True  # no ping at that version; the session's requests tell
+        if self._pinging is None:
+            self._pinging = asyncio.get_running_loop().create_task(self._ping(timeout))
+            self._pinging.add_done_callback(self._pinged)
+        return await asyncio.shield(self._pinging)
+
+    async def _ping(self, timeout: float) -> bool:
         try:
             await self.request("ping", None, timeout=timeout)
-        except RpcError as exc:
-            if exc.code != REQUEST_TIMEOUT:
-                connected.lost.set()
-            return False
-        except Exception:
-            connected.lost.set()
+        except (RpcError, UpstreamError):
             return False
         return True
 
+    def _pinged(self, _task: asyncio.Task[bool]) -> None:
+        self._pinging = None
+
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
-        """Pass a client notification on (roots list_changed); dropped when down."""
+        """Pass a client notification on (roots list_changed), in the background: nobody waits
+        for a server to accept it. Dropped when down, or while MAX_NOTIFYING are under way."""
         connected = self.current
-        if connected is not None:
-            await connected.peer.notify(method, params)
+        if connected is None or self._background is None:
+            return
+        if self._notifying >= MAX_NOTIFYING:
+            log.warning("upstream %s: %s dropped: %d notifications to it under way", self.label,
+                        method, self._notifying)
+            return
+        self._notifying += 1
+
+        async def send() -> None:
+            try:
+                await connected.peer.notify(method, params)
+            finally:
+                self._notifying -= 1
+        self._background.start_soon(send)
 
     async def list_all(self, method: str, field: str, timeout: float) -> list[dict[str, Any]]:
         """Every item of a listing (`tools/list` -> `tools`, ...), all pages, as raw dicts."""
@@ -350,7 +366,7 @@ class Upstream:
 async def _handshake(peer: Peer, link: Link, method: str, params: dict[str, Any] | None,
                      timeout: float | None) -> dict[str, Any]:
     """A request of the handshake, before `_serve` watches the link: a server that exits (or ends
-    the session) before it answers fails it at once (CONNECTION_CLOSED), so it is started again
+    the session) before it answers fails it at once (UpstreamClosed), so it is started again
     after the backoff, not after the handshake timeout."""
     async def close_when_lost() -> None:
         await link.lost.wait()

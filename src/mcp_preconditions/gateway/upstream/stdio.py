@@ -24,16 +24,17 @@ log = logging.getLogger("mcp_preconditions.gateway")
 # defaults, so a server sees the same variables as before).
 INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 EXIT_GRACE_SECONDS = 2.0  # after stdin closes, before the group is terminated; then killed
-MAX_LINE = 64 * 1024 * 1024  # a line longer than this is garbage, skipped
+MAX_LINE = 64 * 1024 * 1024  # a line (one message) longer than this is skipped ([gateway] max_response_bytes)
 _FLOW_HIGH_WATER = 1 << 20  # write buffer size past which a writer waits for the pipe to drain
 
 
 class _Pipes(asyncio.SubprocessProtocol):
     """The process's stdout split into lines, each handed to `line`; `ended` when it closes."""
 
-    def __init__(self, line: Callable[[bytes], None], label: str) -> None:
+    def __init__(self, line: Callable[[bytes], None], label: str, max_line: int) -> None:
         self._line = line
         self._label = label
+        self._max_line = max_line
         self._buffer = bytearray()
         self._skipping = False
         self.ended = asyncio.Event()
@@ -58,9 +59,9 @@ class _Pipes(asyncio.SubprocessProtocol):
             start = end + 1
         if start < len(data) and not self._skipping:
             self._buffer += data[start:]
-            if len(self._buffer) > MAX_LINE:
+            if len(self._buffer) > self._max_line:
                 log.warning("upstream %s: unreadable message: a line over %d bytes", self._label,
-                            MAX_LINE)
+                            self._max_line)
                 self._buffer = bytearray()
                 self._skipping = True
 
@@ -85,8 +86,8 @@ class StdioLink:
 
     @classmethod
     async def start(cls, command: str, args: tuple[str, ...], env: dict[str, str],
-                    received: Callable[[Any], None], label: str, errlog: IO[str] | None = None
-                    ) -> StdioLink:
+                    received: Callable[[Any], None], label: str, errlog: IO[str] | None = None,
+                    max_line: int = MAX_LINE) -> StdioLink:
         """Start the command; every message it writes goes to `received` (a garbage line is
         logged and skipped). OSError: it could not be started."""
 
@@ -104,7 +105,7 @@ class StdioLink:
                      and not os.environ[k].startswith("()")}
         loop = asyncio.get_running_loop()
         transport, pipes = await loop.subprocess_exec(
-            lambda: _Pipes(line, label), command, *args, stdin=asyncio.subprocess.PIPE,
+            lambda: _Pipes(line, label, max_line), command, *args, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=_stderr(errlog), env={**inherited, **env},
             start_new_session=True)
         return cls(transport, pipes)

@@ -1,0 +1,101 @@
+"""At 2026-07-28 the gateway sends the `Mcp-Param-*` headers a server's tools declare, as the SDK's
+client does: a real 2026-07-28-only SDK server (tests/fixtures/gateway_upstream.py over HTTP) lists a
+tool whose `region` argument declares `x-mcp-header`, and checks every call's headers against its
+body (the SDK's own check refuses a call without them). A tool whose annotation is unusable gets no
+headers; a value that is not a plain token goes in the SDK's base64 sentinel. And as a server, the
+gateway checks a 2026-07-28 caller's headers against the call's body as the SDK's server does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from tests.fixtures.gateway_upstream import free_port, gateway_http, read_log, started, upstream_env
+
+pytestmark = pytest.mark.integration
+
+TOOLS = [
+    {"name": "regional", "inputSchema": {"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "shard": {"type": "integer", "x-mcp-header": "Shard"},
+        "note": {"type": "string"}}}},
+    {"name": "unusable", "inputSchema": {"type": "object", "properties": {  # a number: not allowed
+        "size": {"type": "number", "x-mcp-header": "Size"}}}},
+]
+
+
+async def call(url: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async with Client(url, mode="legacy") as client:
+        result = await client.call_tool(name, arguments)
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"result_type"})
+
+
+CALLERS: dict[str, list[tuple[str, str]]] = {
+    "agreeing": [("Mcp-Param-Region", "us"), ("Mcp-Param-Shard", "3")],
+    "another region": [("Mcp-Param-Region", "eu"), ("Mcp-Param-Shard", "3")],
+    "no header": [("Mcp-Param-Shard", "3")],
+    "given twice": [("Mcp-Param-Region", "us"), ("mcp-param-region", "us"), ("Mcp-Param-Shard", "3")],
+}
+
+
+def post_2026(url: str, params_headers: list[tuple[str, str]]) -> tuple[int, str | None]:
+    """A raw 2026-07-28 `tools/call` of `regional` (region us, shard 3) with these headers: the
+    HTTP status and the JSON-RPC error message, if any."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "regional", "arguments": {"region": "us", "shard": 3}, "_meta": meta}}
+    headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json"),
+               ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"),
+               ("mcp-name", "regional"), *params_headers]
+    response = httpx.post(url, json=body, headers=headers, timeout=30)
+    error = response.json().get("error")
+    return response.status_code, error["message"] if error else None
+
+
+def headers_of(log: Path, name: str) -> list[dict[str, str]]:
+    return [{k: v for k, v in e["headers"].items() if k.startswith("mcp-")}
+            for e in read_log(log) if e["method"] == "tools/call" and e["params"]["name"] == name]
+
+
+async def test_the_headers_a_tool_declares_are_sent_and_the_sdk_server_accepts_the_call(
+        tmp_path: Path) -> None:
+    log, tools = tmp_path / "upstream.jsonl", tmp_path / "tools.json"
+    tools.write_text(json.dumps(TOOLS), encoding="utf-8")
+    policy = tmp_path / "open.toml"
+    policy.write_text("# every tool open\n", encoding="utf-8")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    env = upstream_env(log, GATEWAY_UPSTREAM_MODERN_ONLY="1", GATEWAY_UPSTREAM_TOOLS_FILE=str(tools))
+    with started([sys.executable, "-m", "tests.fixtures.gateway_upstream", "http", str(port)], env,
+                 url, f"http://127.0.0.1:{port}/"), \
+            gateway_http(policy, log, "--upstream-url", url) as gw:
+        plain = await call(gw.url + "/mcp", "regional", {"region": "eu-west", "shard": 7, "note": "x"})
+        sentinel = await call(gw.url + "/mcp", "regional", {"region": "été ", "note": "y"})
+        unusable = await call(gw.url + "/mcp", "unusable", {"size": 1.5})
+        checked = {case: post_2026(gw.url + "/mcp", headers) for case, headers in CALLERS.items()}
+    assert checked == {
+        "agreeing": (200, None),
+        "another region": (400, "Mcp-Param-Region header does not match the request body's 'region' "
+                                "argument"),
+        "no header": (400, "Mcp-Param-Region header is missing but the request body's 'region' "
+                           "argument is present"),
+        "given twice": (400, "Mcp-Param-Region header appears more than once"),
+    }
+    assert plain["content"] == [{"type": "text", "text": "regional done"}]
+    assert plain["isError"] is False
+    assert sentinel["isError"] is False and unusable["isError"] is False
+    sent = headers_of(log, "regional")
+    assert [{k: v for k, v in h.items() if k.startswith("mcp-param-")} for h in sent] == [
+        {"mcp-param-region": "eu-west", "mcp-param-shard": "7"},
+        {"mcp-param-region": "=?base64?w6l0w6kg?="},
+        {"mcp-param-region": "us", "mcp-param-shard": "3"}]  # the agreeing caller's only
+    assert all(h["mcp-method"] == "tools/call" and h["mcp-name"] == "regional" for h in sent)
+    assert not any(k.startswith("mcp-param-") for h in headers_of(log, "unusable") for k in h)
