@@ -246,7 +246,11 @@ class Guard:
                                                     arguments, start, record)
         if identity.__class__ is not Identity and not isinstance(identity, Identity):
             identity = _not_identity(identity)  # a lying fast path too
-        return self._evaluate(snap, compiled, identity, arguments, start, record)
+        # `_evaluate`, inline: the path of every dynamic call (0.2 µs of one, bench_mcp).
+        decided = snap.evaluate(compiled, identity, arguments)
+        if decided.__class__ is tuple:
+            return self._finish(compiled, identity, decided, snap, start, record)
+        return self._finish_later(compiled, identity, decided, snap, start, record)  # type: ignore[arg-type]
 
     async def _named_then_decided(self, tool: str, snap: Snapshot, compiled: CompiledTool | None,
                                   credentials: Credentials, authenticator: Authenticator,

@@ -336,9 +336,9 @@ class Snapshot:
             memo = self.memo
             key = memo.key(tool.name, reads, principal, arguments)
             if key is not None:
-                found = memo.lookup(key, principal)
-                if found is not None:
-                    return found
+                entry = memo.entries.get(key)  # `memo.lookup`, inline: 0.2 µs a call (bench_mcp)
+                if entry is not None and entry[0] is principal:
+                    return entry[1]
                 decided = self._run_checks(tool, identity, arguments)
                 if decided.__class__ is tuple:  # only sync answers are remembered
                     memo.keep(key, principal, decided)

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
@@ -51,15 +51,32 @@ class Preconditions(ServerGuard):
     """A guard hooked into an MCP server, and the lowlevel `ServerMiddleware` that hooks it in (see
     `ServerGuard` for its options)."""
 
+    # The middleware this one runs inside itself (`wrap_first`), or None: a layer of its own.
+    inner: ServerMiddleware[Any] | None = None
+
+    def wrap_first(self, chain: list[ServerMiddleware[Any]]) -> None:
+        """Hook in as `chain[0]`, running the middleware that was there (the SDK's span opener)
+        inside itself: for an adapter that decides calls in its own tool handler, every call
+        crosses one middleware layer fewer than with a layer of its own (about 1 µs of an
+        in-process call, bench_mcp). Its `tools/list` work then runs outside the SDK's span."""
+        if chain and chain[0] is self:
+            return
+        self.inner = chain[0] if chain else None
+        chain[:1] = [self]
+
     def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
                  ) -> Coroutine[Any, Any, HandlerResult]:
         """`ServerMiddleware`: put requirements on the `tools/list` wire (after the SDK's
         per-version filter), filter it per principal, and track sessions for list_changed."""
+        inner = self.inner
         if ctx.method == "tools/call" and not self.guard_calls and self.tool_functions:
             # Decided below, in the adapter's tool-call handler (or interceptor): hand the call on
             # without a coroutine of our own, nor a cast() call (this sits on every call's path).
             # The SDK only awaits what we return.
-            return call_next(ctx)  # type: ignore[return-value]
+            return (call_next(ctx) if inner is None  # type: ignore[return-value]
+                    else inner(ctx, call_next))
+        if inner is not None:
+            return self._middleware(ctx, lambda asked: inner(asked, call_next))
         return self._middleware(ctx, call_next)
 
     async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

@@ -214,7 +214,7 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
     # wire form we write is what leaves (fastmcp's own root middleware re-types results).
     lowlevel = app._mcp_server
     continue_http_traces(lowlevel)  # before `pre` goes first: it wraps fastmcp's span opener
-    lowlevel.middleware.insert(0, pre)
+    pre.wrap_first(lowlevel.middleware)
     if notify_list_changed and lowlevel.get_request_handler("subscriptions/listen") is None:
         lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams,
                                      ListenHandler(pre.bus))

@@ -41,7 +41,7 @@ from ..telemetry.metrics import Metrics
 from ..wire import META_KEY, meta_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY, credentials_from_request
 from ._server import (
-    REQUIREMENTS_ATTR,
+    TOOLS_ATTR,
     CredentialsHook,
     DenialMode,
     Preconditions,
@@ -126,6 +126,9 @@ class GuardedMCPServer(MCPServer[Any]):
                  credentials: CredentialsHook | None = None, notify_list_changed: bool = True,
                  metrics: Metrics | bool = False, **kwargs: Any) -> None:
         bus = kwargs.get("subscriptions")
+        # Per tool name: the guard's registration token with which the call path last found that
+        # nothing but the decision stands before its calls (`_register_call`).
+        self._clear: dict[str, object] = {}
         self.preconditions = Preconditions(
             guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
             notify_list_changed=notify_list_changed,
@@ -145,7 +148,7 @@ class GuardedMCPServer(MCPServer[Any]):
         super().__init__(name, **kwargs)
         if self._guard_in_handler:
             self._check_call_handler()
-        self.middleware.append(self.preconditions)
+        self.preconditions.wrap_first(self.middleware)  # calls are decided in the handler below
         self.preconditions.sync = self._sync
         self.preconditions.name = self.name
         if metrics:
@@ -171,18 +174,13 @@ class GuardedMCPServer(MCPServer[Any]):
         """The SDK's `tools/call` handler, run only when the guard allows the call. A plain
         function: an allowed call is the SDK's own handler's coroutine, with no frame of ours
         around it (an in-process call is short: bench_mcp)."""
-        pre = self.preconditions
-        tool = self._tool_manager.get_tool(params.name)
         if not self._guard_in_handler:
             return super()._handle_call_tool(ctx, params)
+        pre = self.preconditions
         # Whether anything but the guard's decision stands before the call: the tool set or the
-        # policy changed (names to check), a refusal is pending, or the requirements the tool's
-        # function carries or its `_meta` mirror changed (`attach_function`'s test, inlined).
-        if tool is None or pre.ready is not True or tool.meta is not None:
-            return self._guarded_call(ctx, params)
-        settled = pre.settled.get(params.name)
-        if (settled is None or settled[0] is not getattr(tool.fn, REQUIREMENTS_ATTR, ())
-                or settled[1] is not pre.guard.registration):
+        # policy changed (names to check), a refusal is pending, or the tool's requirements may
+        # have moved since `_register_call` last found its function and mirror carry nothing new.
+        if pre.ready is not True or self._clear.get(params.name) is not pre.guard.registration:
             return self._guarded_call(ctx, params)
         # `Preconditions.check_now`, its path without metrics or a recording span inlined.
         span = _SPANS.context().get(_SPANS.key)
@@ -193,7 +191,7 @@ class GuardedMCPServer(MCPServer[Any]):
             return self._decided_later(decided, ctx, params)
         if decided.allowed:
             return super()._handle_call_tool(ctx, params)
-        return _answered(pre.refusal(decided, tool.output_schema is not None))
+        return _answered(pre.refusal(decided, self._typed(params.name)))
 
     async def _guarded_call(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
                             ) -> CallToolResult | InputRequiredResult:
@@ -210,10 +208,13 @@ class GuardedMCPServer(MCPServer[Any]):
                              ) -> CallToolResult | InputRequiredResult:
         decision = await pending
         if not decision.allowed:
-            tool = self._tool_manager.get_tool(params.name)
-            return self.preconditions.refusal(decision, tool is not None
-                                              and tool.output_schema is not None)
+            return self.preconditions.refusal(decision, self._typed(params.name))
         return await super()._handle_call_tool(ctx, params)
+
+    def _typed(self, name: str) -> bool:
+        """Whether tool `name` declares an outputSchema (its denial's payload goes in `_meta`)."""
+        tool = self._tool_manager.get_tool(name)
+        return tool is not None and tool.output_schema is not None
 
     def streamable_http_app(self, **options: Any) -> Starlette:
         """`MCPServer.streamable_http_app`; its calls also continue a `traceparent` header, and its
@@ -266,12 +267,18 @@ class GuardedMCPServer(MCPServer[Any]):
         """Before a call: the guard knows the tool names and holds what the tool that will run
         carries (its function's requirements, its `_meta` mirror). Whether it declares an
         outputSchema."""
-        if not self.preconditions.ready:
+        pre = self.preconditions
+        if not pre.ready:
             self._know()
         tool = self._tool_manager.get_tool(name)
         if tool is None:
             return False
-        self.preconditions.attach_function(name, tool.fn, tool.meta)
+        pre.attach_function(name, tool.fn, tool.meta)
+        # Clear for the handler's fast path while the guard's tools stay as they are now: a tool
+        # whose function hears of a later `requires` itself (`register_function`) and that has no
+        # `_meta` (a mirror may change in place, so it is read on every call).
+        if tool.meta is None and (pre, name) in getattr(tool.fn, TOOLS_ATTR, ()):
+            self._clear[name] = pre.guard.registration
         return tool.output_schema is not None
 
     async def _sync(self) -> None:
@@ -302,12 +309,14 @@ class GuardedMCPServer(MCPServer[Any]):
                          icons=icons, meta=meta, structured_output=structured_output)
         register_function(fn, self.preconditions, tool_name)
         self.preconditions.ready = False  # a new name: the policy's names are checked again
+        self._clear.pop(tool_name, None)
 
     def remove_tool(self, name: str) -> None:
         """`MCPServer.remove_tool`. The name keeps its requirements in the guard (only ever added:
         a function registered again under it is held to them too)."""
         super().remove_tool(name)
         self.preconditions.ready = False
+        self._clear.pop(name, None)
 
     def tool(self, name: str | None = None, title: str | None = None, description: str | None = None,
              annotations: ToolAnnotations | None = None, icons: list[Icon] | None = None,
