@@ -69,7 +69,7 @@ class Preconditions(ServerGuard):
         """`ServerMiddleware`: put requirements on the `tools/list` wire (after the SDK's
         per-version filter), filter it per principal, and track sessions for list_changed."""
         inner = self.inner
-        if ctx.method == "tools/call" and not self.guard_calls and self.tool_functions:
+        if ctx.method == "tools/call" and self.tool_functions and not self.guard_calls:
             # Decided below, in the adapter's tool-call handler (or interceptor): hand the call on
             # without a coroutine of our own, nor a cast() call (this sits on every call's path).
             # The SDK only awaits what we return.
