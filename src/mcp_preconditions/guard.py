@@ -8,7 +8,6 @@ compiles a new Snapshot and swaps the reference atomically.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from time import perf_counter_ns
@@ -16,10 +15,11 @@ from typing import Any
 
 from .auth import Authenticator, build_authenticator
 from .auth.base import AuthenticateNow, authenticate_now_of
+from .compiled import CompiledTool, being_cancelled
 from .decision_sinks import build_recorder
 from .decisions import DecisionRecorder, ToolLabels
 from .errors import PolicyError
-from .names import near_miss_message, near_misses
+from .names import host_problems
 from .outcomes import (
     MALFORMED_REQUIREMENTS,
     POLICY_UNUSABLE,
@@ -35,9 +35,8 @@ from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity, verified_identity
 from .requirements import Finding
 from .resolvers import LiveSources, Resolver
-from .snapshot import CompiledTool, Snapshot, being_cancelled
+from .snapshot import Snapshot
 
-log = logging.getLogger("mcp_preconditions.policy")
 _NO_IDENTITY = Identity(failure="not needed")
 _NOTHING: frozenset[str] = frozenset()  # a tool without requirements has nothing confidential
 # A snapshot, the authenticator built from the same policy, and its synchronous fast path.
@@ -153,24 +152,16 @@ class Guard:
             raise PolicyError(self._state[0].source.source, list(problems))
 
     def tools_known(self, names: Iterable[str]) -> tuple[str, ...]:
-        """Tell the guard which tools the host actually has (a hosted server's tools). From now
-        on a reload to a policy whose `[tools.NAME]` is a near miss of one of them (case, white
-        space, look-alike letters, normalisation) is refused with PolicyError naming both. Returns
-        the near misses of the policy in force, one problem line each (empty: none): the host
-        refuses its calls meanwhile (SPEC §10). Decisions stay exact: this is a diagnostic."""
+        """Tell the guard the host's tools (a hosted server's). From now on a reload to a policy
+        whose `[tools.NAME]` nearly matches one (names.py) is refused with PolicyError naming both.
+        Returns the near misses of the policy in force, one line each: the host refuses its calls
+        meanwhile (SPEC §10). Decisions stay exact: this is a diagnostic."""
         self._host_tools = tuple(dict.fromkeys(names))
         return self._name_problems(self._state[0].source)
 
     def _name_problems(self, source: PolicySource) -> tuple[str, ...]:
-        if self._host_tools is None:
-            return ()
-        host = {name: name for name in self._host_tools}
-        near = near_misses(source.policy.tools, host)
-        nearly = {p for p, _ in near}
-        for name in source.policy.tools:
-            if name not in host and name not in nearly:
-                log.warning("%s: tools.%s: names no tool of this server", source.source, name)
-        return tuple(near_miss_message(p, t) for p, t in near)
+        host = self._host_tools
+        return host_problems(source.source, source.policy.tools, host) if host is not None else ()
 
     def reload(self, source: PolicySource) -> None:
         """Compile `source` and swap it in atomically. On any error the old snapshot stays."""
