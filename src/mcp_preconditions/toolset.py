@@ -14,6 +14,7 @@ from typing import Any
 
 from .errors import RequirementError
 from .guard import Guard
+from .outcomes import Refusal, Refused
 from .principal import Credentials
 from .requirements import validate
 from .wire import wire_requirements, with_requirements
@@ -93,6 +94,26 @@ def read_listing(items: Iterable[object]) -> Listed:
         except RequirementError as exc:
             unreadable[name] = str(exc)
     return Listed(tools, frozenset(n for n, c in counts.items() if c > 1), own, unreadable)
+
+
+_TWICE = Refusal(Refused.UNLISTED, "its server lists more than one tool of that name")
+_MALFORMED = Refusal(Refused.MALFORMED, "its requirements cannot be read")
+
+
+def refused(*, unusable: str | None, twice: bool, malformed: str | None
+            ) -> tuple[Refusal, str] | None:
+    """Why a call is refused whoever calls, before the guard evaluates anything (`Guard.refuse`),
+    and what its record says; None: the guard decides. In this order: the policy is unusable for
+    the tool's server (`unusable`: what the caller is told; the problem itself, which names the
+    policy's entries, goes to the log only), the server lists the name twice, or the tool's own
+    requirements cannot be read or enforced (`malformed`: why, for the record)."""
+    if unusable is not None:
+        return Refusal(Refused.UNUSABLE, unusable), unusable
+    if twice:
+        return _TWICE, ""
+    if malformed is not None:
+        return _MALFORMED, malformed
+    return None
 
 
 def enforce(guard: Guard, wanted: Mapping[str, Sequence[str]], forget: Iterable[str] = ()

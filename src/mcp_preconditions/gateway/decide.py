@@ -18,7 +18,7 @@ from ..outcomes import Decision, Refusal, Refused
 from ..policy.model import Policy
 from ..principal import Credentials
 from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
-from ..toolset import Views, advertise, seen, shown_names
+from ..toolset import Views, advertise, refused, seen, shown_names
 from . import bridge, jsonrpc
 from .downstream.clients import Call
 from .downstream.listen import SUBSCRIPTION_ID_META_KEY
@@ -58,21 +58,18 @@ class Decide:
                 or bool(self._guard.requirements_for(name)))
 
     def refusal(self, name: str) -> tuple[Refusal, str] | None:
-        """Why every call to a routable tool is refused whoever calls (and what the record says),
-        or None: the guard decides."""
+        """Why every call to a routable tool is refused whoever calls (`toolset.refused`, and
+        `[gateway] unlisted_tools`), and what the record says; None: the guard decides."""
         fleet = self._fleet
         target = fleet.routes.tools[name]
-        if fleet.members[target.server].problem is not None:
-            return Refusal(Refused.UNUSABLE, UNUSABLE), UNUSABLE
-        if name in fleet.routes.duplicates:
-            return Refusal(Refused.UNLISTED, "its server lists more than one tool of that name"), ""
-        broken = fleet.members[target.server].catalog.listed.unreadable.get(target.name) \
-            or fleet.invalid.get(name)
-        if broken is not None:
-            return Refusal(Refused.MALFORMED, "its requirements cannot be read"), broken
-        if not self.listed(name):
+        member = fleet.members[target.server]
+        found = refused(unusable=UNUSABLE if member.problem is not None else None,
+                        twice=name in fleet.routes.duplicates,
+                        malformed=member.catalog.listed.unreadable.get(target.name)
+                        or fleet.invalid.get(name))
+        if found is None and not self.listed(name):
             return Refusal(Refused.UNLISTED, "the policy lists no requirements for it"), ""
-        return None
+        return found
 
     # -- tools/list --------------------------------------------------------------------------------
     async def _shown(self, credentials: Credentials) -> list[str]:
@@ -93,11 +90,13 @@ class Decide:
         caller may call. A 2025-11-25 connection is told when what it was shown changes."""
         shown = await self._shown(credentials)
         client = call.client
-        if client is not None and not call.modern and client.standalone is not None:
-            sink, key = client.standalone, id(client)
+        if client is not None and not call.modern:
+            key = id(client)
 
-            async def notify() -> None:
-                sink.push(jsonrpc.notification(LIST_CHANGED, {}))
+            async def notify() -> None:  # on its standalone channel, once it has opened one
+                sink = client.standalone
+                if sink is not None:
+                    sink.push(jsonrpc.notification(LIST_CHANGED, {}))
             if self.views.watch(key, credentials, seen(self._guard, shown), notify):
                 client.on_close.append(lambda: self.views.drop(key))
         return advertise(self._guard, ((name, self._definition(name)) for name in shown))

@@ -17,13 +17,13 @@ from mcp_types import CallToolResult
 
 from ..errors import RequirementError
 from ..guard import Guard
-from ..outcomes import Decision, Refusal, Refused
+from ..outcomes import Decision, Refusal
 from ..policy.load import PolicySource
 from ..principal import Credentials
 from ..requirements import merge, validate
 from ..telemetry.metrics import Metrics
 from ..telemetry.tracing import recording_span
-from ..toolset import Listed, Views, enforce, read_listing, seen, shown_names
+from ..toolset import Listed, Views, enforce, read_listing, refused, seen, shown_names
 from ..wire import meta_requirements
 from ._calls import credentials_from_request, denial_error, denial_result
 from ._sessions import TargetedBus
@@ -267,16 +267,10 @@ class ServerGuard:
 
     # -- tools/call ------------------------------------------------------------------------------
     def refusal_of(self, name: str) -> tuple[Refusal, str] | None:
-        """Why a call of `name` is refused without the guard evaluating it (and what the record
-        says), or None: the guard decides."""
-        if self.unusable:
-            return Refusal(Refused.UNUSABLE, UNUSABLE), UNUSABLE
-        if name in self.listing.duplicates:
-            return Refusal(Refused.UNLISTED, "the server lists more than one tool of that name"), ""
-        why = self.refused.get(name)
-        if why is not None:
-            return Refusal(Refused.MALFORMED, "its requirements cannot be read"), why
-        return None
+        """Why a call of `name` is refused without the guard evaluating it (`toolset.refused`),
+        or None: the guard decides."""
+        return refused(unusable=UNUSABLE if self.unusable else None,
+                       twice=name in self.listing.duplicates, malformed=self.refused.get(name))
 
     def check_now(self, request: Any, tool: str, arguments: Mapping[str, Any] | None
                   ) -> Decision | Coroutine[Any, Any, Decision]:
