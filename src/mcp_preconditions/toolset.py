@@ -188,6 +188,9 @@ class Views:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
     def watch(self, key: object, credentials: Credentials, seen: Hashable,
               notify: Callable[[], Awaitable[None]]) -> bool:
         """Remember what `key` was shown (again); whether it is new (so its owner can `drop` it

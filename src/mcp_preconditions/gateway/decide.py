@@ -87,19 +87,31 @@ class Decide:
     async def tools(self, call: Call, credentials: Credentials) -> list[dict[str, Any]]:
         """Every routable tool under its visible name, carrying its advertised requirements (the
         effective ones less the confidential). With `[guard] list_filtering`, only those this
-        caller may call. A 2025-11-25 connection is told when what it was shown changes."""
+        caller may call."""
         shown = await self._shown(credentials)
-        client = call.client
-        if client is not None and not call.modern:
-            key = id(client)
-
-            async def notify() -> None:  # on its standalone channel, once it has opened one
-                sink = client.standalone
-                if sink is not None:
-                    sink.push(jsonrpc.notification(LIST_CHANGED, {}))
-            if self.views.watch(key, credentials, seen(self._guard, shown), notify):
-                client.on_close.append(lambda: self.views.drop(key))
+        await self.watch(call, credentials, shown)
         return advertise(self._guard, ((name, self._definition(name)) for name in shown))
+
+    async def watch(self, call: Call, credentials: Credentials, shown: list[str] | None = None
+                    ) -> None:
+        """Watch a 2025-11-25 connection from its first request on (the gateway's `handle`) with
+        what it would be shown (`shown`, when just computed), and again at each `tools/list` with
+        the credentials it used: it is told when that changes, on its standalone channel."""
+        client = call.client
+        if client is None or call.modern:
+            return
+        key = id(client)
+        if shown is None:
+            if key in self.views:
+                return
+            shown = await self._shown(credentials)
+
+        async def notify() -> None:  # on its standalone channel, once it has opened one
+            sink = client.standalone
+            if sink is not None:
+                sink.push(jsonrpc.notification(LIST_CHANGED, {}))
+        if self.views.watch(key, credentials, seen(self._guard, shown), notify):
+            client.on_close.append(lambda: self.views.drop(key))
 
     def _definition(self, name: str) -> dict[str, Any]:
         """A routable tool's definition as its server listed it, under its visible name."""

@@ -136,6 +136,8 @@ class Gateway:
         """One validated client request of the pipeline's (`SERVED`): its result, or RpcError."""
         method = call.method
         self.downstream.seen(call)
+        if call.client is not None and not call.modern and id(call.client) not in self.decide.views:
+            await self.decide.watch(call, self.credentials(call))  # told when its tools change
         if method == "tools/call":
             params = call.params or {}
             return await self.decide.call(call, params["name"], params.get("arguments"),
