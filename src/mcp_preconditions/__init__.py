@@ -1,7 +1,14 @@
 """mcp-preconditions: enforce SEP-2487 `execution.requirements` on MCP tools.
 
-The whole public surface is re-exported here; everything else is an implementation module.
+The public surface is what this package exports (`__all__`, below), and three public subpackages,
+each with its own `__all__`: `mcp_preconditions.integrations.*` (the MCP SDK and fastmcp server
+adapters, the filtering client, the agent frameworks; one module per framework, none imported
+here, so the SDKs stay optional extras), `mcp_preconditions.telemetry` (metrics and traces) and
+`mcp_preconditions.gateway`. Every other module is an implementation module.
 """
+
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 from .auth import Authenticator, PassThroughAuthenticator, build_authenticator
 from .client import (
@@ -13,7 +20,9 @@ from .client import (
     filter_tools,
     verdict_for,
 )
-from .decisions import DecisionRecorder, LoggingRecorder, decision_record
+from .decisions import DecisionRecorder, LoggingRecorder, decision_record, log_decisions
+from .drivers.bundle import BundleReloader, load_policy_source, load_policy_url, policy_reloader
+from .drivers.reload import PolicyChange, PolicyReloader
 from .errors import (
     AuthBackendError,
     BackendError,
@@ -26,25 +35,31 @@ from .errors import (
     ToolsFileError,
 )
 from .guard import Guard
-from .outcomes import Decision, Outcome, Status, Verdict
+from .outcomes import Decision, Outcome, Refusal, Refused, Status, Verdict
 from .policy import Policy, PolicySource, load_policy, parse_policy, policy_schema
 from .principal import ANONYMOUS, Credentials, Identity, Principal
+from .replica import replica_labels
 from .requirements import Finding, body_of, lint, merge, namespace_of
 from .resolvers import FlagSource, LiveSources, Registry, Resolver, StateSource
-from .resolvers.base import CallContext
+from .resolvers.base import CallContext, Dependencies
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("mcp-preconditions")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ANONYMOUS",
     "AuthBackendError",
     "Authenticator",
     "BackendError",
+    "BundleReloader",
     "CallContext",
     "ClientResolver",
     "Credentials",
     "Decision",
     "DecisionRecorder",
+    "Dependencies",
     "FilterMode",
     "FilterResult",
     "Finding",
@@ -58,10 +73,14 @@ __all__ = [
     "Outcome",
     "PassThroughAuthenticator",
     "Policy",
+    "PolicyChange",
     "PolicyError",
+    "PolicyReloader",
     "PolicySource",
     "PreconditionsError",
     "Principal",
+    "Refusal",
+    "Refused",
     "Registry",
     "RegistryError",
     "RequirementError",
@@ -72,15 +91,21 @@ __all__ = [
     "ToolVerdict",
     "ToolsFileError",
     "Verdict",
+    "__version__",
     "body_of",
     "build_authenticator",
     "decision_record",
     "filter_tools",
     "lint",
     "load_policy",
+    "load_policy_source",
+    "load_policy_url",
+    "log_decisions",
     "merge",
     "namespace_of",
     "parse_policy",
+    "policy_reloader",
     "policy_schema",
+    "replica_labels",
     "verdict_for",
 ]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from .outcomes import Decision
 
@@ -106,3 +107,26 @@ class FanOutRecorder:
                 sink.record(decision)
             except Exception:  # a broken log sink must not turn into an allow or a crash
                 logging.getLogger(DEFAULT_LOGGER).exception("decision sink %r failed", sink)
+
+
+def log_decisions(stream: TextIO | None = None, logger: str = DEFAULT_LOGGER) -> logging.Handler:
+    """Show decision records: one JSON line each on `stream` (default stderr), for a server whose
+    author configured no logging (a FastMCP app, a script), where they would be dropped (they are
+    INFO records, below the `WARNING` Python keeps by default). The one line to add: `log_decisions()`.
+    The records are the operator's view (they name every unmet requirement, confidential ones
+    included): on stdio, stderr goes to whoever started the server. Called again, it changes
+    nothing and returns the handler it added."""
+    target = logging.getLogger(logger)
+    for handler in target.handlers:
+        if getattr(handler, _SHOWN, False):
+            return handler
+    added = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    added.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    setattr(added, _SHOWN, True)
+    target.addHandler(added)
+    if not target.isEnabledFor(logging.INFO):
+        target.setLevel(logging.INFO)
+    return added
+
+
+_SHOWN = "mcp_preconditions_decisions_shown"  # marks the handler `log_decisions` added

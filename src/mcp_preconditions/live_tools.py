@@ -6,7 +6,7 @@ server's tools. Needs the `mcp` extra; a server that cannot be started or reache
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO, cast
 
 import anyio
@@ -23,11 +23,11 @@ from . import __version__
 from .errors import InputError
 from .gateway.config import ServerSpec
 from .gateway.fleet import target_of
-from .gateway.route import visible
+from .gateway.route import ServerListing, build_routes, visible
 from .gateway.upstream.session import HttpTarget, StdioTarget
 from .tls import client_context
+from .toolset import MAX_PAGES, ListingError, every_page, read_listing
 
-MAX_PAGES = 100  # a server whose cursors never end cannot hang the listing
 _RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _CLIENT = types.Implementation(name="mcp-preconditions-tools", version=__version__)
 _SHOWN = 300  # characters of a server's last stderr line quoted in an error
@@ -71,40 +71,25 @@ async def list_servers_tools(servers: Sequence[ServerSpec], environment: Mapping
     async with anyio.create_task_group() as tg:
         for spec in servers:
             tg.start_soon(one, spec)
-    shown: dict[str, list[dict[str, Any]]] = {}
-    for spec in servers:
-        for tool in found[spec.key]:
-            if isinstance(tool.get("name"), str):
-                shown.setdefault(spec.prefix + tool["name"], []).append(visible(tool, spec.prefix))
-    return [copies[0] for copies in shown.values() if len(copies) == 1]
+    listed = {spec.key: read_listing(found[spec.key]) for spec in servers}
+    routes = build_routes(ServerListing(spec.key, spec.prefix, listed[spec.key].tools,
+                                        listed[spec.key].duplicates) for spec in servers)
+    prefixes = {spec.key: spec.prefix for spec in servers}
+    return [visible(listed[target.server].tools[target.name], prefixes[target.server])
+            for name, target in routes.tools.items() if name not in routes.duplicates]
 
 
 async def _listing(target: StdioTarget | HttpTarget, mode: str, errlog: TextIO) -> list[dict[str, Any]]:
     async with Client(_transport(target, errlog), mode=cast(Any, mode), cache=None,
                       client_info=_CLIENT) as client:
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
+        async def page(cursor: str | None) -> object:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await client.session.send_request(types.ListToolsRequest(params=params),
+            return await client.session.send_request(types.ListToolsRequest(params=params),
                                                      cast(Any, _RAW))
-            tools.extend(_tools_of(target, page, len(tools)))
-            cursor = page.get("nextCursor")
-            if cursor is None:
-                return tools
-            if not isinstance(cursor, str):
-                raise InputError(f"{target.label}: tools/list nextCursor is not a string")
-        raise InputError(f"{target.label}: tools/list has more than {MAX_PAGES} pages")
-
-
-def _tools_of(target: StdioTarget | HttpTarget, page: dict[str, Any], seen: int) -> Iterator[dict[str, Any]]:
-    found = page.get("tools")
-    if not isinstance(found, list):
-        raise InputError(f"{target.label}: tools/list answered without a 'tools' list")
-    for index, tool in enumerate(found, seen):
-        if not isinstance(tool, dict):
-            raise InputError(f"{target.label}: tools/list entry #{index} is not an object")
-        yield tool
+        try:
+            return await every_page(page)
+        except ListingError as exc:
+            raise InputError(f"{target.label}: {exc}") from None
 
 
 def _transport(target: StdioTarget | HttpTarget, errlog: TextIO) -> Transport:

@@ -54,10 +54,11 @@ class CallerMemo:
     whole snapshot, whatever the number of tools and callers: when `maxsize` entries are held, it
     starts over."""
 
-    __slots__ = ("_items", "_maxsize")
+    __slots__ = ("_maxsize", "entries")
 
     def __init__(self, maxsize: int = 8192) -> None:
-        self._items: dict[Hashable, _Entry] = {}
+        # key -> (the principal, its ruling): `lookup` reads it, and so may a hot path, inline.
+        self.entries: dict[Hashable, _Entry] = {}
         self._maxsize = maxsize
 
     @staticmethod
@@ -83,7 +84,7 @@ class CallerMemo:
         return key
 
     def lookup(self, key: Hashable, principal: Principal) -> Ruling | None:
-        entry = self._items.get(key)
+        entry = self.entries.get(key)
         return entry[1] if entry is not None and entry[0] is principal else None
 
     def keep(self, key: Hashable, principal: Principal, ruling: Ruling) -> None:
@@ -92,6 +93,6 @@ class CallerMemo:
         for outcome in ruling[1]:
             if outcome.status is _ERROR or outcome.transient:
                 return
-        if len(self._items) >= self._maxsize:
-            self._items.clear()
-        self._items[key] = (principal, ruling)
+        if len(self.entries) >= self._maxsize:
+            self.entries.clear()
+        self.entries[key] = (principal, ruling)

@@ -14,9 +14,12 @@ edit (`report_v2` is not a typo of `report_v1`).
 
 from __future__ import annotations
 
+import logging
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger("mcp_preconditions.policy")
 
 # Letters that render like Latin ones in common fonts (Unicode's confusables, the usual subset).
 _LOOK_ALIKES = str.maketrans({
@@ -115,6 +118,32 @@ def check_tool_names(policy_names: Iterable[str], tool_names: Iterable[str]) -> 
         else:
             unmatched.append(name)
     return NameFindings(tuple(near), tuple(unmatched))
+
+
+def near_misses(policy_names: Iterable[str], tools: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The policy's `[tools.NAME]` keys that nearly match one of a server's tools, as (policy name,
+    tool) pairs: the rule of `check_tool_names`, hosted servers and gateways alike. `tools` maps
+    the name each tool is shown and decided under to the name its server knows it by: a policy
+    entry for a server's own name of a tool it shows under another (a prefix) is a near miss too,
+    as it would guard nothing. A name that is exactly one of the tools is never one."""
+    names = [n for n in policy_names if n not in tools]
+    missing = set(names)
+    return [*check_tool_names(names, tools).near_misses,
+            *((own, shown) for shown, own in tools.items() if own != shown and own in missing)]
+
+
+def host_problems(source: str, policy_names: Iterable[str], tools: Iterable[str]) -> tuple[str, ...]:
+    """A policy's `[tools.NAME]` keys against one server's own tool names: a problem line for each
+    near miss (the server refuses that policy), and a warning logged for each key that matches
+    nothing at all (`source`: the policy file, named in both)."""
+    host = {name: name for name in tools}
+    names = list(policy_names)
+    near = near_misses(names, host)
+    nearly = {name for name, _ in near}
+    for name in names:
+        if name not in host and name not in nearly:
+            log.warning("%s: tools.%s: names no tool of this server", source, name)
+    return tuple(near_miss_message(name, tool) for name, tool in near)
 
 
 def near_miss_message(policy_name: str, tool: str) -> str:

@@ -78,6 +78,23 @@ def ruling(outcomes: tuple[Outcome, ...]) -> Ruling:
     return bool(outcomes), outcomes
 
 
+class Refused(enum.StrEnum):
+    """Why a call was refused without its requirements being evaluated (`Guard.refuse`)."""
+
+    UNLISTED = "unlisted_tool"  # no such tool, a name listed twice, or one the policy does not expose
+    MALFORMED = "malformed_requirements"  # the tool's own requirements cannot be read or enforced
+    UNUSABLE = "policy_unusable"  # the policy cannot be applied to the server's tools (a near miss)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A refusal the guard did not evaluate: its kind, and the sentence a caller is told (which
+    names no policy entry, file or confidential requirement)."""
+
+    kind: Refused
+    said: str
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """One call's verdict: allowed only when every outcome is satisfied (fail closed)."""
@@ -89,6 +106,7 @@ class Decision:
     revision: str = ""
     duration_ns: int = 0
     confidential: frozenset[str] = field(default_factory=frozenset)
+    refusal: Refusal | None = None  # set when the call was refused without being evaluated
 
     @property
     def unmet(self) -> tuple[str, ...]:
@@ -137,9 +155,10 @@ class Decision:
 
     def denial_payload(self) -> dict[str, Any]:
         """SPEC §3 `structuredContent` of a denied call, with `retry_after_seconds` (SPEC §13) when
-        a disclosed quota is used up."""
+        a disclosed quota is used up; SPEC §10's `unlisted_tool` for a name refused as unlisted."""
+        unlisted = self.refusal is not None and self.refusal.kind is Refused.UNLISTED
         payload: dict[str, Any] = {
-            "error": "unmet_requirements",
+            "error": Refused.UNLISTED.value if unlisted else "unmet_requirements",
             "tool": self.tool,
             "unmet": list(self.disclosed_unmet),
             "withheld": self.withheld,
@@ -151,6 +170,10 @@ class Decision:
 
     def denial_text(self) -> str:
         """The human-readable text of a denied call; names no confidential requirement."""
+        refusal = self.refusal
+        if refusal is not None and refusal.kind is not Refused.MALFORMED:
+            return (refusal.said if refusal.kind is Refused.UNUSABLE
+                    else f"Tool '{self.tool}' was not run: {refusal.said}.")
         named = self.disclosed_unmet
         parts = [f"Tool '{self.tool}' was not run: unmet requirements"]
         parts.append(": " + ", ".join(named) if named else "")
@@ -160,6 +183,12 @@ class Decision:
         if retry is not None:
             parts.append(f". Retry after {f'{retry:.3f}'.rstrip('0').rstrip('.')} s")
         return "".join(parts) + "."
+
+
+# What a refusal the guard did not evaluate records as its one unmet requirement (`Guard.refuse`):
+# a tool whose own requirements cannot be read or enforced, and a policy unusable for the server.
+MALFORMED_REQUIREMENTS = "(malformed requirements)"
+POLICY_UNUSABLE = "(policy unusable)"
 
 
 # -- fast construction ---------------------------------------------------------------------------
@@ -188,7 +217,8 @@ class _DecisionFields:
     __slots__ = Decision.__slots__
 
     def __init__(self, tool: str, allowed: bool, outcomes: tuple[Outcome, ...], subject: str | None,
-                 revision: str, duration_ns: int, confidential: frozenset[str]) -> None:
+                 revision: str, duration_ns: int, confidential: frozenset[str],
+                 refusal: Refusal | None = None) -> None:
         self.tool = tool
         self.allowed = allowed
         self.outcomes = outcomes
@@ -196,14 +226,14 @@ class _DecisionFields:
         self.revision = revision
         self.duration_ns = duration_ns
         self.confidential = confidential
+        self.refusal = refusal
         self.__class__ = Decision  # type: ignore[assignment]
 
 
 # `Outcome(requirement, status, reason)` / `Decision(...)` with every field given, built without the
 # frozen-dataclass setattr cost (same values; ~4x cheaper). Typed as the classes they build.
 new_outcome: Callable[[str, Status, str, bool], Outcome] = _OutcomeFields  # type: ignore[assignment]
-new_decision: Callable[[str, bool, tuple[Outcome, ...], str | None, str, int, frozenset[str]],
-                       Decision] = _DecisionFields  # type: ignore[assignment]
+new_decision: Callable[..., Decision] = _DecisionFields  # type: ignore[assignment]
 
 
 class OutcomeMemo:

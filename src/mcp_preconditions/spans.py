@@ -5,6 +5,7 @@ opentelemetry-api (the `otel` extra, or any MCP SDK install).
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,7 +25,8 @@ class CurrentSpan:
         # `context().get(key)` is the current span, or None. A hot path may read it that way itself.
         self.key: object = keys[0] if len(keys) == 1 else _SPAN
         self.context: Callable[[], Mapping[Any, Any]] = (
-            context.get_current if len(keys) == 1 else lambda: {_SPAN: trace.get_current_span()})
+            _current_context(context) if len(keys) == 1
+            else lambda: {_SPAN: trace.get_current_span()})
         self.never_recording = trace.NonRecordingSpan  # what a server without tracing has
 
     def recording(self) -> Any:
@@ -34,3 +36,17 @@ class CurrentSpan:
         if span is None or span.__class__ is self.never_recording or not span.is_recording():
             return None
         return span
+
+
+def _current_context(context: Any) -> Callable[[], Mapping[Any, Any]]:
+    """`context.get_current`, or the `ContextVar.get` it ends in when the runtime context is the
+    API's default (contextvars): one C call instead of two Python ones, on every decision and every
+    hosted call (about 0.5 µs of an in-process call, bench_mcp)."""
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
+    current = (getattr(runtime, "_current_context", None)
+               if type(runtime) is ContextVarsRuntimeContext else None)
+    getter: Callable[[], Mapping[Any, Any]] = (
+        current.get if isinstance(current, contextvars.ContextVar) else context.get_current)
+    return getter

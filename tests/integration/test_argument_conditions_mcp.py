@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions import Credentials, Guard, Knowledge, Principal, parse_policy
 from mcp_preconditions.client import ARGUMENT_DEPENDENT_META_KEY
-from mcp_preconditions.integrations.client_mcp import RequirementsClient
+from mcp_preconditions.integrations.client_mcp import RequirementsClient, denial_of
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
 from tests.fixtures.mcp_servers import MODES, VERSIONS
 
@@ -52,8 +52,8 @@ async def test_one_tool_two_argument_sets_and_nothing_wrongly_learned(version: s
         allowed = await wrapped.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
         after = await wrapped.list_tools()
     assert denied.is_error
-    assert denied.structured_content == {"error": "unmet_requirements", "tool": "launch_rocket",
-                                         "unmet": ["capability:rocket.launch"], "withheld": 0}
+    assert denial_of(denied) == {"error": "unmet_requirements", "tool": "launch_rocket",
+                                 "unmet": ["capability:rocket.launch"], "withheld": 0}
     assert (denied.meta or {})[ARGUMENT_DEPENDENT_META_KEY] == ["capability:rocket.launch"]
     assert not allowed.is_error
     assert launched == ["Falcon 9"]  # the denied call never reached the handler

@@ -40,20 +40,25 @@ def subject_of(token: str) -> str:
     return str(claims.get("sub") or claims["client_id"])
 
 
-async def test_open_tool_calls_over_http_name_the_verified_caller(
-        oidc_server: OidcServer, tmp_path: Any) -> None:
-    token = oidc_server.token()
-    forged = token[:-4] + "AAAA"
-    with serve_http(oidc_policy(tmp_path, oidc_server)) as server:  # a fresh process: nothing cached
-        for sent in (token, token, forged, None):
+async def weather_records(policy: Any, token: str) -> list[tuple[str | None, bool, list[str]]]:
+    """`get_weather` called over HTTP by a fresh `serve` process with `token` twice, a forged copy
+    of it and none: (subject, allowed, unmet) of each call's decision record."""
+    with serve_http(policy) as server:  # a fresh process: nothing cached
+        for sent in (token, token, token[:-4] + "AAAA", None):
             async with Client(streamable_http_client(server.url, http_client=bearer(sent)),
                               mode="legacy") as client:
                 weather = await client.call_tool("get_weather", {})
                 assert weather.is_error is False
-        records = [r for r in decisions(server.output()) if r["tool"] == "get_weather"]
+        return [(r["subject"], r["allowed"], r["unmet"]) for r in decisions(server.output())
+                if r["tool"] == "get_weather"]
+
+
+async def test_open_tool_calls_over_http_name_the_verified_caller(
+        oidc_server: OidcServer, tmp_path: Any) -> None:
+    token = oidc_server.token()
     # First call: the token is verified to name its caller; second: the cached answer; a forged
     # token and no token: no caller known, and the open tool runs all the same.
-    assert [(r["subject"], r["allowed"], r["unmet"]) for r in records] == [
+    assert await weather_records(oidc_policy(tmp_path, oidc_server), token) == [
         (subject_of(token), True, []), (subject_of(token), True, []), (None, True, []),
         (None, True, [])]
 
@@ -72,3 +77,15 @@ async def test_open_tool_calls_over_stdio_name_the_claims_caller(tmp_path: Any) 
     subject = json.loads(claims.read_text(encoding="utf-8"))["sub"]
     assert [(r["tool"], r["subject"], r["allowed"]) for r in records] == [
         ("get_weather", subject, True), ("launch_rocket", subject, True)]
+
+
+async def test_a_call_decided_by_static_requirements_names_the_verified_caller(
+        oidc_server: OidcServer, tmp_path: Any) -> None:
+    """Issue 29, item 2: a tool whose requirements are all static (`env:`) is decided without the
+    caller, but its record names the caller whose token was verified, allowed calls included."""
+    token = oidc_server.token()
+    policy = oidc_policy(tmp_path, oidc_server,
+                         extra='\n[tools.get_weather]\nrequirements = ["env:production"]\n')
+    assert await weather_records(policy, token) == [
+        (subject_of(token), True, []), (subject_of(token), True, []), (None, True, []),
+        (None, True, [])]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.inspector import ERAS, inspector
+from tests.fixtures.inspector import ERAS, inspector, run_inspector
 from tests.fixtures.mcp_servers import MISSION_POLICY, ROOT, ServeProcess
 from tests.fixtures.oidc import OidcServer
 
@@ -88,3 +88,36 @@ def test_inspector_over_stdio(tmp_path: Path, era: str) -> None:
     assert code == 0
     assert weather["result"]["content"] == [{"type": "text",
                                              "text": "Clear skies, wind 5 kn from the west."}]
+
+
+# --- hosted denials a strict client accepts (issue 29, item 4) -----------------------------------------
+@pytest.mark.parametrize("era", list(ERAS))
+@pytest.mark.parametrize("flavour", ["fastmcp", "mcpserver"])
+def test_inspector_shows_the_denial_of_an_ordinary_str_tool(tmp_path: Path, flavour: str,
+                                                            era: str) -> None:
+    """FastMCP and the SDK's MCPServer give every `-> str` tool an outputSchema; the Inspector
+    validates structuredContent against it even on an error. The hosted denial carries its payload
+    under `_meta`, as the gateway's does: the Inspector shows the denial, no validation error."""
+    from mcp_types import CallToolResult
+
+    from mcp_preconditions.client import DENIAL_META_KEY
+    from mcp_preconditions.integrations.client_mcp import denial_of
+
+    target = ["--", sys.executable, "-m", "tests.fixtures.str_tools", flavour]
+    code, out, errors = run_inspector(tmp_path, "--protocol-era", era, "--method", "tools/call",
+                                      "--tool-name", "launch", "--tool-arg", "vehicle=Electron",
+                                      *target)
+    assert "must have required property" not in out.decode() + errors
+    assert code == 5  # the Inspector's exit code for a tool result with isError
+    result = json.loads(out)["result"]
+    payload = {"error": "unmet_requirements", "tool": "launch", "unmet": ["env:production"],
+               "withheld": 0}
+    assert result["isError"] is True and "structuredContent" not in result
+    assert result["content"] == [{"type": "text", "text": "Tool 'launch' was not run: unmet "
+                                                          "requirements: env:production."}]
+    assert result["_meta"][DENIAL_META_KEY] == payload
+    assert denial_of(CallToolResult.model_validate(result)) == payload
+    code, weather = inspector(tmp_path, "--protocol-era", era, "--method", "tools/call",
+                              "--tool-name", "weather", *target)
+    assert code == 0
+    assert weather["result"]["structuredContent"] == {"result": "Clear skies."}

@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_preconditions.drivers.reload import PolicyReloader
 from mcp_preconditions.errors import RequirementError
 from mcp_preconditions.guard import Guard
+from mcp_preconditions.integrations.client_mcp import denial_of
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.integrations.mcp_sdk import (
     GuardedMCPServer,
@@ -42,8 +43,13 @@ def staging_guard(extra: bytes = b"") -> Guard:
 
 
 def unmet(result: Any) -> list[str] | None:
-    """The unmet list of a denial (None: the call was allowed)."""
-    return result.structured_content["unmet"] if result.is_error else None
+    """The unmet list of a denial (None: the call was allowed), wherever the tool's shape puts it
+    (`_meta` for a tool with an outputSchema, as every `-> str` tool of MCPServer and fastmcp)."""
+    if not result.is_error:
+        return None
+    denial = denial_of(result)
+    assert denial is not None, result
+    return list(denial["unmet"])
 
 
 def advertised(tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -220,17 +226,20 @@ async def test_a_lowlevel_list_handlers_mirror_is_enforced_before_any_list(versi
     assert ran == ["a"]
 
 
-async def test_a_lowlevel_tool_with_a_malformed_mirror_is_never_run() -> None:
+async def test_a_lowlevel_tool_with_a_malformed_mirror_is_refused_and_never_run() -> None:
+    """What the gateway does with a server's unreadable list (SPEC §10): the tool is listed without
+    requirements, its calls are refused, and the other tools work."""
     ran: list[str] = []
-    server = lowlevel([tool("launch_rocket", "env:production")], ran)
+    server = lowlevel([tool("launch_rocket", "env:production"), tool("a")], ran)
     guard_server(server, staging_guard())
     async with Client(server) as client:
-        with pytest.raises(MCPError, match="the guard refuses this tool list: tool "
-                                           "'launch_rocket': _meta"):
-            await client.call_tool("launch_rocket", {})
-        with pytest.raises(MCPError, match="refuses this tool list"):
-            await client.list_tools()
-    assert ran == []
+        refused = await client.call_tool("launch_rocket", {})
+        listed = advertised(await raw_tools(client.session))
+        open_ = await client.call_tool("a", {})
+    assert unmet(refused) == ["(malformed requirements)"]
+    assert listed == {"launch_rocket": (None, None), "a": (None, None)}
+    assert unmet(open_) is None
+    assert ran == ["a"]
 
 
 def failing_list(ran: list[str], how: str) -> Server[Any]:
@@ -249,7 +258,8 @@ def failing_list(ran: list[str], how: str) -> Server[Any]:
 
 
 @pytest.mark.parametrize(("how", "message"), [
-    ("raises", "Internal"), ("never ends", "the server's tools/list has over 1000 pages")])
+    ("raises", "Internal"),
+    ("never ends", "the guard could not read the server's tools: tools/list has more than 1000 pages")])
 async def test_a_lowlevel_list_that_cannot_be_read_refuses_the_call(how: str, message: str) -> None:
     ran: list[str] = []
     server = failing_list(ran, how)
@@ -300,15 +310,19 @@ def flavours(guard: Guard, ran: list[str]) -> dict[str, tuple[Any, Preconditions
 
 
 @pytest.mark.parametrize("flavour", ["MCPServer", "lowlevel", "fastmcp"])
-async def test_a_near_miss_policy_name_refuses_to_serve(flavour: str,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_near_miss_policy_name_refuses_every_call_and_says_why(
+        flavour: str, caplog: pytest.LogCaptureFixture) -> None:
+    """As the gateway does (SPEC §10): the server lists its tools, refuses every call with the
+    unusable policy's one line (naming neither the policy nor its entries), and logs why."""
     ran: list[str] = []
     target, _ = flavours(staging_guard(NEAR_MISS), ran)[flavour]
     async with Client(target) as client:
-        with pytest.raises(MCPError, match="Internal"):
-            await client.call_tool("launch_rocket", {})
-        with pytest.raises(MCPError, match="Internal"):
-            await client.list_tools()
+        listed = [t.name for t in (await client.list_tools()).tools]
+        refused = await client.call_tool("launch_rocket", {})
+    assert listed == ["launch_rocket"]
+    assert refused.is_error is True
+    assert refused.structured_content is None and denial_of(refused) is None
+    assert [c.text for c in refused.content] == ["the server's policy is unusable"]
     assert ran == []
     assert 'tools."Launch_Rocket": names no tool, but nearly matches the tool "launch_rocket"' in (
         caplog.text)

@@ -205,9 +205,10 @@ def test_a_policy_with_a_bad_tool_requirement_refuses_to_start() -> None:
                                  f"(expected NAMESPACE:..., {KNOWN})")
 
 
-async def test_a_hosted_tool_with_an_output_schema_keeps_the_denial_in_structured_content() -> None:
-    """What the README says: a hosted server puts the refusal's payload in structuredContent even
-    for a tool that declares an outputSchema (the gateway moves it under `_meta`)."""
+async def test_a_hosted_tool_with_an_output_schema_gets_its_denial_under_meta() -> None:
+    """SPEC §3: a tool that declares an outputSchema gets the gateway's denial shape (payload under
+    `_meta`, no structuredContent a strict client would validate against the schema)."""
+    from mcp_preconditions.client import DENIAL_META_KEY
     from mcp_preconditions.integrations.client_mcp import denial_of
 
     guard = small_guard()
@@ -231,5 +232,6 @@ async def test_a_hosted_tool_with_an_output_schema_keeps_the_denial_in_structure
             assert listed[name].output_schema is not None
             denied = await client.call_tool(name, {})
         payload = {"error": "unmet_requirements", "tool": name, "unmet": ["env:staging"], "withheld": 0}
-        assert (denied.is_error, denied.structured_content) == (True, payload)
+        assert (denied.is_error, denied.structured_content) == (True, None)
+        assert denied.meta is not None and denied.meta[DENIAL_META_KEY] == payload
         assert denial_of(denied) == payload

@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions.errors import RequirementError
 from mcp_preconditions.guard import Guard
+from mcp_preconditions.integrations.client_mcp import denial_of
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer, guard_server, requires
 from mcp_preconditions.policy.load import parse_policy
@@ -52,7 +53,7 @@ async def test_a_renamed_fastmcp_tool_is_guarded_and_listed_under_its_name(versi
         tools = listed(await raw_tools(client.session))
         denied = await client.call_tool("launch", {})
     assert tools == {"launch": ["env:staging"]}
-    assert denied.structured_content == UNMET
+    assert denial_of(denied) == UNMET
     assert ran == []
     assert pre.guard.tool_names() == ["launch"]  # nothing registered under the function's name
 
@@ -74,7 +75,7 @@ async def test_a_mounted_tool_is_guarded_under_its_prefixed_name() -> None:
         tools = listed([t.model_dump(by_alias=True) for t in await client.list_tools()])
         denied = await client.call_tool_mcp("ns_launch", {})
     assert tools == {"ns_launch": ["env:staging"]}
-    assert denied.structured_content == {**UNMET, "tool": "ns_launch"}
+    assert denial_of(denied) == {**UNMET, "tool": "ns_launch"}
     assert ran == []
 
 
@@ -91,7 +92,7 @@ async def test_a_transformed_tool_keeps_the_requirements_of_the_tool_it_wraps() 
     app.add_tool(Tool.from_tool(Tool.from_function(launch_rocket), name="launch"))
     async with FastMCPClient(app) as client:
         denied = await client.call_tool_mcp("launch", {})
-    assert denied.structured_content == UNMET
+    assert denial_of(denied) == UNMET
     assert ran == []
 
 
@@ -108,7 +109,7 @@ async def test_requires_above_the_fastmcp_tool_decorator_is_enforced() -> None:
 
     async with FastMCPClient(app) as client:
         denied = await client.call_tool_mcp("launch", {})
-    assert denied.structured_content == UNMET
+    assert denial_of(denied) == UNMET
     assert ran == []
 
 
@@ -162,7 +163,7 @@ async def test_requires_above_the_tool_decorator_is_registered_and_enforced(vers
         tools = listed(await raw_tools(client.session))
         denied = await client.call_tool("launch", {})
     assert tools == {"launch": ["env:staging"]}
-    assert denied.structured_content == UNMET
+    assert denial_of(denied) == UNMET
     assert ran == []
 
 
@@ -190,7 +191,7 @@ async def test_requirements_put_on_a_tool_function_later_are_checked_at_call_tim
     launch.__mcp_requirements__ = ("env:staging",)  # type: ignore[attr-defined]
     async with Client(server) as client:
         denied = await client.call_tool("launch", {})
-    assert denied.structured_content == UNMET
+    assert denial_of(denied) == UNMET
     assert ran == []
 
 
@@ -217,7 +218,7 @@ async def test_a_tools_call_handler_added_after_guard_server_is_guarded(version:
         denied = await client.call_tool("launch", {})
         other = await client.call_tool("weather", {})
     assert denied.is_error is True
-    assert denied.structured_content == UNMET
+    assert denial_of(denied) == UNMET
     assert other.is_error is False  # a tool without requirements still runs
     assert ran == ["weather"]
 
@@ -255,5 +256,5 @@ async def test_a_function_requirement_the_policy_also_lists_survives_a_reload() 
         assert (await client.call_tool_mcp("launch", {})).is_error is True
         await pre.reload(parse_policy(b"", "p.toml"))
         denied = await client.call_tool_mcp("launch", {})
-    assert denied.structured_content == UNMET
+    assert denial_of(denied) == UNMET
     assert ran == []

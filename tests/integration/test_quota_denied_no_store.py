@@ -18,6 +18,7 @@ from mcp import Client
 
 from mcp_preconditions import ANONYMOUS, Credentials, Guard, Principal, parse_policy
 from mcp_preconditions.client import DENIAL_ERRORS_META_KEY
+from mcp_preconditions.integrations.client_mcp import denial_of
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
 from tests.fixtures.mcp_servers import run_asgi
 from tests.fixtures.redis import RedisServer
@@ -93,8 +94,8 @@ async def test_refused_callers_and_listings_send_redis_nothing(
                            (observer, ["auth:claim:role:mission_control"])):
             async with Client(f"{url}/mcp", mode="auto") as client:
                 results = await asyncio.gather(*(client.call_tool("launch", {}) for _ in range(20)))
-                assert all(r.is_error and r.structured_content["unmet"] == unmet for r in results)
-                assert all("retry_after_seconds" not in r.structured_content
+                assert all(r.is_error and denial_of(r)["unmet"] == unmet for r in results)
+                assert all("retry_after_seconds" not in denial_of(r)
                            and DENIAL_ERRORS_META_KEY not in (r.meta or {}) for r in results)
                 for _ in range(3):  # the tool is hidden for its role, never for its quota
                     assert [t.name for t in (await client.list_tools()).tools] == ["status"]

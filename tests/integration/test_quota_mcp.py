@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions import Credentials, Guard, Knowledge, Principal, parse_policy
 from mcp_preconditions.client import TRANSIENT_META_KEY
-from mcp_preconditions.integrations.client_mcp import RequirementsClient
+from mcp_preconditions.integrations.client_mcp import RequirementsClient, denial_of
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
 from tests.fixtures.mcp_servers import MODES, VERSIONS, run_asgi
 
@@ -53,9 +53,9 @@ def refusals(results: list[Any]) -> list[dict[str, Any]]:
     out = []
     for result in results:
         if result.is_error:
-            assert result.structured_content["unmet"] == ["quota:launch.hourly"]
+            assert denial_of(result)["unmet"] == ["quota:launch.hourly"]
             assert (result.meta or {})[TRANSIENT_META_KEY] == ["quota:launch.hourly"]
-            out.append(result.structured_content)
+            out.append(denial_of(result))
     return out
 
 
@@ -67,8 +67,8 @@ async def test_twenty_concurrent_calls_run_the_tool_three_times_over_http(versio
         async with Client(f"{observer}/mcp", mode=MODES[version]) as client:
             for _ in range(10):  # denied for the role: no unit taken
                 denied = await client.call_tool("launch", {})
-                assert denied.structured_content["unmet"] == ["auth:claim:role:mission_control"]
-                assert "retry_after_seconds" not in denied.structured_content
+                assert denial_of(denied)["unmet"] == ["auth:claim:role:mission_control"]
+                assert "retry_after_seconds" not in denial_of(denied)
         async with Client(f"{operator}/mcp", mode=MODES[version]) as client:
             results = await asyncio.gather(*(client.call_tool("launch", {}) for _ in range(20)))
     assert ran == ["mission_control"] * 3

@@ -16,6 +16,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from mcp_preconditions.integrations._server import Preconditions
 from mcp_preconditions.telemetry import Metrics, metrics_route
 from tests.fixtures.mcp_servers import FLAVOURS, ROOT, Flavour, run_asgi, server_env, small_guard
 from tests.fixtures.otlp import OtlpReceiver
@@ -123,4 +124,6 @@ def test_the_http_traceparent_wrapper_costs_in_process_calls_nothing() -> None:
     assert sum(isinstance(m, TraceHeaderContext) for m in chain) == 1
     for name in ("lowlevel", "fastmcp"):  # their HTTP apps are built beyond our reach: wrapped now
         server = FLAVOURS[name](small_guard()).target
-        assert sum(isinstance(m, TraceHeaderContext) for m in server.middleware) == 1
+        layers = [*server.middleware, *(m.inner for m in server.middleware  # fastmcp: inside ours
+                                        if isinstance(m, Preconditions))]
+        assert sum(isinstance(m, TraceHeaderContext) for m in layers) == 1

@@ -23,6 +23,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions.guard import Guard
+from mcp_preconditions.integrations.client_mcp import denial_of
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer, guard_server, requires
 from mcp_preconditions.policy.load import parse_policy
@@ -163,9 +164,13 @@ def start_lowlevel(case: Case) -> Built:
     def register(reg: Registration) -> None:  # code requirements are given by name here
         pre.requires(*reg.code, name=reg.name)(function(built, reg))
         built.declare(reg)
-        entries.append({"name": reg.name, "inputSchema": {"type": "object"},
-                        **({"_meta": meta_of(reg)} if reg.mirror is not None else {})})
         built.extra[reg.name] = merge(built.extra.get(reg.name, ()), reg.mirror or ())
+        # One entry per name (a name listed twice is refused, SPEC §10: tests/integration/
+        # test_one_rule_set.py), carrying every mirror registered for it.
+        entries[:] = [e for e in entries if e["name"] != reg.name]
+        entries.append({"name": reg.name, "inputSchema": {"type": "object"},
+                        **({"_meta": {META_KEY: list(built.extra[reg.name])}}
+                           if built.extra[reg.name] or reg.mirror is not None else {})})
         built.runs.setdefault(reg.name, reg)
 
     built.register = register
@@ -214,8 +219,10 @@ async def refusal(client: Client, name: str) -> Refusal | None:
         result = await client.call_tool(name, {})
         if not result.is_error:
             return None
-        return Refusal(frozenset(result.structured_content["unmet"]),
-                       result.structured_content["withheld"])
+        denial = denial_of(result)  # under `_meta` for a tool that declares an outputSchema
+        if denial is None:  # refused without a payload: the policy is unusable for the server
+            return Refusal(frozenset({"<refused>"}), 0)
+        return Refusal(frozenset(denial["unmet"]), denial["withheld"])
     return Refusal(frozenset({"<refused>"}), 0)
 
 

@@ -20,7 +20,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from mcp.server.lowlevel.server import Server
-from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions.errors import PolicyError
 from mcp_preconditions.guard import Guard
@@ -182,15 +181,16 @@ def serve(flavour: str, guard: Guard, tool: str, ran: list[str]) -> tuple[Any, P
 
 
 async def near_miss_case(flavour: str, tool: str, variant: str) -> tuple[int, int]:
-    """At start: the server refuses every call and list. On reload from the exact name: the old
-    policy stays and still denies. Returns (calls, wrongly allowed)."""
+    """At start: the server lists its tools and refuses every call (the policy is unusable for it,
+    SPEC §10). On reload from the exact name: the old policy stays and still denies. Returns
+    (calls, wrongly allowed)."""
     ran: list[str] = []
     bad = parse_policy(near_miss_policy(variant), "policy.toml")
     target, _ = serve(flavour, Guard(bad, entry_points=False), tool, ran)
     async with Client(target) as client:
         refused = await call(client, tool) == {"<refused>"}
-        with pytest.raises(MCPError):
-            await client.list_tools()
+        assert [t.name for t in (await client.list_tools()).tools] == [tool]
+        refused = refused and await call(client, tool) == {"<refused>"}
     good = parse_policy(near_miss_policy(tool), "policy.toml")
     guard = Guard(good, entry_points=False)
     target, pre = serve(flavour, guard, tool, ran)

@@ -20,6 +20,8 @@ from mcp_preconditions import (
     Outcome,
     PolicyError,
     Principal,
+    Refusal,
+    Refused,
     RequirementError,
     parse_policy,
 )
@@ -374,3 +376,54 @@ def test_a_failing_fast_path_leaves_the_open_tool_allowed_and_unnamed() -> None:
                   entry_points=False)
     decision = asyncio.run(guard.check("open", Credentials(token="t-alice")))
     assert (decision.allowed, decision.subject) == (True, None)
+
+
+def test_a_call_decided_by_static_requirements_names_its_verified_caller() -> None:
+    """Issue 29, item 2: `env:` decides the call whoever calls, and the record still names the
+    caller whose token is verified (once, then from the cache), allowed or denied."""
+    verifier = CountingVerifier()
+    seen: list[Decision] = []
+    guard = Guard(parse_policy(b'environment = ["staging"]\n', "p.toml"),
+                  {"stage": ["env:staging"], "prod": ["env:production"]}, authenticator=verifier,
+                  entry_points=False)
+    guard.recorder.record = seen.append  # type: ignore[method-assign]
+    first = guard.check_now("stage", Credentials(token="t-alice"))  # verified, to name its caller
+    assert not isinstance(first, Decision)
+    assert asyncio.run(first).subject == "alice"
+    denied = guard.check_now("prod", Credentials(token="t-alice"))  # from the cache, at once
+    assert isinstance(denied, Decision) and (denied.allowed, denied.subject) == (False, "alice")
+    assert asyncio.run(guard.check("stage", Credentials(token="forged"))).subject is None
+    assert [(d.tool, d.subject, d.allowed) for d in seen] == [
+        ("stage", "alice", True), ("prod", "alice", False), ("stage", None, True)]
+    assert verifier.calls == 2
+
+
+def test_a_refusal_is_recorded_like_any_decision() -> None:
+    """`Guard.refuse`: a call refused without being evaluated names its caller as `check` does (a
+    token verified, then cached), the revision in force and the time it took; its outcome says
+    why for the record, its denial says only what the caller may read."""
+    verifier = CountingVerifier()
+    seen: list[Decision] = []
+    guard = Guard(parse_policy(b'confidential = ["env:x"]\n', "p.toml"), authenticator=verifier,
+                  entry_points=False)
+    guard.recorder.record = seen.append  # type: ignore[method-assign]
+    alice = Credentials(token="t-alice")
+    unusable = Refusal(Refused.UNUSABLE, "the server's policy is unusable")
+    malformed = Refusal(Refused.MALFORMED, "its requirements cannot be read")
+    refused = [asyncio.run(guard.refuse("a", alice, unusable)),
+               asyncio.run(guard.refuse("b", alice, malformed, "tool 'b': _meta is garbage")),
+               asyncio.run(guard.refuse("c", ANONYMOUS, Refusal(Refused.UNLISTED, "nobody lists it")))]
+    assert seen == refused
+    assert [(d.subject, d.allowed, d.unmet, d.errors, d.revision) for d in refused] == [
+        ("alice", False, ("(policy unusable)",), ("(policy unusable)",), guard.revision),
+        ("alice", False, ("(malformed requirements)",), (), guard.revision),
+        (None, False, (), (), guard.revision)]
+    assert refused[1].outcomes[0].reason == "tool 'b': _meta is garbage"
+    assert all(d.duration_ns > 0 for d in refused)
+    assert [d.denial_text() for d in refused] == [
+        "the server's policy is unusable",
+        "Tool 'b' was not run: unmet requirements: (malformed requirements).",
+        "Tool 'c' was not run: nobody lists it."]
+    assert refused[2].denial_payload() == {"error": "unlisted_tool", "tool": "c", "unmet": [],
+                                           "withheld": 0}
+    assert verifier.calls == 1

@@ -165,7 +165,7 @@ def test_the_memo_is_bounded() -> None:
         memo.keep(id(p), p, (True, (Outcome.satisfied("auth:oauth2"),)))
     assert memo.lookup(id(principals[0]), principals[0]) is None
     assert memo.lookup(id(principals[4]), principals[4]) is not None
-    assert len(memo._items) <= 3
+    assert len(memo.entries) <= 3
 
 
 def test_conditions_of_grants_are_what_a_capability_depends_on() -> None:

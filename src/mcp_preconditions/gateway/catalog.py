@@ -1,21 +1,19 @@
 """One server's listings as the gateway knows them (tools, prompts, resources, resource templates):
-the last good answer of each, refreshed one at a time. The server's list is untrusted input: a
-tool name listed twice, or requirements that cannot be read, are recorded here so that calls to
-them are refused (SPEC §10).
+the last good answer of each, refreshed one at a time. The tools listing is read by the rules every
+server shares (`toolset.read_listing`): a name listed twice, or requirements that cannot be read,
+are kept here so that calls to them are refused (SPEC §10).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 
-from ..errors import RequirementError
-from ..wire import wire_requirements
+from ..toolset import Listed, read_listing
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -116,10 +114,7 @@ class Catalog:
     def __init__(self, key: str, fetch: Callable[[str, str], Awaitable[list[dict[str, Any]]]],
                  tools_changed: Callable[[], None], other_changed: Callable[[], None]) -> None:
         self.key = key
-        self.tools: dict[str, dict[str, Any]] = {}  # name -> definition (the first copy)
-        self.duplicates: frozenset[str] = frozenset()  # names listed more than once: refused
-        self.own: dict[str, tuple[str, ...]] = {}  # name -> the requirements it carries itself
-        self.broken: dict[str, str] = {}  # name -> why its requirements cannot be read
+        self.listed = read_listing(())  # its last tools listing, read
         self._tools_changed = tools_changed
         self.listings = {
             "tools": Listing("tools", lambda: fetch("tools/list", "tools"), self.apply_tools),
@@ -138,25 +133,21 @@ class Catalog:
             return None
         return [i[field] for i in items if isinstance(i.get(field), str)]
 
+    @property
+    def tools(self) -> Mapping[str, Mapping[str, Any]]:
+        """Each tool's definition (its first copy), by the server's name for it."""
+        return self.listed.tools
+
+    @property
+    def duplicates(self) -> frozenset[str]:
+        """The names the server lists more than once: refused."""
+        return self.listed.duplicates
+
     def apply_tools(self, items: list[dict[str, Any]]) -> None:
         """A new tools listing: definitions, duplicates, and the requirements each carries."""
-        named = [t for t in items if isinstance(t.get("name"), str)]
-        counts = Counter(t["name"] for t in named)
-        tools: dict[str, dict[str, Any]] = {}
-        own: dict[str, tuple[str, ...]] = {}
-        broken: dict[str, str] = {}
-        for tool in named:
-            name = tool["name"]
-            if name in tools:
-                continue
-            tools[name] = tool
-            try:  # execution.requirements ∪ the _meta mirror; garbage is never "no requirements"
-                own[name] = wire_requirements(tool)
-            except RequirementError as exc:
-                broken[name] = str(exc)
-        duplicates = frozenset(n for n, c in counts.items() if c > 1)
-        for name in sorted(duplicates - self.duplicates):
-            log.error("server %s lists the tool %r %d times: every call to it is refused until "
-                      "it lists it once", self.key, name, counts[name])
-        self.tools, self.own, self.broken, self.duplicates = tools, own, broken, duplicates
+        listed: Listed = read_listing(items)
+        for name in sorted(listed.duplicates - self.listed.duplicates):
+            log.error("server %s lists the tool %r more than once: every call to it is refused "
+                      "until it lists it once", self.key, name)
+        self.listed = listed
         self._tools_changed()

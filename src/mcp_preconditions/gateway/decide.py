@@ -1,25 +1,27 @@
-"""`tools/call` and `tools/list` through the gateway: every call decided by the guard before it goes
-to its server; an allowed call's result is the server's own, a refused one the SPEC §3 denial (or
-`unlisted_tool`); a server that fails mid-call gives a tool error, never an allow. A listing shows
-each routable tool under its visible name with the requirements it advertises.
+"""`tools/call` and `tools/list` through the gateway, by the rules every server shares (`toolset`,
+`denials`, `Guard.refuse`): every call decided by the guard before it goes to its server; an allowed
+call's result is the server's own, a refused one the SPEC §3 denial (or `unlisted_tool`); a server
+that fails mid-call gives a tool error, never an allow. A listing shows each routable tool under its
+visible name with the requirements it advertises; a caller whose list changed is told so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
-from ..client import DENIAL_META_KEY
 from ..denials import DENIAL_CODE, denial_error_data, denial_result, denial_text
 from ..guard import Guard
-from ..outcomes import Decision, Outcome, new_decision
+from ..outcomes import Decision, Refusal, Refused
 from ..policy.model import Policy
 from ..principal import Credentials
 from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
-from ..wire import with_requirements
-from . import bridge
+from ..toolset import Views, advertise, refused, seen, shown_names
+from . import bridge, jsonrpc
 from .downstream.clients import Call
+from .downstream.listen import SUBSCRIPTION_ID_META_KEY
 from .fleet import UNUSABLE, Fleet, Member
 from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 from .route import visible
@@ -31,12 +33,12 @@ Forward = Callable[[Call, Member, str, Mapping[str, Any] | None],
                    Awaitable[dict[str, Any]]]
 # Errors that mean "the server failed", not "the server refused": a tool error, not JSON-RPC.
 _SERVER_FAULTS = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR})
-MALFORMED = "(malformed requirements)"
-UNUSABLE_POLICY = "(policy unusable)"
+LIST_CHANGED = "notifications/tools/list_changed"
 
 
 class Decide:
-    """Decides and forwards the tool calls of one gateway, and lists its tools."""
+    """Decides and forwards the tool calls of one gateway, lists its tools, and tells each caller
+    whose list changed."""
 
     def __init__(self, guard: Guard, fleet: Fleet, policy: Callable[[], Policy],
                  connect_wait: Callable[[], float], telemetry: GatewayTelemetry) -> None:
@@ -45,6 +47,7 @@ class Decide:
         self._policy = policy
         self._connect_wait = connect_wait
         self._telemetry = telemetry
+        self.views = Views()  # the callers shown a list: 2025-11-25 connections, listen streams
 
     def listed(self, name: str) -> bool:
         """Whether `[gateway] unlisted_tools` lets this tool be called at all: under "deny", only
@@ -54,25 +57,89 @@ class Decide:
         return (policy.gateway.unlisted_tools == "allow" or name in policy.tools
                 or bool(self._guard.requirements_for(name)))
 
+    def refusal(self, name: str) -> tuple[Refusal, str] | None:
+        """Why every call to a routable tool is refused whoever calls (`toolset.refused`, and
+        `[gateway] unlisted_tools`), and what the record says; None: the guard decides."""
+        fleet = self._fleet
+        target = fleet.routes.tools[name]
+        member = fleet.members[target.server]
+        found = refused(unusable=UNUSABLE if member.problem is not None else None,
+                        twice=name in fleet.routes.duplicates,
+                        malformed=member.catalog.listed.unreadable.get(target.name)
+                        or fleet.invalid.get(name))
+        if found is None and not self.listed(name):
+            return Refusal(Refused.UNLISTED, "the policy lists no requirements for it"), ""
+        return found
+
     # -- tools/list --------------------------------------------------------------------------------
-    async def tools(self, credentials: Credentials) -> list[dict[str, Any]]:
+    async def _shown(self, credentials: Credentials) -> list[str]:
+        """The visible names this caller's `tools/list` shows (`toolset.shown_names`)."""
+        routes = self._fleet.routes
+        names = [n for n in routes.tools if n not in routes.duplicates]
+        filtering = self._policy().guard.list_filtering
+        refused = {n for n in names if self.refusal(n) is not None} if filtering else ()
+        return await shown_names(self._guard, names, credentials, filtering=filtering,
+                                 refused=refused)
+
+    async def view(self, credentials: Credentials) -> Hashable:
+        return seen(self._guard, await self._shown(credentials))
+
+    async def tools(self, call: Call, credentials: Credentials) -> list[dict[str, Any]]:
         """Every routable tool under its visible name, carrying its advertised requirements (the
         effective ones less the confidential). With `[guard] list_filtering`, only those this
         caller may call."""
-        routes = self._fleet.routes
-        names = [n for n in routes.tools if n not in routes.duplicates]
-        if self._policy().guard.list_filtering:
-            allowed = set(await self._guard.callable_tools(credentials, names))
-            names = [n for n in names if n in allowed and self.listed(n)]
-        advertised = self._guard.advertised_for
-        out = []
-        for name in names:
-            target = routes.tools[name]
-            member = self._fleet.members[target.server]
-            tool = member.catalog.tools.get(target.name)
-            if tool is not None:
-                out.append(with_requirements(visible(tool, member.spec.prefix), advertised(name)))
-        return out
+        shown = await self._shown(credentials)
+        await self.watch(call, credentials, shown)
+        return advertise(self._guard, ((name, self._definition(name)) for name in shown))
+
+    async def watch(self, call: Call, credentials: Credentials, shown: list[str] | None = None
+                    ) -> None:
+        """Watch a 2025-11-25 connection from its first request on (the gateway's `handle`) with
+        what it would be shown (`shown`, when just computed), and again at each `tools/list` with
+        the credentials it used: it is told when that changes, on its standalone channel."""
+        client = call.client
+        if client is None or call.modern:
+            return
+        key = id(client)
+        if shown is None:
+            if key in self.views:
+                return
+            shown = await self._shown(credentials)
+
+        async def notify() -> None:  # on its standalone channel, once it has opened one
+            sink = client.standalone
+            if sink is not None:
+                sink.push(jsonrpc.notification(LIST_CHANGED, {}))
+        if self.views.watch(key, credentials, seen(self._guard, shown), notify):
+            client.on_close.append(lambda: self.views.drop(key))
+
+    def _definition(self, name: str) -> dict[str, Any]:
+        """A routable tool's definition as its server listed it, under its visible name."""
+        target = self._fleet.routes.tools[name]
+        member = self._fleet.members[target.server]
+        return visible(member.catalog.tools[target.name], member.spec.prefix)
+
+    @contextlib.asynccontextmanager
+    async def watching(self, call: Call, credentials: Credentials) -> AsyncIterator[None]:
+        """A 2026-07-28 listen stream that asked for tool list changes, watched while it is open:
+        its own `list_changed` comes when what its caller would be shown changes."""
+        asked = (call.params or {}).get("notifications")
+        if not (isinstance(asked, dict) and asked.get("toolsListChanged")):
+            yield
+            return
+        key = object()
+
+        async def notify() -> None:
+            call.notify(LIST_CHANGED, {"_meta": {SUBSCRIPTION_ID_META_KEY: call.id}})
+        self.views.watch(key, credentials, await self.view(credentials), notify)
+        try:
+            yield
+        finally:
+            self.views.drop(key)
+
+    async def tools_changed(self) -> int:
+        """The tools, a listing or the policy changed: tell each watched caller whose view changed."""
+        return await self.views.refresh(self.view)
 
     # -- tools/call --------------------------------------------------------------------------------
     async def call(self, ctx: Call, name: str, arguments: Any,
@@ -90,28 +157,20 @@ class Decide:
         if target is None:
             why = ("two servers list a tool of that name" if name in fleet.routes.collisions
                    else "no server lists a tool of that name")
-            return await self._unlisted(NO_SERVER, name, version, why, credentials)
+            refused = await self._guard.refuse(name, credentials, Refusal(Refused.UNLISTED, why))
+            return self._refuse(NO_SERVER, refused, version)
         server = target.server
-        member = fleet.members[server]
-        if member.problem is not None:
-            refused = await self._refusal(name, UNUSABLE_POLICY, UNUSABLE, credentials, error=True)
-            self._telemetry.decided(server, refused)
-            return bridge.downstream_result("tools/call", _fault(UNUSABLE), version)
-        if name in fleet.routes.duplicates:
-            return await self._unlisted(server, name, version, "its server lists more than one tool "
-                                                               "of that name", credentials)
-        broken = member.catalog.broken.get(target.name) or fleet.invalid.get(name)
-        if broken is not None:
-            return self._refuse(server, await self._refusal(name, MALFORMED, broken, credentials),
+        found = self.refusal(name)
+        if found is not None:
+            refusal, detail = found
+            return self._refuse(server, await self._guard.refuse(name, credentials, refusal, detail),
                                 version)
-        if not self.listed(name):
-            return await self._unlisted(server, name, version, "the policy lists no requirements "
-                                                               "for it", credentials)
         decision = await self._telemetry.decision(name, self._guard.check(
             name, credentials, arguments if isinstance(arguments, Mapping) else None))
         if not decision.allowed:
             return self._refuse(server, decision, version)
         self._telemetry.decided(server, decision)
+        member = fleet.members[server]
         params = {**(ctx.params or {}), "name": target.name}
         try:
             result = await forward(ctx, member, "tools/call", params)
@@ -125,57 +184,24 @@ class Decide:
         return bridge.downstream_result("tools/call", result, version)
 
     def _refuse(self, server: str, decision: Decision, version: str) -> dict[str, Any]:
-        self._telemetry.decided(server, decision)
-        if self._policy().guard.denial == "jsonrpc":
-            raise RpcError(DENIAL_CODE, denial_text(decision), denial_error_data(decision))
-        return self._shaped(decision.tool, denial_result(decision), version)
+        """A refused call, counted once, in the one shape every server's denials take."""
+        refusal = decision.refusal
+        self._telemetry.decided(server, decision,
+                                listed=refusal is None or refusal.kind is not Refused.UNLISTED)
+        data = denial_error_data(decision) if self._policy().guard.denial == "jsonrpc" else None
+        if data is not None:
+            raise RpcError(DENIAL_CODE, denial_text(decision), data)
+        return bridge.downstream_result("tools/call",
+                                        denial_result(decision, typed=self._typed(decision.tool)),
+                                        version)
 
-    def _shaped(self, name: str, refusal: dict[str, Any], version: str) -> dict[str, Any]:
-        """A refusal as this tool's clients can read it. A tool that declares an `outputSchema`
-        gets the payload under `_meta` instead of `structuredContent`: TypeScript clients (the
-        Inspector, most desktop apps) validate structuredContent against the schema even on an
-        error, and would show a schema error instead of the denial."""
+    def _typed(self, name: str) -> bool:
+        """Whether the tool a caller knows by `name` declares an `outputSchema`."""
         target = self._fleet.routes.tools.get(name)
-        tool = (self._fleet.members[target.server].catalog.tools.get(target.name)
-                if target is not None else None)
-        if tool is not None and tool.get("outputSchema") is not None and "structuredContent" in refusal:
-            payload = refusal.pop("structuredContent")
-            refusal["_meta"] = {**(refusal.get("_meta") or {}), DENIAL_META_KEY: payload}
-        return bridge.downstream_result("tools/call", refusal, version)
-
-    async def _subject(self, credentials: Credentials) -> str | None:
-        """Who is calling, for a refusal the guard did not make (every decision names its caller:
-        a token is verified, from the cache after the first time)."""
-        if credentials.principal is not None:
-            return credentials.principal.subject
-        if credentials.token is None:
-            return None
-        return (await self._guard.authenticate(credentials)).subject
-
-    async def _refusal(self, name: str, requirement: str, why: str, credentials: Credentials, *,
-                       error: bool = False) -> Decision:
-        """A refusal the guard did not decide, recorded as one: `requirement` unsatisfied (the
-        server listed the tool's requirements unreadably) or `error` (the policy cannot be applied
-        to this server's tools: the service's fault, not the caller's)."""
-        outcome = Outcome.error(requirement, why) if error else Outcome.unsatisfied(requirement, why)
-        decision = new_decision(name, False, (outcome,), await self._subject(credentials),
-                                self._guard.revision, 0, frozenset())
-        self._guard.recorder.record(decision)
-        return decision
-
-    async def _unlisted(self, server: str, name: str, version: str, why: str,
-                        credentials: Credentials) -> dict[str, Any]:
-        decision = new_decision(name, False, (), await self._subject(credentials),
-                                self._guard.revision, 0, frozenset())
-        self._guard.recorder.record(decision)
-        self._telemetry.decided(server, decision, listed=False)
-        payload = {"error": "unlisted_tool", "tool": name, "unmet": [], "withheld": 0}
-        text = f"Tool '{name}' was not run: {why}."
-        if self._policy().guard.denial == "jsonrpc":
-            raise RpcError(DENIAL_CODE, text, payload)
-        result = {"content": [{"type": "text", "text": text}], "structuredContent": payload,
-                  "isError": True}
-        return self._shaped(name, result, version)
+        if target is None:
+            return False
+        tool = self._fleet.members[target.server].catalog.tools.get(target.name)
+        return tool is not None and tool.get("outputSchema") is not None
 
 
 def _fault(text: str) -> dict[str, Any]:

@@ -83,7 +83,7 @@ class Dispatch:
             return result
         if method == "subscriptions/listen":
             gateway = self.gateway
-            await gateway.downstream.listen(call, gateway.listings.holder)
+            await gateway.listen(call)
             raise RpcError(INTERNAL_ERROR, "the listen stream ended")  # never: it ends cancelled
         if method == "ping":
             return {}

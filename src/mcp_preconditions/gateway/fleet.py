@@ -12,12 +12,11 @@ from typing import Any
 
 import anyio
 
-from ..errors import RequirementError
 from ..guard import Guard
-from ..names import check_tool_names
+from ..names import near_misses
 from ..policy.model import Policy
-from ..requirements import validate
 from ..telemetry.gateway import GatewayTelemetry
+from ..toolset import enforce
 from .catalog import Catalog
 from .config import ServerSpec
 from .route import Routes, ServerListing, build_routes
@@ -220,30 +219,19 @@ class Fleet:
         self._pending.add("tools")
 
     def _register(self) -> None:
-        registry = self._guard.snapshot.registry
+        """Each routable tool's own requirements held by the guard (`toolset.enforce`, one swap);
+        a tool whose requirements cannot be read or enforced is refused (`invalid`)."""
         wanted: dict[str, tuple[str, ...]] = {}
-        invalid: dict[str, str] = {}
         for visible, target in self.routes.tools.items():
-            catalog = self.members[target.server].catalog
-            own = catalog.own.get(target.name, ())
-            if not own or target.name in catalog.broken:
-                continue
-            errors = [str(f) for f in validate(visible, list(own), registry) if f.severity == "error"]
-            if errors:
-                invalid[visible] = "; ".join(errors)
-                continue
-            wanted[visible] = own
-        changes: dict[str, list[str] | None] = {
-            v: list(r) for v, r in wanted.items() if self._guard.own_requirements(v) != r}
-        changes.update({v: None for v in self._registered - wanted.keys()})
-        try:
-            if changes:
-                self._guard.update_tools(changes)
-        except RequirementError as exc:  # a reload raced this listing: refuse them until the next
-            log.error("tools could not be registered with the guard: %s", exc)
-            invalid.update({v: str(exc) for v in changes})
-        else:
-            self._registered = frozenset(wanted)
+            listed = self.members[target.server].catalog.listed
+            if target.name in listed.unreadable:
+                continue  # refused for that already (`Decide.refusal`)
+            own = listed.own.get(target.name, ())
+            if own:
+                wanted[visible] = own
+        invalid = enforce(self._guard, wanted, self._registered)
+        own_requirements = self._guard.own_requirements
+        self._registered = frozenset(n for n in self._registered | wanted.keys() if own_requirements(n))
         for visible in sorted(invalid.keys() - self.invalid.keys()):
             log.error("tool %r refused: its requirements are unusable: %s", visible, invalid[visible])
         self.invalid = invalid
@@ -274,10 +262,7 @@ class Fleet:
         prefixes = {m.spec.prefix for m in self if m.spec.prefix}
         for member in self:
             mine = [n for n in unmatched if _addressed(n, member.spec.prefix, prefixes)]
-            missing = set(mine)
-            tools = self.routes.tool_of(member.key)  # visible name -> the server's own
-            near = [*check_tool_names(mine, tools).near_misses,
-                    *((own, shown) for shown, own in tools.items() if own != shown and own in missing)]
+            near = near_misses(mine, self.routes.tool_of(member.key))
             problem = None
             if near:
                 problem = "; ".join(f"[tools.{p!r}] nearly matches {t!r}" for p, t in near)

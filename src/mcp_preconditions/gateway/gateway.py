@@ -120,13 +120,24 @@ class Gateway:
         upstream.on_request = on_request
 
     async def _list_changed(self, kind: str) -> None:
-        self.downstream.notify("", f"notifications/{kind}/list_changed", {})
+        """The clients hear that a list changed; for tools, only those whose own view changed."""
+        if kind == "tools":
+            await self.decide.tools_changed()
+        else:
+            self.downstream.notify("", f"notifications/{kind}/list_changed", {})
+
+    async def listen(self, call: Call) -> None:
+        """A 2026-07-28 `subscriptions/listen` stream, served until the client goes."""
+        async with self.decide.watching(call, self.credentials(call)):
+            await self.downstream.listen(call, self.listings.holder)
 
     # -- the clients' side -------------------------------------------------------------------------
     async def handle(self, call: Call) -> dict[str, Any]:
         """One validated client request of the pipeline's (`SERVED`): its result, or RpcError."""
         method = call.method
         self.downstream.seen(call)
+        if call.client is not None and not call.modern and id(call.client) not in self.decide.views:
+            await self.decide.watch(call, self.credentials(call))  # told when its tools change
         if method == "tools/call":
             params = call.params or {}
             return await self.decide.call(call, params["name"], params.get("arguments"),
@@ -153,7 +164,7 @@ class Gateway:
             await fleet.first_listing(self._connect_wait())
         if not any(m.catalog.listings["tools"].loaded for m in fleet):
             raise RpcError(INTERNAL_ERROR, "no server is available")
-        return {"tools": await self.decide.tools(self.credentials(call))}
+        return {"tools": await self.decide.tools(call, self.credentials(call))}
 
     async def _set_level(self, call: Call) -> dict[str, Any]:
         """Each server's session is shared: it is set to the most verbose level any client asked

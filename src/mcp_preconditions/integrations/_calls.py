@@ -65,14 +65,17 @@ def credentials_from_request(request: Any) -> Credentials:
     return credentials_from_authorization_header(headers.get("authorization"))
 
 
-def denial_result(decision: Decision) -> CallToolResult:
-    """SPEC §3: an `isError` result whose structuredContent is exactly the denial payload."""
-    return CallToolResult.model_validate(denial_wire(decision))
+def denial_result(decision: Decision, typed: bool = False) -> CallToolResult:
+    """`denials.denial_result` as the SDK's type: the denial every server gives (its payload
+    under `_meta` for a `typed` tool, one that declares an `outputSchema`)."""
+    return CallToolResult.model_validate(denial_wire(decision, typed=typed))
 
 
-def denial_error(decision: Decision) -> MCPError:
-    """The JSON-RPC error form of a denial (see `denials.denial_error_data`)."""
-    return MCPError(DENIAL_CODE, denial_text(decision), denial_error_data(decision))
+def denial_error(decision: Decision) -> MCPError | None:
+    """The JSON-RPC error form of a denial (see `denials.denial_error_data`); None for a refusal
+    that is never one (a policy unusable for the server)."""
+    data = denial_error_data(decision)
+    return MCPError(DENIAL_CODE, denial_text(decision), data) if data is not None else None
 
 
 def only_scopes_missing(decision: Decision) -> bool:

@@ -1,5 +1,5 @@
-"""Connected sessions: whose they are, whose tool list may change, and how to tell them
-(`notifications/tools/list_changed`).
+"""Connected sessions of a hosted server: whose they are, and how a change of tool list reaches one
+subscriber (which sessions to tell is `toolset.Views`'s).
 
 An HTTP session belongs to the verified caller that opened it: `SessionOwners` tells the MCP SDK's
 session managers who that is, so another principal (or an anonymous caller) gets 404 for it.
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Hashable, MutableMapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 import anyio.lowlevel
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.subscriptions import ServerEvent, ToolsListChanged
+from mcp.server.subscriptions import ServerEvent
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.header import credentials_from_authorization_header
@@ -29,9 +28,6 @@ from ..principal import Credentials, Principal
 from ..telemetry.metrics import Metrics, RefusalReason
 
 log = logging.getLogger(__name__)
-R = TypeVar("R")
-View = Callable[[Credentials], Awaitable[Hashable]]  # a session's view of its tool list
-_UNKNOWN = object()  # the view of a session whose view could not be computed
 
 # The listen stream being opened in this task: set by the guard's middleware around the SDK's
 # ListenHandler, read by TargetedBus.subscribe (both run in the request's task).
@@ -148,80 +144,3 @@ class TargetedBus:
             self._listeners.pop(token, None)
 
         return unsubscribe
-
-
-@dataclass(eq=False)
-class Watch:
-    """One connected session: the credentials it last used, the tool view it last saw, and how to
-    notify it."""
-
-    credentials: Credentials
-    view: Hashable
-    notify: Callable[[], Awaitable[None]]
-
-
-class Watches:
-    """The watched sessions, keyed by connection (or listen stream)."""
-
-    def __init__(self) -> None:
-        self._items: dict[object, Watch] = {}
-
-    def put(self, key: object, watch: Watch) -> None:
-        self._items[key] = watch
-
-    def get(self, key: object) -> Watch | None:
-        return self._items.get(key)
-
-    def drop(self, key: object) -> None:
-        self._items.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    async def watch_connection(self, session: Any, credentials: Credentials, view: View) -> None:
-        """Watch the connection behind a handshake-era request's `session` (those with a
-        standalone channel only), with the credentials it last used."""
-        # The SDK hands middleware a per-request session; the connection behind it is the session
-        # a client holds (mcp 2.3.0 keeps it as `ServerSession._connection`).
-        connection = getattr(session, "_connection", None)
-        if connection is None or not getattr(connection, "has_standalone_channel", False):
-            return
-        current = await view(credentials)
-        watch = self.get(connection)
-        if watch is not None:
-            watch.credentials, watch.view = credentials, current
-            return
-        self.put(connection, Watch(credentials, current, connection.send_tool_list_changed))
-        connection.exit_stack.callback(self.drop, connection)
-
-    async def listen(self, credentials: Credentials, view: View, bus: TargetedBus,
-                     serve: Callable[[], Awaitable[R]]) -> R:
-        """Watch one 2026-07-28 `subscriptions/listen` stream while `serve` (the SDK's handler)
-        runs it; its change events go to that stream alone."""
-        key = object()
-
-        async def notify() -> None:
-            await bus.publish_to(key, ToolsListChanged())
-
-        self.put(key, Watch(credentials, await view(credentials), notify))
-        token = LISTENER.set(key)
-        try:
-            return await serve()
-        finally:
-            LISTENER.reset(token)
-            self.drop(key)
-
-    async def refresh(self, view: View) -> int:
-        """Recompute each session's view; notify those whose view changed. Returns how many."""
-        sent = 0
-        for watch in list(self._items.values()):
-            try:
-                current = await view(watch.credentials)
-            except Exception:  # fail safe: a session we cannot evaluate is told (once) to re-list
-                log.exception("could not recompute a session's tool view")
-                current = _UNKNOWN
-            if current != watch.view:
-                watch.view = current
-                await watch.notify()
-                sent += 1
-        return sent

@@ -8,8 +8,8 @@ only adds to it. With no tracer provider installed, a call pays one `recording_s
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.lowlevel.server import Server
@@ -17,78 +17,86 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..decision_sinks import ATTRIBUTE_PREFIX
-from ..outcomes import Decision
+from ..guard import Guard
+from ..outcomes import Decision, Refused
+from ..principal import Credentials
 from ..telemetry.labels import UNLISTED, result_of
 from ..telemetry.metrics import Metrics
 from ..telemetry.propagation import carrier, incoming_context
 from ..telemetry.tracing import call_attributes, decision_span, recording_span
 
-if TYPE_CHECKING:
-    from ._server import Preconditions
-
 
 class HostedMetrics:
-    """One hosted server in a `Metrics`: its listed tools declared again whenever they or the
-    policy change (read on each call: an identity and a string test), then each decision counted."""
+    """One hosted server in a `Metrics`: its tools (`known()`, the names last told to the guard)
+    declared again whenever they or the policy change (read on each call: an identity and a string
+    test), then each decision counted under the server's `name`."""
 
-    def __init__(self, metrics: Metrics, preconditions: Preconditions) -> None:
+    def __init__(self, metrics: Metrics, name: str, guard: Guard,
+                 known: Callable[[], frozenset[str] | None]) -> None:
         self.metrics = metrics
-        self._pre = preconditions
+        self.name = name
+        self._guard = guard
+        self._known_now = known
         self._known: frozenset[str] | None = None
         self._registration: object = None  # the guard's token of its tools' own requirements
         self._revision = ""
 
     def observe(self, decision: Decision) -> None:
-        pre = self._pre
-        if (pre.known is not self._known or pre.guard.registration is not self._registration
+        refusal = decision.refusal
+        if refusal is not None and refusal.kind is Refused.UNLISTED:
+            self.metrics.observe_unlisted(self.name, decision.tool)
+            return
+        if (self._known_now() is not self._known or self._guard.registration is not self._registration
                 or decision.revision != self._revision):
             self._declare()
-        self.metrics.observe_decision(pre.name, decision)
+        self.metrics.observe_decision(self.name, decision)
 
     def _declare(self) -> None:
-        pre = self._pre
-        guard = pre.guard
-        known, registration, snapshot = pre.known, guard.registration, guard.snapshot
-        self.metrics.declare(pre.name, {t: guard.requirements_for(t) for t in known or ()},
+        guard = self._guard
+        known, registration, snapshot = self._known_now(), guard.registration, guard.snapshot
+        self.metrics.declare(self.name, {t: guard.requirements_for(t) for t in known or ()},
                              snapshot.confidential)
         self.metrics.policy_loaded(snapshot.revision)
         self._known, self._registration, self._revision = known, registration, snapshot.revision
 
 
-def observed_check(pre: Preconditions, request: Any, tool: str, arguments: Mapping[str, Any] | None
-                   ) -> Decision | Coroutine[Any, Any, Decision]:
-    """`Guard.check_now` for one call, counted and traced: the Decision, or a coroutine for it."""
+def observed_check(guard: Guard, telemetry: HostedMetrics | None, server: str,
+                   credentials: Credentials, tool: str, arguments: Mapping[str, Any] | None,
+                   listed: bool) -> Decision | Coroutine[Any, Any, Decision]:
+    """`Guard.check_now` for one call of `server`'s, counted and traced: the Decision, or a
+    coroutine for it. `listed`: whether `tool` is one of the server's tools (else its span says
+    `(unlisted)`)."""
     span = recording_span()
     if span is not None:
-        return _traced(pre, span, request, tool, arguments)
-    decided = pre.guard.check_now(tool, pre.credentials(request), arguments)
+        return _traced(guard, telemetry, server, span, credentials, tool, arguments, listed)
+    decided = guard.check_now(tool, credentials, arguments)
     if not isinstance(decided, Decision):
-        return _observed_later(pre, decided)
-    if pre.telemetry is not None:
-        pre.telemetry.observe(decided)
+        return _observed_later(telemetry, decided)
+    if telemetry is not None:
+        telemetry.observe(decided)
     return decided
 
 
-async def _observed_later(pre: Preconditions, pending: Awaitable[Decision]) -> Decision:
+async def _observed_later(telemetry: HostedMetrics | None, pending: Awaitable[Decision]) -> Decision:
     decision = await pending
-    if pre.telemetry is not None:
-        pre.telemetry.observe(decision)
+    if telemetry is not None:
+        telemetry.observe(decision)
     return decision
 
 
-async def _traced(pre: Preconditions, span: trace.Span, request: Any, tool: str,
-                  arguments: Mapping[str, Any] | None) -> Decision:
-    listed = pre.known is not None and tool in pre.known
+async def _traced(guard: Guard, telemetry: HostedMetrics | None, server: str, span: trace.Span,
+                  credentials: Credentials, tool: str, arguments: Mapping[str, Any] | None,
+                  listed: bool) -> Decision:
     if not listed:  # the SDK named its span after the caller's text: a bounded name instead
         span.update_name(f"tools/call {UNLISTED}")
     # The decision-log span sink writes the decision's attributes on the decision span.
     with decision_span(tool if listed else UNLISTED) as decided:
-        decision = await pre.guard.check(tool, pre.credentials(request), arguments)
+        decision = await guard.check(tool, credentials, arguments)
         if not listed:
             decided.set_attribute(ATTRIBUTE_PREFIX + "tool", UNLISTED)
-    if pre.telemetry is not None:
-        pre.telemetry.observe(decision)
-    span.set_attributes(call_attributes(pre.name, decision, result_of(decision, listed)))
+    if telemetry is not None:
+        telemetry.observe(decision)
+    span.set_attributes(call_attributes(server, decision, result_of(decision, listed)))
     return decision
 
 

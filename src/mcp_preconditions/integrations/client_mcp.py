@@ -19,12 +19,11 @@ from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams
 from ..client import DENIAL_META_KEY, FilterMode, FilterResult, Knowledge, ToolVerdict, filter_tools
 from ..client_denials import Denials, DeniedCall, OnDenial
 from ..envelope import AuthorizationDenial, ContextIds
+from ..toolset import every_page
 from ..wire import raw_requirements
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY
 
 __all__ = ["RequirementsClient", "ToolList", "authorization_denial_of", "denial_of", "missing_scopes_of"]
-
-_MAX_PAGES = 100  # a server that paginates forever cannot hang list_tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,15 +111,12 @@ class RequirementsClient:
             self._on_denial(denied)
 
     async def list_tools(self, mode: FilterMode | str | None = None) -> ToolList:
-        """Every page of `tools/list`, with requirements, filtered in `mode` (default: the client's)."""
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(_MAX_PAGES):
-            page = await self._list_page(cursor)
-            tools += [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools]
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        """Every page of `tools/list` (`toolset.every_page`: ListingError for a listing that
+        cannot be read whole), with requirements, filtered in `mode` (default: the client's)."""
+        async def page(cursor: str | None) -> object:
+            listed = await self._list_page(cursor)
+            return listed.model_dump(by_alias=True, mode="json", exclude_none=True)
+        tools = await every_page(page)
         return ToolList(tuple(tools), filter_tools(tools, self.knowledge, mode or self.mode))
 
     async def _list_page(self, cursor: str | None) -> ListToolsResult:

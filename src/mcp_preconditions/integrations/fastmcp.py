@@ -35,18 +35,19 @@ from fastmcp.utilities.versions import VersionSpec
 from mcp.server.subscriptions import ListenHandler
 from mcp_types import SubscriptionsListenRequestParams
 
+from ..denials import denial_result
 from ..guard import Guard
 from ..requirements import merge
 from ..telemetry.exposition import METRICS_PATH, metrics_endpoint
 from ..telemetry.metrics import Metrics
 from ..wire import meta_requirements
-from ._calls import denial_error, denial_meta, denial_text
+from ._calls import credentials_from_request, denial_error
 from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
 from ._sessions import SessionOwners
 from ._telemetry import continue_http_traces
 
-__all__ = ["Preconditions", "PreconditionsMiddleware", "SessionOwners", "guard_fastmcp",
-           "requirements_of_tool", "resolve_tool"]
+__all__ = ["Preconditions", "PreconditionsMiddleware", "SessionOwners", "credentials_from_request",
+           "guard_fastmcp", "requirements_of_tool", "resolve_tool"]
 
 
 def _http_request() -> Any:
@@ -135,7 +136,7 @@ class PreconditionsMiddleware(Middleware):
         """`Guard.know_tools` with every tool name of the server (PolicyError for a near-miss
         policy), when a call reaches a tool it was not told of (None: at every list)."""
         pre = self.preconditions
-        if tool is None or not pre.told or pre.known is None or tool not in pre.known:
+        if tool is None or not pre.ready or pre.known is None or tool not in pre.known:
             pre.know(t.name for t in await _all_tools(server))
 
     async def sync(self) -> None:
@@ -176,11 +177,14 @@ class PreconditionsMiddleware(Middleware):
         decision = await self.preconditions.decide(_http_request(), tool.name, params.arguments)
         if decision.allowed:
             return await call_next(context)
-        if self.preconditions.denial == "jsonrpc":
-            raise denial_error(decision)
-        # A ToolError would lose structuredContent; an isError ToolResult keeps the SPEC §3 payload.
-        return ToolResult(content=denial_text(decision), structured_content=decision.denial_payload(),
-                          meta=denial_meta(decision), is_error=True)
+        error = denial_error(decision) if self.preconditions.denial == "jsonrpc" else None
+        if error is not None:
+            raise error
+        # The one denial every server gives (a ToolError would lose its payload), in fastmcp's type.
+        denied = denial_result(decision, typed=tool.output_schema is not None)
+        return ToolResult(content=denied["content"][0]["text"],
+                          structured_content=denied.get("structuredContent"),
+                          meta=denied.get("_meta"), is_error=True)
 
 
 def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
@@ -210,7 +214,7 @@ def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,
     # wire form we write is what leaves (fastmcp's own root middleware re-types results).
     lowlevel = app._mcp_server
     continue_http_traces(lowlevel)  # before `pre` goes first: it wraps fastmcp's span opener
-    lowlevel.middleware.insert(0, pre)
+    pre.wrap_first(lowlevel.middleware)
     if notify_list_changed and lowlevel.get_request_handler("subscriptions/listen") is None:
         lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams,
                                      ListenHandler(pre.bus))

@@ -12,7 +12,7 @@ A bad requirement raises RequirementError at registration, naming the tool and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from mcp.server.context import HandlerResult, ServerRequestContext
@@ -39,9 +39,9 @@ from ..spans import CurrentSpan
 from ..telemetry.exposition import METRICS_PATH, metrics_endpoint
 from ..telemetry.metrics import Metrics
 from ..wire import META_KEY, meta_requirements
-from ._calls import DENIAL_CODE, STEP_UP_META_KEY
+from ._calls import DENIAL_CODE, STEP_UP_META_KEY, credentials_from_request
 from ._server import (
-    REQUIREMENTS_ATTR,
+    TOOLS_ATTR,
     CredentialsHook,
     DenialMode,
     Preconditions,
@@ -53,11 +53,13 @@ from ._sessions import SessionOwners, TargetedBus
 from ._telemetry import continue_http_traces
 
 __all__ = ["DENIAL_CODE", "EXTENSION_ID", "STEP_UP_META_KEY", "GuardedMCPServer", "Preconditions",
-           "PreconditionsExtension", "RequirementsExtension", "SessionOwners", "guard_server",
-           "requirements_of", "requires"]
+           "PreconditionsExtension", "RequirementsExtension", "SessionOwners",
+           "credentials_from_request", "guard_server", "requirements_of", "requires"]
 
 EXTENSION_ID = "io.github.mcp-preconditions/requirements"
 _SPANS = CurrentSpan()
+# `CurrentSpan.recording()`'s parts, read as globals on every call of the handler's fast path.
+_CURRENT_CONTEXT, _SPAN_KEY, _NEVER_RECORDING = _SPANS.context, _SPANS.key, _SPANS.never_recording
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -88,23 +90,25 @@ class PreconditionsExtension(RequirementsExtension):
     (through `intercept_tool_call`): for a plain `MCPServer` built with `extensions=[...]`."""
 
     def __init__(self, preconditions: Preconditions,
-                 register: Callable[[str], None] | None = None) -> None:
+                 register: Callable[[str], bool] | None = None) -> None:
         self.preconditions = preconditions
         # Called with the tool name before each decision: makes sure the guard holds what the tool
-        # that will run carries (`GuardedMCPServer._register_call`).
+        # that will run carries, and says whether it declares an outputSchema
+        # (`GuardedMCPServer._register_call`).
         self.register = register
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: Callable[[ServerRequestContext[Any, Any]], Any]
                                   ) -> HandlerResult:
         pre = self.preconditions
+        typed = pre.typed(params.name)
         if self.register is not None:
-            self.register(params.name)  # registers what will run: requirements put on it later count
-        # `Preconditions.call`, inlined: one coroutine and one closure less on every call.
-        decided = pre.check_now(ctx.request, params.name, params.arguments)
-        decision = decided if isinstance(decided, Decision) else await decided
+            # Registers what will run (requirements put on it later count); says whether it
+            # declares an outputSchema.
+            typed = self.register(params.name)
+        decision = await pre.decide(ctx.request, params.name, params.arguments)
         if not decision.allowed:
-            return pre.refusal(decision)
+            return pre.refusal(decision, typed)
         result: HandlerResult = await call_next(ctx)
         return result
 
@@ -124,6 +128,9 @@ class GuardedMCPServer(MCPServer[Any]):
                  credentials: CredentialsHook | None = None, notify_list_changed: bool = True,
                  metrics: Metrics | bool = False, **kwargs: Any) -> None:
         bus = kwargs.get("subscriptions")
+        # Per tool name: the guard's registration token with which the call path last found that
+        # nothing but the decision stands before its calls (`_register_call`).
+        self._clear: dict[str, object] = {}
         self.preconditions = Preconditions(
             guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
             notify_list_changed=notify_list_changed,
@@ -141,9 +148,11 @@ class GuardedMCPServer(MCPServer[Any]):
                      else PreconditionsExtension(self.preconditions, self._register_call))
         kwargs["extensions"] = [*kwargs.get("extensions", ()), extension]
         super().__init__(name, **kwargs)
+        # The SDK's own handler, bound once (`super()` on every call cost 0.1 µs, bench_mcp).
+        self._sdk_call_tool = super()._handle_call_tool
         if self._guard_in_handler:
             self._check_call_handler()
-        self.middleware.append(self.preconditions)
+        self.preconditions.wrap_first(self.middleware)  # calls are decided in the handler below
         self.preconditions.sync = self._sync
         self.preconditions.name = self.name
         if metrics:
@@ -164,33 +173,52 @@ class GuardedMCPServer(MCPServer[Any]):
             raise RuntimeError("GuardedMCPServer: this mcp SDK does not route tools/call to "
                                "MCPServer._handle_call_tool; refusing to serve tools unguarded")
 
-    async def _handle_call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
-                                ) -> CallToolResult | InputRequiredResult:
-        """The SDK's `tools/call` handler, run only when the guard allows the call."""
-        if self._guard_in_handler:
-            pre = self.preconditions
-            name = params.name
-            if not pre.told:  # the tool set changed: the policy's names are checked against it
-                self.know_tools()
-            tool = self._tool_manager.get_tool(name)
-            if tool is not None:  # requirements put on the function after registration count too
-                fn = tool.fn  # `attach_function`'s "nothing changed" test, inlined (every call)
-                settled = pre.settled.get(name)
-                if (tool.meta is not None or settled is None
-                        or settled[0] is not getattr(fn, REQUIREMENTS_ATTR, ())
-                        or settled[1] is not pre.guard.registration):
-                    pre.attach_function(name, fn, tool.meta)
-            # `Preconditions.check_now`, its path without metrics or a recording span inlined
-            # (every call; `CurrentSpan.recording()` read inline too: 0.4 µs an in-process call).
-            span = _SPANS.context().get(_SPANS.key)
-            decided = (pre.guard.check_now(name, pre.credentials(ctx.request), params.arguments)
-                       if pre.telemetry is None and (span is None
-                                                     or span.__class__ is _SPANS.never_recording)
-                       else pre.check_now(ctx.request, name, params.arguments))
-            decision = decided if isinstance(decided, Decision) else await decided
-            if not decision.allowed:
-                return pre.refusal(decision)
+    def _handle_call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+                          ) -> Coroutine[Any, Any, CallToolResult | InputRequiredResult]:
+        """The SDK's `tools/call` handler, run only when the guard allows the call. A plain
+        function: an allowed call is the SDK's own handler's coroutine, with no frame of ours
+        around it (an in-process call is short: bench_mcp)."""
+        if not self._guard_in_handler:
+            return self._sdk_call_tool(ctx, params)
+        pre = self.preconditions
+        # Whether anything but the guard's decision stands before the call: the tool set or the
+        # policy changed (names to check), a refusal is pending, or the tool's requirements may
+        # have moved since `_register_call` last found its function and mirror carry nothing new.
+        if pre.ready is not True or self._clear.get(params.name) is not pre.guard.registration:
+            return self._guarded_call(ctx, params)
+        # `Preconditions.check_now`, its path without metrics or a recording span inlined.
+        span = _CURRENT_CONTEXT().get(_SPAN_KEY)
+        if pre.telemetry is not None or (span is not None and span.__class__ is not _NEVER_RECORDING):
+            return self._guarded_call(ctx, params)
+        decided = pre.guard.check_now(params.name, pre.credentials(ctx.request), params.arguments)
+        if not isinstance(decided, Decision):
+            return self._decided_later(decided, ctx, params)
+        if decided.allowed:
+            return self._sdk_call_tool(ctx, params)
+        return _answered(pre.refusal(decided, self._typed(params.name)))
+
+    async def _guarded_call(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+                            ) -> CallToolResult | InputRequiredResult:
+        """The guard's whole path for a call: the tool names told, what the tool carries
+        registered, a pending refusal, metrics and traces, then the decision."""
+        typed = self._register_call(params.name)
+        decision = await self.preconditions.decide(ctx.request, params.name, params.arguments)
+        if not decision.allowed:
+            return self.preconditions.refusal(decision, typed)
         return await super()._handle_call_tool(ctx, params)
+
+    async def _decided_later(self, pending: Coroutine[Any, Any, Decision],
+                             ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+                             ) -> CallToolResult | InputRequiredResult:
+        decision = await pending
+        if not decision.allowed:
+            return self.preconditions.refusal(decision, self._typed(params.name))
+        return await super()._handle_call_tool(ctx, params)
+
+    def _typed(self, name: str) -> bool:
+        """Whether tool `name` declares an outputSchema (its denial's payload goes in `_meta`)."""
+        tool = self._tool_manager.get_tool(name)
+        return tool is not None and tool.output_schema is not None
 
     def streamable_http_app(self, **options: Any) -> Starlette:
         """`MCPServer.streamable_http_app`; its calls also continue a `traceparent` header, and its
@@ -224,26 +252,43 @@ class GuardedMCPServer(MCPServer[Any]):
     async def _handle_list_tools(self, ctx: ServerRequestContext[Any, Any],
                                  params: PaginatedRequestParams | None) -> ListToolsResult:
         """The SDK's `tools/list` handler, after the guard has checked the policy's tool names."""
-        self.know_tools()
+        self._know()
         return await super()._handle_list_tools(ctx, params)
 
     def know_tools(self) -> None:
-        """`Guard.know_tools` with the server's tool names: PolicyError for a policy `[tools.NAME]`
-        that nearly matches one. Runs at every list and at a call after the tools changed; call it
-        before serving to refuse to start on such a policy (`serve` does)."""
+        """Tell the guard the server's tool names; PolicyError for a policy `[tools.NAME]` that
+        nearly matches one. Call it before serving to refuse to start on such a policy (`serve`
+        does); while serving, such a policy refuses every call instead (and the log says why)."""
+        names = [t.name for t in self._tool_manager.list_tools()]
+        self.guard.know_tools(names)
+        self.preconditions.know(names)
+
+    def _know(self) -> None:
+        """`ServerGuard.know` with the server's tool names: at every list, and at a call after
+        the tools changed."""
         self.preconditions.know(t.name for t in self._tool_manager.list_tools())
 
-    def _register_call(self, name: str) -> None:
+    def _register_call(self, name: str) -> bool:
         """Before a call: the guard knows the tool names and holds what the tool that will run
-        carries (its function's requirements, its `_meta` mirror)."""
-        self.know_tools()
+        carries (its function's requirements, its `_meta` mirror). Whether it declares an
+        outputSchema."""
+        pre = self.preconditions
+        if not pre.ready:
+            self._know()
         tool = self._tool_manager.get_tool(name)
-        if tool is not None:
-            self.preconditions.attach_function(name, tool.fn, tool.meta)
+        if tool is None:
+            return False
+        pre.attach_function(name, tool.fn, tool.meta)
+        # Clear for the handler's fast path while the guard's tools stay as they are now: a tool
+        # whose function hears of a later `requires` itself (`register_function`) and that has no
+        # `_meta` (a mirror may change in place, so it is read on every call).
+        if tool.meta is None and (pre, name) in getattr(tool.fn, TOOLS_ATTR, ()):
+            self._clear[name] = pre.guard.registration
+        return tool.output_schema is not None
 
     async def _sync(self) -> None:
         """Register every tool's requirements up front (for list_changed session views)."""
-        self.know_tools()
+        self._know()
         for tool in self._tool_manager.list_tools():
             self.preconditions.attach_function(tool.name, tool.fn, tool.meta)
 
@@ -268,13 +313,15 @@ class GuardedMCPServer(MCPServer[Any]):
         super().add_tool(fn, name=name, title=title, description=description, annotations=annotations,
                          icons=icons, meta=meta, structured_output=structured_output)
         register_function(fn, self.preconditions, tool_name)
-        self.preconditions.told = False  # a new name: the policy's names are checked again
+        self.preconditions.ready = False  # a new name: the policy's names are checked again
+        self._clear.pop(tool_name, None)
 
     def remove_tool(self, name: str) -> None:
         """`MCPServer.remove_tool`. The name keeps its requirements in the guard (only ever added:
         a function registered again under it is held to them too)."""
         super().remove_tool(name)
-        self.preconditions.told = False
+        self.preconditions.ready = False
+        self._clear.pop(name, None)
 
     def tool(self, name: str | None = None, title: str | None = None, description: str | None = None,
              annotations: ToolAnnotations | None = None, icons: list[Icon] | None = None,
@@ -292,6 +339,10 @@ class GuardedMCPServer(MCPServer[Any]):
             return fn
 
         return decorator
+
+
+async def _answered(result: CallToolResult) -> CallToolResult:
+    return result
 
 
 # Whether the SDK registers `MCPServer._handle_call_tool` as the `tools/call` handler, so that a

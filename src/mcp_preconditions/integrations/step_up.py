@@ -22,6 +22,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+__all__ = ["MAX_BODY", "InsufficientScopeChallenge"]
+
 MAX_BODY = 1 << 20  # larger bodies pass through unchecked (the in-handler guard still decides)
 
 

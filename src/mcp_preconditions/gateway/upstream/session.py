@@ -28,6 +28,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 
 from ... import __version__
 from ...telemetry.gateway import GatewayTelemetry
+from ...toolset import every_page
 from ..errors import UpstreamError, UpstreamProtocolError, UpstreamRefused, UpstreamUnavailable
 from ..jsonrpc import RpcError
 from .client import DEFAULT_BOUNDS, Bounds
@@ -42,7 +43,6 @@ CLIENT_INFO = {"name": "mcp-preconditions-gateway", "version": __version__}
 # What the gateway can answer for a server: it puts the request to the client whose call caused it.
 CLIENT_CAPABILITIES = {"sampling": {}, "elicitation": {"form": {}, "url": {}},
                        "roots": {"listChanged": True}}
-_LIST_PAGES = 100  # a paginator that never ends cannot hang a listing
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 MAX_NOTIFYING = 16  # the gateway's notifications to one server under way at once; more are dropped
 
@@ -348,19 +348,11 @@ class Upstream:
         self._background.start_soon(send)
 
     async def list_all(self, method: str, field: str, timeout: float) -> list[dict[str, Any]]:
-        """Every item of a listing (`tools/list` -> `tools`, ...), all pages, as raw dicts."""
-        items: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(_LIST_PAGES):
-            result = await self.request(method, {"cursor": cursor} if cursor else None,
-                                        timeout=timeout)
-            page = result.get(field)
-            if isinstance(page, list):
-                items.extend(i for i in page if isinstance(i, dict))
-            cursor = result.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor:
-                break
-        return items
+        """Every item of a listing (`tools/list` -> `tools`, ...), all pages, as raw dicts
+        (`toolset.every_page`: ListingError for a listing that cannot be read whole)."""
+        return await every_page(
+            lambda cursor: self.request(method, {"cursor": cursor} if cursor else None,
+                                        timeout=timeout), method, field)
 
 
 async def _handshake(peer: Peer, link: Link, method: str, params: dict[str, Any] | None,
