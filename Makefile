@@ -158,7 +158,19 @@ pytest-lowest: install $(LOWEST)/.installed
 	cat $(LOWEST).constraints.txt
 	$(LOWEST)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile -p no:cacheprovider $(LOWEST_TESTS)
 
-test: install image lint typecheck pytest pytest-lowest
+# `make test`: lint, the types and the lowest pass's virtualenv are made beside the main pytest run
+# (their log follows it), which waits mostly on the servers it starts; the image tests build the
+# image of this tree themselves (`make image`, tests/fixtures/containers.py), also during that run.
+# Then the lowest pass. Any part failing fails `make test`.
+SIDE_LOG := .run/make-test-side.log
+test: install
+	@mkdir -p .run
+	@( $(MAKE) --no-print-directory lint typecheck $(LOWEST)/.installed > $(SIDE_LOG) 2>&1; \
+	   echo $$? > $(SIDE_LOG).rc ) & \
+	$(MAKE) --no-print-directory pytest; tests=$$?; wait; \
+	echo "-- lint, types, the lowest pass's virtualenv:"; cat $(SIDE_LOG); \
+	[ $$tests -eq 0 ] && [ "$$(cat $(SIDE_LOG).rc)" = 0 ]
+	@$(MAKE) --no-print-directory pytest-lowest
 
 # For `make bench` only: the proxies bench/bench_gateway.py compares the gateway with. npm mcp-proxy and
 # supergateway pinned in bench/peers/package-lock.json (a package of their own, so `make test` does not

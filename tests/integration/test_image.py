@@ -20,12 +20,19 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.containers import IMAGE, Container, gateway_container, podman, require_image
+from tests.fixtures.containers import (
+    BUILD_TIMEOUT,
+    IMAGE,
+    Container,
+    gateway_container,
+    podman,
+    require_image,
+)
 from tests.fixtures.gateway_upstream import ECHO_RESULT, free_port, read_log, upstream_http
 from tests.fixtures.mcp_servers import bearer
 from tests.fixtures.oidc import AUDIENCE, OidcServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(BUILD_TIMEOUT)]  # the first test may build
 POLICY = "/etc/mcp-preconditions/policy.toml"
 HAND_MADE = 309_000_000  # issue 34: Debian's minbase, python3-venv and the [mcp] extra, by hand
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "tcc", "ld", "as", "make")
@@ -112,7 +119,8 @@ def test_the_gateway_runs_as_the_image_user_not_root(deployed: Deployed) -> None
 def test_the_image_has_no_compiler_no_pip_and_is_smaller_than_one_made_by_hand() -> None:
     probe = ("import importlib.util, shutil; "
              f"print([c for c in {COMPILERS!r} if shutil.which(c)], importlib.util.find_spec('pip'))")
-    done = podman("run", "--rm", "--network=none", "--entrypoint", "python3", IMAGE, "-c", probe)
+    image = require_image()
+    done = podman("run", "--rm", "--network=none", "--entrypoint", "python3", image, "-c", probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[] None"
     entrypoint = podman("image", "inspect", "--format", "{{json .Config.Entrypoint}}", IMAGE)

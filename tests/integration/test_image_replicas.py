@@ -25,13 +25,13 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_preconditions.policy.load import revision_of
-from tests.fixtures.containers import Container, gateway_container
+from tests.fixtures.containers import BUILD_TIMEOUT, Container, gateway_container
 from tests.fixtures.flagd import eventually, eventually_async
 from tests.fixtures.gateway_upstream import free_port, tool_calls, upstream_http
 from tests.fixtures.redis import RedisServer, redis_binary
 from tests.integration.test_replicas_cluster import DOC_PORTS, BundleServer, haproxy_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(BUILD_TIMEOUT)]  # the first test may build
 NAMES = ("gw1", "gw2")
 TTL, POLL, QUOTA = 1.0, 1.0, 3
 KEY = "/etc/mcp-preconditions/policy-public.pem"  # where the public key is mounted in a container
