@@ -86,7 +86,7 @@ def configure_tracing(service_name: str = "mcp-preconditions") -> Tracing | None
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
     except ImportError:
         raise InputError("the OTEL_* environment asks for traces, but the OpenTelemetry SDK is not "
-                         "installed: pip install 'mcp-preconditions[otel]'") from None
+                         "installed: install mcp-preconditions with its 'otel' extra") from None
     named = "OTEL_SERVICE_NAME" in environ or "service.name=" in environ.get(
         "OTEL_RESOURCE_ATTRIBUTES", "")
     provider = TracerProvider(resource=Resource.create({} if named else {"service.name": service_name}))
@@ -101,8 +101,8 @@ def _otlp() -> Any:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
-        raise InputError("OTEL_TRACES_EXPORTER=otlp needs the OTLP/HTTP exporter: pip install "
-                         "'mcp-preconditions[otel]'") from None
+        raise InputError("OTEL_TRACES_EXPORTER=otlp needs the OTLP/HTTP exporter: install "
+                         "mcp-preconditions with its 'otel' extra") from None
     return OTLPSpanExporter()  # endpoint, headers, timeout: from the OTEL_EXPORTER_OTLP_* variables
 
 
