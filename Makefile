@@ -56,7 +56,7 @@ lint: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests bench examples .ci
 
 typecheck: $(VENV)/.all
-	$(VENV)/bin/mypy --strict src bench .ci/lowest_constraints.py
+	$(VENV)/bin/mypy --strict src bench tests .ci/lowest_constraints.py
 
 # pytest exits 5 when no test ran: that is a failure here too. Most of the run waits on the servers
 # the tests start, so test files run in parallel (pytest-xdist, a worker per core, at most 4; each

@@ -14,6 +14,7 @@ Run: .venv/bin/python -m bench.bench_mcp
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
@@ -146,4 +147,6 @@ def run() -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+                            ).parse_args()  # no options: `--help` says what it measures
     print(json.dumps(run(), indent=2))

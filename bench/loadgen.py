@@ -35,16 +35,21 @@ class Session:
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     _call: bytes = field(default=b"", repr=False)
+    token: str | None = None  # a bearer token sent with every request (a caller of its own)
+    tool: str = "echo"  # the tool each call calls (a gateway's visible name)
 
     async def open(self) -> Session:
+        if self.token is not None:
+            self.headers = b"authorization: Bearer " + self.token.encode() + b"\r\n"
         head, _ = await self.post(json.dumps(INITIALIZE).encode())
         session_id = head.get(b"mcp-session-id")
         lines = [b"mcp-protocol-version: " + VERSION.encode()]
         if session_id:
             lines.append(b"mcp-session-id: " + session_id)
-        self.headers = b"".join(line + b"\r\n" for line in lines)
+        self.headers += b"".join(line + b"\r\n" for line in lines)
         await self.post(json.dumps(INITIALIZED).encode())
-        self._call = self._request(b"POST", json.dumps(CALL).encode())
+        call = {**CALL, "params": {**CALL["params"], "name": self.tool}}  # type: ignore[dict-item]
+        self._call = self._request(b"POST", json.dumps(call).encode())
         return self
 
     async def call(self) -> None:

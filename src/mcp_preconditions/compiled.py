@@ -1,6 +1,7 @@
 """The compiled form of a policy's tools (what a Snapshot holds): one `Check` per requirement, each
-tool's checks (`CompiledTool`), its quotas kept apart (`Metered`); and how a resolver's answer
-becomes an Outcome (`coerce`), anything unexpected an `error`.
+tool's checks (`CompiledTool`), its late requirements (credentials, quotas: `late.py`) kept apart
+(`Staged`); and how a resolver's answer becomes an Outcome (`coerce`), anything unexpected an
+`error`.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from .late import Found, LateStage
 from .memo import Reads
 from .outcomes import Outcome, Ruling, Status
 from .resolvers import Resolver
-from .resolvers.quota import QuotaPlan
 
 _REASON_MAX = 300
 
@@ -38,24 +39,26 @@ class CompiledTool:
     # Set when the caller alone decides every check (see memo.py): what they read of the arguments.
     # Its outcomes are then remembered per caller.
     reads: Reads | None = None
-    # Set when the tool has quotas: they are decided after the other checks (`Metered`).
-    metered: Metered | None = None
+    # Set when the tool has late requirements: decided after the other checks (`Staged`).
+    late: Staged | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Metered:
-    """A tool's quota checks, kept apart: `rest` is the tool without them (remembered per caller
-    when the caller alone decides it; a quota never is), `positions` where each quota sits in the
-    tool's order, `plan` takes their units."""
+class Staged:
+    """A tool's late requirements, kept apart (late.py): `rest` is the tool without them
+    (remembered per caller when the caller alone decides it; a late outcome never is), `stages`
+    in the order they are decided, `positions[i]` where stage i's requirements sit in the tool's
+    order."""
 
     rest: CompiledTool
-    checks: tuple[Check, ...]
-    positions: tuple[int, ...]
-    plan: QuotaPlan
-    last: bool  # the quotas come after every other requirement
-    # The last (others' ruling, quotas' outcomes, merged ruling): a caller's memo answers the same
-    # ruling object each call, and a unit taken the same outcomes, so most calls merge nothing.
-    merged: list[tuple[Ruling, tuple[Outcome, ...], Ruling]] = field(default_factory=list)
+    stages: tuple[LateStage, ...]
+    positions: tuple[tuple[int, ...], ...]
+    size: int  # how many requirements the tool has
+    last: bool  # one stage, after every other requirement: its outcomes simply follow the others'
+    # The last (others' outcomes, one stage's outcomes, merged ruling): a caller's memo answers the
+    # same outcomes each call, and a quota unit taken the same outcomes, so most calls merge
+    # nothing.
+    merged: list[tuple[Found, Found, Ruling]] = field(default_factory=list)
 
 
 def short_reason(exc: BaseException) -> str:

@@ -3,17 +3,21 @@
 `build_recorder(source)` assembles what a policy's `[decision_log]` asks for. Every sink writes
 only `decision_record()` fields (or fewer: `caller_record()` where the caller reads the log), so
 no token, secret or claim value can reach a sink; span attributes also leave out the subject and
-confidential requirements (`span_attributes`).
+confidential requirements (`span_attributes`). A gateway's sinks are `held`: each line is written
+when the event loop's step ends or before the next byte goes to a client, whichever comes first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import contextlib
 import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,44 @@ from .policy.load import PolicySource
 
 ATTRIBUTE_PREFIX = "mcp.preconditions."
 
+# Lines held until the loop's step ends (a gateway's sinks): (write, decision, when it was made).
+_held: list[tuple[Callable[[Decision, float], None], Decision, float]] = []
+_held_lock = threading.Lock()
+_exit_hook: list[bool] = []
+
+
+def _hold(write: Callable[[Decision, float], None], decision: Decision) -> None:
+    """`write(decision, now)` once the running event loop's step is over, or before the next byte
+    goes to a client (`write_held`); at once without a running loop. A gateway call's record then
+    costs the call nothing: the loop writes it while the server works on the call (an allowed
+    call's step ends with its request sent upstream), and no client hears an answer before its
+    record is written (the listeners call `write_held` first), as when it was written inline."""
+    now = time.time()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        write(decision, now)
+        return
+    with _held_lock:
+        first = not _held
+        _held.append((write, decision, now))
+    if first:
+        loop.call_soon(write_held)
+        if not _exit_hook:  # a line held as the loop stops is written as the process exits
+            _exit_hook.append(True)
+            atexit.register(write_held)
+
+
+def write_held() -> None:
+    """Write every held record line, in the order they were made (each sink catches its own
+    failures)."""
+    while _held:
+        with _held_lock:
+            lines = _held.copy()
+            _held.clear()
+        for write, decision, now in lines:
+            write(decision, now)
+
 
 class JsonlRecorder:
     """One JSON line per decision, appended to a file.
@@ -42,16 +84,31 @@ class JsonlRecorder:
     """
 
     def __init__(self, path: str | Path, labels: Mapping[str, str] | None = None,
-                 tool_labels: ToolLabels | None = None) -> None:
+                 tool_labels: ToolLabels | None = None, *, held: bool = False) -> None:
         self.path = Path(path)
         self.labels = dict(labels or {})
         self.tool_labels = tool_labels
+        self.held = held  # a gateway's: each line written when the loop's step ends (`_hold`)
         self._lock = threading.Lock()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
     def record(self, decision: Decision) -> None:
-        line = json.dumps(decision_record(decision, self.labels, self.tool_labels), ensure_ascii=False,
-                          separators=(",", ":"))
+        if self.held:
+            _hold(self._write_logged, decision)
+        else:
+            self._write(decision, None)
+
+    def _write_logged(self, decision: Decision, now: float) -> None:
+        try:
+            self._write(decision, now)
+        except Exception:  # held: nobody is left to raise to
+            logging.getLogger(DEFAULT_LOGGER).exception("decision log %s: write failed", self.path)
+
+    def _write(self, decision: Decision, now: float | None) -> None:
+        record = decision_record(decision, self.labels, self.tool_labels)
+        if now is not None:
+            record["time"] = now  # when the decision was made, not when its line was written
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         data = (line + "\n").encode("utf-8")
         with self._lock:
             if self._fd is None:
@@ -94,28 +151,35 @@ class OpenTelemetryRecorder:
 class LoggingAndSpanRecorder(LoggingRecorder):
     """`LoggingRecorder` and `OpenTelemetryRecorder` in one call (the default pair): the same
     records, without a fan-out and two more calls on every decision. A failure of either part is
-    logged and never affects the decision or the other part."""
+    logged and never affects the decision or the other part. `held` (a gateway's): the log line
+    is written when the loop's step ends (`_hold`); the span's attributes are set at once, on the
+    span current then. `spans=False`: the log line only."""
 
     def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER,
                  labels: Mapping[str, str] | None = None,
                  tool_labels: ToolLabels | None = None,
-                 fields: RecordFields = decision_record) -> None:
+                 fields: RecordFields = decision_record, *, spans: bool = True,
+                 held: bool = False) -> None:
         super().__init__(logger, labels, tool_labels, fields)
-        from .spans import CurrentSpan
+        self.held = held
+        self._span_key: object = None
+        if spans:
+            from .spans import CurrentSpan
 
-        # `CurrentSpan.recording()`, read inline below: the method call alone cost an in-process
-        # tools/call 0.5 µs (bench_mcp), on every decision of every server.
-        spans = CurrentSpan()
-        self._span_key, self._current_context = spans.key, spans.context
-        self._never_recording = spans.never_recording
+            # `CurrentSpan.recording()`, read inline below: the method call alone cost an
+            # in-process tools/call 0.5 µs (bench_mcp), on every decision of every server.
+            current = CurrentSpan()
+            self._span_key, self._current_context = current.key, current.context
+            self._never_recording = current.never_recording
 
     def record(self, decision: Decision) -> None:
-        try:
-            if self.logger.isEnabledFor(logging.INFO):
-                self.logger.info(json.dumps(self.fields(decision, self.labels, self.tool_labels),
-                                            ensure_ascii=False))
-        except Exception:
-            logging.getLogger(DEFAULT_LOGGER).exception("decision log sink failed")
+        if self.logger.isEnabledFor(logging.INFO):
+            if self.held:
+                _hold(self._log, decision)
+            else:
+                self._log(decision, None)
+        if self._span_key is None:
+            return
         try:
             span: Any = self._current_context().get(self._span_key)
             if (span is not None and span.__class__ is not self._never_recording
@@ -123,6 +187,15 @@ class LoggingAndSpanRecorder(LoggingRecorder):
                 span.set_attributes(span_attributes(decision))
         except Exception:  # also a non-span filed under the key: logged, never the decision's
             logging.getLogger(DEFAULT_LOGGER).exception("decision span sink failed")
+
+    def _log(self, decision: Decision, now: float | None) -> None:
+        try:
+            record = self.fields(decision, self.labels, self.tool_labels)
+            if now is not None:
+                record["time"] = now  # when the decision was made, not when its line was written
+            self.logger.info(json.dumps(record, ensure_ascii=False))
+        except Exception:
+            logging.getLogger(DEFAULT_LOGGER).exception("decision log sink failed")
 
 
 def span_attributes(decision: Decision) -> dict[str, Any]:
@@ -144,22 +217,22 @@ def opentelemetry_available() -> bool:
 
 def build_recorder(source: PolicySource, labels: Mapping[str, str] | None = None,
                    tool_labels: ToolLabels | None = None, *,
-                   logged: RecordFields = decision_record) -> DecisionRecorder:
+                   logged: RecordFields = decision_record, held: bool = False) -> DecisionRecorder:
     """The recorder a policy's `[decision_log]` asks for: JSON through logging always, plus a JSONL
     file (`jsonl_path`, relative to the policy file) and span attributes (`opentelemetry`, when
     `opentelemetry-api` is installed). `labels`, and `tool_labels(tool)`, go into every record.
     `logged` is what the logging sink writes (`caller_record` where the caller reads the log); the
     file always gets the operator's whole record. Raises PolicyError when the file cannot be
-    opened."""
+    opened. `held` (a gateway's sinks): lines are written when the loop's step ends (`_hold`)."""
     settings = source.policy.decision_log
     spans = settings.opentelemetry and opentelemetry_available()
     sinks: list[DecisionRecorder] = [
-        LoggingAndSpanRecorder(settings.logger, labels, tool_labels, logged) if spans
-        else LoggingRecorder(settings.logger, labels, tool_labels, logged)]
+        LoggingAndSpanRecorder(settings.logger, labels, tool_labels, logged, spans=spans, held=held)
+        if spans or held else LoggingRecorder(settings.logger, labels, tool_labels, logged)]
     if settings.jsonl_path is not None:
         path = source.resolve_path(settings.jsonl_path)
         try:
-            sinks.append(JsonlRecorder(path, labels, tool_labels))
+            sinks.append(JsonlRecorder(path, labels, tool_labels, held=held))
         except OSError as exc:
             raise PolicyError(source.source, [f"decision_log.jsonl_path: cannot open '{path}' for "
                                               f"appending: {exc.strerror or exc}"]) from None

@@ -1,5 +1,6 @@
 """Decision records: one per decision, with time, tool, subject, allowed, unmet, errors, policy
-revision and duration. Never a token, a secret or a claim value. The operator's record names every
+revision and duration (and what late stages noted: `credential`). Never a token, a secret or a
+claim value. The operator's record names every
 requirement; the caller's (`caller_record`, where the caller reads the log) only what a denial says.
 
 The default sink is JSON through `logging` (logger `mcp_preconditions.decisions`, level INFO).
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TextIO
 
-from .outcomes import Decision
+from .outcomes import Decision, Status
 
 DEFAULT_LOGGER = "mcp_preconditions.decisions"
 
@@ -36,12 +37,15 @@ def decision_record(decision: Decision, labels: Mapping[str, str] | None = None,
         "subject": decision.subject,
         "allowed": decision.allowed,
         "unmet": list(decision.unmet),
-        "errors": {o.requirement: o.reason for o in decision.outcomes if o.status.value == "error"},
+        "errors": {o.requirement: o.reason for o in decision.outcomes if o.status is Status.ERROR},
         "revision": decision.revision,
         "duration_us": round(decision.duration_ns / 1000, 1),
     }
     if decision.argument_dependent:
         record["argument_dependent"] = sorted(decision.argument_dependent)
+    if decision.notes:  # what late stages noted: `credential` (kind, cached), never a secret
+        record.update(decision.notes)
+    _context_ids(record, decision)
     if labels:
         record.update(labels)
     if tool_labels is not None:
@@ -68,9 +72,20 @@ def caller_record(decision: Decision, labels: Mapping[str, str] | None = None,
         "revision": decision.revision,
         "duration_us": round(decision.duration_ns / 1000, 1),
     }
+    _context_ids(record, decision)
     if tool_labels is not None:
         record.update(tool_labels(decision.tool))
     return record
+
+
+def _context_ids(record: dict[str, Any], decision: Decision) -> None:
+    """A denial's SEP-2643 context ID, and the one a retry echoed (SPEC §15): the two records of a
+    denied call and its retry are joined by them. The caller has both already (its denial, its
+    request), so its own record shows them too."""
+    if decision.context_id is not None:
+        record["context_id"] = decision.context_id
+    if decision.echoed is not None:
+        record["echoed_context_id"] = decision.echoed
 
 
 class DecisionRecorder(Protocol):

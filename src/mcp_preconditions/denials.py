@@ -1,12 +1,16 @@
-"""How a refused call looks on the wire, hosted and gateway alike (SPEC §3, §10): the `isError`
+"""How a refused call looks on the wire, hosted and gateway alike (SPEC §3, §10, §15): the `isError`
 result (its payload under `_meta` for a tool with an `outputSchema`), or the data of the JSON-RPC
-error in `[guard] denial = "jsonrpc"` mode, with the step-up hint. Plain dicts, no MCP SDK: the
-gateway relays them, and the SDK adapters wrap the same dicts in the SDK's types.
+error in `[guard] denial = "jsonrpc"` mode, each with its SEP-2643 envelope and the step-up hint;
+over HTTP, a call that more scopes alone would allow is the 403 `insufficient_scope` challenge
+instead. Plain dicts, no MCP SDK: the gateway relays them, and the SDK adapters wrap them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, NamedTuple
 
 from .client import (
     ARGUMENT_DEPENDENT_META_KEY,
@@ -14,25 +18,39 @@ from .client import (
     DENIAL_META_KEY,
     TRANSIENT_META_KEY,
 )
+from .envelope import (
+    AUTHORIZATION_META_KEY,
+    MAX_HINTS,
+    AuthorizationDenial,
+    Remediation,
+    RemediationHint,
+    envelope_json,
+    most_open,
+)
 from .outcomes import Decision, Refused, Status
+from .principal import Identity
+from .remedies import NOBODY, QUOTA_PREFIX, SCOPE_PREFIX, Recipient, remedy_of
 
 # JSON-RPC error code of a denied call in `[guard] denial = "jsonrpc"` mode (implementation-defined
 # server error range; clear of the codes the MCP specification assigns).
 DENIAL_CODE = -32003
 STEP_UP_META_KEY = "io.github.mcp-preconditions/step-up"
-SCOPE_PREFIX = "auth:scope:"
+# The RFC 9396 `authorization_details` type of the scopes an `auth:scope:` denial asks for.
+SCOPE_DETAILS_TYPE = "urn:mcp-preconditions:scope"
+# RFC 6749 §3.3 scope-token characters: anything else cannot be put in a WWW-Authenticate challenge.
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]+")
+_SCOPE_AT = len(SCOPE_PREFIX)
+_SATISFIED, _UNSATISFIED = Status.SATISFIED, Status.UNSATISFIED
+_AVAILABLE, _UNDISCLOSED = Remediation.AVAILABLE, Remediation.UNDISCLOSED
 
 
 def missing_scopes(decision: Decision) -> tuple[str, ...]:
     """The scopes a step-up would add: disclosed `auth:scope:` requirements that were unsatisfied
     (not `error`: a backend failure is not fixed by asking for more scopes)."""
-    out: list[str] = []
-    for outcome in decision.outcomes:
-        req = outcome.requirement
-        if (outcome.status is Status.UNSATISFIED and req.startswith(SCOPE_PREFIX)
-                and req not in decision.confidential and req[len(SCOPE_PREFIX):] not in out):
-            out.append(req[len(SCOPE_PREFIX):])
-    return tuple(out)
+    confidential = decision.confidential
+    return tuple(dict.fromkeys([
+        o.requirement[_SCOPE_AT:] for o in decision.outcomes if o.status is _UNSATISFIED
+        and o.requirement.startswith(SCOPE_PREFIX) and o.requirement not in confidential]))
 
 
 def denial_text(decision: Decision) -> str:
@@ -48,12 +66,52 @@ def disclosed_errors(decision: Decision) -> tuple[str, ...]:
     return tuple(r for r in decision.errors if r not in decision.confidential)
 
 
-def denial_meta(decision: Decision) -> dict[str, Any] | None:
-    """The denial's `_meta`: the step-up hint, the requirements that ended as `error`, those whose
-    outcome depended on the call's arguments and those that hold only for now (quotas), each only
-    when there are some: a client learns none of them. Kept out of structuredContent, which stays
-    exactly SPEC §3. Both forms of every denial carry it: the one place for a key all carry."""
+def envelope_of(decision: Decision, recipient: Recipient = NOBODY) -> AuthorizationDenial | None:
+    """The SEP-2643 envelope of a denial (SPEC §15), or None for one that is not an authorization
+    denial (no context ID: only quotas unmet, a policy unusable for the server). A confidential
+    requirement unmet makes it `undisclosed`, whatever else; otherwise it takes the most open
+    remedy of its unmet requirements (`remedies.remedy_of`), with hints only when `available`:
+    the missing scopes as one RFC 9396 `authorization_details` entry, then the resolvers' hints."""
+    found = _remediation(decision, recipient)
+    if found is None or decision.context_id is None:
+        return None
+    return AuthorizationDenial(found[0], decision.context_id, found[1])
+
+
+def _remediation(decision: Decision, recipient: Recipient
+                 ) -> tuple[Remediation, tuple[RemediationHint, ...]] | None:
+    """`envelope_of`'s remediation and hints (None: no envelope), for `denial_meta` to write the
+    envelope's JSON straight from them."""
+    if decision.context_id is None or decision.allowed:
+        return None
+    confidential = decision.confidential
+    remedies = []
+    for outcome in decision.outcomes:
+        if outcome.status is _SATISFIED or outcome.requirement.startswith(QUOTA_PREFIX):
+            continue
+        if outcome.requirement in confidential:
+            return _UNDISCLOSED, ()
+        remedies.append(remedy_of(outcome, recipient))
+    remediation = most_open([r.remediation for r in remedies])
+    if remediation is not _AVAILABLE:
+        return remediation, ()
+    scopes = missing_scopes(decision)
+    hints = [RemediationHint("authorization_remediation", authorization_details=(
+        {"type": SCOPE_DETAILS_TYPE, "scopes": list(scopes)},))] if scopes else []
+    hints += [h for r in remedies if r.remediation is _AVAILABLE for h in r.hints]
+    return remediation, tuple(hints[:MAX_HINTS])
+
+
+def denial_meta(decision: Decision, recipient: Recipient = NOBODY) -> dict[str, Any] | None:
+    """The denial's `_meta`: its SEP-2643 envelope (`envelope_of`), the step-up hint, the
+    requirements that ended as `error`, those whose outcome depended on the call's arguments and
+    those that hold only for now (quotas), each only when there are some: a client learns none of
+    them. Kept out of structuredContent, which stays exactly SPEC §3. Both forms of every denial
+    carry it: the one place for a key all carry."""
     meta: dict[str, Any] = {}
+    found = _remediation(decision, recipient)
+    if found is not None and decision.context_id is not None:
+        meta[AUTHORIZATION_META_KEY] = envelope_json(found[0], decision.context_id, found[1])
     scopes = missing_scopes(decision)
     if scopes:
         meta[STEP_UP_META_KEY] = {"error": "insufficient_scope", "scope": " ".join(scopes)}
@@ -70,20 +128,21 @@ def denial_meta(decision: Decision) -> dict[str, Any] | None:
     return meta or None
 
 
-def denial_result(decision: Decision, *, typed: bool = False) -> dict[str, Any]:
+def denial_result(decision: Decision, *, typed: bool = False,
+                  recipient: Recipient = NOBODY) -> dict[str, Any]:
     """The `isError` result of a refused call: its text, the denial payload as structuredContent,
-    and `denial_meta`. For a tool that declares an `outputSchema` (`typed`) the payload goes under
-    `_meta[DENIAL_META_KEY]` instead: strict clients (the MCP Inspector, most desktop apps)
-    validate structuredContent against the schema even on an error, and would show a schema error
-    instead of the denial. A policy unusable for the server's tools is the service's fault, not
-    the caller's: its text alone."""
+    and `denial_meta` (its envelope shaped for `recipient`). For a tool that declares an
+    `outputSchema` (`typed`) the payload goes under `_meta[DENIAL_META_KEY]` instead: strict
+    clients (the MCP Inspector, most desktop apps) validate structuredContent against the schema
+    even on an error, and would show a schema error instead of the denial. A policy unusable for
+    the server's tools is the service's fault, not the caller's: its text alone (no envelope)."""
     result: dict[str, Any] = {"content": [{"type": "text", "text": denial_text(decision)}],
                               "isError": True}
     refusal = decision.refusal
     if refusal is not None and refusal.kind is Refused.UNUSABLE:
         return result
     payload = decision.denial_payload()
-    meta = denial_meta(decision)
+    meta = denial_meta(decision, recipient)
     if typed:
         meta = {**(meta or {}), DENIAL_META_KEY: payload}
     else:
@@ -93,7 +152,7 @@ def denial_result(decision: Decision, *, typed: bool = False) -> dict[str, Any]:
     return result
 
 
-def denial_error_data(decision: Decision) -> dict[str, Any] | None:
+def denial_error_data(decision: Decision, recipient: Recipient = NOBODY) -> dict[str, Any] | None:
     """The `data` of a denial's JSON-RPC error (`[guard] denial = "jsonrpc"`): the same payload,
     plus the result's `_meta` under `data["_meta"]` when there is one. None for a refusal that is
     never a JSON-RPC error: a policy unusable for the server is a tool error, like a server fault."""
@@ -101,7 +160,69 @@ def denial_error_data(decision: Decision) -> dict[str, Any] | None:
     if refusal is not None and refusal.kind is Refused.UNUSABLE:
         return None
     data = decision.denial_payload()
-    meta = denial_meta(decision)
+    meta = denial_meta(decision, recipient)
     if meta:
         data["_meta"] = meta
     return data
+
+
+# -- HTTP: the 403 step-up ---------------------------------------------------------------------------
+class StepUp(NamedTuple):
+    """The 403 answer of a call that more scopes alone would allow: its `WWW-Authenticate`
+    challenge and its JSON body."""
+
+    challenge: str
+    body: bytes
+
+
+def only_scopes_missing(decision: Decision) -> bool:
+    """True when more scopes alone would turn this denial into an allow: every unmet requirement is
+    a disclosed `auth:scope:` one that was unsatisfied (not `error`)."""
+    unmet = [o for o in decision.outcomes if not o.ok]
+    return bool(unmet) and all(
+        o.status is Status.UNSATISFIED and o.requirement.startswith(SCOPE_PREFIX)
+        and o.requirement not in decision.confidential for o in unmet)
+
+
+def insufficient_scope_challenge(decision: Decision) -> str | None:
+    """`WWW-Authenticate` value for a 403 step-up (MCP auth spec), or None unless missing scopes
+    are the only reason for the denial."""
+    scopes = missing_scopes(decision)
+    if not only_scopes_missing(decision) or not all(_SCOPE_TOKEN.fullmatch(s) for s in scopes):
+        return None
+    return (f'Bearer error="insufficient_scope", scope="{" ".join(scopes)}", '
+            f'error_description="tool \'{_quoted(decision.tool)}\' needs more scopes"')
+
+
+def step_up(decision: Decision, identity: Identity) -> StepUp | None:
+    """Over HTTP, a denied call that more scopes alone would allow, made with a verified token
+    (`identity`, the caller's), is answered `403` with `WWW-Authenticate: Bearer
+    error="insufficient_scope", scope="..."` (SEP-2643's case 5: the transport's challenge says it
+    all, no envelope); None for any other call (no token, or one not accepted, is the auth
+    layer's 401). The one rule for hosted apps (`InsufficientScopeChallenge`) and the gateway's
+    HTTP listener."""
+    if decision.allowed or identity.principal is None:
+        return None
+    challenge = insufficient_scope_challenge(decision)
+    if challenge is None:
+        return None
+    return StepUp(challenge, json.dumps({
+        "error": "insufficient_scope", "scope": " ".join(missing_scopes(decision)),
+        "error_description": "the call needs more scopes"}).encode())
+
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def send_step_up(send: Send, answer: StepUp,
+                       headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    """Write the 403 step-up as an ASGI response (plus `headers`: a session's id)."""
+    await send({"type": "http.response.start", "status": 403, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(answer.body)).encode()),
+        (b"www-authenticate", answer.challenge.encode("latin-1")), *headers]})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+def _quoted(text: str) -> str:
+    """Text safe inside a quoted-string of an HTTP header (no quotes, backslashes or controls)."""
+    return "".join(c for c in text if c.isascii() and c.isprintable() and c not in '"\\')

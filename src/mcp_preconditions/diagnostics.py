@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .analysis import never_match_findings
+from .approvals import ASKS_THE_CALLER, NEEDS_AN_APPROVER, decided_by
 from .guard import EMPTY_POLICY, Guard
 from .names import check_tool_names, near_miss_message
-from .outcomes import Decision
+from .outcomes import Decision, Status
 from .policy import PolicySource
 from .policy.load import key_path
 from .requirements import Finding, FormChecker, body_of, lint, namespace_of, validate
-from .resolvers import Resolver
+from .resolvers import Registry, Resolver
 from .visible import hidden_characters
 from .wire import META_KEY, raw_requirements
 
@@ -60,15 +61,31 @@ NOT_ASKED = "not_asked"
 NOT_ASKED_REASON = "not asked: the call is refused for another requirement"
 
 
-def explained_outcomes(decision: Decision, requirements: Sequence[str]) -> list[dict[str, Any]]:
+def explained_outcomes(decision: Decision, requirements: Sequence[str],
+                       registry: Registry | None = None) -> list[dict[str, Any]]:
     """Every requirement of a decided call's tool (`requirements`: `Guard.requirements_for`), in
-    the tool's order, as `Outcome.to_dict`; one the decision has no outcome for is `not_asked`."""
+    the tool's order, as `Outcome.to_dict`; one the decision has no outcome for is `not_asked`.
+    With the guard's `registry`, an approval the call reached is what it is: decided per call by
+    a person (`asks_the_caller`, `needs_an_approver`), never satisfied or unsatisfied here."""
     rows = []
     for requirement in requirements:
         outcome = decision.outcome(requirement)
-        rows.append(outcome.to_dict() if outcome is not None else
-                    {"requirement": requirement, "status": NOT_ASKED, "reason": NOT_ASKED_REASON})
+        if outcome is None:
+            rows.append({"requirement": requirement, "status": NOT_ASKED, "reason": NOT_ASKED_REASON})
+            continue
+        row = outcome.to_dict()
+        who = decided_by(requirement, registry) if registry is not None and \
+            outcome.status is Status.UNSATISFIED else None
+        if who is not None:
+            row["status"], row["reason"] = who, APPROVAL_REASONS[who]
+        rows.append(row)
     return rows
+
+
+APPROVAL_REASONS = {
+    ASKS_THE_CALLER: "decided per call, by a person: the caller is asked to confirm the call",
+    NEEDS_AN_APPROVER: "decided per call, by a person: an approver approves the call on the "
+                       "gateway's approval page"}
 
 
 def finding_line(finding: Finding) -> str:

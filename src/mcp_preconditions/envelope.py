@@ -1,13 +1,15 @@
 """The SEP-2643 envelope of a denial (Structured Authorization Denials, SPEC §15): the typed value,
 read strictly from a result's `_meta` (a malformed envelope is ignored with a warning, never
-trusted), written by `to_meta`; and the context IDs a client echoes when it retries a denied call.
-No MCP SDK here: the client adapters and the servers' denials both use it.
+trusted), written by `to_meta`; the context IDs a server draws and a client echoes when it retries
+a denied call. No MCP SDK here: the client adapters and the servers' denials (denials.py) share it.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +20,7 @@ from urllib.parse import urlsplit
 from cachetools import TTLCache
 
 from .approvals.binding import canonical_json
+from .outcomes import Outcome, Status
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,10 @@ CONTEXT_ID_META_KEY = "io.modelcontextprotocol/authorization-context-id"
 REASON = "insufficient_authorization"
 # Bounds: what a server may send, whatever it sends.
 MAX_HINTS, MAX_TEXT, MAX_ID = 16, 2048, 256
+# What a server takes as an echoed context ID (its own are `authzctx_` and 32 hex digits): short,
+# and safe in a log line, JSON and a header. Anything else is ignored, never recorded.
+_ECHO = re.compile(r"[A-Za-z0-9._~:-]{1,128}")
+_QUOTA = "quota:"
 
 
 class Remediation(enum.StrEnum):
@@ -37,13 +44,16 @@ class Remediation(enum.StrEnum):
     UNDISCLOSED = "undisclosed"
 
 
-_OPENNESS = {Remediation.AVAILABLE: 2, Remediation.UNDISCLOSED: 1, Remediation.UNAVAILABLE: 0}
-
-
 def most_open(remedies: Iterable[Remediation]) -> Remediation:
     """The envelope's remediation from its unmet requirements' (SPEC §15): `available`, then
     `undisclosed`, then `unavailable` (also for none)."""
-    return max(remedies, key=_OPENNESS.__getitem__, default=Remediation.UNAVAILABLE)
+    found = Remediation.UNAVAILABLE
+    for remedy in remedies:
+        if remedy is Remediation.AVAILABLE:
+            return remedy
+        if remedy is Remediation.UNDISCLOSED:
+            found = remedy
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +100,7 @@ class AuthorizationDenial:
         return tuple(d for h in self.hints for d in h.authorization_details)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reason": self.reason, "remediation": self.remediation.value,
-                               "authorizationContextId": self.context_id}
-        if self.hints:
-            out["remediationHints"] = [h.to_dict() for h in self.hints]
-        return out
+        return envelope_json(self.remediation, self.context_id, self.hints, self.reason)
 
     def to_meta(self) -> dict[str, Any]:
         """The result `_meta` entry that carries this envelope."""
@@ -111,6 +117,17 @@ class AuthorizationDenial:
         except ValueError as exc:
             log.warning("ignored a malformed authorization envelope (SEP-2643): %s", exc)
             return None
+
+
+def envelope_json(remediation: Remediation, context_id: str,
+                  hints: tuple[RemediationHint, ...] = (), reason: str = REASON) -> dict[str, Any]:
+    """An envelope's JSON value, as both sides write it (`AuthorizationDenial.to_dict`; a server's
+    denial writes it straight from its parts)."""
+    out: dict[str, Any] = {"reason": reason, "remediation": remediation.value,
+                           "authorizationContextId": context_id}
+    if hints:
+        out["remediationHints"] = [h.to_dict() for h in hints]
+    return out
 
 
 def parse(value: Any) -> AuthorizationDenial:
@@ -167,6 +184,47 @@ def _hint(value: Any, index: int) -> RemediationHint:
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
     return RemediationHint(kind, raw=dict(value))
+
+
+# Context IDs drawn 64 at a time from the OS's random source (one call of os.urandom costs as much
+# as the rest of a denial's envelope); a child process starts with none of its parent's.
+_IDS: list[str] = []
+os.register_at_fork(after_in_child=_IDS.clear)
+
+
+def new_context_id() -> str:
+    """A fresh, random `authorizationContextId` (128 bits from the OS's random source)."""
+    while True:
+        try:
+            return _IDS.pop()  # atomic: two threads never take one ID
+        except IndexError:
+            block = os.urandom(16 * 64).hex()
+            _IDS.extend(["authzctx_" + block[i:i + 32] for i in range(0, len(block), 32)])
+
+
+def context_id_for(outcomes: tuple[Outcome, ...]) -> str | None:
+    """The context ID of a denial decided on these outcomes: a fresh one, or None when the only
+    unmet requirements are quotas (a quota is not an authorization denial: no envelope, SPEC §15)."""
+    for outcome in outcomes:
+        if outcome.status is not Status.SATISFIED and not outcome.requirement.startswith(_QUOTA):
+            return new_context_id()
+    return None
+
+
+def echoed(value: object) -> str | None:
+    """A request's echoed context ID (`_meta[CONTEXT_ID_META_KEY]`) when it is well formed, else
+    None: a malformed or huge echo is ignored (never recorded, nor logged raw)."""
+    if type(value) is str and _ECHO.fullmatch(value):
+        return value
+    return None
+
+
+def echo_of(meta: object) -> object:
+    """The raw echo in a request's `_meta` (None when there is none); `echoed` validates it. On
+    every call's path: a plain dict (what a request's `_meta` is) skips the Mapping check."""
+    if meta.__class__ is dict:
+        return meta.get(CONTEXT_ID_META_KEY)
+    return meta.get(CONTEXT_ID_META_KEY) if isinstance(meta, Mapping) else None
 
 
 class ContextIds:

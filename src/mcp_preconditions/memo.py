@@ -9,6 +9,7 @@ starts afresh.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -17,9 +18,17 @@ from .arguments import MISSING, ArgumentCondition, resolve_pointer
 from .outcomes import Ruling, Status
 from .principal import Principal
 
-# What a tool's checks read of a call's arguments: per JSON Pointer (as tokens), the key forms of the
-# values some condition lists (see `key_form`).
-Reads = tuple[tuple[tuple[str, ...], frozenset[Hashable]], ...]
+
+class Reads(tuple[tuple[tuple[str, ...], frozenset[Hashable]], ...]):
+    """What a tool's checks read of a call's arguments: per JSON Pointer (as tokens), the key forms
+    of the values some condition lists (see `key_form`). A tuple (equal to the plain one), which
+    also says `argument`, the one top-level argument read when that is all (else None), and its
+    listed forms: a call's key is then read inline (`Snapshot.evaluate`)."""
+
+    argument: str | None
+    listed: frozenset[Hashable]
+
+
 # (the principal the entry was made for, its ruling)
 _Entry = tuple[Principal, Ruling]
 _ERROR = Status.ERROR
@@ -41,7 +50,17 @@ def reads_of(conditions: Iterable[ArgumentCondition]) -> Reads:
     listed: dict[tuple[str, ...], set[Hashable]] = {}
     for condition in conditions:
         listed.setdefault(condition.tokens, set()).update(key_form(v) for v in condition.values)
-    return tuple((tokens, frozenset(forms)) for tokens, forms in listed.items())
+    return _reads(tuple((tokens, frozenset(forms)) for tokens, forms in listed.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reads(pointers: tuple[tuple[tuple[str, ...], frozenset[Hashable]], ...]) -> Reads:
+    """One `Reads` for equal ones (most tools read nothing, or the same argument): an instance
+    holds a dict, too much to have one per tool of 100,000 (bench_scale)."""
+    reads = Reads(pointers)
+    one = pointers[0] if len(pointers) == 1 and len(pointers[0][0]) == 1 else None
+    reads.argument, reads.listed = (one[0][0], one[1]) if one is not None else (None, frozenset())
+    return reads
 
 
 class CallerMemo:

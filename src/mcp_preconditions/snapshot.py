@@ -15,19 +15,23 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from .approvals.approvers import approver_findings
 from .arguments import ArgumentCondition
-from .compiled import Check, CompiledTool, Metered, being_cancelled, coerce, short_reason
+from .compiled import Check, CompiledTool, Staged, being_cancelled, coerce, short_reason
 from .errors import RequirementError
+from .late import LateCall, Sidecar, late_resolver
 from .memo import CallerMemo, reads_of
-from .outcomes import MALFORMED_REQUIREMENTS, Outcome, Ruling, Status, ruling
+from .outcomes import MALFORMED_REQUIREMENTS, Outcome, Ruling, ruling
 from .policy.load import PolicySource
 from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
 from .resolvers import LiveSources, Registry, Resolver, build_registry
 from .resolvers.base import CallContext, Dependencies
-from .resolvers.quota import QuotaResolver
+from .staged import settle
 
 _NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
+# `LateCall(...)` without the NamedTuple's own `__new__` (a Python frame on every staged call).
+_late_call = tuple.__new__
 
 class Snapshot:
     """One compiled policy revision. Immutable after construction; swapped whole on reload."""
@@ -56,6 +60,7 @@ class Snapshot:
                                                      live=live, entry_points=entry_points)
             self._checks: dict[str, Check] = {}  # one per distinct string: tools share them
             self._check_grants(strict)
+            self._check_approvers()
             self._grant_findings = list(self.findings)
         else:
             self.registry = base.registry
@@ -79,6 +84,9 @@ class Snapshot:
                 self.findings.extend(found)
             if compiled is not None and compiled.requirements:
                 self.tools[name] = compiled
+        # The tools with an `approval:` requirement: an adapter asks their callers (SPEC §15).
+        self.approving = frozenset(n for n, t in self.tools.items() if t.late is not None and any(
+            stage.namespace == "approval" for stage in t.late.stages))
         errors = [str(f) for f in self.findings if f.severity == "error"]
         if errors and strict:
             raise RequirementError(errors)
@@ -93,14 +101,26 @@ class Snapshot:
                     "every caller, anonymous ones included", None, self.source.source))
             for req in grant.when:
                 problem = self.registry.check_form(req)
-                if namespace_of(req) == "quota":  # a grant only looks: it would never take a unit
-                    problem = ("a quota is not a grant condition: put it in the tool's requirements, "
-                               "where an allowed call takes a unit")
+                late = late_resolver(self.registry.for_requirement(req))
+                if late is not None:  # a grant only looks: it would never take a unit, obtain...
+                    problem = late.not_a_condition
                 self._check(req)
                 if problem:
                     self.findings.append(Finding("error", f"(policy capabilities.grants[{i}].when)",
                                                  f"requirement {req!r}: {problem}", req,
                                                  self.source.source))
+
+    def _check_approvers(self) -> None:
+        """An approver's requirements are decided like a grant's conditions: never a late one."""
+        approvals = self.source.policy.approvals
+        self.findings.extend(approver_findings(approvals, self.registry, self.source.source))
+        for name, approval in approvals.items():
+            for req in () if approval.approvers == "self" else approval.approvers:
+                late = late_resolver(self.registry.for_requirement(req))
+                if late is not None:
+                    self.findings.append(Finding(
+                        "error", f"(policy approvals.{name}.approvers)",
+                        f"requirement {req!r}: {late.not_a_condition}", req, self.source.source))
 
     def _compile(self, name: str, raw: Any, strict: bool) -> CompiledTool:
         code, shape_errors = check_shape(name, raw)
@@ -122,9 +142,8 @@ class Snapshot:
             return CompiledTool(name, shown, (*map(self._check, reqs), bad), True,
                                 self._advertised(shown))
         checks = tuple(self._check(r) for r in reqs)
-        positions = tuple(i for i, c in enumerate(checks) if isinstance(c.resolver, QuotaResolver))
-        if positions:
-            return self._metered(name, reqs, checks, positions)
+        if any(late_resolver(c.resolver) is not None for c in checks):
+            return self._staged(name, reqs, checks)
         return self._compiled(name, reqs, checks)
 
     def _compiled(self, name: str, reqs: tuple[str, ...], checks: tuple[Check, ...]
@@ -135,19 +154,25 @@ class Snapshot:
         return CompiledTool(name, reqs, checks, dynamic, self._advertised(reqs),
                             reads_of(r for rs in reads if rs for r in rs) if caller_only else None)
 
-    def _metered(self, name: str, reqs: tuple[str, ...], checks: tuple[Check, ...],
-                 positions: tuple[int, ...]) -> CompiledTool:
-        """A tool with quotas: its other checks compiled as a tool of their own, plus the plan
-        that takes the quotas' units."""
-        quotas = tuple(checks[i] for i in positions)
-        others = tuple(c for i, c in enumerate(checks) if i not in positions)
+    def _staged(self, name: str, reqs: tuple[str, ...], checks: tuple[Check, ...]) -> CompiledTool:
+        """A tool with late requirements (late.py): its other checks compiled as a tool of their
+        own, plus one stage per late namespace, in the order they are decided."""
+        groups: dict[int, list[int]] = {}
+        resolvers = {}
+        for i, check in enumerate(checks):
+            late = late_resolver(check.resolver)
+            if late is not None:
+                groups.setdefault(id(late), []).append(i)
+                resolvers[id(late)] = late
+        order = sorted(groups, key=lambda k: resolvers[k].order)
+        stages = tuple(resolvers[k].stage([checks[i].requirement for i in groups[k]]) for k in order)
+        positions = tuple(tuple(groups[k]) for k in order)
+        late_positions = {i for group in positions for i in group}
+        others = tuple(c for i, c in enumerate(checks) if i not in late_positions)
         rest = self._compiled(name, tuple(c.requirement for c in others), others)
-        resolver = quotas[0].resolver
-        assert isinstance(resolver, QuotaResolver)  # how `positions` were chosen
-        plan = resolver.plan([c.requirement for c in quotas])
-        last = positions == tuple(range(len(others), len(checks)))
+        last = len(stages) == 1 and positions[0] == tuple(range(len(others), len(checks)))
         return CompiledTool(name, reqs, checks, True, self._advertised(reqs), None,
-                            Metered(rest, quotas, positions, plan, last))
+                            Staged(rest, stages, positions, len(checks), last))
 
     def _advertised(self, requirements: tuple[str, ...]) -> tuple[str, ...]:
         """What a listing may show of a tool's requirements: the confidential ones left out."""
@@ -240,16 +265,18 @@ class Snapshot:
             return Outcome.error(requirement, failure)
         return coerce(requirement, result, namespace)
 
-    async def _bounded(self, namespace: str, pending: Awaitable[Any]) -> tuple[Any, str | None]:
-        """An awaited lookup under the snapshot's timeout: (its result, None), or (None, why it
-        failed)."""
+    async def _bounded(self, namespace: str, pending: Awaitable[Any], timeout: float | None = None
+                       ) -> tuple[Any, str | None]:
+        """An awaited lookup under `timeout` (default: the snapshot's lookup timeout): (its result,
+        None), or (None, why it failed)."""
+        limit = self.timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(self.timeout) as deadline:  # no extra task, unlike wait_for
+            async with asyncio.timeout(limit) as deadline:  # no extra task, unlike wait_for
                 result = await pending
             if deadline.expired():  # it swallowed the cancellation and answered late: not trusted
                 raise TimeoutError
         except TimeoutError:
-            return None, f"resolver '{namespace}' timed out after {self.timeout:g} s"
+            return None, f"resolver '{namespace}' timed out after {limit:g} s"
         except asyncio.CancelledError:
             if being_cancelled():
                 raise  # the call itself is being cancelled: let it go
@@ -260,20 +287,36 @@ class Snapshot:
             return None, f"resolver '{namespace}' raised {short_reason(exc)}"
         return result, None
 
-    def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None
-                 ) -> Ruling | Awaitable[Ruling]:
+    def evaluate(self, tool: CompiledTool, identity: Identity, arguments: Mapping[str, Any] | None,
+                 sidecar: Sidecar | None = None) -> Ruling | Awaitable[Ruling]:
         """The call's ruling: every requirement's outcome, in the tool's order, and whether they
         allow it; awaitable only if some lookup is async. A tool the caller alone decides answers
-        from its memo after the first call. A tool's quotas are decided last, and only when every
-        other requirement holds: then one unit of each is taken, or none."""
-        if tool.metered is not None:
-            return self._metered_ruling(tool.metered, identity, arguments)
+        from its memo after the first call. A tool's late requirements (credentials, quotas:
+        late.py) are decided last, each stage only when every other requirement and every earlier
+        stage holds (`staged.settle`); `sidecar` is what the call carries beside its decision."""
+        late = tool.late
+        if late is not None:
+            others = self.evaluate(late.rest, identity, arguments)
+            if others.__class__ is not tuple:
+                return self._settled_later(late, others, _late_call(  # type: ignore[arg-type]
+                    LateCall, (tool.name, identity, arguments, self.revision, sidecar)))
+            allowed, outcomes = others
+            if outcomes and not allowed:  # refused without its late outcomes (`_settled_later`)
+                return allowed, outcomes
+            return settle(late, outcomes, _late_call(
+                LateCall, (tool.name, identity, arguments, self.revision, sidecar)), self._bounded)
         if not tool.dynamic:  # every outcome fixed for the snapshot
             return ruling(tuple(c.static for c in tool.checks))  # type: ignore[misc]
         reads, principal = tool.reads, identity.principal
         if reads is not None and principal is not None:
             memo = self.memo
-            key = memo.key(tool.name, reads, principal, arguments)
+            name = reads.argument
+            value = arguments.get(name) if name is not None and arguments.__class__ is dict else None
+            # A listed string of the one top-level argument read (a grant's usual condition): the
+            # key `memo.key` makes, made inline (0.2 µs of a call, bench_mcp).
+            key = ((tool.name, id(principal), value)
+                   if value.__class__ is str and value in reads.listed
+                   else memo.key(tool.name, reads, principal, arguments))
             if key is not None:
                 entry = memo.entries.get(key)  # `memo.lookup`, inline: 0.2 µs a call (bench_mcp)
                 if entry is not None and entry[0] is principal:
@@ -295,48 +338,16 @@ class Snapshot:
             results.append(result)
         return self._gather(results) if pending else ruling(tuple(results))
 
-    def _metered_ruling(self, metered: Metered, identity: Identity,
-                        arguments: Mapping[str, Any] | None) -> Ruling | Awaitable[Ruling]:
-        others = self.evaluate(metered.rest, identity, arguments)
-        if others.__class__ is tuple:
-            return self._settled(metered, others, identity)
-        return self._settled_later(metered, others, identity)  # type: ignore[arg-type]
-
-    async def _settled_later(self, metered: Metered, pending: Awaitable[Ruling], identity: Identity
+    async def _settled_later(self, late: Staged, pending: Awaitable[Ruling], call: LateCall
                              ) -> Ruling:
-        decided = self._settled(metered, await pending, identity)
+        """A tool's late stages once its other requirements' awaited ruling is in. A call they
+        refuse is refused without its late outcomes: no stage is asked, and none is reported (a
+        quota not checked is neither satisfied nor used up, a credential not obtained neither)."""
+        allowed, others = await pending
+        if others and not allowed:
+            return allowed, others
+        decided = settle(late, others, call, self._bounded)
         return decided if isinstance(decided, tuple) else await decided
-
-    def _settled(self, metered: Metered, others: Ruling, identity: Identity
-                 ) -> Ruling | Awaitable[Ruling]:
-        """The quotas' outcomes merged into the others' (tool order), and the one rule on them.
-        A call the other requirements refuse is refused without its quotas: no store is asked (a
-        caller without a token costs no Redis round trip) and no quota outcome is reported, as a
-        quota that was not checked is neither satisfied nor used up."""
-        allowed, outcomes = others
-        if outcomes and not allowed:
-            return others
-        quotas: tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]
-        try:
-            quotas = metered.plan.take(identity)
-        except Exception as exc:  # a failing store is `error` for every quota (fail closed)
-            quotas = _errors(metered.plan.requirements, f"resolver 'quota' raised {short_reason(exc)}")
-        if isinstance(quotas, tuple):
-            slot = metered.merged
-            seen = slot[0] if slot else None  # one slot, replaced whole: threads may race
-            if seen is not None and seen[0] is others and seen[1] is quotas:
-                return seen[2]
-            decided = _merged(metered, outcomes, quotas)
-            slot[:] = [(others, quotas, decided)]
-            return decided
-        return self._taken_later(metered, outcomes, quotas)
-
-    async def _taken_later(self, metered: Metered, others: tuple[Outcome, ...],
-                           pending: Awaitable[tuple[Outcome, ...]]) -> Ruling:
-        """`_settled` for a store that must be awaited (Redis), under the snapshot's timeout."""
-        taken, failure = await self._bounded("quota", pending)
-        return _merged(metered, others, taken if failure is None else
-                       _errors(metered.plan.requirements, failure))
 
     @staticmethod
     async def _gather(results: list[Outcome | Awaitable[Outcome]]) -> Ruling:
@@ -344,16 +355,3 @@ class Snapshot:
         done = iter(await asyncio.gather(*pending))
         return ruling(tuple(r if isinstance(r, Outcome) else next(done) for r in results))
 
-
-def _merged(metered: Metered, others: tuple[Outcome, ...], quotas: tuple[Outcome, ...]) -> Ruling:
-    """Every outcome in the tool's order (each quota back at its place), ruled by the one rule."""
-    if metered.last:  # the usual order: the quotas after every other requirement
-        return ruling(others + quotas)
-    merged = list(others)
-    for position, outcome in zip(metered.positions, quotas, strict=True):
-        merged.insert(position, outcome)  # positions ascend: each lands at its final index
-    return ruling(tuple(merged))
-
-
-def _errors(requirements: tuple[str, ...], reason: str) -> tuple[Outcome, ...]:
-    return tuple(Outcome(r, Status.ERROR, reason, transient=True) for r in requirements)

@@ -46,7 +46,8 @@ def check(log: Path, heard: list[DeniedCall], knowledge: Knowledge) -> None:
 
 
 async def test_pydantic_ai_surfaces_the_envelope_and_echoes_on_the_retry(tmp_path: Path) -> None:
-    log, heard, knowledge = tmp_path / "calls.jsonl", [], Knowledge()
+    log, knowledge = tmp_path / "calls.jsonl", Knowledge()
+    heard: list[DeniedCall] = []
     offered: list[list[str]] = []
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -67,7 +68,8 @@ async def test_pydantic_ai_surfaces_the_envelope_and_echoes_on_the_retry(tmp_pat
 
 
 async def test_openai_agents_surface_the_envelope_and_echo_on_the_retry(tmp_path: Path) -> None:
-    log, heard, knowledge = tmp_path / "calls.jsonl", [], Knowledge()
+    log, knowledge = tmp_path / "calls.jsonl", Knowledge()
+    heard: list[DeniedCall] = []
     rf = RequirementsFilter(knowledge, on_denial=heard.append)
     params: Any = {"command": COMMAND[0], "args": COMMAND[1:], "cwd": str(ROOT),
                    "env": server_env(ENVELOPE_LOG=str(log))}

@@ -53,12 +53,6 @@ def crm(oidc_server: OidcServer, tmp_path_factory: pytest.TempPathFactory) -> It
         yield server
 
 
-@pytest.fixture(scope="module")
-def wiki(oidc_server: OidcServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenServer]:
-    with token_server(oidc_server.issuer, WIKI_AUDIENCE, tmp_path_factory.mktemp("wiki")) as server:
-        yield server
-
-
 def exchange(oidc: OidcServer, *, cache: ExchangeCache | None = None, **overrides: Any
              ) -> CredentialResolver:
     values: dict[str, Any] = {"token_endpoint": f"{oidc.issuer}/token",

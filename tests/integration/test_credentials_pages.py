@@ -26,26 +26,13 @@ from mcp_preconditions.credentials.stores_redis import RedisTickets, RedisVault
 from mcp_preconditions.principal import Identity
 from mcp_preconditions.resolvers.state_redis import RedisStateSource
 from tests.fixtures.credential_pages import REQ, Pages, pages, run
-from tests.fixtures.explorer import chromium
-from tests.fixtures.oidc import WIKI_AUDIENCE, OidcServer, sign_in
+from tests.fixtures.oidc import OidcServer, sign_in
 from tests.fixtures.redis import RedisServer
-from tests.fixtures.token_servers import TokenServer, token_server
+from tests.fixtures.token_servers import TokenServer
 from tests.integration.test_credentials_exchange import whoami
 
 pytestmark = pytest.mark.integration
 CONNECTED = "Your account is connected for 'wiki'. You can close this page and call the tool again."
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def wiki(oidc_server: OidcServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenServer]:
-    with token_server(oidc_server.issuer, WIKI_AUDIENCE, tmp_path_factory.mktemp("wiki")) as server:
-        yield server
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Dialog, expect
 
 from mcp_preconditions.cli import main
 from tests.fixtures.explorer import MISSION, SCREENSHOTS, Explorer, chromium, explorer
@@ -267,7 +267,12 @@ def test_hostile_names_are_shown_as_text(tmp_path: Path) -> None:
             chromium() as browser:
         page = browser.new_page()
         dialogs: list[str] = []
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+        def dismissed(dialog: Dialog) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", dismissed)
         page.goto(proc.page)
         rows = page.locator("#who-body tr.tool-row td:first-child")
         expect(rows).to_contain_text(["<img src=x onerror=alert(1)>", "safe\\u202etxt.exe"])

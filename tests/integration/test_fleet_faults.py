@@ -168,7 +168,8 @@ def test_a_hung_server_is_timed_out_and_started_again_on_its_own(tmp_path: Path)
     """Its handshake is bounded (the call timeout, at least HANDSHAKE_SECONDS): the process is
     dropped and a new one started with backoff, while the other server answers throughout."""
     policy = tmp_path / "policy.toml"
-    policy.write_text("[gateway]\ncall_timeout_seconds = 2\n", encoding="utf-8")
+    # Below HANDSHAKE_SECONDS (the bound used), and ample for `good__echo`, which it bounds too.
+    policy.write_text("[gateway]\ncall_timeout_seconds = 10\n", encoding="utf-8")
     marker = str(tmp_path)
     config = write_gateway_toml(tmp_path / "gateway.toml", policy, {
         "good": logging_upstream(tmp_path / "good.jsonl"),

@@ -97,7 +97,7 @@ def _replicas(ports: dict[str, int], config: Path, public: Path) -> Iterator[dic
     try:
         for name in REPLICAS:
             base = f"http://127.0.0.1:{ports[name]}"
-            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by Process.stop()
+            log = tempfile.TemporaryFile("a+b")  # noqa: SIM115 - closed by Process.stop()
             command = [*CLI, "gateway", "--config", str(config), "--policy-poll-seconds", str(POLL),
                        "--policy-public-key", str(public), "--replica-id", name, "--listen", base]
             gateways[name] = Process(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,

@@ -58,3 +58,19 @@ async def test_a_2026_only_upstream_loses_nothing(tmp_path: Path, policy: Path, 
     assert prompt.messages[0].content == mcp_types.TextContent(type="text", text="Hello, Ada!")
     assert note["contents"] == NOTE["contents"]
     assert ("ttlMs" in note) == (version == "2026-07-28")
+
+
+async def test_a_change_just_after_the_first_listing_is_heard(tmp_path: Path, policy: Path) -> None:
+    """The upstream adds `late` and says its list changed right after answering the gateway's first
+    tools/list. A listen stream replays nothing: the gateway's is acknowledged before it lists, so
+    it hears the change and lists `late` (it used to list first, miss it, and show the stale list
+    until the server's next change)."""
+    params = gateway_stdio(policy, tmp_path / "log.jsonl", GATEWAY_UPSTREAM_MODERN_ONLY="1",
+                           GATEWAY_UPSTREAM_CHANGE_AFTER_LISTING="1")
+    async with Client(params, mode="legacy") as client:
+        tools: dict[str, Any] = {}
+        with anyio.move_on_after(30):
+            while "late" not in tools:
+                tools = await raw_tools(client)
+                await anyio.sleep(0.1)
+    assert "late" in tools, sorted(tools)

@@ -15,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
 from mcp_preconditions.client import DENIAL_META_KEY
+from mcp_preconditions.envelope import AuthorizationDenial, Remediation
 from mcp_preconditions.integrations._calls import DENIAL_CODE
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.gateway_upstream import (
@@ -161,10 +162,14 @@ async def test_jsonrpc_denial_mode(files: tuple[Path, Path, Path]) -> None:
         with pytest.raises(MCPError) as unlisted:
             await raw_call(client, "slow")
     assert denied.value.error.code == DENIAL_CODE
-    assert denied.value.error.data == {"error": "unmet_requirements", "tool": "secret",
-                                       "unmet": SECRET_REQUIREMENTS, "withheld": 0}
-    assert unlisted.value.error.data == {"error": "unlisted_tool", "tool": "slow", "unmet": [],
-                                         "withheld": 0}
+    data, refused = denied.value.error.data, unlisted.value.error.data
+    # Each with the gateway's SEP-2643 envelope in `data["_meta"]`: nothing to do about either.
+    envelopes = [AuthorizationDenial.from_meta(d.pop("_meta")) for d in (data, refused)]
+    assert [(e.remediation, e.hints) for e in envelopes if e is not None] == [
+        (Remediation.UNAVAILABLE, ())] * 2
+    assert data == {"error": "unmet_requirements", "tool": "secret",
+                    "unmet": SECRET_REQUIREMENTS, "withheld": 0}
+    assert refused == {"error": "unlisted_tool", "tool": "slow", "unmet": [], "withheld": 0}
     assert not tool_calls(log)
 
 

@@ -72,7 +72,9 @@ async def test_upstream_killed_mid_call_fails_that_call_at_once_and_is_restarted
 
 async def test_a_tool_hanging_past_the_timeout_gets_a_tool_error_and_the_gateway_answers_on(
         tmp_path: Path) -> None:
-    policy, claims, log = files(tmp_path, timeout=1)
+    # The timeout bounds `echo` after it too: a few seconds, so that a loaded machine does not make
+    # it a second hung call.
+    policy, claims, log = files(tmp_path, timeout=5)
     async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
         hung = await raw_call(client, "slow", {"seconds": 600})
         after = await raw_call(client, "echo")

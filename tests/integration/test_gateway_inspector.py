@@ -31,6 +31,7 @@ from tests.fixtures.upstreams import (
     gateway_http,
     time_stdio,
 )
+from tests.integration.test_inspector import shown_envelope
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +147,7 @@ def test_inspector_over_the_http_listener(everything_gateway: Listening, tmp_pat
     assert code == DENIED
     assert denied["structuredContent"] == {"error": "unmet_requirements", "tool": "get-sum",
                                            "unmet": ["env:staging"], "withheld": 0}
+    shown_envelope(denied, "unavailable")  # the gateway's own denial, with its envelope
 
 
 # --- server-filesystem over the stdio listener ------------------------------------------------------
@@ -202,3 +204,4 @@ def test_inspector_shows_the_denial_of_a_tool_with_an_output_schema(tmp_path: Pa
     assert code == DENIED
     assert denied["isError"] is True
     assert "unmet requirements: env:staging" in denied["content"][0]["text"]
+    shown_envelope(denied, "unavailable")

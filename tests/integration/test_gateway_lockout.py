@@ -205,6 +205,8 @@ async def _get_and_listen(gw: Process, greedy: str) -> None:
             for stream in held:
                 if stream is not None:
                     await stream[0].aclose()
-        await anyio.sleep(0.5)  # the gateway sees the streams close
-        assert await _listen(http, greedy, held) == 200  # a closed stream gives its slot back
+        # A closed stream gives its slot back, once the gateway has seen it close (refused till then).
+        with anyio.fail_after(30):
+            while await _listen(http, greedy, held) != 200:
+                await anyio.sleep(0.1)
         await held[-1][0].aclose()

@@ -15,6 +15,7 @@ from mcp import Client
 
 from tests.fixtures import asking_upstream
 from tests.fixtures.asking_upstream import open_policy  # noqa: F401 (the `policy` fixture)
+from tests.fixtures.flagd import eventually_async
 
 
 class Logs:
@@ -41,15 +42,23 @@ async def test_a_log_message_reaches_only_the_caller(tmp_path: Path, policy: Pat
 async def test_a_message_while_two_clients_have_calls_in_flight_reaches_nobody(
         tmp_path: Path, policy: Path) -> None:
     a, b = Logs(), Logs()
-    with asking_upstream.gateway_http(policy, tmp_path / "upstream.jsonl") as gw:
+    log = tmp_path / "upstream.jsonl"
+    with asking_upstream.gateway_http(policy, log) as gw:
         async with Client(gw.url + "/mcp", mode="legacy", logging_callback=a) as one, \
                 Client(gw.url + "/mcp", mode="legacy", logging_callback=b) as two, \
                 anyio.create_task_group() as tg:
-            tg.start_soon(two.call_tool, "wait", {"seconds": 3})
-            await anyio.sleep(1)  # two's call is upstream now
-            result = await one.call_tool("log", {"tag": "whose?"})
+            tg.start_soon(two.call_tool, "wait", {"seconds": 120, "tag": "two"})
+            upstream = await eventually_async(lambda: _waiting(log, "two"), True, 30)
+            assert upstream, "two's call never reached the upstream"
+            result = await one.call_tool("log", {"tag": "whose?"})  # while two's call is upstream
+            tg.cancel_scope.cancel()  # two's call has served its purpose
     assert result.content == [mcp_types.TextContent(type="text", text="log done")]
     assert a.seen == [] and b.seen == []
+
+
+async def _waiting(log: Path, tag: str) -> bool:
+    """The upstream has `wait` called with `tag`."""
+    return {"waiting": tag} in asking_upstream.read_log(log)
 
 
 async def test_each_2025_client_gets_its_own_level(tmp_path: Path, policy: Path) -> None:

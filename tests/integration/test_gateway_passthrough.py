@@ -48,7 +48,7 @@ async def test_the_upstreams_sampling_request_is_answered_by_the_client(
         tmp_path: Path, policy: Path, listener: str) -> None:
     asked: list[str] = []
 
-    async def sampling(_ctx: ClientRequestContext, params: mcp_types.CreateMessageRequestParams
+    async def sampling(context: ClientRequestContext, params: mcp_types.CreateMessageRequestParams
                        ) -> mcp_types.CreateMessageResult:
         asked.append(params.messages[0].content.text)  # type: ignore[union-attr]
         return mcp_types.CreateMessageResult(role="assistant", model="test",
@@ -67,8 +67,8 @@ async def test_the_upstreams_sampling_request_is_answered_by_the_client(
 async def test_progress_reaches_the_caller_only(tmp_path: Path, policy: Path) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 
-    async def progress(value: float, total: float | None, message: str | None) -> None:
-        seen.append((value, total, message))
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
 
     others: list[Any] = []
 

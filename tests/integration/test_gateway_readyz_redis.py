@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.flagd import eventually
 from tests.fixtures.gateway_upstream import gateway_http
 from tests.fixtures.redis import RedisServer
 
@@ -33,7 +34,10 @@ def until(status: int, url: str, output: Callable[[], str]) -> httpx.Response:
 def test_readyz_follows_redis(tmp_path: Path, redis_factory: Callable[[], RedisServer]) -> None:
     redis = redis_factory()
     policy = tmp_path / "policy.toml"
+    # Redis timeouts of seconds, not the defaults' fraction of one: a loaded machine can make a
+    # healthy Redis that late (reported down); a stopped one still refuses at once.
     policy.write_text(f'[state.redis]\nurl = "{redis.url}"\n'
+                      'connect_timeout_seconds = 3\nread_timeout_seconds = 3\n'
                       '[tools.echo]\nrequirements = ["state:pad.clear"]\n', encoding="utf-8")
     with gateway_http(policy, tmp_path / "upstream.jsonl", wait="/readyz") as gw:
         ready = until(200, gw.url, gw.output)  # the upstream's tools load first
@@ -44,4 +48,5 @@ def test_readyz_follows_redis(tmp_path: Path, redis_factory: Callable[[], RedisS
         assert (down.status_code, down.json()["status"]) == (200, "degraded")
         assert down.json()["backends"] == {"redis": False}
         redis.start()
-        assert readyz(gw.url).json()["status"] == "ready"
+        back = eventually(lambda: readyz(gw.url).json()["status"], "ready", 30)
+        assert back == "ready"

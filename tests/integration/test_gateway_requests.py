@@ -7,6 +7,7 @@ They go only to the client whose call caused them, and a retry is decided by the
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,16 @@ import anyio
 import mcp_types
 import pytest
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests.fixtures import asking_upstream
+from tests.fixtures.flagd import eventually_async
 from tests.fixtures.upstreams import everything_stdio, gateway_http, gateway_stdio
 from tests.integration.test_gateway_calls import RAW
 
+# What the gateway logs when a client never retried a call the upstream asks about (rounds.py).
+FORGOTTEN = "a client did not answer the upstream's request within"
 POLICY = '[tools.deny_me]\nrequirements = ["auth:claim:role:admin"]\n'
 
 
@@ -37,16 +41,16 @@ class Asked:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    async def sampling(self, _ctx: Any, params: mcp_types.CreateMessageRequestParams) -> Any:
+    async def sampling(self, context: Any, params: mcp_types.CreateMessageRequestParams) -> Any:
         self.asked.append("sampling: " + params.messages[0].content.text)  # type: ignore[union-attr]
         return mcp_types.CreateMessageResult(role="assistant", model="test",
                                              content=mcp_types.TextContent(type="text", text="four"))
 
-    async def elicitation(self, _ctx: Any, params: mcp_types.ElicitRequestParams) -> Any:
+    async def elicitation(self, context: Any, params: mcp_types.ElicitRequestParams) -> Any:
         self.asked.append("elicitation")
         return mcp_types.ElicitResult(action="decline")
 
-    async def roots(self, _ctx: Any) -> Any:
+    async def roots(self, context: Any) -> Any:
         self.asked.append("roots")
         return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work/project",
                                                                name="project")])
@@ -77,13 +81,20 @@ async def test_a_2026_client_answers_the_upstreams_requests(policy: Path, listen
                                                  {"prompt": "2+2", "maxTokens": 5})
                 elicited = await client.call_tool("trigger-elicitation-request", {})
                 roots = await client.call_tool("get-roots-list", {})
-    # server-everything also asks for roots on its own 350 ms after it starts: that request may
-    # come during one of these calls (the roots are then cached), so the order is not fixed.
-    assert sorted(asked.asked) == ["elicitation", "roots",
-                                   "sampling: Resource trigger-sampling-request context: 2+2"]
+    # server-everything asks for roots once, on its own, ~350 ms after it starts, and caches the
+    # answer. During one of these calls, that request is this client's (an input round); between
+    # calls no client's call caused it, so nobody is asked and the server gets no roots (never a
+    # guess: a 2026-07-28 client is reachable only through its own call). The machine's load
+    # decides which happens; both are right, and each is checked.
     assert not sampled.is_error and '"text": "four"' in _text(sampled)
     assert "declined" in _text(elicited)
-    assert "file:///work/project" in _text(roots)
+    if "roots" in asked.asked:
+        assert "file:///work/project" in _text(roots)
+    else:
+        assert "file:///work/project" not in _text(roots)
+    assert sorted(a for a in asked.asked if a != "roots") == [
+        "elicitation", "sampling: Resource trigger-sampling-request context: 2+2"]
+    assert asked.asked.count("roots") <= 1
 
 
 async def test_another_client_is_never_asked(policy: Path) -> None:
@@ -105,14 +116,22 @@ async def test_calls_of_two_clients_in_flight_are_never_guessed(policy: Path) ->
     """The shared upstream session does not say whose call asks: with two clients' calls in flight
     the upstream gets an error, and neither client is asked."""
     first, second = Asked(), Asked()
+    upstream = anyio.Event()
+
+    async def progressed(progress: float, total: float | None, message: str | None) -> None:
+        upstream.set()  # the server reports a step of the long call: it is running there
+
     with gateway_http(policy, everything_stdio()) as gw:
         async with Client(gw.url, mode="legacy", **first.callbacks()) as one, \
                 Client(gw.url, mode="auto", **second.callbacks()) as two, \
                 anyio.create_task_group() as tg:
-            tg.start_soon(one.call_tool, "trigger-long-running-operation", {"duration": 5, "steps": 1})
-            await anyio.sleep(1)  # the long call is upstream now
+            tg.start_soon(functools.partial(
+                one.call_tool, "trigger-long-running-operation", {"duration": 120, "steps": 240},
+                progress_callback=progressed))
             with anyio.fail_after(30):
+                await upstream.wait()
                 result = await two.call_tool("trigger-sampling-request", {"prompt": "whose?"})
+            tg.cancel_scope.cancel()  # the long call has served its purpose
     assert result.is_error
     assert not [a for a in first.asked + second.asked if a.startswith("sampling")]
 
@@ -144,24 +163,37 @@ async def test_a_retry_is_decided_again_and_bound_to_its_call(tmp_path: Path, po
 async def test_a_client_that_never_retries_leaves_nothing_pending(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text("[gateway]\ncall_timeout_seconds = 1\n", encoding="utf-8")
-    log = tmp_path / "upstream.jsonl"
+    log, stderr = tmp_path / "upstream.jsonl", tmp_path / "gateway.err"
     # A sampling callback declares the capability; the raw calls below never reach it.
-    async with Client(asking_upstream.gateway(policy, log), mode="auto",
-                      sampling_callback=Asked().sampling) as client:
-        first = await _raw_call(client, "ask")
-        with anyio.fail_after(20):
-            while not asking_upstream.read_log(log):
-                await anyio.sleep(0.1)
-        await anyio.sleep(2.5)  # the call is forgotten 1 s after the client's last request
-        [key] = first["inputRequests"]
-        with pytest.raises(MCPError, match="Invalid or expired requestState"):
-            await _raw_call(client, "ask", state=first["requestState"],
-                            responses={key: {"role": "assistant", "model": "m",
-                                             "content": {"type": "text", "text": "late"}}})
-        after = await _raw_call(client, "other")
+    with stderr.open("w") as err:
+        async with Client(stdio_client(asking_upstream.gateway(policy, log), errlog=err), mode="auto",
+                          sampling_callback=Asked().sampling) as client:
+            first = await _raw_call(client, "ask")
+            # The call is forgotten 1 s after the client's last request, and the gateway says so.
+            forgotten = await eventually_async(lambda: _said(stderr, FORGOTTEN), True, 30)
+            assert forgotten, stderr.read_text()
+            after = await _retry_late_then_other(client, first)
     # The upstream's call is cut off at the call timeout, as any call is.
-    assert asking_upstream.read_log(log) == [{"asked": "cancelled"}]
+    assert await eventually_async(lambda: _logged(log), [{"asked": "cancelled"}], 30) == [
+        {"asked": "cancelled"}]
     assert after["content"] == [{"type": "text", "text": "other done"}]
+
+
+async def _retry_late_then_other(client: Client, first: dict[str, Any]) -> dict[str, Any]:
+    [key] = first["inputRequests"]
+    with pytest.raises(MCPError, match="Invalid or expired requestState"):
+        await _raw_call(client, "ask", state=first["requestState"],
+                        responses={key: {"role": "assistant", "model": "m",
+                                         "content": {"type": "text", "text": "late"}}})
+    return await _raw_call(client, "other")
+
+
+async def _said(stderr: Path, line: str) -> bool:
+    return line in stderr.read_text(errors="replace")
+
+
+async def _logged(log: Path) -> list[dict[str, Any]]:
+    return asking_upstream.read_log(log)
 
 
 async def test_a_2026_upstreams_input_required_reaches_a_2025_client(

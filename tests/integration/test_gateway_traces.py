@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.gateway_upstream import Process, gateway_http, read_log, upstream_http
+from tests.fixtures.mcp_servers import request_meta
 from tests.fixtures.otlp import OtlpReceiver, ReceivedSpan
 from tests.integration.test_gateway_metrics import files, until
 
@@ -62,8 +63,8 @@ async def calls(url: str) -> dict[str, bool]:
         async with Client(streamable_http_client(url, http_client=header)) as client:
             out[key] = (await client.call_tool(tool, {"seconds": 0})).is_error
     async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30))) as client:
-        out["meta"] = (await client.call_tool("beta__env", {}, meta={
-            "traceparent": traceparent(TRACES["meta"])})).is_error
+        out["meta"] = (await client.call_tool("beta__env", {}, meta=request_meta({
+            "traceparent": traceparent(TRACES["meta"])}))).is_error
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
+import itertools
 import json
 import random
 import time
@@ -32,16 +33,31 @@ pytestmark = pytest.mark.integration
 
 OPEN_POLICY = "# no requirements: every tool stays as the server declares it\n"
 Step = Callable[[RawClient], Awaitable[Any]]
+_SETTLE_IDS = itertools.count(10**6)  # far from the script's own ids
 
 
 def _tool(name: str, **arguments: Any) -> Step:
     return lambda c: c.call("tools/call", {"name": name, "arguments": arguments})
 
 
-async def _settled(step: Awaitable[Any]) -> Any:
+async def _settled(client: RawClient, step: Awaitable[Any]) -> Any:
+    """`step` (a `flip`), then nothing else until the server's new tool is listed: the gateway
+    lists the server again first (it may take a while on a loaded machine)."""
+    before = await _listed(client)
     done = await step
-    await asyncio.sleep(1.0)  # the gateway lists the server again before anything else happens
+    async with asyncio.timeout(30):
+        while len(await _listed(client)) <= len(before):
+            await asyncio.sleep(0.05)
     return done
+
+
+async def _listed(client: RawClient) -> list[Any]:
+    """The tools listed now, asked with an id of its own (the script's ids stay as they are);
+    what arrived meanwhile is kept as if it had come between two steps."""
+    exchange = await client.send(next(_SETTLE_IDS), "tools/list", client.params("tools/list", None))
+    client.unasked.extend(exchange.before)
+    tools: list[Any] = (exchange.answer or {})["result"]["tools"]
+    return tools
 
 
 # Steps whose answer is the server's alone. Left out, with why: a tool that declares requirements
@@ -53,7 +69,7 @@ STEPS: dict[str, Step] = {
     "echo": _tool("echo", text="hi"),
     "progress": lambda c: c.call("tools/call", {"name": "slow", "arguments": {"seconds": 0.05},
                                                 "_meta": {"progressToken": "p1"}}),
-    "cancel": lambda c: c.cancel_after(0.5, "tools/call", {"name": "slow", "arguments": {"seconds": 3}}),
+    "cancel": lambda c: c.cancel_running("tools/call", {"name": "slow", "arguments": {"seconds": 60}}),
     "prompts": lambda c: c.call("prompts/list"),
     "prompt": lambda c: c.call("prompts/get", {"name": "greet", "arguments": {"name": "Ada"}}),
     "resources": lambda c: c.call("resources/list"),
@@ -61,7 +77,7 @@ STEPS: dict[str, Step] = {
     "ping": lambda c: c.call("ping"),
     "bad_method": lambda c: c.call("no/such/method"),
     "bad_params": lambda c: c.call("tools/call", {"arguments": {}}),
-    "flip": lambda c: _settled(_tool("flip")(c)),
+    "flip": lambda c: _settled(c, _tool("flip")(c)),
 }
 LEGACY_ONLY = {"ask": _tool("ask")}
 ASKING_STEPS: dict[str, Step] = {
@@ -109,8 +125,10 @@ async def run(client: RawClient, names: list[str], steps: dict[str, Step]) -> di
         seen.append({name: _exchange(await steps[name](client), changed)})
     await _quiet(client)
     unasked = [m for m in client.unasked if not _list_change(m, changed)]
-    return _normal({"steps": seen, "unasked": sorted(json.dumps(m, sort_keys=True) for m in unasked),
-                    "asked": client.asked, "list_changed": sorted(changed)})
+    normal: dict[str, Any] = _normal({
+        "steps": seen, "unasked": sorted(json.dumps(m, sort_keys=True) for m in unasked),
+        "asked": client.asked, "list_changed": sorted(changed)})
+    return normal
 
 
 async def _quiet(client: RawClient, quiet: float = 1.5, limit: float = 8.0) -> None:
@@ -185,7 +203,8 @@ def upstream_seen(log: Path, since: int = 0) -> list[Any]:
             continue  # malformed: refused by the gateway
         else:
             kept.append({"method": method, "params": entry.get("params")})
-    return _normal(kept)
+    normal: list[Any] = _normal(kept)
+    return normal
 
 
 def compare(direct: Any, gateway: Any, what: str) -> None:
@@ -252,6 +271,7 @@ def http_gateway(policy: Path, upstream_url: str) -> Iterator[str]:
         yield base + "/mcp"
 
 
+@pytest.mark.timeout(300)  # four scripts, each run directly and through the gateway: ~100 s loaded
 @pytest.mark.parametrize("version", [LEGACY, MODERN])
 def test_over_http_the_gateway_is_transparent(tmp_path: Path, version: str) -> None:
     policy = tmp_path / "open.toml"

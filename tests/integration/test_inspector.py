@@ -1,6 +1,6 @@
 """A third party's view of the wire: the MCP Inspector CLI (npm @modelcontextprotocol/inspector 2.12.0)
 runs `tools/list` and `tools/call` against `serve`, over streamable HTTP with a real bearer token and
-over stdio, in both protocol eras.
+over stdio, in both protocol eras; what it shows of a denial includes its SEP-2643 envelope.
 
 The Inspector's typed models drop `execution.requirements` (to `{}` at 2025-11-25, entirely at
 2026-07-28); the `_meta` mirror is what it shows, which is why SPEC §1 asks for the mirror.
@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, AuthorizationDenial, Remediation
 from tests.fixtures.inspector import ERAS, inspector, run_inspector
 from tests.fixtures.mcp_servers import MISSION_POLICY, ROOT, ServeProcess
 from tests.fixtures.oidc import OidcServer
@@ -75,6 +76,16 @@ def test_inspector_sees_the_denial_of_an_anonymous_call(
     assert denied["result"]["content"][0]["text"] == (
         "Tool 'launch_rocket' was not run: unmet requirements: auth:oauth2, "
         "auth:claim:role:mission_control, capability:rocket.launch.")
+    shown_envelope(denied["result"], "unavailable")
+
+
+def shown_envelope(result: dict[str, Any], remediation: str) -> None:
+    """The SEP-2643 envelope the Inspector shows in a denial's `_meta`, as the client side reads it."""
+    shown = result["_meta"][AUTHORIZATION_META_KEY]
+    assert shown["reason"] == "insufficient_authorization" and shown["remediation"] == remediation
+    assert shown["authorizationContextId"].startswith("authzctx_")
+    envelope = AuthorizationDenial.from_meta(result["_meta"])
+    assert envelope is not None and envelope.remediation is Remediation(remediation)
 
 
 @pytest.mark.parametrize("era", list(ERAS))
@@ -117,6 +128,7 @@ def test_inspector_shows_the_denial_of_an_ordinary_str_tool(tmp_path: Path, flav
                                                           "requirements: env:production."}]
     assert result["_meta"][DENIAL_META_KEY] == payload
     assert denial_of(CallToolResult.model_validate(result)) == payload
+    shown_envelope(result, "unavailable")
     code, weather = inspector(tmp_path, "--protocol-era", era, "--method", "tools/call",
                               "--tool-name", "weather", *target)
     assert code == 0

@@ -71,7 +71,7 @@ def paging_server(pages: int) -> Server[Any]:
     async def list_tools_page(ctx: Any, params: mcp_types.PaginatedRequestParams | None) -> Any:
         page = int(params.cursor) if params is not None and params.cursor else 0
         tool = mcp_types.Tool(name=f"tool_{page}", input_schema={"type": "object"},
-                              execution={"requirements": [f"env:page{page}"]})  # type: ignore[arg-type]
+                              execution={"requirements": [f"env:page{page}"]})
         return mcp_types.ListToolsResult(tools=[tool],
                                          next_cursor=str(page + 1) if page + 1 < pages else None)
 

@@ -15,7 +15,13 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions import CallContext, Guard, parse_policy
 from mcp_preconditions.client import DENIAL_ERRORS_META_KEY, Knowledge
-from mcp_preconditions.integrations.client_mcp import RequirementsClient, denial_of, missing_scopes_of
+from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, Remediation
+from mcp_preconditions.integrations.client_mcp import (
+    RequirementsClient,
+    authorization_denial_of,
+    denial_of,
+    missing_scopes_of,
+)
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
 from mcp_preconditions.outcomes import Verdict
@@ -157,9 +163,12 @@ async def test_a_jsonrpc_denial_carries_the_same_meta_in_data(flavour: str) -> N
         wrapped = RequirementsClient(client, knowing())
         with pytest.raises(MCPError) as raised:
             await wrapped.call_tool("probe")
+    envelope = authorization_denial_of(raised.value)  # withheld one: undisclosed, no hints
+    assert envelope is not None and envelope.remediation is Remediation.UNDISCLOSED
     assert raised.value.data == {"error": "unmet_requirements", "tool": "probe",
                                  "unmet": ["zz:down", "env:staging"], "withheld": 1,
-                                 "_meta": {DENIAL_ERRORS_META_KEY: ["zz:down"]}}
+                                 "_meta": {AUTHORIZATION_META_KEY: envelope.to_dict(),
+                                           DENIAL_ERRORS_META_KEY: ["zz:down"]}}
     assert missing_scopes_of(raised.value) == []
     assert wrapped.learned() == ["env:staging"]
     assert ran == []

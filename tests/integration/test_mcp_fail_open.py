@@ -322,7 +322,8 @@ async def test_a_near_miss_policy_name_refuses_every_call_and_says_why(
     assert listed == ["launch_rocket"]
     assert refused.is_error is True
     assert refused.structured_content is None and denial_of(refused) is None
-    assert [c.text for c in refused.content] == ["the server's policy is unusable"]
+    texts = [c.text if isinstance(c, mcp_types.TextContent) else c for c in refused.content]
+    assert texts == ["the server's policy is unusable"]
     assert ran == []
     assert 'tools."Launch_Rocket": names no tool, but nearly matches the tool "launch_rocket"' in (
         caplog.text)

@@ -1,11 +1,11 @@
 """Streamable HTTP on 127.0.0.1 with real access tokens from the OIDC provider: `serve` verifying
 bearer tokens itself, the MCP SDK's and fastmcp's own auth feeding the guard, per-principal list
-filtering with targeted list_changed, and the 403 `insufficient_scope` step-up.
+filtering with targeted list_changed, and the 403 `insufficient_scope` step-up (by default).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 
+from mcp_preconditions.denials import SCOPE_DETAILS_TYPE
+from mcp_preconditions.envelope import Remediation
 from mcp_preconditions.examples_server import LAUNCH_REQUIREMENTS, build_server
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._calls import STEP_UP_META_KEY
+from mcp_preconditions.integrations.client_mcp import authorization_denial_of
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.policy.load import load_policy
 from mcp_preconditions.wire import META_KEY
@@ -104,14 +107,7 @@ async def test_a_missing_scope_is_named_for_a_step_up(mission_http: ServeProcess
     assert denied.meta[STEP_UP_META_KEY] == {"error": "insufficient_scope", "scope": "mission:write"}
 
 
-# --- the optional 403 step-up ------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def step_up_http(oidc_server: OidcServer, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[ServeProcess]:
-    with serve_http(oidc_policy(tmp_path_factory.mktemp("step-up"), oidc_server), "--step-up") as srv:
-        yield srv
-
-
+# --- the 403 step-up (SPEC §15: by default over HTTP) -----------------------------------------------
 def post_call(url: str, token: str, tool: str) -> httpx.Response:
     return httpx.post(url, timeout=30, headers={
         "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
@@ -119,9 +115,9 @@ def post_call(url: str, token: str, tool: str) -> httpx.Response:
               "params": {"name": tool, "arguments": {}}})
 
 
-def test_step_up_mode_answers_403_insufficient_scope(step_up_http: ServeProcess,
-                                                      oidc_server: OidcServer) -> None:
-    response = post_call(step_up_http.url, oidc_server.token(scope="mission:read"), "abort_launch")
+def test_a_call_only_lacking_scopes_is_answered_403_insufficient_scope(
+        mission_http: ServeProcess, oidc_server: OidcServer) -> None:
+    response = post_call(mission_http.url, oidc_server.token(scope="mission:read"), "abort_launch")
     assert response.status_code == 403
     assert response.headers["www-authenticate"] == (
         'Bearer error="insufficient_scope", scope="mission:write", '
@@ -130,14 +126,31 @@ def test_step_up_mode_answers_403_insufficient_scope(step_up_http: ServeProcess,
                                "error_description": "the call needs more scopes"}
 
 
-async def test_step_up_mode_leaves_other_denials_to_the_tool_result(
-        step_up_http: ServeProcess, oidc_server: OidcServer) -> None:
+async def test_other_denials_stay_tool_results_with_their_envelope(
+        mission_http: ServeProcess, oidc_server: OidcServer) -> None:
     # The observer also lacks the capability: more scopes alone would not help, so no 403.
-    async with connect(step_up_http.url, oidc_server.token("observer", scope="mission:read")) as client:
+    async with connect(mission_http.url, oidc_server.token("observer", scope="mission:read")) as client:
         denied = await client.call_tool("abort_launch", {})
         allowed = await client.call_tool("read_telemetry", {})
     assert denied.is_error is True
     assert allowed.is_error is False
+    envelope = authorization_denial_of(denied)  # the scope's remedy is on offer all the same
+    assert envelope is not None and envelope.remediation is Remediation.AVAILABLE
+    assert envelope.authorization_details == ({"type": SCOPE_DETAILS_TYPE, "scopes": ["mission:write"]},)
+
+
+async def test_no_step_up_answers_in_band_with_an_authorization_remediation_hint(
+        oidc_server: OidcServer, tmp_path: Path) -> None:
+    with serve_http(oidc_policy(tmp_path, oidc_server), "--no-step-up") as srv:
+        async with connect(srv.url, oidc_server.token(scope="mission:read")) as client:
+            denied = await client.call_tool("abort_launch", {})
+    assert denied.structured_content == {"error": "unmet_requirements", "tool": "abort_launch",
+                                         "unmet": ["auth:scope:mission:write"], "withheld": 0}
+    envelope = authorization_denial_of(denied)
+    assert envelope is not None and envelope.remediation is Remediation.AVAILABLE
+    assert envelope.to_dict()["remediationHints"] == [{
+        "type": "authorization_remediation",
+        "authorization_details": [{"type": SCOPE_DETAILS_TYPE, "scopes": ["mission:write"]}]}]
 
 
 # --- list filtering per principal, and list_changed for exactly the sessions it concerns -----------

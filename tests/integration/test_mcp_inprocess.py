@@ -13,6 +13,7 @@ from fastmcp import FastMCP
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, AuthorizationDenial, Remediation
 from mcp_preconditions.errors import RequirementError
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._calls import DENIAL_CODE, STEP_UP_META_KEY
@@ -37,7 +38,7 @@ DENIAL = {"error": "unmet_requirements", "tool": "closed_door",
           "unmet": ["env:staging", "auth:scope:mission:write"], "withheld": 1}
 DENIAL_TEXT = ("Tool 'closed_door' was not run: unmet requirements: env:staging, "
                "auth:scope:mission:write (+1 withheld). Missing scopes: mission:write.")
-KNOWN = "known namespaces: 'auth', 'capability', 'env', 'feature', 'quota', 'state'"
+KNOWN = "known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state'"
 
 
 @pytest.fixture(params=list(FLAVOURS))
@@ -100,8 +101,13 @@ async def test_jsonrpc_denial_mode_answers_with_an_error_carrying_the_payload(
         assert (await client.call_tool("open_door", {})).is_error is False
     assert raised.value.code == DENIAL_CODE
     assert raised.value.message == DENIAL_TEXT
-    # `data` is the structuredContent, plus the result's `_meta` (here the step-up hint).
+    # `data` is the structuredContent, plus the result's `_meta`: the SEP-2643 envelope (a
+    # confidential requirement is unmet: `undisclosed`, no hints) and the step-up hint.
+    envelope = AuthorizationDenial.from_meta(raised.value.data["_meta"])
+    assert envelope is not None and envelope.remediation is Remediation.UNDISCLOSED
+    assert envelope.hints == () and envelope.context_id.startswith("authzctx_")
     assert raised.value.data == {**DENIAL, "_meta": {
+        AUTHORIZATION_META_KEY: envelope.to_dict(),
         STEP_UP_META_KEY: {"error": "insufficient_scope", "scope": "mission:write"}}}
     assert flavour.calls == ["open_door"]
 

@@ -108,10 +108,10 @@ def test_serve_refuses_claims_over_http(capsys: pytest.CaptureFixture[str]) -> N
         "bearer token decides who is calling\n")
 
 
-def test_serve_refuses_step_up_over_stdio(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["serve", "--policy", str(MISSION_POLICY), "--step-up"]) == 2
-    assert capsys.readouterr().err == ("mcp-preconditions: error: --step-up is for --transport http "
-                                       "only: the 403 challenge is an HTTP answer\n")
+def test_serve_refuses_no_step_up_over_stdio(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--policy", str(MISSION_POLICY), "--no-step-up"]) == 2
+    assert capsys.readouterr().err == ("mcp-preconditions: error: --no-step-up is for --transport "
+                                       "http only: the 403 challenge is an HTTP answer\n")
 
 
 @pytest.mark.parametrize(("value", "shown"), [("-1", "-1"), ("nan", "nan"), ("inf", "inf")])
@@ -136,7 +136,7 @@ def test_serve_refuses_a_policy_with_a_bad_requirement(tmp_path: Path,
     policy = tmp_path / "bad.toml"
     policy.write_text('[tools.launch_rocket]\nrequirements = ["env"]\n', encoding="utf-8")
     assert main(["serve", "--policy", str(policy)]) == 2
-    namespaces = ["auth", "capability", "env", "feature", "quota", "state",
+    namespaces = ["approval", "auth", "capability", "env", "feature", "quota", "state",
                   *(r.namespace for r in load_entry_point_resolvers())]  # serve loads plugins too
     known = ", ".join(f"'{n}'" for n in namespaces)
     assert capsys.readouterr().err == (

@@ -27,7 +27,7 @@ DECISIONS = "mcp_preconditions.decisions: "
 def example() -> str:
     """The ```python block of docs/mcp.md that starts with `# notes_server.py`."""
     text = (ROOT / "docs" / "mcp.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+    blocks: list[str] = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
     found = [b for b in blocks if b.startswith("# notes_server.py")]
     assert len(found) == 1
     return found[0]

@@ -120,7 +120,7 @@ def test_a_stdio_server_serves_metrics_on_its_own_listener() -> None:
             command=CLI[0], args=[*CLI[1:], "serve", "--policy", str(MISSION_POLICY),
                                   "--metrics-listen", "http://127.0.0.1:0"],
             env=server_env(), cwd=ROOT)
-        with tempfile.TemporaryFile("w+") as errlog:
+        with tempfile.TemporaryFile("a+") as errlog:
             async with Client(stdio_client(params, errlog=errlog)) as client:
                 await client.call_tool("get_weather", {})
                 await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})

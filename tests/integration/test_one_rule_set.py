@@ -160,6 +160,7 @@ async def near_miss(served: Served) -> None:
         refused = await served.client.call_tool(name, {})
         assert refused.is_error is True
         assert refused.structured_content is None and denial_of(refused) is None
+        assert refused.meta is None  # the service's fault, not an authorization denial: no envelope
         assert [c.text for c in refused.content] == [UNUSABLE[served.path]]  # type: ignore[union-attr]
     assert served.ran() == []
     assert "Write_Note" in served.log() and "nearly matches" in served.log()
@@ -244,3 +245,19 @@ async def test_one_rule_set_on_both_paths(rule: Rule, path: str, tmp_path: Path,
                else gateway(tmp_path, rule.tools, rule.policy))
     async with serving as served:
         await rule.check(served)
+
+
+async def test_a_first_listing_asked_while_the_gateway_lists_its_server_is_not_followed_by_list_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller's first `tools/list` that reaches the gateway while it is still listing its server
+    (slow here: 1 s) waits for that listing and shows the server's tools. The caller saw nothing
+    before, so no `list_changed` follows: the view it is watched with is the one it was shown, not
+    the empty one of the moment its request arrived (a race a loaded CI run lost, stop 37)."""
+    monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
+    monkeypatch.setenv("LISTED_SERVER_LIST_DELAY", "1")
+    async with gateway(tmp_path, [tool("echo")], STAGING) as served:
+        assert [t.name for t in (await served.client.list_tools()).tools] == ["echo"]
+        await anyio.sleep(1.0)  # a notification on its way would have arrived
+        assert served.inbox.count == 0
+        assert [t.name for t in (await served.client.list_tools()).tools] == ["echo"]
+        assert served.inbox.count == 0

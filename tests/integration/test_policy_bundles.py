@@ -11,7 +11,7 @@ import base64
 import hashlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -146,6 +146,11 @@ def publish(server: BundleServer, body: bytes, signer: Signer | None = None) -> 
 
 def allowed(guard: Guard) -> bool:
     return guard.decide("launch", NOBODY).allowed
+
+
+def revision_now(guard: Guard) -> Callable[[], str]:
+    """A probe for `eventually`: `guard`'s revision when it is called."""
+    return lambda: guard.revision
 
 
 # -- the happy paths -------------------------------------------------------------------------------
@@ -404,7 +409,7 @@ def test_three_replicas_converge_as_their_decision_logs_show(
     try:
         publish(server, CLOSED, signer)
         for guard in guards:
-            assert eventually(lambda g=guard: g.revision, revision_of(CLOSED)) == revision_of(CLOSED)
+            assert eventually(revision_now(guard), revision_of(CLOSED)) == revision_of(CLOSED)
             assert not allowed(guard)
     finally:
         for reloader in reloaders:

@@ -42,7 +42,7 @@ async def watched_and_unwatched(path: Path, opened: bytes, denied_by: tuple[Deni
     watching, frozen = denied_by
     assert (await watching(), await frozen()) == (True, True)
     publish(path, opened)
-    assert await eventually_async(watching, False, 5 * DEFAULT_FILE_POLL_SECONDS) is False
+    assert await eventually_async(watching, False, 15 * DEFAULT_FILE_POLL_SECONDS) is False
     await asyncio.sleep(2 * DEFAULT_FILE_POLL_SECONDS)
     assert await frozen() is True
 

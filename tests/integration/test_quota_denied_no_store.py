@@ -18,9 +18,8 @@ from mcp import Client
 
 from mcp_preconditions import ANONYMOUS, Credentials, Guard, Principal, parse_policy
 from mcp_preconditions.client import DENIAL_ERRORS_META_KEY
-from mcp_preconditions.integrations.client_mcp import denial_of
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
-from tests.fixtures.mcp_servers import run_asgi
+from tests.fixtures.mcp_servers import denial_payload, run_asgi
 from tests.fixtures.redis import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -82,7 +81,8 @@ async def test_refused_callers_and_listings_send_redis_nothing(
         redis_factory: Callable[[], RedisServer]) -> None:
     store = redis_factory()
     commands = Commands(store.url)
-    guard, ran = Guard(parse_policy(policy(store.url), "q.toml"), entry_points=False), []
+    guard = Guard(parse_policy(policy(store.url), "q.toml"), entry_points=False)
+    ran: list[str] = []
     async with run_asgi(server(guard, ANONYMOUS, ran).streamable_http_app()) as anonymous, \
             run_asgi(server(guard, OBSERVER, ran).streamable_http_app()) as observer, \
             run_asgi(server(guard, OPERATOR, ran).streamable_http_app()) as operator:
@@ -94,8 +94,8 @@ async def test_refused_callers_and_listings_send_redis_nothing(
                            (observer, ["auth:claim:role:mission_control"])):
             async with Client(f"{url}/mcp", mode="auto") as client:
                 results = await asyncio.gather(*(client.call_tool("launch", {}) for _ in range(20)))
-                assert all(r.is_error and denial_of(r)["unmet"] == unmet for r in results)
-                assert all("retry_after_seconds" not in denial_of(r)
+                assert all(r.is_error and denial_payload(r)["unmet"] == unmet for r in results)
+                assert all("retry_after_seconds" not in denial_payload(r)
                            and DENIAL_ERRORS_META_KEY not in (r.meta or {}) for r in results)
                 for _ in range(3):  # the tool is hidden for its role, never for its quota
                     assert [t.name for t in (await client.list_tools()).tools] == ["status"]

@@ -11,7 +11,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -62,8 +61,9 @@ async def test_twenty_concurrent_calls_through_a_stdio_gateway_reach_the_upstrea
     assert tool_calls(log) == ["echo"] * 3
 
 
-def redis_policy(path: Path, redis: RedisServer, calls: int, extra: str = "") -> Path:
-    path.write_text(f'[state.redis]\nurl = "{redis.url}"\nquota_prefix = "gw-quota:"\n'
+def redis_policy(path: Path, redis: RedisServer, calls: int, extra: str = "", redis_extra: str = ""
+                 ) -> Path:
+    path.write_text(f'[state.redis]\nurl = "{redis.url}"\nquota_prefix = "gw-quota:"\n{redis_extra}'
                     f'[quotas.q]\ncalls = {calls}\nper_seconds = 3600\nby = "global"\n'
                     'store = "redis"\n[tools.echo]\nrequirements = ["quota:q"]\n' + extra,
                     encoding="utf-8")
@@ -85,7 +85,11 @@ def verdicts(results: list[Any]) -> list[str]:
 async def test_a_stopped_or_paused_redis_denies_and_never_allows(
         tmp_path: Path, redis_factory: Callable[[], RedisServer]) -> None:
     redis = redis_factory()
-    policy = redis_policy(tmp_path / "policy.toml", redis, calls=50)
+    # Timeouts of seconds, not the defaults' fraction of one: a loaded machine can make a healthy
+    # Redis that late, and a call then is an `error`, not the `allowed` this test expects of it.
+    policy = redis_policy(tmp_path / "policy.toml", redis, calls=50,
+                          extra="[guard]\nlookup_timeout_seconds = 5\n",
+                          redis_extra="connect_timeout_seconds = 3\nread_timeout_seconds = 3\n")
     log = tmp_path / "upstream.jsonl"
     with gateway_http(policy, log) as gw:
         async with Client(gw.url + "/mcp", mode="auto") as client:
@@ -108,7 +112,8 @@ async def test_a_stopped_or_paused_redis_denies_and_never_allows(
 
 
 # -- three replicas behind haproxy -----------------------------------------------------------------
-LIMIT, CLIENTS, SECONDS = 12, 12, 6.0
+LIMIT, CLIENTS = 12, 12
+OVER = 10 * LIMIT  # the load goes on until this many calls were refused for the spent quota
 
 
 @contextmanager
@@ -151,20 +156,21 @@ async def test_three_replicas_share_one_bucket_under_load(
         tmp_path: Path, redis_factory: Callable[[], RedisServer]) -> None:
     redis = redis_factory()
     with replicas(tmp_path, redis) as (url, log):
-        deadline = time.monotonic() + SECONDS
         seen: list[str] = []
 
         async def client() -> None:
             async with Client(url, mode="auto") as session:  # 2026-07-28: no session to stick to
-                while time.monotonic() < deadline:
+                while seen.count("exhausted") <= OVER:
                     seen.extend(verdicts([await session.call_tool("echo", {"text": "hi"})]))
 
-        await asyncio.gather(*(client() for _ in range(CLIENTS)))
+        # As many calls as it takes (not a fixed time: a loaded machine makes fewer a second).
+        async with asyncio.timeout(100):
+            await asyncio.gather(*(client() for _ in range(CLIENTS)))
     allowed, errors = seen.count("allowed"), seen.count("error")
     assert allowed <= LIMIT and tool_calls(log).count("echo") == allowed
     # Every unit went to an allowed call, or to one whose answer from Redis came too late on this
     # loaded machine (denied with `error`: fail closed, the unit stays taken).
-    assert allowed + errors >= LIMIT and seen.count("exhausted") > 10 * LIMIT
+    assert allowed + errors >= LIMIT and seen.count("exhausted") > OVER
     records = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert sum(1 for r in records if r["allowed"]) == allowed
     assert {r["replica"] for r in records} == set(REPLICAS)  # every replica took its share of calls

@@ -15,9 +15,9 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions import Credentials, Guard, Knowledge, Principal, parse_policy
 from mcp_preconditions.client import TRANSIENT_META_KEY
-from mcp_preconditions.integrations.client_mcp import RequirementsClient, denial_of
+from mcp_preconditions.integrations.client_mcp import RequirementsClient
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
-from tests.fixtures.mcp_servers import MODES, VERSIONS, run_asgi
+from tests.fixtures.mcp_servers import MODES, VERSIONS, denial_payload, run_asgi
 
 pytestmark = pytest.mark.integration
 
@@ -50,25 +50,26 @@ def guard(denial: str = "result") -> Guard:
 
 
 def refusals(results: list[Any]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for result in results:
         if result.is_error:
-            assert denial_of(result)["unmet"] == ["quota:launch.hourly"]
+            assert denial_payload(result)["unmet"] == ["quota:launch.hourly"]
             assert (result.meta or {})[TRANSIENT_META_KEY] == ["quota:launch.hourly"]
-            out.append(denial_of(result))
+            out.append(denial_payload(result))
     return out
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_twenty_concurrent_calls_run_the_tool_three_times_over_http(version: str) -> None:
-    shared, ran = guard(), []
+    shared = guard()
+    ran: list[str] = []
     async with run_asgi(server(shared, OBSERVER, ran).streamable_http_app()) as observer, \
             run_asgi(server(shared, OPERATOR, ran).streamable_http_app()) as operator:
         async with Client(f"{observer}/mcp", mode=MODES[version]) as client:
             for _ in range(10):  # denied for the role: no unit taken
                 denied = await client.call_tool("launch", {})
-                assert denial_of(denied)["unmet"] == ["auth:claim:role:mission_control"]
-                assert "retry_after_seconds" not in denial_of(denied)
+                assert denial_payload(denied)["unmet"] == ["auth:claim:role:mission_control"]
+                assert "retry_after_seconds" not in denial_payload(denied)
         async with Client(f"{operator}/mcp", mode=MODES[version]) as client:
             results = await asyncio.gather(*(client.call_tool("launch", {}) for _ in range(20)))
     assert ran == ["mission_control"] * 3

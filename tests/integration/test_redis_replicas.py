@@ -68,12 +68,19 @@ class Replica:
 @pytest.fixture
 def replicas(tmp_path: Path, redis_server: RedisServer) -> Iterator[list[Replica]]:
     policy = tmp_path / "replica.toml"
+    # Timeouts of seconds, not the defaults' fraction of one: a loaded machine can make a healthy
+    # Redis that late (an `error`, where the test expects Redis's answer); a paused one still
+    # times out (at the read timeout: a TimeoutError).
     policy.write_text(f"""
+[guard]
+lookup_timeout_seconds = 5
 [state]
 ttl_seconds = {TTL}
 [state.redis]
 url = "{redis_server.url}"
 prefix = "replicas:"
+connect_timeout_seconds = 2
+read_timeout_seconds = 2
 [tools.launch]
 requirements = ["state:weather.clear"]
 """)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from mcp_preconditions import Decision, Guard, Identity, load_policy
 from mcp_preconditions.drivers import reload as reload_module
 from mcp_preconditions.drivers.reload import PolicyChange, PolicyReloader
+from mcp_preconditions.files import read_bounded
 from mcp_preconditions.policy.load import revision_of
 from tests.fixtures.flagd import FlagFile, eventually, eventually_async
 
@@ -219,12 +221,39 @@ def test_a_poll_waits_until_the_file_has_settled(policy_file: Path) -> None:
     assert guard.revision == revision_of(CLOSED) and not launch_allowed(guard)
 
 
+def test_a_writer_stalled_after_truncating_is_waited_for_however_long(policy_file: Path) -> None:
+    """The torn reload a loaded CI run showed (1,133 calls allowed): `cat new > policy` truncates
+    the file when the shell opens it, and `cat` may start writing more than `settle` seconds later.
+    The empty file (valid TOML, no [tools]) is not applied while its writer holds it open, however
+    long; once the writer has written and closed it, its content is."""
+    guard = Guard(load_policy(policy_file), entry_points=False)
+    reloader = PolicyReloader(guard, policy_file)
+    writer = subprocess.Popen(["sh", "-c", f'exec 3>"{policy_file}"; read _; cat >&3'],
+                              stdin=subprocess.PIPE)
+    try:
+        assert eventually(lambda: policy_file.stat().st_size, 0) == 0  # truncated, not written
+        time.sleep(2 * reloader.settle)  # left alone for longer than `settle`
+        assert reloader.reload(settle=reloader.settle) is None
+        assert guard.revision == revision_of(OPEN) and launch_allowed(guard)
+        assert reloader.last_error is None  # a file being written is not a failure
+        assert writer.stdin is not None
+        writer.stdin.write(b"go\n" + CLOSED)
+        writer.stdin.close()
+        assert writer.wait(timeout=30) == 0
+    finally:
+        writer.kill()
+        writer.wait()
+    time.sleep(2 * reloader.settle)
+    assert reloader.reload(settle=reloader.settle) is not None
+    assert guard.revision == revision_of(CLOSED) and not launch_allowed(guard)
+
+
 def test_a_write_during_the_read_is_not_applied(policy_file: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     guard = Guard(load_policy(policy_file), entry_points=False)
     reloader = PolicyReloader(guard, policy_file)
     policy_file.write_bytes(b"")  # truncated by a writer that has not written yet
-    real_read = reload_module.read_bounded
+    real_read = read_bounded  # what reload_module calls, imported there from files
 
     def read_then_finish_writing(path: Path) -> bytes:
         data = real_read(path)

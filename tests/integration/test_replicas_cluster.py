@@ -186,7 +186,7 @@ def _gateways(ports: dict[str, int], url: str, public: Path, upstream: str
     try:
         for name in REPLICAS:
             base = f"http://127.0.0.1:{ports[name]}"
-            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by Process.stop()
+            log = tempfile.TemporaryFile("a+b")  # noqa: SIM115 - closed by Process.stop()
             command = [*CLI, "gateway", "--policy", url, "--policy-poll-seconds", str(POLL),
                        "--policy-public-key", str(public), "--replica-id", name, "--listen", base,
                        "--upstream-url", upstream]

@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_preconditions.cli import main
-from tests.fixtures.mcp_servers import MISSION_POLICY, serve_http
+from tests.fixtures.mcp_servers import MISSION_POLICY, request_meta, serve_http
 from tests.fixtures.otlp import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ async def launch(url: str) -> None:
         assert denied.is_error
     async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30))) as client:
         denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"},
-                                        meta={"traceparent": traceparent(META_TRACE)})
+                                        meta=request_meta({"traceparent": traceparent(META_TRACE)}))
         assert denied.is_error
 
 

@@ -46,6 +46,10 @@ const CLAIMS = {
   observer: { role: 'observer', roles: ['observer'], tenant: 'globex' },
 };
 
+// People's own claims (the roles their organisation gives them): in their ID tokens and in the
+// access tokens they get, as an approver is judged by them (tests/integration/test_approval_pages.py).
+const PEOPLE = { tess: { role: 'treasury' }, trent: { role: 'treasury' } };
+
 const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
 const JWT_TYPE = 'urn:ietf:params:oauth:token-type:jwt';
@@ -123,7 +127,11 @@ const provider = new Provider(issuer, {
       },
     },
   },
-  extraTokenClaims: async (_ctx, token) => CLAIMS[token.clientId],
+  extraTokenClaims: async (_ctx, token) => (token.accountId && PEOPLE[token.accountId]
+    ? { ...CLAIMS[token.clientId], ...PEOPLE[token.accountId] } : CLAIMS[token.clientId]),
+  findAccount: async (_ctx, id) => ({ accountId: id, claims: async () => ({ sub: id, ...PEOPLE[id] }) }),
+  claims: { openid: ['sub', 'role'] },
+  conformIdTokenClaims: false, // the ID token carries the person's claims, not only the userinfo
 });
 provider.proxy = false;
 
@@ -196,6 +204,8 @@ async function tokenExchange(ctx) {
     accountId: subject, client: caller, scope: scope || undefined, gty: TOKEN_EXCHANGE, resourceServer,
   });
   const value = await token.save();
+  // One line per exchange, for the tests that count them (never the tokens).
+  console.log(`exchange ${subject} ${resourceServer.identifier()}`);
   ctx.body = {
     access_token: value,
     issued_token_type: ACCESS_TOKEN_TYPE,

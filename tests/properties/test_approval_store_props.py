@@ -108,7 +108,7 @@ class ApprovalMachine(RuleBasedStateMachine):
           replica=st.integers(0, 1))
     def open(self, b: int, self_approval: bool, replica: int) -> str:
         binding, now = BINDINGS[b], self.clock.now
-        answer = self.run(self.stores[replica % len(self.stores)].open(
+        answer: Changed | Busy = self.run(self.stores[replica % len(self.stores)].open(
             binding, self_approval, SELF_WAIT if self_approval else WAIT, LIFETIME))
         assert not isinstance(answer, Busy)
         made: list[str] = []

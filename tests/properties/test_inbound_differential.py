@@ -161,8 +161,10 @@ def bodies(draw: st.DrawFn) -> dict[str, Any]:
 def routing(draw: st.DrawFn, body: dict[str, Any]) -> dict[str, str] | None:
     if draw(st.integers(0, 6)) == 0:
         return None
-    params = body.get("params") if isinstance(body.get("params"), dict) else {}
-    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    raw_params = body.get("params")
+    params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+    raw_meta = params.get("_meta")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     headers: dict[str, str] = {}
     version = meta.get(PROTOCOL)
     if draw(st.integers(0, 9)):

@@ -2,7 +2,9 @@
 confidential requirements on every hosted adapter (in-process, the SDK's own client, both protocol
 versions and both denial forms), `mcp-preconditions serve` as a stdio subprocess, and the gateway
 (requirements from its policy and from its upstream's own declarations). Everything a
-caller receives (raw and typed listings, results, errors) is searched for each confidential name.
+caller receives (raw and typed listings, results, errors) is searched for each confidential name,
+and every denial's SEP-2643 envelope is read as a client reads it: it must parse, name no
+confidential requirement in a hint, and be `undisclosed` when the denial withheld one (SPEC §15).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +22,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from mcp_preconditions.client import DENIAL_META_KEY
+from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, AuthorizationDenial, Remediation
 from tests.fixtures.gateway_upstream import gateway_stdio, tool_calls
 from tests.fixtures.mcp_servers import CLI, MISSION_POLICY, MODES, ROOT, VERSIONS, raw_tools, server_env
 from tests.integration.test_gateway_confidential import CONFIDENTIAL
@@ -36,34 +40,74 @@ def seen(texts: Iterable[str], confidential: Iterable[str]) -> int:
     return sum(text.count(name) for text in texts for name in confidential)
 
 
-async def received(client: Client, names: Iterable[str]) -> tuple[list[str], int]:
+# A denial's `_meta` (the result's, or a JSON-RPC error's `data["_meta"]`) and how many requirements
+# it withheld.
+Denied = tuple[Any, int]
+
+
+def envelope_leaks(denials: Iterable[Denied], confidential: Iterable[str]) -> int:
+    """Every problem with the envelopes a caller received, as the client side reads them: one that
+    does not parse, a confidential name in a hint, and one of a denial that withheld a requirement
+    that is not `undisclosed`."""
+    names = list(confidential)
+    leaks = 0
+    for meta, withheld in denials:
+        if not isinstance(meta, dict) or AUTHORIZATION_META_KEY not in meta:
+            continue
+        envelope = AuthorizationDenial.from_meta(meta)
+        if envelope is None:
+            leaks += 1
+            continue
+        hints = json.dumps([h.to_dict() for h in envelope.hints])
+        leaks += sum(hints.count(name) for name in names)
+        leaks += int(withheld > 0 and envelope.remediation is not Remediation.UNDISCLOSED)
+    return leaks
+
+
+def _withheld(payload: Any) -> int:
+    count = payload.get("withheld") if isinstance(payload, dict) else None
+    return count if isinstance(count, int) else 0
+
+
+async def received(client: Client, names: Iterable[str], confidential: Iterable[str]
+                   ) -> tuple[list[str], int, int]:
     """Every text a caller gets from listing the tools and calling each of `names` (and one name
-    the server does not have), as JSON; and how many calls were made."""
+    the server does not have), as JSON; how many calls were made; and the problems with their
+    envelopes (`envelope_leaks`)."""
     texts = [json.dumps(await raw_tools(client.session)),
              (await client.list_tools()).model_dump_json(by_alias=True)]
     calls = 0
+    denials: list[Denied] = []
     for name in [*names, "no_such_tool"]:
         calls += 1
         try:
-            texts.append((await client.call_tool(name, {})).model_dump_json(by_alias=True))
+            result = await client.call_tool(name, {})
+            texts.append(result.model_dump_json(by_alias=True))
+            payload = result.structured_content or (result.meta or {}).get(DENIAL_META_KEY)
+            denials.append((result.meta, _withheld(payload)))
         except MCPError as exc:  # a JSON-RPC denial or refusal: its message and data
             texts.append(json.dumps({"message": str(exc), "data": exc.error.data}, default=str))
-    return texts, calls
+            data = exc.error.data if isinstance(exc.error.data, dict) else {}
+            denials.append((data.get("_meta"), _withheld(data)))
+    return texts, calls, envelope_leaks(denials, confidential)
 
 
 async def hosted_case(case: Case, flavour: str, version: str) -> tuple[int, int, int]:
     """(calls, wrongly allowed, confidential names seen) for one generated case."""
     built = build(case, flavour)
     async with Client(built.target, mode=MODES[version]) as client:
-        texts, calls = await received(client, case.names())
+        texts, calls, leaks = await received(client, case.names(), case.confidential)
     # None of the requirements holds; a lowlevel handler answers an unknown name itself.
     wrong = sum(1 for name in built.ran if name in built.runs and expected(case, built, name))
-    return calls, wrong, seen(texts, case.confidential)
+    return calls, wrong, seen(texts, case.confidential) + leaks
+
+
+DENIALS: tuple[Literal["result", "jsonrpc"], ...] = ("result", "jsonrpc")  # `[guard] denial`
 
 
 def confidential_cases() -> st.SearchStrategy[Case]:
     return cases().filter(lambda c: bool(c.confidential)).flatmap(
-        lambda c: st.sampled_from(("result", "jsonrpc")).map(
+        lambda c: st.sampled_from(DENIALS).map(
             lambda denial: Case(c.registrations, c.policy, c.confidential, denial)))
 
 
@@ -99,7 +143,7 @@ async def test_serve_over_stdio_never_names_a_confidential_requirement(
         *CLI[1:], "serve", "--policy", str(policy), "--transport", "stdio", "--claims", str(claims)],
         env=server_env(), cwd=ROOT)
     async with Client(params, mode=MODES[version]) as client:
-        texts, calls = await received(client, MISSION_TOOLS)
+        texts, calls, leaks = await received(client, MISSION_TOOLS, ["state:weather.clear"])
         try:
             launched: Any = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
             texts.append(launched.model_dump_json(by_alias=True))
@@ -108,7 +152,7 @@ async def test_serve_over_stdio_never_names_a_confidential_requirement(
         except MCPError as exc:
             texts.append(json.dumps({"message": str(exc), "data": exc.error.data}, default=str))
             wrong, withheld = 0, exc.error.data["withheld"]
-    names_seen = seen(texts, ["state:weather.clear", "weather.clear"])
+    names_seen = seen(texts, ["state:weather.clear", "weather.clear"]) + leaks
     TALLY.add(SUITE, cases=1, calls=calls + 1, wrongly_allowed=wrong, confidential_seen=names_seen)
     assert withheld == 1  # enforced, and counted
     assert (wrong, names_seen) == (0, 0)
@@ -120,8 +164,9 @@ async def test_the_gateway_never_names_a_confidential_requirement(
         tmp_path: Path, version: str, denial: str) -> None:
     policy, claims, log = gateway_files(tmp_path, denial)
     async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode=MODES[version]) as client:
-        texts, calls = await received(client, ["echo", "typed", "secret", "mirror"])
+        texts, calls, leaks = await received(client, ["echo", "typed", "secret", "mirror"],
+                                             CONFIDENTIAL)
     wrong = len(tool_calls(log))  # each is denied: none may reach the upstream
-    names_seen = seen(texts, CONFIDENTIAL)
+    names_seen = seen(texts, CONFIDENTIAL) + leaks
     TALLY.add(SUITE, cases=1, calls=calls, wrongly_allowed=wrong, confidential_seen=names_seen)
     assert (wrong, names_seen) == (0, 0)

@@ -178,7 +178,7 @@ def stdout_for(state: str) -> io.TextIOWrapper | None:
     """A real, strict UTF-8 text stdout (a StringIO would accept what a terminal refuses)."""
     if state == "closed":
         return None
-    raw: io.RawIOBase = io.BytesIO() if state == "open" else \
+    raw: io.BytesIO | Failing = io.BytesIO() if state == "open" else \
         Failing(errno.EPIPE if state == "broken" else errno.ENOSPC)
     return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", errors="strict")
 
@@ -193,7 +193,7 @@ def run_cli(argv: list[str], ok: frozenset[int], stdout: str = "open", suite: st
     out, err = stdout_for(stdout), io.StringIO()
     saved = sys.stdout
     try:
-        sys.stdout = out  # type: ignore[assignment]
+        sys.stdout = out
         with contextlib.redirect_stderr(err):
             code = main(argv)
     except BaseException:

@@ -46,8 +46,7 @@ ALICE = person("alice", role="release_manager", team="platform")
 
 
 def guard() -> Guard:
-    return Guard(SOURCE, {"deploy_service": ["approval:deploy"]},
-                 resolvers=[approval_resolver(SOURCE, MemoryApprovalStore())], entry_points=False)
+    return Guard(SOURCE, {"deploy_service": ["approval:deploy"]}, entry_points=False)
 
 
 def request_for(env: str, caller: Identity = ALICE) -> ApprovalRequest:
@@ -103,8 +102,7 @@ async def test_a_failing_lookup_is_an_error() -> None:
 def test_an_approval_the_policy_does_not_define_is_a_load_error_naming_tool_and_requirement() -> None:
     source = parse_policy(POLICY + b'[tools.t2]\nrequirements = ["approval:nope2"]\n', "p.toml")
     with pytest.raises(RequirementError) as info:
-        Guard(source, {"deploy_service": ["approval:deploy", "approval:nope"]},
-              resolvers=[approval_resolver(source, MemoryApprovalStore())], entry_points=False)
+        Guard(source, {"deploy_service": ["approval:deploy", "approval:nope"]}, entry_points=False)
     forms = "(accepted forms: approval:NAME, where the policy defines [approvals.NAME])"
     defined = "(defined approvals: 'deploy', 'top', 'mine')"
     assert info.value.messages == [
@@ -120,7 +118,7 @@ def test_approver_requirements_are_checked_for_form_at_start_up() -> None:
     registry = build_registry(source, lambda r, c: None, entry_points=False)  # type: ignore[arg-type,return-value]
     assert [str(f) for f in approver_findings(source.policy.approvals, registry, source.source)] == [
         "p.toml: tool '(policy approvals.d.approvers)': requirement 'weather:sunny': unknown namespace "
-        "'weather' (known namespaces: 'auth', 'capability', 'env', 'feature', 'quota', 'state')",
+        "'weather' (known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state')",
         "p.toml: tool '(policy approvals.d.approvers)': requirement 'env:': env: needs a label name "
         "(env:NAME) (accepted forms: env:NAME)"]
 

@@ -214,6 +214,7 @@ async def test_two_approvals_are_used_both_or_neither(clock: Clock) -> None:
         """Another replica uses `b` between this call's look and its use."""
 
         async def use(self, request_id: str, binding: Any) -> Any:
+            assert b is not None  # set (and checked) before the plan first uses an approval
             if request_id == b.id:
                 await super().use(request_id, binding)
             return await super().use(request_id, binding)

@@ -79,7 +79,7 @@ def test_without_the_resolver_the_namespace_is_unknown(capsys: pytest.CaptureFix
     code, _, err = run(capsys, "check", "--policy", "p.toml", "--tools", "t.json")
     assert code == 2
     assert err.startswith("mcp-preconditions: error: t.json: tool 'day_job': requirement 'shift:day': "
-                          "unknown namespace 'shift' (known namespaces: 'auth', ")
+                          "unknown namespace 'shift' (known namespaces: 'approval', 'auth', ")
 
 
 def test_a_module_on_sys_path(capsys: pytest.CaptureFixture[str], workdir: Path,

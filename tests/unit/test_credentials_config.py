@@ -173,9 +173,9 @@ def test_good_tables_give_their_settings(tmp_path: Path, monkeypatch: pytest.Mon
     assert "the-client-secret" not in shown and repr(bytes(range(32))) not in shown
     assert main(["config", "validate", str(path)]) == 0
     capsys.readouterr()
-    assert errors(capsys, "gateway", "--config", str(path)) == [  # until the guard serves them
-        f"{path}: server 'crm': per-caller credentials are not served by this gateway yet; remove its "
-        "credentials table to run it"]
+    assert errors(capsys, "gateway", "--config", str(path)) == [  # a stdio caller has no token
+        f"{path}: servers.crm.credentials.kind: \"token-exchange\" exchanges each caller's bearer "
+        "token, and a stdio gateway's caller has none: serve it with --listen http://HOST:PORT"]
 
 
 def test_the_schema_describes_each_kind() -> None:

@@ -47,7 +47,9 @@ def explore(tmp_path: Path) -> Iterator[Any]:
                                headers={"x-explore-token": "t0ken"})
         assert response.status_code == 200, response.text
         answer: dict[str, Any] = response.json()
-        return answer["tools"][0] if path == "/api/decisions" else answer["call"]["decision"]
+        decision: dict[str, Any] = (answer["tools"][0] if path == "/api/decisions"
+                                    else answer["call"]["decision"])
+        return decision
 
     yield ask
     for client in clients:

@@ -46,7 +46,8 @@ def _section(annotation: object) -> tuple[str, type[BaseModel]] | None:
     """A section type in a field's type, with how its key path goes on: '[]' a list of them, '.*' a
     table of them, '' the section itself (or None)."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    inner = {list: ("[]", args[:1]), dict: (".*", args[1:])}.get(origin, ("", (annotation, *args)))
+    shapes: dict[object, tuple[str, tuple[object, ...]]] = {list: ("[]", args[:1]), dict: (".*", args[1:])}
+    inner = shapes.get(origin, ("", (annotation, *args)))
     for arg in inner[1]:
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             return inner[0], arg

@@ -10,6 +10,7 @@ import json
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -330,8 +331,8 @@ def test_a_desktop_config_that_would_start_the_gateway_on_itself(
     would start a gateway on the same file, which would start another, and so on."""
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "claude_desktop_config.json"
-    entry = {"command": PY,
-             "args": ["gateway", "--policy", "p.toml", "--servers", "claude_desktop_config.json"]}
+    entry: dict[str, Any] = {
+        "command": PY, "args": ["gateway", "--policy", "p.toml", "--servers", "claude_desktop_config.json"]}
     path.write_text(json.dumps({"mcpServers": {"guarded": entry}}), encoding="utf-8")
     assert errors(capsys, "config", "validate", str(path)) == [
         f"{path}: mcpServers.guarded.args: names this file: a gateway started on it would start itself "

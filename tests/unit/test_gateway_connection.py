@@ -37,6 +37,11 @@ def call(rid: Any, method: str = "tools/call") -> Call:
     return Call(method, {}, rid, "2025-11-25", Sink())
 
 
+async def served(connection: Connection, each: Call, answers: Answers) -> None:
+    """What a transport hands `start`: `serve` in the task, its answer sent on (here: nowhere)."""
+    await connection.serve(each, answers)
+
+
 @pytest.mark.parametrize(("sent", "named", "interrupted"), [
     (7, 7, True), (7, "7", True), ("7", 7, True), ("a", "a", True), (7, "07", True),
     (7, 8, False), ("a", "A", False), (7, True, False), (7, None, False), (7, 7.0, False),
@@ -69,7 +74,7 @@ async def test_initialize_is_never_cancelled() -> None:
 async def test_a_request_cancelled_before_its_task_ran_leaves_nothing_behind() -> None:
     answers, connection = Answers(), Connection(Client(Sink(), http=False))
     pending = call(3)
-    connection.start(pending, connection.serve(pending, answers))
+    connection.start(pending, served(connection, pending, answers))
     connection.cancel({"requestId": 3})  # read right after the request, before its task ran
     await asyncio.sleep(0.01)
     assert answers.started == [] and pending.closed
@@ -80,7 +85,7 @@ async def test_the_client_going_cancels_everything_it_has_running() -> None:
     answers, connection = Answers(), Connection(Client(Sink(), http=True))
     calls = [call(i) for i in range(3)]
     for each in calls:
-        connection.start(each, connection.serve(each, answers))
+        connection.start(each, served(connection, each, answers))
     await asyncio.sleep(0)
     connection.close()
     await asyncio.sleep(0.01)

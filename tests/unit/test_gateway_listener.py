@@ -1,14 +1,17 @@
 """The HTTP listener's bounds on slow clients and its connection cap (gateway/downstream/listener.py)
 against uvicorn's real protocols (httptools and h11): they subclass uvicorn's private protocol
 classes, so these tests fail loudly when an upgrade changes what they rely on (`tasks`, `cycle`,
-`cycle.more_body`, `cycle.response_complete`, `on_response_complete`, `transport`, `loop`), and the
-pin in pyproject.toml must admit the uvicorn installed. Over the cap, health checks are still
-answered (a reserve of connections, and a peek at the request line); nothing else is.
+`cycle.more_body`, `cycle.response_complete`, `on_response_complete`, `transport`, `loop`), and
+the pin in pyproject.toml must admit the uvicorn installed. Over the cap, health checks are still
+answered (a reserve of connections, and a peek at the request line), once, with `connection:
+close`; nothing else is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import tomllib
 from importlib.metadata import version
 from pathlib import Path
@@ -26,6 +29,7 @@ from mcp_preconditions.gateway.downstream.listener import (
     OVER_CAPACITY,
     Limits,
     _bounded,
+    _Coalescing,
     _health_check,
 )
 
@@ -40,10 +44,12 @@ class Transport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.written = bytearray()
+        self.writes: list[bytes] = []  # each write apart (each a system call on a socket)
         self.closed = False
 
     def write(self, data: Any) -> None:
         self.written += data
+        self.writes.append(bytes(data))
 
     def close(self) -> None:
         self.closed = True
@@ -92,8 +98,8 @@ async def answered(transport: Transport) -> bytes:
     return bytes(transport.written)
 
 
-async def closed(transport: Transport) -> bool:
-    for _ in range(500):  # the deadline is 0.05 s; this waits up to 5 s for it
+async def closed(transport: Transport, within: float = 5.0) -> bool:
+    for _ in range(int(within * 100)):  # the deadline is 0.05 s; this waits up to `within` for it
         if transport.closed:
             return True
         await asyncio.sleep(0.01)
@@ -131,6 +137,70 @@ async def test_a_whole_request_is_answered_and_not_cut_off(base: type[asyncio.Pr
 
 
 @pytest.mark.parametrize("base", PROTOCOLS)
+async def test_a_kept_alive_connections_next_request_in_one_packet_costs_no_timer_and_half_sent_is_cut_off(
+        base: type[asyncio.Protocol]) -> None:
+    protocol, transport = connect(base)
+    protocol.data_received(HEADERS + b'{"a": "b"}')
+    await answered(transport)
+    await asyncio.sleep(0)  # its response complete: the connection waits for the next request
+    protocol.data_received(HEADERS + b'{"a": "c"}')
+    assert protocol._deadline is None  # whole at once: under way, nothing to time
+    for _ in range(500):
+        if transport.written.count(b"HTTP/1.1 200") == 2:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0)
+    protocol.data_received(HEADERS[:20])  # the third request's headers never finish
+    assert protocol._deadline is not None
+    assert await closed(transport)
+    assert transport.written.count(b"HTTP/1.1 200") == 2
+
+
+@pytest.mark.parametrize("base", PROTOCOLS)
+async def test_a_kept_alive_connection_judged_over_the_cap_is_cut_off_while_its_line_trickles(
+        base: type[asyncio.Protocol]) -> None:
+    state, refused = ServerState(), list[str]()
+    cls = _bounded(LIMITS, base, refused.append)
+    protocol, transport = connect(base, state, cls)
+    protocol.data_received(HEADERS + b'{"a": "b"}')
+    await answered(transport)
+    await asyncio.sleep(0)
+    busy: set[asyncio.Task[None]] = {asyncio.ensure_future(asyncio.sleep(60))
+                                     for _ in range(LIMITS.connections)}
+    state.tasks.update(busy)
+    protocol.data_received(b"GET /heal")  # over the cap now: judged on its line, which stops here
+    assert await closed(transport, within=1.0)  # its header time, not uvicorn's 5 s keep-alive
+    assert refused == []  # cut off for being slow, not refused for what it asked
+    for task in busy:
+        task.cancel()
+    protocol.connection_lost(None)
+
+
+@pytest.mark.parametrize("base", PROTOCOLS)
+async def test_an_answer_goes_out_in_one_write_its_head_with_its_body(base: type[asyncio.Protocol]) -> None:
+    protocol, transport = connect(base)
+    protocol.data_received(HEADERS + b'{"a": "b"}')
+    await answered(transport)
+    assert len(transport.writes) == 1
+    assert transport.writes[0].startswith(b"HTTP/1.1 200") and transport.writes[0].endswith(b"\r\n\r\nok")
+    protocol.connection_lost(None)
+
+
+async def test_a_write_alone_goes_out_on_the_loops_next_step_and_closing_sends_what_is_held() -> None:
+    transport = Transport()
+    coalescing = _Coalescing(transport, asyncio.get_running_loop())
+    coalescing.write(b"head")  # a stream's head: nothing follows at once
+    assert transport.writes == []
+    await asyncio.sleep(0)
+    assert transport.writes == [b"head"]
+    coalescing.write(b"event")
+    coalescing.close()
+    assert transport.writes == [b"head", b"event"] and transport.closed
+    await asyncio.sleep(0)
+    assert transport.writes == [b"head", b"event"]  # sent once
+
+
+@pytest.mark.parametrize("base", PROTOCOLS)
 async def test_a_connection_over_the_cap_and_the_reserve_is_answered_503_as_it_is_accepted(
         base: type[asyncio.Protocol]) -> None:
     state, refused = ServerState(), list[str]()
@@ -157,8 +227,10 @@ async def test_over_the_cap_a_health_check_is_answered_once_and_the_connection_c
     protocol.data_received(line[:7])  # the request line comes in pieces: it waits for the rest
     assert transport.written == b"" and not transport.closed
     protocol.data_received(line[7:] + b"Host: 127.0.0.1\r\n\r\n")
-    assert (await answered(transport)).startswith(b"HTTP/1.1 200")
+    answer = await answered(transport)
+    assert answer.startswith(b"HTTP/1.1 200")
     assert transport.closed and refused == []
+    assert b"\r\nconnection: close\r\n" in answer.lower()  # a pooling client does not reuse it
     for each, _ in held:
         each.connection_lost(None)
 
@@ -219,3 +291,12 @@ def test_the_uvicorn_installed_is_one_the_pin_admits() -> None:
     assert len(pins) == 1
     assert any(spec.operator in ("<", "<=", "==", "~=") for spec in pins[0].specifier)  # bounded above
     assert version("uvicorn") in pins[0].specifier, (version("uvicorn"), str(pins[0]))
+
+
+def test_uvicorn_is_imported_without_its_reloaders_file_watcher_which_stays_importable() -> None:
+    code = ("import sys\nfrom mcp_preconditions.gateway.downstream import listener\n"
+            "listener._import_uvicorn()\nimport uvicorn, uvicorn.supervisors\n"
+            "print('watchfiles' in sys.modules, uvicorn.supervisors.ChangeReload.__name__)\n"
+            "import watchfiles\nprint(watchfiles.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "StatReload", "watchfiles"]

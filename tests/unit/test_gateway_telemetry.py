@@ -23,8 +23,9 @@ from mcp_preconditions.telemetry.propagation import message_headers
 
 A = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 SECRET = "env:staging"
-TOOLS = {"alpha": {"alpha__echo": ("env:production",), "alpha__slow": (SECRET, "quota:q")},
-         "beta": {"beta__env": ()}}
+TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
+    "alpha": {"alpha__echo": ("env:production",), "alpha__slow": (SECRET, "quota:q")},
+    "beta": {"beta__env": ()}}
 
 
 def decision(tool: str, *outcomes: Outcome) -> Decision:

@@ -133,7 +133,8 @@ async def test_one_json_record_per_decision(caplog: pytest.LogCaptureFixture) ->
     await g.check("weather", ANONYMOUS)
     got = records(caplog)
     assert len(got) == 3
-    assert all(set(r) == RECORD_KEYS for r in got)
+    assert set(got[0]) == RECORD_KEYS | {"context_id"}  # a denial's SEP-2643 context ID (SPEC §15)
+    assert all(set(r) == RECORD_KEYS for r in got[1:])  # an allowed call draws none
     first = got[0]
     assert (first["tool"], first["subject"], first["allowed"], first["unmet"], first["errors"],
             first["revision"]) == ("launch", "alice", False, ["auth:claim:role:pilot", "state:weather.clear"],
@@ -223,7 +224,7 @@ async def test_add_tool_validates_and_keeps_the_old_state_on_error() -> None:
         g.add_tool("bad", ["production"])
     assert info.value.messages == [
         "tool 'bad': requirement 'production' has no namespace (expected NAMESPACE:..., known "
-        "namespaces: 'auth', 'capability', 'env', 'feature', 'quota', 'state')"]
+        "namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state')"]
     assert "bad" not in g.tool_names()
     g.add_tool("new", ["env:staging"])
     assert g.requirements_for("new") == ("env:staging",)
@@ -248,7 +249,7 @@ async def test_reload_of_a_broken_policy_keeps_the_old_snapshot() -> None:
     assert info.value.messages == [
         "p2.toml: tool 'deploy2': requirement 'nonamespace' has no namespace (expected NAMESPACE:..., "
         "known "
-        "namespaces: 'auth', 'capability', 'env', 'feature', 'quota', 'state')"]
+        "namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state')"]
     assert g.snapshot is old
     assert (await g.check("deploy")).allowed
 
@@ -307,7 +308,7 @@ def test_check_now_answers_at_once_when_nothing_needs_awaiting() -> None:
     awaited = Guard(parse_policy(POLICY.encode(), "p.toml"), TOOLS, entry_points=False,
                     authenticator=Slow()).check_now("whoami", Credentials(token="t"))
     assert not isinstance(awaited, Decision)  # the authenticator must be awaited
-    decision = asyncio.run(awaited)  # type: ignore[arg-type]
+    decision = asyncio.run(awaited)
     assert decision.allowed and decision.subject == "s"
     for tool in TOOLS:
         sync = guard.check_now(tool, who(sub="a", role="pilot"), record=False)
@@ -340,12 +341,12 @@ class CountingVerifier:
         return self.verified.get(credentials.token)
 
 
-def test_a_tool_without_requirements_records_its_caller() -> None:
+def test_a_tool_without_requirements_records_its_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     verifier = CountingVerifier()
     seen: list[Decision] = []
     guard = Guard(parse_policy(b"", "p.toml"), {"open": []}, authenticator=verifier,
                   entry_points=False)
-    guard.recorder.record = seen.append  # type: ignore[method-assign]
+    monkeypatch.setattr(guard.recorder, "record", seen.append)
     bob = Credentials(principal=Principal.from_claims({"sub": "bob"}))
 
     first = guard.check_now("open", Credentials(token="t-alice"))  # not verified yet: awaited
@@ -378,7 +379,8 @@ def test_a_failing_fast_path_leaves_the_open_tool_allowed_and_unnamed() -> None:
     assert (decision.allowed, decision.subject) == (True, None)
 
 
-def test_a_call_decided_by_static_requirements_names_its_verified_caller() -> None:
+def test_a_call_decided_by_static_requirements_names_its_verified_caller(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 29, item 2: `env:` decides the call whoever calls, and the record still names the
     caller whose token is verified (once, then from the cache), allowed or denied."""
     verifier = CountingVerifier()
@@ -386,7 +388,7 @@ def test_a_call_decided_by_static_requirements_names_its_verified_caller() -> No
     guard = Guard(parse_policy(b'environment = ["staging"]\n', "p.toml"),
                   {"stage": ["env:staging"], "prod": ["env:production"]}, authenticator=verifier,
                   entry_points=False)
-    guard.recorder.record = seen.append  # type: ignore[method-assign]
+    monkeypatch.setattr(guard.recorder, "record", seen.append)
     first = guard.check_now("stage", Credentials(token="t-alice"))  # verified, to name its caller
     assert not isinstance(first, Decision)
     assert asyncio.run(first).subject == "alice"
@@ -398,7 +400,7 @@ def test_a_call_decided_by_static_requirements_names_its_verified_caller() -> No
     assert verifier.calls == 2
 
 
-def test_a_refusal_is_recorded_like_any_decision() -> None:
+def test_a_refusal_is_recorded_like_any_decision(monkeypatch: pytest.MonkeyPatch) -> None:
     """`Guard.refuse`: a call refused without being evaluated names its caller as `check` does (a
     token verified, then cached), the revision in force and the time it took; its outcome says
     why for the record, its denial says only what the caller may read."""
@@ -406,7 +408,7 @@ def test_a_refusal_is_recorded_like_any_decision() -> None:
     seen: list[Decision] = []
     guard = Guard(parse_policy(b'confidential = ["env:x"]\n', "p.toml"), authenticator=verifier,
                   entry_points=False)
-    guard.recorder.record = seen.append  # type: ignore[method-assign]
+    monkeypatch.setattr(guard.recorder, "record", seen.append)
     alice = Credentials(token="t-alice")
     unusable = Refusal(Refused.UNUSABLE, "the server's policy is unusable")
     malformed = Refusal(Refused.MALFORMED, "its requirements cannot be read")

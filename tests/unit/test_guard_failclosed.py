@@ -274,7 +274,8 @@ async def test_an_instance_level_authenticate_is_asked_through_it() -> None:
 
 async def test_a_subclass_overriding_both_keeps_the_synchronous_path() -> None:
     class Both(BansBob):
-        def authenticate_now(self, credentials: Credentials) -> Identity | None:
+        # AuthenticateNow may answer None ("ask authenticate"); PassThroughAuthenticator never does
+        def authenticate_now(self, credentials: Credentials) -> Identity | None:  # type: ignore[override]
             return None  # always "ask authenticate"
 
     auth = Both()

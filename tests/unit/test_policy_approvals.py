@@ -4,7 +4,7 @@ with the exact line a user sees (key path first), and the exported JSON Schema a
 
 from __future__ import annotations
 
-import jsonschema  # type: ignore[import-untyped]  # a dependency of mcp; no stubs installed
+import jsonschema
 import pytest
 
 from mcp_preconditions import PolicyError, parse_policy, policy_schema

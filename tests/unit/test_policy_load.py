@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # a dependency of mcp; no stubs installed
+import jsonschema
 import pytest
 
 from mcp_preconditions import PolicyError, load_policy, parse_policy, policy_schema

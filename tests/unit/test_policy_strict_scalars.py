@@ -14,7 +14,7 @@ import typing
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, Union
 
-import jsonschema  # type: ignore[import-untyped]  # a dependency of mcp; no stubs installed
+import jsonschema
 import pytest
 from pydantic import BaseModel
 

@@ -137,8 +137,8 @@ def test_a_reload_refills_nobody() -> None:
 def test_every_call_draws_afresh_even_when_the_caller_alone_decides_the_rest() -> None:
     g, _ = guard()
     compiled = g.snapshot.tools["launch"]
-    assert compiled.reads is None and compiled.metered is not None
-    assert compiled.metered.rest.reads is not None  # auth: alone is remembered per caller
+    assert compiled.reads is None and compiled.late is not None
+    assert compiled.late.rest.reads is not None  # auth: alone is remembered per caller
     assert [g.decide("launch", ALICE).allowed for _ in range(4)] == [True, True, True, False]
 
 

@@ -77,7 +77,7 @@ class SlowGate:
 def guard() -> tuple[Guard, Counting]:
     store = Counting()
     g = Guard(parse_policy(POLICY, "q.toml"), {}, resolvers=[SlowGate()], entry_points=False,
-              live=LiveSources(quotas=store))  # type: ignore[arg-type]
+              live=LiveSources(quotas=store))
     return g, store
 
 

@@ -6,7 +6,8 @@ it transient, and `Knowledge` (hence the filtering client and both agent adapter
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import pytest
@@ -30,6 +31,13 @@ from mcp_preconditions.resolvers.quota import CompiledQuota, QuotaResolver
 from mcp_preconditions.resolvers.quota_store import Bucket, FixedQuotaStore, Rate, Waits, gcra
 
 ALICE = Identity(principal=Principal.from_claims({"sub": "alice"}))
+
+
+def ran(taken: tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]) -> tuple[Outcome, ...]:
+    """`asyncio.run` of a plan's answer that an awaited store made a coroutine."""
+    assert inspect.iscoroutine(taken)
+    outcomes: tuple[Outcome, ...] = asyncio.run(taken)
+    return outcomes
 
 
 class Remote:
@@ -72,9 +80,9 @@ def test_when_the_awaited_store_refuses_or_fails_the_memory_unit_goes_back(
     assert not isinstance(taken, tuple)
     if status is None:
         with pytest.raises(BackendError):
-            asyncio.run(taken)  # type: ignore[arg-type]
+            ran(taken)
     else:
-        outcomes = asyncio.run(taken)  # type: ignore[arg-type]
+        outcomes = ran(taken)
         assert [o.status for o in outcomes] == [status, Status.SATISFIED]
         assert outcomes[0].retry_after_seconds == 5.0
     bucket: Bucket = (("m", "subject", "", "alice"), Rate.of(2, 60))
@@ -88,7 +96,7 @@ def test_when_memory_refuses_the_awaited_store_is_only_looked_at() -> None:
     bucket: Bucket = (("m", "subject", "", "alice"), Rate.of(2, 60))
     memory.take([bucket])
     memory.take([bucket])
-    outcomes = asyncio.run(resolver.plan(requirements).take(ALICE))  # type: ignore[arg-type]
+    outcomes = ran(resolver.plan(requirements).take(ALICE))
     assert [o.status for o in outcomes] == [Status.SATISFIED, Status.UNSATISFIED]
     assert "no unit taken" in outcomes[0].reason
 
@@ -150,6 +158,7 @@ def test_the_denial_marks_a_used_up_quota_transient_and_knowledge_skips_it() -> 
     knowledge = Knowledge()
     assert knowledge.learn_denial(result["structuredContent"], meta=result["_meta"]) == ()
     error = denial_error(decision)
+    assert error is not None
     assert knowledge.learn_denial(error.data) == ()
     assert knowledge.learned() == frozenset()
 
@@ -178,7 +187,7 @@ def test_a_denial_naming_a_lasting_reason_and_a_quota_is_learned_but_never_its_q
 
 def test_a_quota_store_error_is_listed_with_the_errors_and_as_transient() -> None:
     g = Guard(parse_policy(POLICY.replace(b"[quotas", b'environment = ["prod"]\n[quotas'), "q.toml"),
-              {}, live=LiveSources(quotas=Remote(None)), entry_points=False)  # type: ignore[arg-type]
+              {}, live=LiveSources(quotas=Remote(None)), entry_points=False)
     decision = g.decide("t", ALICE)
     assert not decision.allowed and decision.errors == ("quota:q",)
     assert decision.retry_after_seconds is None
@@ -193,7 +202,7 @@ class Deferred(Remote):
         super().__init__([0])
         self.refunded: list[Sequence[Bucket]] = []
 
-    def take(self, buckets: Sequence[Bucket]) -> Any:  # type: ignore[override]
+    def take(self, buckets: Sequence[Bucket]) -> Any:
         return Remote.take(self, buckets)
 
     def refund(self, buckets: Sequence[Bucket]) -> None:
@@ -205,8 +214,8 @@ def test_a_store_that_answers_later_than_expected_is_still_both_or_neither() -> 
     quotas = {"d": CompiledQuota("d", Rate.of(2, 60), "global", deferred, 60),
               "m": CompiledQuota("m", Rate.of(1, 60), "global", memory, 60)}
     quota_plan = QuotaResolver(quotas).plan(["quota:d", "quota:m"])
-    first = asyncio.run(quota_plan.take(ALICE))  # type: ignore[arg-type]
+    first = ran(quota_plan.take(ALICE))
     assert [o.status for o in first] == [Status.SATISFIED, Status.SATISFIED]
-    second = asyncio.run(quota_plan.take(ALICE))  # type: ignore[arg-type]
+    second = ran(quota_plan.take(ALICE))
     assert [o.status for o in second] == [Status.SATISFIED, Status.UNSATISFIED]
     assert len(deferred.taken) == 2 and len(deferred.refunded) == 1  # the second unit went back

@@ -196,7 +196,7 @@ def test_malformed_grants(body: bytes, problem: str) -> None:
 
 
 @pytest.mark.parametrize(("condition", "problem"), [
-    ("ticket:OPS-1", "unknown namespace 'ticket' (known namespaces: 'auth', 'capability', 'env', "
+    ("ticket:OPS-1", "unknown namespace 'ticket' (known namespaces: 'approval', 'auth', 'capability', 'env', "
                      "'feature', 'quota', 'state')"),
     ("env:", "env: needs a label name (env:NAME) (accepted forms: env:NAME)"),
 ])

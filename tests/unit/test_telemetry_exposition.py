@@ -5,11 +5,17 @@ switching `_created` off for other registries of the process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from mcp_preconditions.outcomes import Decision, Outcome, Status
 from mcp_preconditions.telemetry import Metrics
+
+# prometheus_client leaves its OpenMetrics exposition unannotated
+generate_openmetrics = cast(Callable[[CollectorRegistry], bytes], openmetrics.generate_latest)
 
 SPEC_SERIES = {  # SPEC §13, as exposed (counters with `_total`, histograms with their parts)
     "mcp_preconditions_decisions_total", "mcp_preconditions_unmet_total",

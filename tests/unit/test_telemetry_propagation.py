@@ -5,6 +5,7 @@ headers), and which OTEL_* environments ask for traces.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -77,7 +78,8 @@ def test_without_a_current_span_the_callers_context_is_passed_on_as_it_came() ->
 def test_with_a_current_span_its_context_goes_upstream(current_span: trace.Span) -> None:
     context = current_span.get_span_context()
     ours = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-    params = {"name": "x", "_meta": {"progressToken": 7, "traceparent": A, "tracestate": "k=v"}}
+    params: dict[str, Any] = {"name": "x", "_meta": {"progressToken": 7, "traceparent": A,
+                                                     "tracestate": "k=v"}}
     forwarded = upstream_params(params, {"traceparent": B})
     assert forwarded == {"name": "x", "_meta": {"progressToken": 7, "traceparent": ours}}
     assert params["_meta"]["traceparent"] == A  # the caller's params are left as they were

@@ -17,7 +17,8 @@ from mcp_preconditions.telemetry import Metrics
 from mcp_preconditions.telemetry.gateway import NO_SERVER, GatewayTelemetry
 from mcp_preconditions.telemetry.tracing import call_attributes
 
-TOOLS = {"alpha": {"alpha__echo": ("env:production",)}, "beta": {"beta__env": ()}}
+TOOLS: dict[str, dict[str, tuple[str, ...]]] = {"alpha": {"alpha__echo": ("env:production",)},
+                                                 "beta": {"beta__env": ()}}
 
 
 @pytest.fixture(params=[True, False], ids=["metrics", "no-metrics"])

@@ -3,6 +3,8 @@ less the confidential ones); a tool whose own list the gateway refuses carries t
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcp_preconditions.cli.tools_cmd import as_the_gateway_lists
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.wire import META_KEY
@@ -18,7 +20,7 @@ requirements = ["env:production"]
 
 
 def test_requirements_as_the_gateway_lists_them() -> None:
-    tools = [
+    tools: list[dict[str, Any]] = [
         {"name": "own", "execution": {"requirements": ["env:production"], "taskSupport": "optional"}},
         {"name": "garbage", "execution": {"requirements": "env:production"}},
         {"name": "unknown_form", "_meta": {META_KEY: ["nonamespace"], "other": 1}},

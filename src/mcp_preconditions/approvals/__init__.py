@@ -4,7 +4,9 @@
 binding.py (what an approval is bound to, RFC 8785), lifecycle.py (requested → approved | refused |
 expired; approved → used), store.py and store_redis.py (atomic, one process or every replica),
 approvers.py (who may approve), question.py (the `self` question), plan.py (one call's approvals),
-resolver.py (the namespace), record.py (records and metrics). No MCP SDK here: the adapters ask.
+resolver.py (the namespace), stage.py (the late stage), record.py (records and metrics), and the
+approver pages (pages.py, page_views.py, page_session.py; starlette, imported on their own by a
+gateway that serves them). No MCP SDK here: the adapters ask.
 """
 
 from __future__ import annotations
@@ -13,16 +15,27 @@ from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approv
 from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind, canonical_json
 from .lifecycle import ApprovalRequest, Refusal, State
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep, CompiledApproval, Remedy
-from .question import Answer, Question, answer_of
+from .question import Answer, Question, answer_of, asks_forms
 from .record import METRIC, RESULTS, ApprovalNote, Event
-from .resolver import NAMESPACE, ApprovalResolver, approval_resolver
+from .resolver import (
+    ASKS_THE_CALLER,
+    NAMESPACE,
+    NEEDS_AN_APPROVER,
+    ApprovalResolver,
+    approval_resolver,
+    decided_by,
+    needing_pages,
+    refuse_without_pages,
+)
+from .stage import HeldApproval
 from .store import MAX_WAITING_PER_CALLER, ApprovalStore, Busy, Changed, MemoryApprovalStore
 
 __all__ = [
-    "MAX_ARGUMENTS_BYTES", "MAX_WAITING_PER_CALLER", "METRIC", "NAMESPACE", "RESULTS", "Answer",
-    "ApprovalCall", "ApprovalNote", "ApprovalPlan", "ApprovalRequest", "ApprovalResolver",
-    "ApprovalRuling", "ApprovalStep", "ApprovalStore", "ApproverRuling", "Binding", "Busy",
-    "Changed", "CompiledApproval", "Evaluate", "Event", "MemoryApprovalStore", "Party", "Question",
-    "Refusal", "Remedy", "State", "answer_of", "approval_resolver", "approver_findings", "bind",
-    "canonical_json", "judge_approver",
+    "ASKS_THE_CALLER", "MAX_ARGUMENTS_BYTES", "MAX_WAITING_PER_CALLER", "METRIC", "NAMESPACE",
+    "NEEDS_AN_APPROVER", "RESULTS", "Answer", "ApprovalCall", "ApprovalNote", "ApprovalPlan",
+    "ApprovalRequest", "ApprovalResolver", "ApprovalRuling", "ApprovalStep", "ApprovalStore",
+    "ApproverRuling", "Binding", "Busy", "Changed", "CompiledApproval", "Evaluate", "Event",
+    "HeldApproval", "MemoryApprovalStore", "Party", "Question", "Refusal", "Remedy", "State", "answer_of",
+    "approval_resolver", "approver_findings", "asks_forms", "bind", "canonical_json", "decided_by",
+    "judge_approver", "needing_pages", "refuse_without_pages",
 ]

@@ -12,6 +12,10 @@ from typing import Any, Literal
 
 # The message shows at most this much of the arguments (the request binds all of them).
 MESSAGE_CHARS = 4000
+# A 2026-07-28 input round of our own (a gateway's, a hosted server's): its `requestState` names
+# the approval request, its one input request (`INPUT_KEY`) asks the question.
+STATE_PREFIX = "mcp-preconditions-approval:"
+INPUT_KEY = "approval"
 
 Answer = Literal["accept", "decline", "cancel"]
 ANSWERS: tuple[Answer, ...] = ("accept", "decline", "cancel")
@@ -42,6 +46,29 @@ class Question:
         return {"mode": "form", "message": self.message(),
                 "requestedSchema": {"type": "object", "properties": {}}}
 
+    def input_round(self) -> dict[str, Any]:
+        """The `input_required` result that asks it at 2026-07-28: the retry carrying the answer
+        echoes the state (`answering`) and answers under `INPUT_KEY` (`input_answer`)."""
+        return {"resultType": "input_required", "requestState": STATE_PREFIX + self.request_id,
+                "inputRequests": {INPUT_KEY: {"method": "elicitation/create",
+                                              "params": self.elicitation_params()}}}
+
+
+def answering(state: object) -> str | None:
+    """The approval request a 2026-07-28 retry's (plaintext) `requestState` names when the round
+    was one of ours (`Question.input_round`), else None. It grants nothing: the answer counts only
+    for the call that request is bound to (`ApprovalPlan.answer`)."""
+    if isinstance(state, str) and state.startswith(STATE_PREFIX) and len(state) < 200:
+        return state[len(STATE_PREFIX):]
+    return None
+
+
+def input_answer(responses: object) -> Answer | None:
+    """The answer a 2026-07-28 retry's `inputResponses` carries for our round (None: none)."""
+    response = responses.get(INPUT_KEY) if isinstance(responses, Mapping) else None
+    dump = getattr(response, "model_dump", None)  # an SDK model, or the raw JSON
+    return answer_of(dump(mode="json", exclude_none=True) if callable(dump) else response)
+
 
 def answer_of(result: Any) -> Answer | None:
     """The caller's answer in an `elicitation/create` result (`{"action": ...}`): "accept",
@@ -53,3 +80,13 @@ def answer_of(result: Any) -> Answer | None:
         if action == answer and action.__class__ is str:
             return answer
     return None
+
+
+def asks_forms(capabilities: object) -> bool:
+    """Whether a client's declared capabilities (its `initialize`'s, raw JSON) let it be asked a
+    form: `elicitation` an object with `form`, or empty (2025-11-25: an empty `elicitation` is
+    form mode, as before URL mode existed)."""
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, Mapping) else None
+    if not isinstance(elicitation, Mapping):
+        return False
+    return not elicitation or isinstance(elicitation.get("form"), Mapping)

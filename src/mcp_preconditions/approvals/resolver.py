@@ -1,32 +1,99 @@
 """`approval:NAME`: satisfied when the call's approval was given and this call uses it (SPEC §15).
 
 The namespace's resolver validates the form (the policy defines `[approvals.NAME]`) and compiles
-each tool's `ApprovalPlan`; the guard decides a tool's approvals through that plan, after every
-other requirement holds. `resolve` is what an approval is when asked anywhere else (a grant's
-condition): unsatisfied, for an approval is never a condition of something else.
+each tool's `ApprovalPlan` into a late stage (stage.py), decided after every other requirement and
+the call's credential, before quotas. `resolve` is what an approval is when asked anywhere else (a
+grant's condition): unsatisfied. `offer` is a denial's remedy: the approval page's `url`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import RequirementError
+from ..late import APPROVAL_ORDER
 from ..outcomes import Outcome, Status
 from ..policy.load import PolicySource
 from ..requirements import body_of
-from ..resolvers.base import CallContext
+from ..resolvers.base import CallContext, Registry
 from .plan import ApprovalPlan, CompiledApproval
+from .record import Event
+from .stage import ApprovalStage, HeldApproval
 from .store import ApprovalStore, MemoryApprovalStore
 
+if TYPE_CHECKING:
+    from ..remedies import Offer, OfferCall
+
+log = logging.getLogger("mcp_preconditions.approvals")
 NAMESPACE = "approval"
+# Who decides an approval, as `check`, `policy test` and the explorer show it: a person, per call.
+ASKS_THE_CALLER, NEEDS_AN_APPROVER = "asks_the_caller", "needs_an_approver"
+# Told each (approval name, result) an operation made: the approvals_total metric. No caller.
+Observe = Callable[[str, str], None]
 
 
 class ApprovalResolver:
+    """The `approval` namespace of one policy snapshot. `pages_url`: the base URL of the approval
+    pages (the gateway's public URL; None: no pages, an approver's remedy is `undisclosed`)."""
+
     namespace = NAMESPACE
     forms = ("approval:NAME, where the policy defines [approvals.NAME]",)
+    order = APPROVAL_ORDER  # a late stage: after a credential, before a quota unit is taken
+    not_a_condition = ("an approval is not a grant condition: it is given for one call of a tool, "
+                       "after its other requirements")
 
-    def __init__(self, approvals: Mapping[str, CompiledApproval]) -> None:
+    def __init__(self, approvals: Mapping[str, CompiledApproval], *, pages_url: str | None = None,
+                 observe: Observe | None = None) -> None:
         self.approvals = dict(approvals)
+        self.pages_url = pages_url.rstrip("/") if pages_url else None
+        self.observe = observe
+        # `policy test` only (LiveSources.approvals_taken_as_given): a call without a sidecar has
+        # its approvals satisfied, "taken as given", and is decided on the rest.
+        self.taken_as_given = False
+
+    def decided_by(self, requirement: str) -> str | None:
+        """ASKS_THE_CALLER or NEEDS_AN_APPROVER for a defined approval (None: not one)."""
+        approval = self.approvals.get(body_of(requirement))
+        if approval is None:
+            return None
+        return ASKS_THE_CALLER if approval.approvers is None else NEEDS_AN_APPROVER
+
+    def stage(self, requirements: Sequence[str]) -> ApprovalStage:
+        """A tool's `approval:` requirements as its late stage (compiled once per snapshot)."""
+        return ApprovalStage(self, requirements)
+
+    def count(self, events: Iterable[Event]) -> None:
+        """Each result an operation made, to `observe` (counting never changes an answer)."""
+        observe = self.observe
+        if observe is None:
+            return
+        for name, state in events:
+            try:
+                observe(name, state.value)
+            except Exception:
+                log.exception("approval %s: counting %s failed", name, state.value)
+
+    async def offer(self, requirement: str, call: OfferCall) -> Offer | None:
+        """The remedy of an unmet `approval:NAME` (SPEC §15): an approver's request is `available`
+        with a `url` hint to its page, for a client that declared URL elicitation and a gateway
+        with pages (else `undisclosed`: the request exists all the same); a `self` question that
+        could not be asked is `undisclosed`; refused, declined, expired: None (`unavailable`)."""
+        # (envelope.py imports approvals.binding: these come when a denial is shaped)
+        from ..envelope import Remediation, RemediationHint
+        from ..remedies import UNDISCLOSED, Offer
+
+        held = call.held.get(requirement)
+        step = held.step(requirement) if isinstance(held, HeldApproval) else None
+        if step is None or step.remedy in ("ask", "undisclosed"):
+            return UNDISCLOSED
+        if step.remedy != "approver":
+            return None
+        if not call.url_elicitation or self.pages_url is None or step.request is None:
+            return UNDISCLOSED
+        url = f"{self.pages_url}/approvals/{step.request.id}"
+        return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),))
 
     def validate(self, requirement: str) -> str | None:
         name = body_of(requirement)
@@ -47,7 +114,8 @@ class ApprovalResolver:
 
 
 def approval_resolver(source: PolicySource, memory: MemoryApprovalStore,
-                      shared: ApprovalStore | None = None) -> ApprovalResolver:
+                      shared: ApprovalStore | None = None, *, pages_url: str | None = None,
+                      observe: Observe | None = None) -> ApprovalResolver:
     """The resolver of a policy's `[approvals]`: `store = "memory"` approvals in `memory` (kept by
     the guard across reloads, like memory quotas), `store = "redis"` ones in one Redis store on
     `[state.redis]`; `shared` replaces both (tests, `check`)."""
@@ -71,4 +139,29 @@ def approval_resolver(source: PolicySource, memory: MemoryApprovalStore,
         approvers = None if approval.approvers == "self" else tuple(approval.approvers)
         compiled[name] = CompiledApproval(name, approvers, approval.expires_seconds,
                                           approval.timeout_seconds, store)
-    return ApprovalResolver(compiled)
+    return ApprovalResolver(compiled, pages_url=pages_url, observe=observe)
+
+
+def needing_pages(source: PolicySource) -> str | None:
+    """The first approval decided by approvers (not `self`): they approve on the approval pages,
+    which only a gateway serves. None when every approval asks the caller."""
+    return next((name for name, a in source.policy.approvals.items() if a.approvers != "self"), None)
+
+
+def refuse_without_pages(source: PolicySource) -> None:
+    """A hosted server serves no approval pages: a policy with an approver-decided approval is
+    refused at start (RequirementError, one line), telling the operator to put the gateway in
+    front."""
+    name = needing_pages(source)
+    if name is not None:
+        raise RequirementError([
+            f"{source.source}: approvals.{name}: approvers decide it on the gateway's approval pages,"
+            " which a hosted server does not serve: put the mcp-preconditions gateway in front of "
+            'this server, or use approvers = "self"'])
+
+
+def decided_by(requirement: str, registry: Registry) -> str | None:
+    """Whether `requirement` is an approval that asks the caller or needs an approver (None: it
+    is not an approval of this registry's policy)."""
+    resolver = registry.get(NAMESPACE) if requirement.startswith(NAMESPACE + ":") else None
+    return resolver.decided_by(requirement) if isinstance(resolver, ApprovalResolver) else None

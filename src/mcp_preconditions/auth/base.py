@@ -81,3 +81,35 @@ class PassThroughAuthenticator:
             return Identity(failure="a bearer token was presented but the policy configures no token "
                                     "verification ([auth] issuer and keys)")
         return ANONYMOUS_IDENTITY
+
+
+# -- the identities the guard gives when it cannot, or need not, verify (guard.py) ------------------
+NO_IDENTITY = Identity(failure="not needed")
+CANCELLED = Identity(failure="authentication failed: the authenticator was cancelled", error=True)
+
+
+def named_now(now: AuthenticateNow | None, credentials: Credentials) -> Identity | None:
+    """Who is calling, to name the caller of a call that its identity does not decide: a principal
+    the host verified, nobody (no token), or the authenticator's synchronous answer for a token (a
+    cached one). None: the token must be verified (awaited) to know."""
+    principal = credentials.principal
+    if principal is not None:
+        return verified_identity(principal)
+    if credentials.token is None or now is None:
+        return NO_IDENTITY if credentials.token is None else None
+    try:
+        identity = now(credentials)
+    except Exception:  # fail closed does not apply (nothing is decided by it): the caller is unknown
+        return NO_IDENTITY
+    return identity if identity is None or isinstance(identity, Identity) else NO_IDENTITY
+
+
+def failed_identity(exc: Exception) -> Identity:
+    """An authenticator that raised: an `error` identity (fail closed)."""
+    return Identity(failure=f"authentication failed: {type(exc).__name__}", error=True)
+
+
+def not_an_identity(value: object) -> Identity:
+    """An authenticator that answered something else: an `error` identity too."""
+    return Identity(failure=f"authentication failed: the authenticator returned "
+                            f"{type(value).__name__}, not an Identity", error=True)

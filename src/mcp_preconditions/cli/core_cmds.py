@@ -10,6 +10,7 @@ import asyncio
 import sys
 from typing import Any
 
+from ..approvals import ASKS_THE_CALLER, NEEDS_AN_APPROVER, decided_by
 from ..client import FilterMode, FilterResult, ToolVerdict, filter_tools
 from ..diagnostics import explained_outcomes, start_up_errors
 from ..errors import InputError
@@ -65,38 +66,65 @@ async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
     return decisions, who
 
 
-def _marked(decision: Decision, requirement: str) -> str:
+def _status(status: str) -> str:
+    """An outcome's status as the table prints it (an approval's in words)."""
+    return status.replace("_", " ") if status in (ASKS_THE_CALLER, NEEDS_AN_APPROVER) else status
+
+
+def _verdict(guard: Guard, decision: Decision) -> str:
+    """ALLOWED, DENIED, or NEEDS APPROVAL: denied only for approvals, which a person gives per
+    call (the caller, or an approver): `check` cannot give them."""
+    if decision.allowed:
+        return "ALLOWED"
+    registry = guard.snapshot.registry
+    if decision.unmet and not decision.errors and decision.refusal is None and all(
+            decided_by(r, registry) is not None for r in decision.unmet):
+        return "NEEDS APPROVAL"
+    return "DENIED"
+
+
+def _marked(guard: Guard | None, decision: Decision, requirement: str) -> str:
+    """A requirement as the table shows it; an approval as who decides it, per call (`guard`)."""
+    who = decided_by(requirement, guard.snapshot.registry) if guard is not None else None
     marks = [m for m, on in (("confidential", requirement in decision.confidential),
-                             ("error", requirement in decision.errors)) if on]
+                             ("error", requirement in decision.errors),
+                             ((who or "").replace("_", " "), who is not None)) if on]
     return requirement + "".join(f" ({m})" for m in marks)
 
 
 def _check_json(guard: Guard, decision: Decision, outcomes: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"name": decision.tool, "allowed": decision.allowed,
                            "unmet": list(decision.unmet), "errors": list(decision.errors)}
+    registry = guard.snapshot.registry
+    approvals = {r: who for r in decision.unmet if (who := decided_by(r, registry)) is not None}
+    if approvals:  # decided per call, by a person: `check` cannot give them
+        out["approvals"] = approvals
     if outcomes:  # a quota of a call refused for something else: `not_asked`
-        out["outcomes"] = explained_outcomes(decision, guard.requirements_for(decision.tool))
+        out["outcomes"] = explained_outcomes(decision, guard.requirements_for(decision.tool),
+                                             guard.snapshot.registry)
     return out
 
 
 def _check_table(guard: Guard, decisions: list[Decision], header: list[str], outcomes: bool) -> str:
     rows = [("TOOL", "DECISION", "UNMET")] + [
-        (d.tool, "ALLOWED" if d.allowed else "DENIED", ", ".join(_marked(d, r) for r in d.unmet))
+        (d.tool, _verdict(guard, d), ", ".join(_marked(guard, d, r) for r in d.unmet))
         for d in decisions]
     lines = [*map(escape, header), "", *table(rows)]  # the principal line holds token claims
     if outcomes:
         for d in decisions:
-            lines += ["", f"{d.tool}: {'ALLOWED' if d.allowed else 'DENIED'}"]
+            lines += ["", f"{d.tool}: {_verdict(guard, d)}"]
             lines += ["  " + line for line in _outcome_rows(guard, d)] or ["  (no requirements)"]
     return "\n".join(lines)
 
 
 def _outcome_rows(guard: Guard, decision: Decision) -> list[str]:
-    explained = explained_outcomes(decision, guard.requirements_for(decision.tool))
+    explained = explained_outcomes(decision, guard.requirements_for(decision.tool),
+                                   guard.snapshot.registry)
     if not explained:
         return []
     return table([("STATUS", "REQUIREMENT", "REASON")] + [
-        (o["status"], _marked(decision, o["requirement"]), o["reason"]) for o in explained])
+        (_status(o["status"]), _marked(None, decision, o["requirement"]), o["reason"])
+        for o in explained])
 
 
 def run_check(args: argparse.Namespace) -> int:

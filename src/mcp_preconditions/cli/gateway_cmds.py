@@ -29,6 +29,10 @@ from ..files import read_claims
 from ..guard import Guard
 from ..policy.load import PolicySource
 from ..principal import ANONYMOUS, Credentials, Principal
+from ..resolvers import LiveSources
+from . import _approvals as approvals
+from . import _credentials as credentials
+from . import _pages
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
 from ._sockets import http_address, listening_socket
@@ -36,6 +40,7 @@ from ._upstream import add_upstream_options, target_from, upstream_environment
 
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway, GatewayConfig
+    from ..gateway.downstream.app import Pages
     from ..gateway.downstream.listener import Limits
     from ..gateway.replicas import ReplicaOptions
     from ..telemetry import Metrics
@@ -51,10 +56,6 @@ def run_gateway(args: argparse.Namespace) -> int:
     from ..telemetry.gateway import GatewayTelemetry
 
     config, policy = _servers(args)
-    unserved = [s.key for s in config.servers if s.credentials is not None]
-    if unserved:  # until the guard obtains them, refuse rather than send every caller as the gateway
-        raise InputError(f"{config.source}: server '{unserved[0]}': per-caller credentials are not "
-                         "served by this gateway yet; remove its credentials table to run it")
     listen = _listen(args.listen or config.listen or "stdio")
     claims = args.claims if args.claims is not None else config.claims
     if listen is not None and claims is not None:
@@ -72,22 +73,33 @@ def run_gateway(args: argparse.Namespace) -> int:
     logging._srcfile = None
     logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
     logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
+    logging.getLogger("mcp_preconditions.approvals").setLevel(logging.INFO)  # who decided a request
     tracing = configure_tracing(service_name=SERVICE_NAME)  # an unusable OTEL_* setting: exit 2 now
     label = _single_label(args) if args.config is None and args.servers is None else None
     gateways: list[Gateway] = []  # the gateway names each decision's server; it is made next
     recorder = _recorder(args.decision_log, source, listen is None, replicas.labels(options, label),
                          lambda tool: gateways[0].server_labels(tool))
-    guard = Guard(source, resolvers=resolvers_from(args), recorder=recorder)
     metrics = Metrics()
+    wired = credentials.wire(args, config, source, listen, metrics)  # SPEC §14; none: nothing
+    live = LiveSources(approvals_url=approvals.pages_url(args, source, listen))  # SPEC §15
+    guard = Guard(source, resolvers=[*resolvers_from(args), *([wired.resolver] if wired.resolver
+                                                             else [])], recorder=recorder, live=live)
+    pages = _pages.pages(args, wired, guard, source, listen)  # SPEC §14, §15; none: nothing
     gateway = Gateway(guard, config.servers, _credentials(listen, claims),
-                      environment=upstream_environment(source), telemetry=GatewayTelemetry(metrics))
+                      environment=wired.environment(upstream_environment(source)),
+                      telemetry=GatewayTelemetry(metrics))
     gateways.append(gateway)
     tasks = _reloading(guard, gateway, options, metrics)
     names = ", ".join(s.key for s in config.servers)
     announce = (f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, revision "
                 f"{guard.revision}, replica {options.replica()})")
+    if wired.pages_sock is not None and pages is not None:
+        from ..gateway.downstream.listener import pages_task
+
+        tasks.append(pages_task(pages, wired.pages_sock, _limits(args)))
+        print(f"{PROG}: pages on {wired.base_url}", file=sys.stderr, flush=True)
     try:
-        return _serve(args, gateway, listen, metrics_at, tasks, announce)
+        return _serve(args, gateway, listen, metrics_at, tasks, announce, pages)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -97,10 +109,10 @@ def run_gateway(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] | None,
            metrics_at: tuple[str, int] | None, tasks: list[Callable[[], Coroutine[Any, Any, None]]],
-           announce: str) -> int:
+           announce: str, pages: Pages | None = None) -> int:
     """Serve on stdio or HTTP until the listener ends; `/metrics` on the HTTP listener, or on a
-    listener of its own (`--metrics-listen`). The exit status (128 + a signal that stopped a
-    stdio gateway)."""
+    listener of its own (`--metrics-listen`); the pages on the HTTP listener (a stdio gateway's
+    are a task of their own). The exit status (128 + a signal that stopped a stdio gateway)."""
     from ..gateway.downstream.listener import Limits, serve_http, serve_stdio
 
     metrics = gateway.telemetry.metrics
@@ -121,7 +133,7 @@ def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] |
             return status if isinstance(status, int) else 0
         http = sock
         anyio.run(lambda: serve_http(gateway, http, announce, *tasks, limits=limits,
-                                     metrics=metrics if listener is None else None))
+                                     metrics=metrics if listener is None else None, pages=pages))
         return 0
     finally:
         if sock is not None:
@@ -160,13 +172,14 @@ def _recorder(log_file: str | None, source: PolicySource, stdio: bool, labels: d
     """Where decisions are recorded: the policy's `[decision_log]`, plus `--decision-log FILE`
     (JSON lines, the operator's whole record). Over stdio the records on stderr are the caller's
     view (`caller_record`): a desktop client shows the gateway's stderr to its user, who is the
-    caller, so it names no confidential requirement (docs/gateway.md)."""
+    caller, so it names no confidential requirement (docs/gateway.md). Lines are held until the
+    loop's step ends, never past the answer (`decision_sinks._hold`): off the call's path."""
     sink = build_recorder(source, labels, tool_labels,
-                          logged=caller_record if stdio else decision_record)
+                          logged=caller_record if stdio else decision_record, held=True)
     if log_file is None:
         return sink
     try:
-        operator = JsonlRecorder(log_file, labels, tool_labels)
+        operator = JsonlRecorder(log_file, labels, tool_labels, held=True)
     except OSError as exc:
         raise InputError(f"--decision-log: cannot open '{log_file}' for appending: "
                          f"{exc.strerror or exc}") from None
@@ -280,7 +293,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "gateway", help="guard MCP servers you did not write (stdio commands or HTTP URLs)",
         usage=f"{PROG} gateway --policy P [--listen stdio | --listen http://HOST:PORT] [--claims C]\n"
               "        [--policy-poll-seconds S] [--policy-public-key FILE] [--replica-id ID]\n"
-              "        [--metrics-listen http://HOST:PORT]\n"
+              "        [--metrics-listen http://HOST:PORT] [--pages-listen http://127.0.0.1:PORT]\n"
+              "        [--public-url URL]\n"
               "        (--upstream-url URL [--upstream-header NAME=env:VAR ...] | -- COMMAND [ARG ...]\n"
               "         | --servers DESKTOP_CONFIG.json)\n"
               f"   or: {PROG} gateway --config gateway.toml [--listen ...] [options]",
@@ -319,6 +333,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "client shows stderr to its user)")
     parser.add_argument("--claims", metavar="C",
                         help="stdio only: JSON claims of the local caller (default: anonymous)")
+    parser.add_argument("--pages-listen", metavar="http://127.0.0.1:PORT",
+                        help="stdio only: serve the gateway's pages (connect links for kind = "
+                             "\"oauth\" credentials, docs/credentials.md; approval pages, "
+                             "docs/approvals.md) on this address")
+    parser.add_argument("--public-url", metavar="URL",
+                        help="where browsers reach the gateway's pages when it is not the listener's "
+                             "own address (a proxy in front): connect links, approval links and "
+                             "the sign-in's redirects are made with it")
     _add_http_options(parser)
     add_resolver_option(parser)
     add_upstream_options(parser)  # last: the command takes every remaining argument

@@ -61,8 +61,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.transport == "http" and args.claims is not None:
         return fail("--claims is for --transport stdio only; over HTTP each call's bearer token "
                     "decides who is calling")
-    if args.transport == "stdio" and args.step_up:
-        return fail("--step-up is for --transport http only: the 403 challenge is an HTTP answer")
+    if args.transport == "stdio" and args.no_step_up:
+        return fail("--no-step-up is for --transport http only: the 403 challenge is an HTTP answer")
     if not 0 <= args.refresh_seconds < math.inf:  # NaN fails this too
         return fail(f"--refresh-seconds must be a finite number, 0 or more, got "
                     f"{args.refresh_seconds:g}")
@@ -140,7 +140,7 @@ async def _serve_http(server: Any, args: argparse.Namespace, sock: socket.socket
     from ..integrations.step_up import InsufficientScopeChallenge
 
     app: Any = server.streamable_http_app(host=args.host)
-    if args.step_up:
+    if not args.no_step_up:  # SPEC §15: a call more scopes alone would allow is the 403 challenge
         app = InsufficientScopeChallenge(app, server.preconditions)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -166,9 +166,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="HTTP port (default 8000; 0 picks a free one, printed on stderr)")
     serve.add_argument("--claims", metavar="C", help="stdio only: JSON claims of the caller, trusted "
                        "as already verified (for local use and the demo)")
-    serve.add_argument("--step-up", action="store_true",
-                       help="HTTP only: answer a call that only lacks scopes with 403 and "
-                            'WWW-Authenticate: Bearer error="insufficient_scope", scope="..."')
+    serve.add_argument("--no-step-up", action="store_true",
+                       help="HTTP only: answer a call that only lacks scopes in-band (a tool error "
+                            "with its envelope) instead of the default 403 with WWW-Authenticate: "
+                            'Bearer error="insufficient_scope", scope="..."')
     serve.add_argument("--policy-poll-seconds", metavar="S",
                        help=f"re-read the policy file every S seconds when it changed: a change "
                             f"is in force within S seconds (default {DEFAULT_FILE_POLL_SECONDS:g}; "

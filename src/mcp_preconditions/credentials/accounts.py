@@ -108,6 +108,11 @@ class ConnectedAccounts:
         renewed, led = await self._refreshes.once(caller, lambda: self._refresh(caller, connection))
         return self._credential(renewed), not led
 
+    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+        """Never at once: a connection is read from the vault (Redis, for replicas) and unsealed,
+        awaited by `obtain`."""
+        return None
+
     async def renew(self, principal: Principal | None, token: str | None, stale: Credential
                     ) -> tuple[Credential, bool]:
         """After the server refused `stale` (401/403): refresh once (or use a newer connection

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx2
 
-from ..auth.cache import token_key
 from ..errors import CredentialBackendError, NoCredentialError
 from ..principal import Principal
 from .cache import ExchangeCache
@@ -53,18 +52,25 @@ class TokenExchange:
         call); NoCredentialError when there is none to be had, CredentialBackendError when the
         authorization server fails."""
         token, expires_at = _subject(principal, token)
-        key = (token_key(token), self.server)
+        assert principal is not None  # (`_subject`)
+        key = (self.cache.keys.key(principal, token), self.server)
         found = self.cache.get(key)
         if found is not None:
             return found, True
         credential, led = await self.cache.once(key, lambda: self._exchange(token, expires_at))
         return credential, not led
 
+    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+        """The caller's credential when the cache holds it (within both tokens' expiry), at once;
+        None when `obtain` must be awaited (an exchange to make, or none to be had: it says why)."""
+        return self.cache.current(self.server, principal, token)
+
     async def renew(self, principal: Principal | None, token: str | None, stale: Credential
                     ) -> tuple[Credential, bool]:
         """After the server refused `stale` (401/403): forget it and exchange once more."""
         subject, _ = _subject(principal, token)
-        self.cache.drop((token_key(subject), self.server), stale)
+        assert principal is not None  # (`_subject`)
+        self.cache.drop((self.cache.keys.key(principal, subject), self.server), stale)
         return await self.obtain(principal, token)
 
     def form(self, token: str) -> dict[str, str]:

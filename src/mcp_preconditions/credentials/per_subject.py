@@ -64,13 +64,18 @@ class SubjectSecrets:
         self._lock = threading.Lock()
 
     async def obtain(self, principal: Principal | None, token: str | None) -> tuple[Credential, bool]:
-        caller = caller_of(principal)
-        if caller is None:
+        if caller_of(principal) is None:
             raise NoCredentialError("the caller is not verified: a secret is kept per known caller")
-        value = self._secrets.get(caller.key)
-        if value is None:
+        credential = self.cached(principal, token)
+        if credential is None:
             raise NoCredentialError(f"no secret for this caller on server '{self.server}'")
-        return Credential(self.settings.header, value, self.kind), True
+        return credential, True
+
+    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+        """The caller's secret, at once; None when there is none (`obtain` says why)."""
+        caller = caller_of(principal)
+        value = self._secrets.get(caller.key) if caller is not None else None
+        return Credential(self.settings.header, value, self.kind) if value is not None else None
 
     async def renew(self, principal: Principal | None, token: str | None, stale: Credential
                     ) -> tuple[Credential, bool]:

@@ -4,23 +4,32 @@ is `error`. Outcomes are transient (an account may be connected, a token renewed
 reasons never hold a secret: the credential itself travels beside the outcome, in `Obtained`.
 
 The guard decides it after every other requirement of a call (a call refused for another reason
-costs no exchange), through `obtain`, which the evaluator awaits with the source's own timeout;
-`resolve`, the plain resolver protocol, only looks and never allows (see docs/credentials.md).
+costs no exchange): a late stage (late.py, `stage.py`) takes a credential at hand at once
+(`obtain_now`: a cache hit, no await) and else awaits `obtain` with the source's own timeout;
+`resolve`, the plain resolver protocol, only looks and never allows (docs/credentials.md).
+Every attempt is told to `observe` (the gateway counts them: server, kind, result).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Mapping
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from ..envelope import Remediation, RemediationHint
 from ..errors import CredentialBackendError, NoCredentialError
+from ..late import CREDENTIAL_ORDER
 from ..outcomes import Outcome, Status
 from ..principal import Identity, Principal
+from ..remedies import UNDISCLOSED, Offer, OfferCall
 from ..requirements import body_of
 from .caller import caller_of
-from .connect import ConnectFlow
 from .credential import Credential, Obtained
+from .settings import DEFAULT_TIMEOUT_SECONDS
+
+if TYPE_CHECKING:
+    from .connect import ConnectFlow  # (httpx2, cryptography: loaded by a gateway that connects)
+    from .stage import CredentialStage
 
 log = logging.getLogger("mcp_preconditions.credentials")
 
@@ -42,6 +51,11 @@ class CredentialSource(Protocol):
     async def renew(self, principal: Principal | None, token: str | None, stale: Credential
                     ) -> tuple[Credential, bool]: ...
 
+    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+        """The caller's credential when it is at hand without awaiting (a cache hit), else None:
+        `obtain` is awaited, and says why there is none."""
+        ...
+
 
 def requirement_for(server: str) -> str:
     """The requirement every tool of a server with credentials carries."""
@@ -53,11 +67,29 @@ class CredentialResolver:
 
     namespace = NAMESPACE
     forms = ("credential:KEY, where the gateway's config has [servers.KEY.credentials]",)
+    order = CREDENTIAL_ORDER  # a late stage: after every other requirement, before quotas
+    not_a_condition = ("a credential is not a grant condition: it is obtained for a call about to "
+                       "reach its server, after every other requirement")
 
     def __init__(self, sources: Mapping[str, CredentialSource],
                  connect: ConnectFlow | None = None) -> None:
         self.sources = dict(sources)
         self.connect = connect
+        # Told every attempt (server key, its answer): the gateway's credentials_total metric.
+        self.observe: Callable[[str, Obtained], None] | None = None
+        self._hits: dict[str, Outcome] = {}  # by requirement: a credential at hand's outcome
+
+    def stage(self, requirements: Sequence[str]) -> CredentialStage:
+        """A tool's `credential:` requirements as its late stage (compiled once per snapshot)."""
+        from .stage import CredentialStage
+
+        return CredentialStage(self, requirements)
+
+    def timeout_of(self, requirement: str) -> float:
+        """How long obtaining may take: the source's `timeout_seconds` (an exchange, a refresh)."""
+        settings = getattr(self.sources[body_of(requirement)], "settings", None)
+        timeout = getattr(settings, "timeout_seconds", None)
+        return float(timeout) if isinstance(timeout, int | float) else DEFAULT_TIMEOUT_SECONDS
 
     def validate(self, requirement: str) -> str | None:
         server = body_of(requirement)
@@ -80,6 +112,47 @@ class CredentialResolver:
         source = self.sources[body_of(requirement)]
         return await self._settle(requirement, source, source.obtain(identity.principal, token))
 
+    def obtain_now(self, requirement: str, identity: Identity, token: str | None
+                   ) -> Obtained | None:
+        """`obtain`, answered at once when the source holds this caller's credential (a cache
+        hit): the Obtained `obtain` would give, counted alike, its outcome one shared object
+        (`hit`). None when it must be awaited, and when the source's look fails (`obtain`, awaited,
+        then says why: never an allow)."""
+        return self.at_hand(requirement, self.sources[body_of(requirement)], identity, token)
+
+    def at_hand(self, requirement: str, source: CredentialSource, identity: Identity,
+                token: str | None) -> Obtained | None:
+        """`obtain_now` with the requirement's source already found (a stage finds it once)."""
+        try:
+            credential = source.cached(identity.principal, token)
+        except Exception:
+            return None
+        if credential is None:
+            return None
+        # Built once per credential (and requirement), the same object for every call after.
+        obtained = credential.at_hand
+        if obtained is None or obtained.outcome is not self._hits.get(requirement):
+            obtained = credential.at_hand = Obtained(self.hit(requirement), source.kind, True,
+                                                     credential)
+        observe = self.observe  # `_observed`, inline: every call with a cached credential
+        if observe is not None:
+            try:
+                observe(source.server, obtained)
+            except Exception:  # counting must not change the answer
+                log.exception("credential for server %s: counting the attempt failed", source.server)
+        return obtained
+
+    def hit(self, requirement: str) -> Outcome:
+        """The outcome of a credential that was at hand (no authorization server asked): one
+        object per requirement, so a call decided from it is decided like the last (staged.py)."""
+        found = self._hits.get(requirement)
+        if found is None:
+            source = self.sources[body_of(requirement)]
+            found = self._hits[requirement] = _outcome(
+                requirement, Status.SATISFIED,
+                f"a {source.kind} credential for server '{source.server}' (cached)")
+        return found
+
     async def renew(self, requirement: str, identity: Identity, token: str | None,
                     stale: Credential) -> Obtained:
         """Once, after the server answered 401 or 403 with `WWW-Authenticate` to `stale`: drop it
@@ -87,6 +160,22 @@ class CredentialResolver:
         source = self.sources[body_of(requirement)]
         return await self._settle(requirement, source,
                                   source.renew(identity.principal, token, stale))
+
+    async def offer(self, requirement: str, call: OfferCall) -> Offer | None:
+        """The remedy of this unmet `credential:KEY` in a denial's envelope (remedies.Remedial,
+        SPEC §14, §15): for an `oauth` server, `available` with a `url` hint to a connect link made
+        for the denied caller, only for a client that declared URL elicitation (a link stores a
+        ticket: none is made for a client that cannot open it; its remedy is `undisclosed`). Other
+        kinds, or nobody known to connect for: None, the table's `unavailable`."""
+        server = body_of(requirement)
+        if self.connect is None or server not in self.connect.accounts:
+            return None
+        if not call.url_elicitation:
+            return UNDISCLOSED
+        url = await self.connect_url(requirement, call.identity)
+        if url is None:
+            return None
+        return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),))
 
     async def connect_url(self, requirement: str, identity: Identity) -> str | None:
         """The remedy of an unmet `credential:KEY` of an `oauth` server (SPEC §15): a connect link
@@ -99,6 +188,20 @@ class CredentialResolver:
 
     async def _settle(self, requirement: str, source: CredentialSource,
                       pending: Awaitable[tuple[Credential, bool]]) -> Obtained:
+        obtained = await self._attempt(requirement, source, pending)
+        self._observed(source, obtained)
+        return obtained
+
+    def _observed(self, source: CredentialSource, obtained: Obtained) -> None:
+        observe = self.observe
+        if observe is not None:
+            try:
+                observe(source.server, obtained)
+            except Exception:  # counting must not change the answer
+                log.exception("credential for server %s: counting the attempt failed", source.server)
+
+    async def _attempt(self, requirement: str, source: CredentialSource,
+                       pending: Awaitable[tuple[Credential, bool]]) -> Obtained:
         kind = source.kind
         try:
             credential, cached = await pending
@@ -110,8 +213,10 @@ class CredentialResolver:
             log.error("credential for server %s: %s failed: %s", source.server, kind, type(exc).__name__)
             return Obtained(_outcome(requirement, Status.ERROR, f"credential source failed "
                                      f"({type(exc).__name__})"), kind, False)
-        reason = f"a {kind} credential for server '{source.server}'" + (" (cached)" if cached else "")
-        return Obtained(_outcome(requirement, Status.SATISFIED, reason), kind, cached, credential)
+        if cached:
+            return Obtained(self.hit(requirement), kind, True, credential)
+        reason = f"a {kind} credential for server '{source.server}'"
+        return Obtained(_outcome(requirement, Status.SATISFIED, reason), kind, False, credential)
 
 
 def _outcome(requirement: str, status: Status, reason: str) -> Outcome:

@@ -1,8 +1,8 @@
 """Signing a person in to the gateway's pages (`[auth.sign_in]`, SPEC §14 and §15): the gateway is an
 OpenID Connect client of `[auth]`'s issuer, with the authorization code flow and PKCE (S256), a
 `state` bound to the browser and a `nonce` bound to the ID token. The person is the ID token's
-issuer and subject, kept in a sealed, short-lived cookie. Connect links use it now; approval
-pages will, with their own redirect (`/approvals/callback`).
+issuer and subject, kept in a sealed, short-lived cookie. Connect links use it, and so do the
+approval pages, with their own redirect (`/approvals/callback`).
 """
 
 from __future__ import annotations
@@ -91,6 +91,13 @@ class SignIn:
         """The person who signed in, and where they go next. FlowError 400 for a state that is
         unknown, used, expired or another browser's, a refused sign-in or a bad ID token; 502 when
         the issuer cannot be reached."""
+        person, _, return_to = await self.finish_with_claims(answer, binding)
+        return person, return_to
+
+    async def finish_with_claims(self, answer: Mapping[str, str], binding: str | None
+                                 ) -> tuple[Caller, Mapping[str, Any], str]:
+        """`finish`, with the verified ID token's claims (what the approval pages judge an
+        approver by: the issuer's roles and groups of the person)."""
         record = await self._flow(answer.get("state"), binding)
         issuer = answer.get("iss")
         if issuer is not None and issuer != self.settings.issuer:  # RFC 9207: a mix-up otherwise
@@ -105,13 +112,13 @@ class SignIn:
             tokens = await endpoint.request({
                 "grant_type": "authorization_code", "code": code,
                 "redirect_uri": str(record["redirect_uri"]), "code_verifier": str(record["verifier"])})
-            person = await self._person(tokens.get("id_token"), str(record["nonce"]))
+            person, claims = await self._person(tokens.get("id_token"), str(record["nonce"]))
         except NoCredentialError as exc:
             raise FlowError(400, f"The sign-in was refused ({exc}).") from None
         except (CredentialBackendError, AuthBackendError) as exc:
             log.warning("sign-in at %s failed: %s", self.settings.issuer, exc)
             raise FlowError(502, "The sign-in service could not be reached; try again.") from None
-        return person, str(record["return_to"])
+        return person, claims, str(record["return_to"])
 
     async def _flow(self, state: str | None, binding: str | None) -> dict[str, Any]:
         unknown = FlowError(400, "Unknown, used or expired sign-in: start again.")
@@ -131,7 +138,7 @@ class SignIn:
             raise unknown
         return dict(record)
 
-    async def _person(self, id_token: Any, nonce: str) -> Caller:
+    async def _person(self, id_token: Any, nonce: str) -> tuple[Caller, Mapping[str, Any]]:
         if not isinstance(id_token, str):
             raise FlowError(400, "The issuer answered without an ID token.")
         header = jwt_header(id_token)
@@ -151,7 +158,7 @@ class SignIn:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise FlowError(400, "The ID token names no subject.")
-        return Caller(self.settings.issuer, subject)
+        return Caller(self.settings.issuer, subject), claims
 
     # -- the signed-in person's cookie --------------------------------------------------------------
     def session(self, person: Caller) -> str:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..approvals import decided_by
 from ..errors import InputError, PolicyError, RequirementError
 from ..files import read_bounded, read_tools
 from ..guard import Guard
@@ -106,13 +107,19 @@ class PolicyTests:
 class CaseResult:
     name: str
     differences: tuple[str, ...]
+    # The approvals taken as given (a person decides each call), as lines: `tool: approval:NAME
+    # asks the caller` / `needs an approver`.
+    approvals: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
         return not self.differences
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "differences": list(self.differences)}
+        out = {"name": self.name, "passed": self.passed, "differences": list(self.differences)}
+        if self.approvals:
+            out["approvals"] = list(self.approvals)
+        return out
 
 
 def _invalid(source: str, problems: list[str]) -> InputError:
@@ -247,15 +254,19 @@ def differences(tool: str, expected: Expectation, decision: Decision) -> list[st
 
 def run_case(tests: PolicyTests, case: Case) -> CaseResult:
     # Quotas count from the case's `quota_used`, never from a live store, and keep nothing.
+    # Approvals are given per call by a person: taken as given, the call decided on the rest.
     used = FixedQuotaStore(case.quota_used, name="the case's quota_used")
     guard = Guard(case_policy(tests.policy, case), tests.tools, resolvers=tests.resolvers,
-                  live=LiveSources(quotas=used))
+                  live=LiveSources(quotas=used, approvals_taken_as_given=True))
     identity = _identity(case)
     found: list[str] = []
+    approvals: list[str] = []
     for tool, expected in case.expect.items():
-        found += differences(tool, expected, guard.decide(tool, identity, case.arguments,
-                                                          record=False))
-    return CaseResult(case.name, tuple(found))
+        decision = guard.decide(tool, identity, case.arguments, record=False)
+        found += differences(tool, expected, decision)
+        approvals += [f"{tool}: {o.requirement} {who.replace('_', ' ')}" for o in decision.outcomes
+                      if (who := decided_by(o.requirement, guard.snapshot.registry)) is not None]
+    return CaseResult(case.name, tuple(found), tuple(approvals))
 
 
 def run_tests(tests: PolicyTests) -> list[CaseResult]:
@@ -269,6 +280,8 @@ def report(results: list[CaseResult]) -> str:
     for result in results:
         lines.append(f"{'PASS' if result.passed else 'FAIL'}  {result.name}")
         lines += [f"      {d}" for d in result.differences]
+        lines += [f"      {a} (taken as given: a person decides each call)"
+                  for a in result.approvals]
     failed = sum(1 for r in results if not r.passed)
     lines.append(f"{len(results) - failed} passed, {failed} failed")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FileReadError, PreconditionsError
 from ..files import read_bounded
 from ..policy.load import parse_policy, revision_of
+from .writers import open_for_writing
 
 if TYPE_CHECKING:
     from ..guard import Guard
@@ -59,7 +60,9 @@ class PolicyReloader:
     A torn file is never applied: an empty or cut-short TOML file is often valid, and would drop
     `[tools.X]` requirements until the next poll. Every read must see the same inode, size, mtime
     and ctime before and after it; a poll also waits until the file has been left alone for
-    `settle` seconds (by its ctime, which no tool can set back). Publishing by atomic rename
+    `settle` seconds (by its ctime, which no tool can set back) and, where Linux can tell
+    (`writers.open_for_writing`), until no process has it open for writing: a writer stalled
+    between truncating and writing for longer than `settle` is waited for. Publishing by atomic rename
     (write `policy.toml.tmp`, then `mv` it over `policy.toml`) never shows a torn file at all.
     """
 
@@ -130,8 +133,8 @@ class PolicyReloader:
         seconds; None otherwise (a failure to read is recorded in last_error)."""
         try:
             before = os.stat(self.path)
-            if settle > 0 and time.time() - before.st_ctime < settle:
-                return None  # written moments ago: perhaps still being written
+            if settle > 0 and (time.time() - before.st_ctime < settle or self._writer_has_it()):
+                return None  # written moments ago, or still open for writing: perhaps unfinished
             data = read_bounded(self.path)
             after = os.stat(self.path)
         except (OSError, ValueError, FileReadError) as exc:  # ValueError: a NUL in the path
@@ -144,6 +147,19 @@ class PolicyReloader:
                 stat.S_ISREG(after.st_mode) and len(data) != after.st_size):
             return None  # a write overlapped the read: the next poll sees the finished file
         return data
+
+    def _writer_has_it(self) -> bool:
+        """Whether some process has the file open for writing (`open_for_writing`): a writer that
+        truncated it and stalls for longer than `settle` (a loaded machine) leaves it open. Unknown
+        counts as no: the other checks still apply."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False  # the read that follows reports it
+        try:
+            return open_for_writing(fd) is True
+        finally:
+            os.close(fd)
 
     def _failed(self, tried: str, message: str) -> None:
         if (tried, message) != (self._tried, self.last_error):  # each new problem is logged once

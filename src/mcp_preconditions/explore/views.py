@@ -17,6 +17,7 @@ from ..files import arguments_of, parse_json
 from ..outcomes import Decision
 from ..policy import PolicySource
 from ..requirements import body_of, namespace_of
+from ..resolvers import Registry
 from .workbench import OVERRIDABLE, Caller, Compiled, Overrides, Workbench
 
 # A decision and its tool's effective requirements (`Guard.requirements_for`) under the same guard:
@@ -78,7 +79,7 @@ class Context:
 
 
 def tool_json(decided: Decided, before: Decided | None, own: frozenset[str],
-              overrides: Overrides) -> dict[str, Any]:
+              overrides: Overrides, registry: Registry | None = None) -> dict[str, Any]:
     """One tool's decision with every requirement's outcome (or `not_asked`), marked: confidential,
     where the requirement came from, whether a what-if value decided it, and what it was before the
     edit. What the edit added or removed comes from the requirement lists, never from outcomes."""
@@ -87,7 +88,7 @@ def tool_json(decided: Decided, before: Decided | None, own: frozenset[str],
         "name": decision.tool, "allowed": decision.allowed, "unmet": list(decision.unmet),
         "errors": list(decision.errors),
         "outcomes": [_outcome_json(row, decision, before, own, overrides)
-                     for row in explained_outcomes(decision, requirements)]}
+                     for row in explained_outcomes(decision, requirements, registry)]}
     if before is not None:
         was, was_requiring = before
         out["was_allowed"] = was.allowed
@@ -134,7 +135,8 @@ async def who_can(ctx: Context) -> dict[str, Any]:
     tools = []
     for decision in decisions:
         row = tool_json((decision, guard.requirements_for(decision.tool)), before.get(decision.tool),
-                        frozenset(guard.own_requirements(decision.tool)), ctx.overrides)
+                        frozenset(guard.own_requirements(decision.tool)), ctx.overrides,
+                        guard.snapshot.registry)
         row["some_arguments"] = not decision.allowed and decision.tool in some
         tools.append(row)
     source = ctx.compiled.source
@@ -183,7 +185,8 @@ async def try_call(ctx: Context, tool: str, arguments_text: str) -> dict[str, An
     return {**answer, "call": {
         "tool": tool, "arguments": arguments,
         "decision": tool_json((decision, guard.requirements_for(tool)), before,
-                              frozenset(guard.own_requirements(tool)), ctx.overrides),
+                              frozenset(guard.own_requirements(tool)), ctx.overrides,
+                              guard.snapshot.registry),
         "denial": None if decision.allowed else decision.denial_payload(),
         "denial_text": None if decision.allowed else decision.denial_text()}}
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import mcp_types._v2025_11_25 as legacy_types
-import mcp_types._v2026_07_28 as modern_types
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
 )
-from mcp_types.methods import CACHEABLE_METHODS, is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .schemas import cacheable_methods, is_input_required, version_module
 
 # Per-request `_meta` keys of the 2026-07-28 envelope: the gateway's own upstream session stamps
 # its own; a downstream client's would claim a version and capabilities the upstream never agreed.
@@ -64,7 +63,7 @@ def downstream_result(method: str, result: Mapping[str, Any], version: str) -> d
     out = dict(result)
     if is_modern(version):
         out.setdefault("resultType", "complete")
-        if method in CACHEABLE_METHODS and not is_input_required(out):  # interim: never cached
+        if method in cacheable_methods() and not is_input_required(out):  # interim: never cached
             out.setdefault("ttlMs", 0)
             out.setdefault("cacheScope", "private")
     else:
@@ -76,7 +75,7 @@ def downstream_result(method: str, result: Mapping[str, Any], version: str) -> d
 def downstream_capabilities(upstream: Mapping[str, Any], version: str) -> dict[str, Any]:
     """The upstream's capabilities as a client at `version` may see them. At 2026-07-28 change
     notifications ride `subscriptions/listen`, which the gateway serves for every version."""
-    model = modern_types.ServerCapabilities if is_modern(version) else legacy_types.ServerCapabilities
+    model = version_module(version).ServerCapabilities
     caps: dict[str, Any] = model.model_validate(dict(upstream)).model_dump(
         by_alias=True, mode="json", exclude_none=True)
     # The gateway itself serves tools (even when the upstream has none, a call is refused cleanly)

@@ -21,7 +21,6 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, fi
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ..credentials.per_subject import load_secrets
-from ..credentials.sealing import key_from_text
 from ..credentials.settings import (
     Client,
     CredentialSettings,
@@ -188,6 +187,8 @@ def _encryption_key(reference: str, where: tuple[str, ...], problems: list[str])
     text = env_value(reference, where, problems)
     if text is None:
         return None
+    from ..credentials.sealing import key_from_text  # cryptography: only for a config that seals
+
     try:
         return key_from_text(text)
     except ValueError as exc:  # the key itself is never shown

@@ -1,8 +1,9 @@
 """`tools/call` and `tools/list` through the gateway, by the rules every server shares (`toolset`,
 `denials`, `Guard.refuse`): every call decided by the guard before it goes to its server; an allowed
-call's result is the server's own, a refused one the SPEC §3 denial (or `unlisted_tool`); a server
-that fails mid-call gives a tool error, never an allow. A listing shows each routable tool under its
-visible name with the requirements it advertises; a caller whose list changed is told so.
+call's result is the server's own (its own SEP-2643 envelope, if any, untouched), a refused one the
+SPEC §3 denial (or `unlisted_tool`) with the gateway's envelope, or over HTTP the 403 step-up; a
+server that fails mid-call gives a tool error, never an allow. A listing shows each routable tool
+under its visible name with the requirements it advertises; a caller whose list changed is told so.
 """
 
 from __future__ import annotations
@@ -12,28 +13,38 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
-from ..denials import DENIAL_CODE, denial_error_data, denial_result, denial_text
+from ..approvals import Answer, HeldApproval, Question, answer_of, asks_forms
+from ..approvals.question import answering, input_answer
+from ..denials import DENIAL_CODE, denial_error_data, denial_result, denial_text, step_up
+from ..envelope import echo_of
 from ..guard import Guard
+from ..late import Sidecar
 from ..outcomes import Decision, Refusal, Refused
 from ..policy.model import Policy
 from ..principal import Credentials
+from ..remedies import Recipient, declares_url_elicitation, recipient_of
 from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
 from ..toolset import Views, advertise, refused, seen, shown_names
 from . import bridge, jsonrpc
 from .downstream.clients import Call
 from .downstream.listen import SUBSCRIPTION_ID_META_KEY
 from .fleet import UNUSABLE, Fleet, Member
+from .forward import CredentialRefused
 from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 from .route import visible
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
-# Forward one request to a member: (client request, member, method, params) -> raw result.
-Forward = Callable[[Call, Member, str, Mapping[str, Any] | None],
+# Forward one request to a member: (client request, member, method, params, the call's sidecar)
+# -> raw result.
+Forward = Callable[[Call, Member, str, Mapping[str, Any] | None, Sidecar | None],
                    Awaitable[dict[str, Any]]]
 # Errors that mean "the server failed", not "the server refused": a tool error, not JSON-RPC.
 _SERVER_FAULTS = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR})
 LIST_CHANGED = "notifications/tools/list_changed"
+# `Call.extra` key: the 403 step-up (`denials.StepUp`) an HTTP listener answers instead of the
+# call's in-band denial (downstream/streamable.py).
+STEP_UP = "step_up"
 
 
 class Decide:
@@ -48,6 +59,10 @@ class Decide:
         self._connect_wait = connect_wait
         self._telemetry = telemetry
         self.views = Views()  # the callers shown a list: 2025-11-25 connections, listen streams
+        metrics = telemetry.metrics
+        if metrics is not None:  # approvals_total (SPEC §15): the policy's approvals from 0
+            metrics.approvals_declared(policy().approvals)
+            guard.live.approval_results = metrics.observe_approval
 
     def listed(self, name: str) -> bool:
         """Whether `[gateway] unlisted_tools` lets this tool be called at all: under "deny", only
@@ -55,7 +70,7 @@ class Decide:
         an open tool)."""
         policy = self._policy()
         return (policy.gateway.unlisted_tools == "allow" or name in policy.tools
-                or bool(self._guard.requirements_for(name)))
+                or self._fleet.declared(name))
 
     def refusal(self, name: str) -> tuple[Refusal, str] | None:
         """Why every call to a routable tool is refused whoever calls (`toolset.refused`, and
@@ -154,26 +169,43 @@ class Decide:
         if name not in fleet.routes.tools and name not in fleet.routes.collisions:
             await fleet.unknown_tool(name)  # it may be new
         target = fleet.routes.tools.get(name)
+        echo = echo_of(ctx.meta)  # a retry of a denied call: recorded, granting nothing
+        arguments = arguments if isinstance(arguments, Mapping) else None
         if target is None:
             why = ("two servers list a tool of that name" if name in fleet.routes.collisions
                    else "no server lists a tool of that name")
-            refused = await self._guard.refuse(name, credentials, Refusal(Refused.UNLISTED, why))
-            return self._refuse(NO_SERVER, refused, version)
+            refused = await self._guard.refuse(name, credentials, Refusal(Refused.UNLISTED, why),
+                                               echo=echo)
+            return await self._refuse(ctx, NO_SERVER, refused, credentials, arguments)
         server = target.server
         found = self.refusal(name)
         if found is not None:
             refusal, detail = found
-            return self._refuse(server, await self._guard.refuse(name, credentials, refusal, detail),
-                                version)
+            refused = await self._guard.refuse(name, credentials, refusal, detail, echo=echo)
+            return await self._refuse(ctx, server, refused, credentials, arguments)
+        # What the decision leaves beside it: the caller's credential (§14), its approvals (§15).
+        sidecar = Sidecar(can_ask=name in self._guard.snapshot.approving and _can_ask(ctx))
         decision = await self._telemetry.decision(name, self._guard.check(
-            name, credentials, arguments if isinstance(arguments, Mapping) else None))
+            name, credentials, arguments, sidecar=sidecar, echo=echo))
+        answering = _answering(ctx)  # a 2026-07-28 retry carrying the answer to our question
+        if not decision.allowed and sidecar.can_ask:
+            decision, sidecar, ask = await self._confirmed(ctx, name, credentials, arguments, echo,
+                                                           decision, sidecar, answering)
+            if ask is not None:
+                return bridge.downstream_result("tools/call", ask, version)
         if not decision.allowed:
-            return self._refuse(server, decision, version)
+            return await self._refuse(ctx, server, decision, credentials, arguments, sidecar)
         self._telemetry.decided(server, decision)
         member = fleet.members[server]
         params = {**(ctx.params or {}), "name": target.name}
+        if answering is not None:  # the round was the gateway's own: nothing for the server
+            params.pop("requestState", None)
+            params.pop("inputResponses", None)
         try:
-            result = await forward(ctx, member, "tools/call", params)
+            result = await forward(ctx, member, "tools/call", params, sidecar)
+        except CredentialRefused as exc:  # the server refused it, renewed once: an unmet credential
+            return await self._refuse(ctx, server, self._guard.overrule(decision, exc.outcome),
+                                      credentials, arguments)
         except RpcError as exc:
             if exc.code not in _SERVER_FAULTS:
                 raise  # the server's own answer (bad arguments, ...): passed on as is
@@ -183,17 +215,65 @@ class Decide:
             return bridge.downstream_result("tools/call", _fault(text), version)
         return bridge.downstream_result("tools/call", result, version)
 
-    def _refuse(self, server: str, decision: Decision, version: str) -> dict[str, Any]:
-        """A refused call, counted once, in the one shape every server's denials take."""
+    async def _confirmed(self, ctx: Call, name: str, credentials: Credentials,
+                         arguments: Mapping[str, Any] | None, echo: object, decision: Decision,
+                         sidecar: Sidecar, answering: str | None
+                         ) -> tuple[Decision, Sidecar, dict[str, Any] | None]:
+        """A call denied only until its caller confirms (`approvers = "self"`, SPEC §15). At
+        2025-11-25 each question is put to the client (`elicitation/create`, form mode, on this
+        call's stream); at 2026-07-28 it is an input round of the gateway's own (returned:
+        `input_required`, its `requestState` naming the approval request) and the retry carries
+        the answer (`answering`). The answer is kept, and the call decided again with it: accept
+        lets it run once; decline, cancel, no answer in `timeout_seconds` or a client error deny
+        it. A state grants nothing: an answer counts only for the very call (caller, tool,
+        arguments, revision) its request is bound to."""
+        for _ in range(len(self._policy().approvals) + 1):  # one question per approval at most
+            held = next((h for h in sidecar.held.values() if isinstance(h, HeldApproval)), None)
+            question = held.question if held is not None else None
+            if held is None or question is None:
+                break
+            if ctx.modern and answering != question.request_id:  # not answered yet: the round
+                return decision, sidecar, question.input_round()
+            try:
+                await held.answer(_input(ctx) if ctx.modern else await _elicited(ctx, question))
+            except Exception as exc:  # the store is down: the call stays denied
+                log.warning("approval %s: the caller's answer was not kept: %s", question.approval,
+                            type(exc).__name__)
+                break
+            sidecar = Sidecar(can_ask=True, answered=question.request_id)
+            decision = await self._telemetry.decision(name, self._guard.check(
+                name, credentials, arguments, sidecar=sidecar, echo=echo))
+            if decision.allowed:
+                break
+        return decision, sidecar, None
+
+    async def _refuse(self, ctx: Call, server: str, decision: Decision, credentials: Credentials,
+                      arguments: Mapping[str, Any] | None, sidecar: Sidecar | None = None
+                      ) -> dict[str, Any]:
+        """A refused call, counted once, in the one shape every server's denials take, its envelope
+        shaped for the client that asked (what it declared, in `initialize` or the request). Over
+        HTTP, a call more scopes alone would allow is marked for the 403 step-up."""
         refusal = decision.refusal
         self._telemetry.decided(server, decision,
                                 listed=refusal is None or refusal.kind is not Refused.UNLISTED)
-        data = denial_error_data(decision) if self._policy().guard.denial == "jsonrpc" else None
-        if data is not None:
-            raise RpcError(DENIAL_CODE, denial_text(decision), data)
-        return bridge.downstream_result("tools/call",
-                                        denial_result(decision, typed=self._typed(decision.tool)),
-                                        version)
+        guard = self._guard
+        if ctx.headers is not None and not credentials.anonymous:
+            answer = step_up(decision, await guard.authenticate(credentials))
+            if answer is not None:
+                ctx.extra[STEP_UP] = answer
+        recipient = recipient_of(decision, guard.snapshot.registry,
+                                 url_elicitation=declares_url_elicitation(ctx.capabilities),
+                                 identity=lambda: guard.authenticate(credentials),
+                                 arguments=arguments,
+                                 held=sidecar.held if sidecar is not None else None)
+        if not isinstance(recipient, Recipient):
+            recipient = await recipient
+        if self._policy().guard.denial == "jsonrpc":
+            data = denial_error_data(decision, recipient)
+            if data is not None:
+                raise RpcError(DENIAL_CODE, denial_text(decision), data)
+        return bridge.downstream_result("tools/call", denial_result(
+            decision, typed=self._typed(decision.tool), recipient=recipient), ctx.version)
 
     def _typed(self, name: str) -> bool:
         """Whether the tool a caller knows by `name` declares an `outputSchema`."""
@@ -202,6 +282,33 @@ class Decide:
             return False
         tool = self._fleet.members[target.server].catalog.tools.get(target.name)
         return tool is not None and tool.get("outputSchema") is not None
+
+
+def _can_ask(ctx: Call) -> bool:
+    """Whether this call's caller can be asked in flight: a client that declared form elicitation
+    (in `initialize` at 2025-11-25, on a connection the gateway can send a request to; in the
+    request's `_meta` at 2026-07-28, asked through an input round)."""
+    return (ctx.modern or ctx.client is not None) and asks_forms(ctx.capabilities)
+
+
+async def _elicited(ctx: Call, question: Question) -> Answer | None:
+    """The 2025-11-25 client's answer to `question`, asked on its call's stream."""
+    try:
+        return answer_of(await ctx.ask("elicitation/create", question.elicitation_params(),
+                                       question.timeout_seconds))
+    except RpcError:  # timed out, closed, or the client refused to answer: no answer
+        return None
+
+
+def _input(ctx: Call) -> Answer | None:
+    """The answer a 2026-07-28 retry carries for the gateway's own round."""
+    return input_answer((ctx.params or {}).get("inputResponses"))
+
+
+def _answering(ctx: Call) -> str | None:
+    """The approval request a 2026-07-28 retry answers (its `requestState` one of the gateway's
+    own approval rounds: `Question.input_round`), else None (a server's round, or no round)."""
+    return answering((ctx.params or {}).get("requestState")) if ctx.modern else None
 
 
 def _fault(text: str) -> dict[str, Any]:

@@ -47,11 +47,21 @@ class UpstreamRefused(UpstreamError):
         self.what = f"answered HTTP {status}"
 
 
+class UpstreamChallenged(UpstreamRefused):
+    """The server answered 401 or 403 with `WWW-Authenticate`: it refused the credential the
+    request carried, and ran nothing (SPEC §14: a caller's credential is renewed once)."""
+
+
 class UpstreamClosed(UpstreamError):
     """The connection ended before the server's answer came (the request may have run)."""
 
     code = CONNECTION_CLOSED
     what = "closed the connection"
+
+
+class UpstreamSessionGone(UpstreamClosed):
+    """The server answered 404 for the session the request named: it ended that session (expired,
+    restarted) and ran nothing."""
 
 
 class UpstreamTimeout(UpstreamError):

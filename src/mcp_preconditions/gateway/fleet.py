@@ -1,20 +1,24 @@
 """The servers behind one gateway (SPEC §12): each started, supervised and listed on its own, its
 tools registered with the guard under their visible names, and the routing tables rebuilt from the
-last good listings whenever one changes.
+last good listings whenever one changes. Every tool of a server with `credentials` carries
+`credential:KEY` (SPEC §14), registered as one of its own requirements: advertised like any other,
+part of the effective list, decided after every other one.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
+from ..credentials.resolver import requirement_for
 from ..guard import Guard
 from ..names import near_misses
 from ..policy.model import Policy
+from ..requirements import merge
 from ..telemetry.gateway import GatewayTelemetry
 from ..toolset import enforce
 from .catalog import Catalog
@@ -47,6 +51,13 @@ class Member:
     catalog: Catalog
     subscriptions: Subscriptions
     problem: str | None = None  # set: the policy is unusable for this server (why, for the log)
+    # `credential:KEY` when the server has per-caller credentials (each tools/call goes with the
+    # one its decision obtained), else None: made once, read by every call (forward.py).
+    credential: str | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.spec.credentials is not None:
+            self.credential = requirement_for(self.spec.key)
 
     @property
     def key(self) -> str:
@@ -223,10 +234,11 @@ class Fleet:
         a tool whose requirements cannot be read or enforced is refused (`invalid`)."""
         wanted: dict[str, tuple[str, ...]] = {}
         for visible, target in self.routes.tools.items():
-            listed = self.members[target.server].catalog.listed
+            member = self.members[target.server]
+            listed = member.catalog.listed
             if target.name in listed.unreadable:
                 continue  # refused for that already (`Decide.refusal`)
-            own = listed.own.get(target.name, ())
+            own = merge(listed.own.get(target.name, ()), _carried(member.spec))
             if own:
                 wanted[visible] = own
         invalid = enforce(self._guard, wanted, self._registered)
@@ -248,6 +260,14 @@ class Fleet:
                 tools[target.server][visible] = guard.requirements_for(visible)
         snapshot = guard.snapshot
         self._telemetry.listed(tools, snapshot.confidential, snapshot.revision)
+
+    def declared(self, name: str) -> bool:
+        """Whether a routable tool has requirements beyond the `credential:KEY` the gateway adds
+        (its own or the policy's): under `[gateway] unlisted_tools = "deny"` only those are
+        exposed, as without credentials (how a server is reached is not whether it may be)."""
+        target = self.routes.tools.get(name)
+        carried = _carried(self.members[target.server].spec) if target is not None else ()
+        return any(r not in carried for r in self._guard.requirements_for(name))
 
     def check_names(self) -> None:
         """The policy's `[tools.NAME]` against each server's visible tool names: a near miss makes
@@ -282,6 +302,12 @@ class Fleet:
         self._register()
         self.check_names()
         self._pending.add("tools")
+
+
+def _carried(spec: ServerSpec) -> tuple[str, ...]:
+    """What every tool of a server carries besides its own requirements: `credential:KEY` when
+    each caller reaches it with a credential of their own."""
+    return (requirement_for(spec.key),) if spec.credentials is not None else ()
 
 
 def _addressed(name: str, prefix: str, prefixes: set[str]) -> bool:

@@ -1,6 +1,11 @@
 """Forwarding one client request to one server: the server's faults become JSON-RPC errors that name
 the server and nothing else, progress goes back to the caller, and input rounds are carried between
 protocol versions (a 2026-07-28 client in front of a 2025-11-25 server, and the reverse).
+
+A call to a server with `credentials` (SPEC §14) goes as its caller, with the credential its
+decision obtained (in the call's sidecar) and none of the static headers; a server that refuses it
+(401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the call ends as an
+unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error.
 """
 
 from __future__ import annotations
@@ -10,17 +15,23 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-from mcp_types.methods import INPUT_REQUIRED_METHODS, is_input_required
 
+from ..credentials.stage import HeldCredential
+from ..late import Sidecar
+from ..outcomes import Outcome, Status
 from ..principal import Credentials, Identity
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
 from .downstream.callers import Downstream
 from .downstream.clients import Call
-from .errors import UpstreamError
+from .errors import UpstreamChallenged, UpstreamError
 from .fleet import Member
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
+from .schemas import input_required_methods, is_input_required
+from .upstream.caller_sessions import AsCaller
+from .upstream.peer import ProgressHook
+from .upstream.session import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -30,6 +41,15 @@ MAX_INPUT_ROUNDS = 8
 STATE_ONLY_PAUSE = 0.05
 
 Authenticate = Callable[[Credentials], Awaitable[Identity]]
+
+
+class CredentialRefused(Exception):
+    """The server refused the caller's credential, and renewing it did not give one it accepts:
+    the call did not run, and ends as this unmet `credential:KEY` outcome (`Guard.overrule`)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.reason)
+        self.outcome = outcome
 
 
 class Forward:
@@ -46,25 +66,33 @@ class Forward:
         self._authenticate = authenticate
 
     async def __call__(self, ctx: Call, member: Member, method: str,
-                       params: Mapping[str, Any] | None) -> dict[str, Any]:
+                       params: Mapping[str, Any] | None, sidecar: Sidecar | None = None
+                       ) -> dict[str, Any]:
         """Forward one request to `member`, and carry the server's requests for client input
-        between the two protocol versions (see `rounds.py` and `_answer_rounds`)."""
+        between the two protocol versions (see `rounds.py` and `_answer_rounds`). `sidecar`: what
+        the call's decision left beside it (its caller's credential for this server)."""
         timeout = self._timeout()
         upstream = member.upstream
-        if (ctx.modern and method in INPUT_REQUIRED_METHODS
+        held = _held(member, method, sidecar)
+        # The caller's own token, for renewing their credential (a held one keeps none).
+        own = sidecar.token if held is not None and sidecar is not None else None
+        if (ctx.modern and method in input_required_methods()
                 and not upstream.modern):
-            return await self._in_rounds(ctx, member, method, params, timeout)
+            return await self._in_rounds(ctx, member, method, params, timeout, held, own)
         with self._downstream.in_flight(ctx, member.key):
-            result = await self.send(ctx, member, method, params, timeout)
+            result = await self.send(ctx, member, method, params, timeout, held, own)
             if not ctx.modern and is_input_required(result):
-                result = await self._answer_rounds(ctx, member, method, params, result, timeout)
+                result = await self._answer_rounds(ctx, member, method, params, result, timeout,
+                                                   held, own)
         return result
 
     async def send(self, ctx: Call | None, member: Member, method: str,
-                   params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
+                   params: Mapping[str, Any] | None, timeout: float,
+                   held: HeldCredential | None = None, own: str | None = None) -> dict[str, Any]:
         """One request to the server, progress mapped back to the caller; the server's faults
         become JSON-RPC errors (never a crash, never a result the server did not send). What the
-        caller is told names the server's key only; the details go to the log."""
+        caller is told names the server's key only; the details go to the log. `held`: the
+        caller's credential, when the request goes as them; `own`: their token, to renew it."""
         token = bridge.progress_token(params)
         on_progress = None
         if token is not None and ctx is not None:
@@ -82,13 +110,23 @@ class Forward:
             with self._telemetry.upstream(member.key, method,
                                           bridge.upstream_params(params, modern=upstream.modern),
                                           ctx.headers if ctx is not None else None) as sent:
-                return await upstream.request(method, sent, timeout=timeout, on_progress=on_progress)
+                if held is None:
+                    return await upstream.request(method, sent, timeout=timeout,
+                                                  on_progress=on_progress)
+                try:  # as the caller (`_renewed`, inline: every call with a credential)
+                    return await upstream.request_as(held.sent_as or _sent_as(held), method, sent,
+                                                     timeout=timeout, on_progress=on_progress)
+                except UpstreamChallenged as exc:
+                    log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
+                             upstream.key, exc.status)
+                return await _renewed(upstream, held, own, method, sent, timeout, on_progress)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
             raise exc.rpc(member.key) from None
 
     async def _in_rounds(self, ctx: Call, member: Member, method: str,
-                         params: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
+                         params: Mapping[str, Any] | None, timeout: float,
+                         held: HeldCredential | None, own: str | None) -> dict[str, Any]:
         """A 2026-07-28 client's call to a 2025-11-25 server: the server's requests come back as
         `input_required`, and the retry carrying the answers continues the same call there (the
         retry was decided by the guard again before it got here). A round belongs to its caller's
@@ -105,13 +143,15 @@ class Forward:
         p.pop("requestState", None)
 
         def spawn(call: PendingCall) -> None:
-            member.upstream.spawn(lambda: call.run(lambda: self.send(ctx, member, method, p, timeout)))
+            member.upstream.spawn(lambda: call.run(
+                lambda: self.send(ctx, member, method, p, timeout, held, own)))
         return await self._rounds.start(ctx, caller, about, timeout, ctx.capabilities, spawn,
                                         member.key)
 
     async def _answer_rounds(self, ctx: Call, member: Member, method: str,
                              params: Mapping[str, Any] | None, result: dict[str, Any],
-                             timeout: float) -> dict[str, Any]:
+                             timeout: float, held: HeldCredential | None, own: str | None
+                             ) -> dict[str, Any]:
         """A 2026-07-28 server's `input_required` for a 2025-11-25 client: each input request is
         put to the caller on its request's stream, and the call retried with the answers."""
         for _ in range(MAX_INPUT_ROUNDS):
@@ -132,6 +172,49 @@ class Forward:
             retry["inputResponses"] = answers
             if result.get("requestState") is not None:
                 retry["requestState"] = result["requestState"]
-            result = await self.send(ctx, member, method, retry, timeout)
+            result = await self.send(ctx, member, method, retry, timeout, held, own)
         raise RpcError(INTERNAL_ERROR,
                        f"server {member.key} asked for input more than {MAX_INPUT_ROUNDS} times")
+
+
+def _held(member: Member, method: str, sidecar: Sidecar | None) -> HeldCredential | None:
+    """The caller's credential a call to `member` goes with: a `tools/call` to a server with
+    `credentials` goes only as its caller. Without one (a call no decision obtained one for) it
+    is refused here, never sent with the gateway's static headers."""
+    requirement = member.credential
+    if requirement is None or method != "tools/call":
+        return None
+    # `held_for(sidecar, member.key)`, with the member's requirement string: every such call.
+    held = sidecar.held.get(requirement) if sidecar is not None else None
+    if held.__class__ is not HeldCredential or held.credential is None:
+        raise CredentialRefused(Outcome(requirement, Status.UNSATISFIED,
+                                        "no credential was obtained for this call", transient=True))
+    found: HeldCredential = held
+    return found
+
+
+def _sent_as(held: HeldCredential) -> AsCaller:
+    """Whom the request goes as, built once per held credential (one per credential and
+    principal object: `CredentialStage.decide`)."""
+    assert held.credential is not None  # (`_held`)
+    sent = held.sent_as = AsCaller(held.owner, held.credential)
+    return sent
+
+
+async def _renewed(upstream: Upstream, held: HeldCredential, own: str | None, method: str,
+                   params: Mapping[str, Any] | None, timeout: float,
+                   on_progress: ProgressHook | None) -> dict[str, Any]:
+    """The request as the caller again, after the server answered 401/403 with
+    `WWW-Authenticate` (`Forward.send`): an answer the server gave instead of running the call,
+    so sending it again once with a renewed credential still runs it at most once (SPEC §10,
+    §14); a second refusal, or no renewed credential, is CredentialRefused."""
+    renewed = await held.renew(own)
+    if renewed.credential is None:
+        raise CredentialRefused(renewed.outcome)
+    try:
+        return await upstream.request_as(AsCaller(held.owner, renewed.credential), method, params,
+                                         timeout=timeout, on_progress=on_progress)
+    except UpstreamChallenged:
+        raise CredentialRefused(Outcome(
+            held.requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "
+            "credential, renewed once", transient=True)) from None

@@ -136,8 +136,11 @@ class Gateway:
         """One validated client request of the pipeline's (`SERVED`): its result, or RpcError."""
         method = call.method
         self.downstream.seen(call)
-        if call.client is not None and not call.modern and id(call.client) not in self.decide.views:
-            await self.decide.watch(call, self.credentials(call))  # told when its tools change
+        if call.client is not None and not call.modern and method != "tools/list" \
+                and id(call.client) not in self.decide.views:
+            # Told when its tools change (a `tools/list` is watched with what it is shown: one
+            # that waits for a server still being listed was never shown the empty view).
+            await self.decide.watch(call, self.credentials(call))
         if method == "tools/call":
             params = call.params or {}
             return await self.decide.call(call, params["name"], params.get("arguments"),
@@ -163,6 +166,7 @@ class Gateway:
         if not all(m.catalog.listings["tools"].loaded for m in fleet):
             await fleet.first_listing(self._connect_wait())
         if not any(m.catalog.listings["tools"].loaded for m in fleet):
+            await self.decide.watch(call, self.credentials(call))  # told when tools come
             raise RpcError(INTERNAL_ERROR, "no server is available")
         return {"tools": await self.decide.tools(call, self.credentials(call))}
 

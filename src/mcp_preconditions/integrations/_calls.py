@@ -1,12 +1,12 @@
-"""What every server adapter shares: who is calling (from the MCP SDK's request context) and how a
-denied call looks on the wire (SPEC §3 `isError` result, or a JSON-RPC error), with the step-up hint.
+"""What every server adapter shares: who is calling and what its client declared (from the MCP SDK's
+request context), and how a denied call looks on the wire (SPEC §3 `isError` result, or a JSON-RPC
+error, each with its SEP-2643 envelope), in the SDK's types.
 
-The guard decides; this module only reads SDK state and shapes results.
+The guard decides; this module only reads SDK state and shapes results (denials.py builds them).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,21 +19,20 @@ from mcp_types import CallToolResult
 from ..auth.header import credentials_from_authorization_header
 from ..denials import (
     DENIAL_CODE,
-    SCOPE_PREFIX,
     STEP_UP_META_KEY,
     denial_error_data,
     denial_meta,
     denial_text,
     disclosed_errors,
+    insufficient_scope_challenge,
     missing_scopes,
+    only_scopes_missing,
 )
 from ..denials import denial_result as denial_wire
-from ..outcomes import Decision, Status
+from ..outcomes import Decision
 from ..principal import ANONYMOUS, Credentials, Principal
+from ..remedies import NOBODY, SCOPE_PREFIX, Recipient
 from ._sessions import SessionOwner
-
-# RFC 6749 §3.3 scope-token characters: anything else cannot be put in a WWW-Authenticate challenge.
-_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]+")
 
 
 def principal_from_access_token(token: AccessToken) -> Principal:
@@ -65,43 +64,29 @@ def credentials_from_request(request: Any) -> Credentials:
     return credentials_from_authorization_header(headers.get("authorization"))
 
 
-def denial_result(decision: Decision, typed: bool = False) -> CallToolResult:
+def url_elicitation_of(session: Any) -> bool:
+    """Whether the client of an SDK session (`ctx.session`) declared URL-mode elicitation
+    (`capabilities.elicitation.url`): at 2025-11-25 in its `initialize`, at 2026-07-28 in the
+    request's own `_meta` (the SDK keeps both as the session's `client_capabilities`)."""
+    capabilities = getattr(session, "client_capabilities", None)
+    elicitation = getattr(capabilities, "elicitation", None)
+    return getattr(elicitation, "url", None) is not None
+
+
+def denial_result(decision: Decision, typed: bool = False,
+                  recipient: Recipient = NOBODY) -> CallToolResult:
     """`denials.denial_result` as the SDK's type: the denial every server gives (its payload
     under `_meta` for a `typed` tool, one that declares an `outputSchema`)."""
-    return CallToolResult.model_validate(denial_wire(decision, typed=typed))
+    return CallToolResult.model_validate(denial_wire(decision, typed=typed, recipient=recipient))
 
 
-def denial_error(decision: Decision) -> MCPError | None:
+def denial_error(decision: Decision, recipient: Recipient = NOBODY) -> MCPError | None:
     """The JSON-RPC error form of a denial (see `denials.denial_error_data`); None for a refusal
     that is never one (a policy unusable for the server)."""
-    data = denial_error_data(decision)
+    data = denial_error_data(decision, recipient)
     return MCPError(DENIAL_CODE, denial_text(decision), data) if data is not None else None
-
-
-def only_scopes_missing(decision: Decision) -> bool:
-    """True when more scopes alone would turn this denial into an allow: every unmet requirement is
-    a disclosed `auth:scope:` one that was unsatisfied (not `error`)."""
-    unmet = [o for o in decision.outcomes if not o.ok]
-    return bool(unmet) and all(
-        o.status is Status.UNSATISFIED and o.requirement.startswith(SCOPE_PREFIX)
-        and o.requirement not in decision.confidential for o in unmet)
-
-
-def insufficient_scope_challenge(decision: Decision) -> str | None:
-    """`WWW-Authenticate` value for a 403 step-up (MCP auth spec), or None unless missing scopes
-    are the only reason for the denial."""
-    scopes = missing_scopes(decision)
-    if not only_scopes_missing(decision) or not all(_SCOPE_TOKEN.fullmatch(s) for s in scopes):
-        return None
-    return (f'Bearer error="insufficient_scope", scope="{" ".join(scopes)}", '
-            f'error_description="tool \'{_quoted(decision.tool)}\' needs more scopes"')
-
-
-def _quoted(text: str) -> str:
-    """Text safe inside a quoted-string of an HTTP header (no quotes, backslashes or controls)."""
-    return "".join(c for c in text if c.isascii() and c.isprintable() and c not in '"\\')
 
 
 __all__ = ["DENIAL_CODE", "SCOPE_PREFIX", "STEP_UP_META_KEY", "credentials_from_request", "denial_error",
            "denial_meta", "denial_result", "denial_text", "disclosed_errors", "insufficient_scope_challenge",
-           "missing_scopes", "only_scopes_missing", "principal_from_access_token"]
+           "missing_scopes", "only_scopes_missing", "principal_from_access_token", "url_elicitation_of"]

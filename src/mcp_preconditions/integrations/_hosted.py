@@ -13,19 +13,22 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, 
 from typing import Any, Literal, TypeVar
 
 import anyio
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, InputRequiredResult
 
+from ..approvals import refuse_without_pages
 from ..errors import RequirementError
 from ..guard import Guard
 from ..outcomes import Decision, Refusal
 from ..policy.load import PolicySource
 from ..principal import Credentials
+from ..remedies import NOBODY, Recipient, recipient_of
 from ..requirements import merge, validate
 from ..telemetry.metrics import Metrics
 from ..telemetry.tracing import recording_span
 from ..toolset import Listed, Views, enforce, read_listing, refused, seen, shown_names
 from ..wire import meta_requirements
-from ._calls import credentials_from_request, denial_error, denial_result
+from ._approvals import Reply, approving, confirmed, held_for, input_round
+from ._calls import credentials_from_request, denial_error, denial_result, url_elicitation_of
 from ._sessions import TargetedBus
 from ._telemetry import HostedMetrics, observed_check
 
@@ -88,6 +91,7 @@ class ServerGuard:
                  denial: DenialMode | None = None, credentials: CredentialsHook | None = None,
                  notify_list_changed: bool = True, bus: TargetedBus | None = None,
                  tool_functions: bool = False, guard_calls: bool = False) -> None:
+        refuse_without_pages(guard.snapshot.source)  # approvers need the gateway's pages (§15)
         self.guard = guard
         self.tool_functions = tool_functions
         self.guard_calls = guard_calls
@@ -216,6 +220,9 @@ class ServerGuard:
         if self.telemetry is None or (metrics is not None and metrics is not self.telemetry.metrics):
             self.telemetry = HostedMetrics(metrics or Metrics(), self.name, self.guard,
                                            lambda: self.known)
+            counted = self.telemetry.metrics
+            counted.approvals_declared(self.guard.snapshot.source.policy.approvals)
+            self.guard.live.approval_results = counted.observe_approval
         return self.telemetry.metrics
 
     @property
@@ -272,36 +279,70 @@ class ServerGuard:
         return refused(unusable=UNUSABLE if self.unusable else None,
                        twice=name in self.listing.duplicates, malformed=self.refused.get(name))
 
-    def check_now(self, request: Any, tool: str, arguments: Mapping[str, Any] | None
-                  ) -> Decision | Coroutine[Any, Any, Decision]:
+    def check_now(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
+                  echo: object = None) -> Decision | Coroutine[Any, Any, Decision]:
         """The guard's decision on one call (`Guard.check_now`): the Decision, or a coroutine to
-        await for it. Counted when metrics are on, and traced under a recording server span."""
+        await for it. Counted when metrics are on, and traced under a recording server span.
+        `echo`: the context ID the request echoed (`envelope.echo_of` of its `_meta`)."""
         if self.telemetry is None and recording_span() is None:
-            return self.guard.check_now(tool, self.credentials(request), arguments)
+            return self.guard.check_now(tool, self.credentials(request), arguments, echo=echo)
         listed = self.known is not None and tool in self.known
         return observed_check(self.guard, self.telemetry, self.name, self.credentials(request), tool,
-                              arguments, listed)
+                              arguments, listed, echo)
 
-    async def decide(self, request: Any, tool: str, arguments: Mapping[str, Any] | None) -> Decision:
-        """Decide one call; `request` is the call's HTTP request (None on stdio)."""
+    async def decide(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
+                     echo: object = None, session: Any = None, reply: Reply | None = None
+                     ) -> Decision:
+        """Decide one call; `request` is the call's HTTP request (None on stdio); `session` the
+        SDK session of the call, through which a `self` approval's question is asked; `reply`
+        what a 2026-07-28 retry answers to such a question's round (`_approvals.reply_of`)."""
         if not self.ready:
             refused = self.refusal_of(tool)
             if refused is not None:
-                decision = await self.guard.refuse(tool, self.credentials(request), *refused)
+                decision = await self.guard.refuse(tool, self.credentials(request), *refused,
+                                                   echo=echo)
                 if self.telemetry is not None:
                     self.telemetry.observe(decision)
                 return decision
-        decided = self.check_now(request, tool, arguments)
+        if session is not None and approving(self.guard, tool):  # SPEC §15 (_approvals.py)
+            return await confirmed(self.guard, tool, self.credentials(request), arguments, echo,
+                                   session, self.telemetry.observe if self.telemetry else None,
+                                   reply)
+        decided = self.check_now(request, tool, arguments, echo)
         return decided if isinstance(decided, Decision) else await decided
 
-    def refusal(self, decision: Decision, typed: bool = False) -> CallToolResult:
+    def refusal(self, decision: Decision, typed: bool = False,
+                recipient: Recipient = NOBODY) -> CallToolResult:
         """The denial to return to the client (or raise, in JSON-RPC mode); `typed`: the tool
-        declares an `outputSchema`."""
+        declares an `outputSchema`; `recipient`: what its envelope may offer (`recipient`)."""
         if self.denial == "jsonrpc":
-            error = denial_error(decision)
+            error = denial_error(decision, recipient)
             if error is not None:
                 raise error
-        return denial_result(decision, typed)
+        return denial_result(decision, typed, recipient)
+
+    def recipient(self, decision: Decision, request: Any, session: Any,
+                  arguments: Mapping[str, Any] | None) -> Recipient | Awaitable[Recipient]:
+        """Who a denial goes to (`remedies.recipient_of`): whether the client of `session` (the SDK
+        request context's) declared URL-mode elicitation, and the resolvers' offers; at once when
+        no resolver is asked, else to await."""
+        guard = self.guard
+        return recipient_of(decision, guard.snapshot.registry,
+                            url_elicitation=url_elicitation_of(session),
+                            identity=lambda: guard.authenticate(self.credentials(request)),
+                            arguments=arguments, held=held_for(decision))
+
+    async def denied(self, decision: Decision, typed: bool, request: Any, session: Any,
+                     arguments: Mapping[str, Any] | None) -> CallToolResult | InputRequiredResult:
+        """`refusal`, its envelope shaped for the call's client (`recipient`); or, for a call
+        denied until its 2026-07-28 caller answers a `self` approval, the input round asking it."""
+        asking = input_round(decision)
+        if asking is not None:
+            return asking
+        recipient = self.recipient(decision, request, session, arguments)
+        if not isinstance(recipient, Recipient):
+            recipient = await recipient
+        return self.refusal(decision, typed, recipient)
 
     def typed(self, name: str) -> bool:
         """Whether the last listing showed `name` with an `outputSchema`."""
@@ -309,11 +350,12 @@ class ServerGuard:
         return tool is not None and tool.get("outputSchema") is not None
 
     async def call(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
-                   handler: Callable[[], Awaitable[R]]) -> R | CallToolResult:
+                   handler: Callable[[], Awaitable[R]], session: Any = None
+                   ) -> R | CallToolResult | InputRequiredResult:
         """Run the guard, then `handler` only if the call is allowed."""
-        decision = await self.decide(request, tool, arguments)
+        decision = await self.decide(request, tool, arguments, session=session)
         if not decision.allowed:
-            return self.refusal(decision, self.typed(tool))
+            return await self.denied(decision, self.typed(tool), request, session, arguments)
         return await handler()
 
     # -- list changes ----------------------------------------------------------------------------

@@ -19,7 +19,9 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from ..envelope import echo_of
 from ..toolset import ListingError, advertise, every_page
+from ._approvals import reply_of, without_round
 from ._hosted import (
     REQUIREMENTS_ATTR,
     TOOLS_ATTR,
@@ -104,10 +106,14 @@ class Preconditions(ServerGuard):
         if not self.guard_calls:  # decided further in (a plain MCPServer's extension)
             return await call_next(ctx)
         arguments = params.get("arguments")
-        decision = await self.decide(ctx.request, name,
-                                     arguments if isinstance(arguments, Mapping) else None)
+        arguments = arguments if isinstance(arguments, Mapping) else None
+        reply = reply_of(params.get("requestState"), params.get("inputResponses"))
+        decision = await self.decide(ctx.request, name, arguments, echo_of(params.get("_meta")),
+                                     ctx.session, reply)
         if not decision.allowed:
-            return self.refusal(decision, self.typed(name))
+            return await self.denied(decision, self.typed(name), ctx.request, ctx.session, arguments)
+        if reply is not None:  # the round was the guard's own: nothing of it for the handler
+            ctx = dataclasses.replace(ctx, params=without_round(params))
         return await call_next(ctx)
 
     async def _learn_listing(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:

@@ -62,14 +62,14 @@ class HostedMetrics:
 
 def observed_check(guard: Guard, telemetry: HostedMetrics | None, server: str,
                    credentials: Credentials, tool: str, arguments: Mapping[str, Any] | None,
-                   listed: bool) -> Decision | Coroutine[Any, Any, Decision]:
+                   listed: bool, echo: object = None) -> Decision | Coroutine[Any, Any, Decision]:
     """`Guard.check_now` for one call of `server`'s, counted and traced: the Decision, or a
     coroutine for it. `listed`: whether `tool` is one of the server's tools (else its span says
-    `(unlisted)`)."""
+    `(unlisted)`); `echo`: the context ID the request echoed (Guard.check)."""
     span = recording_span()
     if span is not None:
-        return _traced(guard, telemetry, server, span, credentials, tool, arguments, listed)
-    decided = guard.check_now(tool, credentials, arguments)
+        return _traced(guard, telemetry, server, span, credentials, tool, arguments, listed, echo)
+    decided = guard.check_now(tool, credentials, arguments, echo=echo)
     if not isinstance(decided, Decision):
         return _observed_later(telemetry, decided)
     if telemetry is not None:
@@ -86,12 +86,12 @@ async def _observed_later(telemetry: HostedMetrics | None, pending: Awaitable[De
 
 async def _traced(guard: Guard, telemetry: HostedMetrics | None, server: str, span: trace.Span,
                   credentials: Credentials, tool: str, arguments: Mapping[str, Any] | None,
-                  listed: bool) -> Decision:
+                  listed: bool, echo: object) -> Decision:
     if not listed:  # the SDK named its span after the caller's text: a bounded name instead
         span.update_name(f"tools/call {UNLISTED}")
     # The decision-log span sink writes the decision's attributes on the decision span.
     with decision_span(tool if listed else UNLISTED) as decided:
-        decision = await guard.check(tool, credentials, arguments)
+        decision = await guard.check(tool, credentials, arguments, echo=echo)
         if not listed:
             decided.set_attribute(ATTRIBUTE_PREFIX + "tool", UNLISTED)
     if telemetry is not None:

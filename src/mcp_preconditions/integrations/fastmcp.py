@@ -18,7 +18,9 @@ to the caller that opened it: `app.http_app(middleware=[Middleware(SessionOwners
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import mcp_types as mt
@@ -29,18 +31,21 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.server.providers.addressing import parse_hashed_backend_name
 from fastmcp.server.providers.base import Provider
 from fastmcp.server.providers.fastmcp_provider import FastMCPProviderTool
-from fastmcp.tools.base import Tool, ToolResult
+from fastmcp.tools.base import InputRequiredToolResult, Tool, ToolResult
 from fastmcp.tools.tool_transform import TransformedTool
 from fastmcp.utilities.versions import VersionSpec
 from mcp.server.subscriptions import ListenHandler
 from mcp_types import SubscriptionsListenRequestParams
 
 from ..denials import denial_result
+from ..envelope import echo_of
 from ..guard import Guard
+from ..remedies import Recipient
 from ..requirements import merge
 from ..telemetry.exposition import METRICS_PATH, metrics_endpoint
 from ..telemetry.metrics import Metrics
 from ..wire import meta_requirements
+from ._approvals import input_round, reply_of, without_round
 from ._calls import credentials_from_request, denial_error
 from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
 from ._sessions import SessionOwners
@@ -54,6 +59,32 @@ def _http_request() -> Any:
     """The current HTTP request (None on stdio and in-process)."""
     ctx = fastmcp_request_ctx.get()
     return ctx.request if ctx is not None else None
+
+
+@contextlib.contextmanager
+def _without_round() -> Iterator[None]:
+    """The call's request as the tool's `Context` reads it (`input_responses`, `request_state`:
+    from the SDK request's raw params), less the guard's own round."""
+    ctx = fastmcp_request_ctx.get()
+    raw = ctx._srctx.params if ctx is not None else None
+    if ctx is None or not isinstance(raw, Mapping):
+        yield
+        return
+    token = fastmcp_request_ctx.set(dataclasses.replace(
+        ctx, _srctx=dataclasses.replace(ctx._srctx, params=without_round(raw))))
+    try:
+        yield
+    finally:
+        fastmcp_request_ctx.reset(token)
+
+
+def _session(context: MiddlewareContext[Any]) -> Any:
+    """The SDK session of the call (None when fastmcp has none to give): what its client declared."""
+    ctx = context.fastmcp_context
+    try:
+        return ctx.session if ctx is not None else None
+    except RuntimeError:
+        return None
 
 
 def requested_version(meta: Mapping[str, Any] | None) -> VersionSpec | None:
@@ -174,14 +205,28 @@ class PreconditionsMiddleware(Middleware):
             raise NotFoundError(f"Unknown tool: {params.name!r}")
         await self._tell(server, tool.name)
         self.preconditions.attach(tool.name, await requirements_of_tool(tool))
-        decision = await self.preconditions.decide(_http_request(), tool.name, params.arguments)
+        pre = self.preconditions
+        request = _http_request()
+        reply = reply_of(params.request_state, params.input_responses)
+        decision = await pre.decide(request, tool.name, params.arguments, echo_of(params.meta),
+                                    _session(context), reply)
         if decision.allowed:
-            return await call_next(context)
-        error = denial_error(decision) if self.preconditions.denial == "jsonrpc" else None
+            if reply is None:
+                return await call_next(context)
+            with _without_round():  # the round was the guard's own: nothing of it for the tool
+                return await call_next(context.copy(message=params.model_copy(
+                    update={"request_state": None, "input_responses": None})))
+        asking = input_round(decision)
+        if asking is not None:  # a 2026-07-28 caller asked to confirm (fastmcp seals the state)
+            return InputRequiredToolResult(asking)
+        recipient = pre.recipient(decision, request, _session(context), params.arguments)
+        if not isinstance(recipient, Recipient):
+            recipient = await recipient
+        error = denial_error(decision, recipient) if pre.denial == "jsonrpc" else None
         if error is not None:
             raise error
         # The one denial every server gives (a ToolError would lose its payload), in fastmcp's type.
-        denied = denial_result(decision, typed=tool.output_schema is not None)
+        denied = denial_result(decision, typed=tool.output_schema is not None, recipient=recipient)
         return ToolResult(content=denied["content"][0]["text"],
                           structured_content=denied.get("structuredContent"),
                           meta=denied.get("_meta"), is_error=True)

@@ -32,6 +32,8 @@ from mcp_types import (
 )
 from starlette.applications import Starlette
 
+from ..envelope import CONTEXT_ID_META_KEY as CONTEXT_ID_KEY
+from ..envelope import echo_of
 from ..guard import Guard
 from ..outcomes import Decision
 from ..requirements import merge
@@ -39,6 +41,7 @@ from ..spans import CurrentSpan
 from ..telemetry.exposition import METRICS_PATH, metrics_endpoint
 from ..telemetry.metrics import Metrics
 from ..wire import META_KEY, meta_requirements
+from ._approvals import Reply, approving, reply_of
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY, credentials_from_request
 from ._server import (
     TOOLS_ATTR,
@@ -106,9 +109,13 @@ class PreconditionsExtension(RequirementsExtension):
             # Registers what will run (requirements put on it later count); says whether it
             # declares an outputSchema.
             typed = self.register(params.name)
-        decision = await pre.decide(ctx.request, params.name, params.arguments)
+        reply = _reply(params)
+        decision = await pre.decide(ctx.request, params.name, params.arguments, echo_of(params.meta),
+                                   ctx.session, reply)
         if not decision.allowed:
-            return pre.refusal(decision, typed)
+            return await pre.denied(decision, typed, ctx.request, ctx.session, params.arguments)
+        if reply is not None:  # the guard's own round: the handler gets these very params
+            params.request_state = params.input_responses = None
         result: HandlerResult = await call_next(ctx)
         return result
 
@@ -180,31 +187,39 @@ class GuardedMCPServer(MCPServer[Any]):
         around it (an in-process call is short: bench_mcp)."""
         if not self._guard_in_handler:
             return self._sdk_call_tool(ctx, params)
-        pre = self.preconditions
+        pre, name = self.preconditions, params.name
+        guard = pre.guard
         # Whether anything but the guard's decision stands before the call: the tool set or the
         # policy changed (names to check), a refusal is pending, or the tool's requirements may
         # have moved since `_register_call` last found its function and mirror carry nothing new.
-        if pre.ready is not True or self._clear.get(params.name) is not pre.guard.registration:
+        if pre.ready is not True or self._clear.get(name) is not guard.registration:
             return self._guarded_call(ctx, params)
         # `Preconditions.check_now`, its path without metrics or a recording span inlined.
         span = _CURRENT_CONTEXT().get(_SPAN_KEY)
         if pre.telemetry is not None or (span is not None and span.__class__ is not _NEVER_RECORDING):
             return self._guarded_call(ctx, params)
-        decided = pre.guard.check_now(params.name, pre.credentials(ctx.request), params.arguments)
-        if not isinstance(decided, Decision):
+        meta = params.meta  # `echo_of`, inlined for the dict a request's `_meta` is
+        decided = guard.check_now(name, pre.credentials(ctx.request), params.arguments, echo=(
+            None if not meta else meta.get(CONTEXT_ID_KEY) if meta.__class__ is dict else echo_of(meta)))
+        if decided.__class__ is not Decision and not isinstance(decided, Decision):  # a coroutine
             return self._decided_later(decided, ctx, params)
         if decided.allowed:
             return self._sdk_call_tool(ctx, params)
-        return _answered(pre.refusal(decided, self._typed(params.name)))
+        return pre.denied(decided, self._typed(name), ctx.request, ctx.session, params.arguments)
 
     async def _guarded_call(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
                             ) -> CallToolResult | InputRequiredResult:
         """The guard's whole path for a call: the tool names told, what the tool carries
         registered, a pending refusal, metrics and traces, then the decision."""
         typed = self._register_call(params.name)
-        decision = await self.preconditions.decide(ctx.request, params.name, params.arguments)
+        pre = self.preconditions
+        reply = _reply(params)
+        decision = await pre.decide(ctx.request, params.name, params.arguments, echo_of(params.meta),
+                                   ctx.session, reply)
         if not decision.allowed:
-            return self.preconditions.refusal(decision, typed)
+            return await pre.denied(decision, typed, ctx.request, ctx.session, params.arguments)
+        if reply is not None:  # the guard's own round: nothing of it for the tool's Context
+            params = params.model_copy(update={"request_state": None, "input_responses": None})
         return await super()._handle_call_tool(ctx, params)
 
     async def _decided_later(self, pending: Coroutine[Any, Any, Decision],
@@ -212,7 +227,8 @@ class GuardedMCPServer(MCPServer[Any]):
                              ) -> CallToolResult | InputRequiredResult:
         decision = await pending
         if not decision.allowed:
-            return self.preconditions.refusal(decision, self._typed(params.name))
+            return await self.preconditions.denied(decision, self._typed(params.name), ctx.request,
+                                                   ctx.session, params.arguments)
         return await super()._handle_call_tool(ctx, params)
 
     def _typed(self, name: str) -> bool:
@@ -282,7 +298,9 @@ class GuardedMCPServer(MCPServer[Any]):
         # Clear for the handler's fast path while the guard's tools stay as they are now: a tool
         # whose function hears of a later `requires` itself (`register_function`) and that has no
         # `_meta` (a mirror may change in place, so it is read on every call).
-        if tool.meta is None and (pre, name) in getattr(tool.fn, TOOLS_ATTR, ()):
+        # A tool with an approval is never clear: its caller may be asked (the session's path).
+        if tool.meta is None and (pre, name) in getattr(tool.fn, TOOLS_ATTR, ()) \
+                and not approving(pre.guard, name):
             self._clear[name] = pre.guard.registration
         return tool.output_schema is not None
 
@@ -341,8 +359,10 @@ class GuardedMCPServer(MCPServer[Any]):
         return decorator
 
 
-async def _answered(result: CallToolResult) -> CallToolResult:
-    return result
+def _reply(params: CallToolRequestParams) -> Reply | None:
+    """What a 2026-07-28 retry answers to the guard's own round (plaintext: the SDK's request-state
+    boundary, outside the handler, unsealed it), or None."""
+    return reply_of(params.request_state, params.input_responses)
 
 
 # Whether the SDK registers `MCPServer._handle_call_tool` as the `tools/call` handler, so that a
@@ -363,7 +383,8 @@ def guard_server(server: Server[Any], guard: Guard, *,
     a `Metrics`) counts every decision: serve `telemetry.metrics_route(pre.metrics)` among the
     HTTP app's `custom_starlette_routes`. Served over HTTP without the SDK's auth, add
     `SessionOwners` to the app (`app.add_middleware(SessionOwners, guard=guard)`): otherwise any
-    caller who learns a session id can use, stream from or close that session."""
+    caller who learns a session id can use, stream from or close that session. To seal the state
+    of a `self` approval's 2026-07-28 round, add the SDK's `RequestStateBoundary` first."""
     pre = Preconditions(guard, list_filtering=list_filtering, denial=denial, credentials=credentials,
                         notify_list_changed=notify_list_changed, guard_calls=True)
     pre.name = server.name

@@ -1,8 +1,9 @@
-"""Optional HTTP step-up (MCP authorization spec): a `tools/call` that fails only for want of scopes
-is answered `403` with `WWW-Authenticate: Bearer error="insufficient_scope", scope="..."`, so an
-OAuth client can ask for every missing scope at once. Wrap a streamable-HTTP ASGI app with it.
-
-The guard inside the MCP handler still decides every call; this wrapper only answers earlier.
+"""HTTP step-up for hosted apps (MCP authorization spec, SEP-2643's case 5): a `tools/call` that
+fails only for want of scopes is answered `403` with `WWW-Authenticate: Bearer
+error="insufficient_scope", scope="..."`, so an OAuth client can ask for every missing scope at
+once. The one line to add: wrap the streamable-HTTP ASGI app with `InsufficientScopeChallenge`
+(`serve --transport http` does; the gateway's HTTP listener answers the same, by the same rule:
+`denials.step_up`). The guard inside the MCP handler still decides every other call.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ._calls import insufficient_scope_challenge, missing_scopes
+from ..denials import StepUp, send_step_up, step_up
+from ..envelope import echo_of
 from ._server import Preconditions
 
 Scope = MutableMapping[str, Any]
@@ -42,28 +44,47 @@ class InsufficientScopeChallenge:
             return
         body, complete = await _read_body(receive)
         if complete:
-            challenge = await self._challenge(scope, body)
-            if challenge is not None:
-                await _forbidden(send, *challenge)
+            answer = await self._step_up(scope, body)
+            if answer is not None:
+                await send_step_up(send, answer)
                 return
         await self.app(scope, _replay(body, complete, receive), send)
 
-    async def _challenge(self, scope: Scope, body: bytes) -> tuple[str, str] | None:
+    async def _step_up(self, scope: Scope, body: bytes) -> StepUp | None:
+        """The 403 for this call (`denials.step_up`), its decision recorded and counted as the
+        call's one decision (the app never sees the call); None: the app decides it. Whether to
+        answer is first asked of the requirements decided before the last ones (quotas), which
+        take a unit only when every other requirement holds: a call they allow is the app's to
+        decide, once, and no unit is taken here."""
         call = _tool_call(body)
         if call is None:
             return None
-        credentials = self.preconditions.credentials(Request(scope))
+        pre = self.preconditions
+        credentials = pre.credentials(Request(scope))
         if credentials.anonymous:
             return None  # no token at all: that is a 401 for the auth layer, not a step-up
-        decision = await self.preconditions.guard.check(call[0], credentials, call[1], record=False)
-        if decision.allowed:
+        name, arguments, echo = call
+        guard = pre.guard
+        snapshot, identity = guard.snapshot, await guard.authenticate(credentials)
+        compiled = snapshot.tools.get(name)
+        if compiled is None or identity.principal is None:
             return None
-        header = insufficient_scope_challenge(decision)
-        return (header, " ".join(missing_scopes(decision))) if header else None
+        ruled = snapshot.evaluate(compiled if compiled.late is None else compiled.late.rest,
+                                  identity, arguments)
+        _, outcomes = ruled if isinstance(ruled, tuple) else await ruled
+        if all(o.ok for o in outcomes):  # (none at all: a tool of quotas alone)
+            return None
+        decision = await guard.check(name, credentials, arguments, record=False, echo=echo)
+        answer = step_up(decision, identity)
+        if answer is not None:
+            guard.recorder.record(decision)
+            if pre.telemetry is not None:
+                pre.telemetry.observe(decision)
+        return answer
 
 
-def _tool_call(body: bytes) -> tuple[str, dict[str, Any]] | None:
-    """(tool name, arguments) of a single JSON-RPC `tools/call` request, else None."""
+def _tool_call(body: bytes) -> tuple[str, dict[str, Any], object] | None:
+    """(tool name, arguments, echoed context ID) of a single JSON-RPC `tools/call`, else None."""
     try:
         message = json.loads(body)
     except ValueError:
@@ -75,7 +96,8 @@ def _tool_call(body: bytes) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(name, str):
         return None
     arguments = params.get("arguments") if isinstance(params, dict) else None
-    return name, arguments if isinstance(arguments, dict) else {}
+    return (name, arguments if isinstance(arguments, dict) else {},
+            echo_of(params.get("_meta") if isinstance(params, dict) else None))
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, bool]:
@@ -106,12 +128,3 @@ def _replay(body: bytes, complete: bool, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-async def _forbidden(send: Send, challenge: str, scopes: str) -> None:
-    body = json.dumps({"error": "insufficient_scope", "scope": scopes,
-                       "error_description": "the call needs more scopes"}).encode()
-    await send({"type": "http.response.start", "status": 403, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"www-authenticate", challenge.encode("latin-1"))]})
-    await send({"type": "http.response.body", "body": body})

@@ -7,8 +7,9 @@ code or published through the `mcp_preconditions.resolvers` entry-point group.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..arguments import ArgumentCondition
 from ..errors import RequirementError
@@ -22,7 +23,16 @@ from .quota import CompiledQuota, QuotaResolver
 from .quota_store import FixedQuotaStore, MemoryQuotaStore, QuotaStore, Rate, fresh_quota_store
 from .state import StateCallable, StateResolver, StateSource
 
-BUILTIN_NAMESPACES = ("auth", "capability", "env", "feature", "quota", "state")
+if TYPE_CHECKING:
+    from ..approvals import ApprovalResolver, ApprovalStore, MemoryApprovalStore
+
+BUILTIN_NAMESPACES = ("approval", "auth", "capability", "env", "feature", "quota", "state")
+
+
+def _memory_approvals() -> MemoryApprovalStore:
+    from ..approvals import MemoryApprovalStore
+
+    return MemoryApprovalStore()
 
 
 @dataclass
@@ -37,6 +47,19 @@ class LiveSources:
     quota_memory: MemoryQuotaStore = field(default_factory=MemoryQuotaStore)
     # One store for every quota, whatever its `store` says (`check`, policy tests, tests).
     quotas: QuotaStore | None = None
+    # The requests of `store = "memory"` approvals, kept across reloads like memory quotas (a
+    # new revision binds new calls; a request of the old one stays on its page, expiring).
+    approval_memory: MemoryApprovalStore = field(default_factory=_memory_approvals)
+    # One store for every approval, whatever its `store` says (tests).
+    approvals: ApprovalStore | None = None
+    # The base URL of the approval pages (the gateway's public URL): a denial's `url` remedy.
+    approvals_url: str | None = None
+    # `policy test` only, never a server: every approval is taken as given (a person decides each
+    # call), so a case decides the call on the rest of its requirements.
+    approvals_taken_as_given: bool = False
+    # Told each (approval name, result) an approval operation made: the approvals_total metric
+    # (read when counted: an owner may set it once the guard is made, `Guard.live`).
+    approval_results: Callable[[str, str], None] | None = None
 
 
 def import_callable(spec: str, where: str) -> StateCallable:
@@ -96,6 +119,20 @@ def _quota_resolver(source: PolicySource, live: LiveSources) -> QuotaResolver:
     return QuotaResolver(compiled)
 
 
+def _approval_resolver(source: PolicySource, live: LiveSources) -> ApprovalResolver:
+    from ..approvals import approval_resolver
+
+    def observe(name: str, result: str) -> None:  # read when counted: set after the guard is made
+        told = live.approval_results
+        if told is not None:
+            told(name, result)
+
+    resolver = approval_resolver(source, live.approval_memory, live.approvals,
+                                 pages_url=live.approvals_url, observe=observe)
+    resolver.taken_as_given = live.approvals_taken_as_given
+    return resolver
+
+
 def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable[Resolver] = (),
                    live: LiveSources | None = None, entry_points: bool = True) -> Registry:
     """The resolvers deciding one policy snapshot. Raises RegistryError for a namespace clash."""
@@ -108,6 +145,7 @@ def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable
                             tuple(ArgumentCondition.of(p, v) for p, v in g.arguments.items()))
               for i, g in enumerate(policy.capabilities.grants)]
     registry = Registry([
+        _approval_resolver(source, live),
         AuthResolver(policy.auth.claim_aliases, policy.auth.scope_implications),
         CapabilityResolver(grants, policy.capabilities.claim, evaluate, policy.confidential),
         EnvResolver(environment_labels(policy.environment, policy.environment_variable)),

@@ -1,9 +1,9 @@
 """`quota:NAME`: satisfied while the caller's bucket of `[quotas.NAME]` has a unit (docs/quotas.md).
 
 `resolve` only looks (a capability grant's condition in a lenient guard; a strict one refuses
-it). Units are taken by a `QuotaPlan`, compiled once per tool: the snapshot runs it only after every
-other requirement of a call holds (otherwise no store is asked), and it takes one unit from each of
-the tool's quotas or from none. Quota outcomes are marked
+it). Units are taken by a `QuotaPlan`, compiled once per tool: the tool's last late stage
+(late.py), run only after every other requirement of a call holds (otherwise no store is asked),
+and it takes one unit from each of the tool's quotas or from none. Quota outcomes are marked
 `transient`: a client never learns them.
 """
 
@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from ..late import QUOTA_ORDER, LateCall
 from ..outcomes import Outcome, OutcomeMemo, Status
 from ..principal import Identity
 from ..requirements import body_of
@@ -60,6 +61,9 @@ def bucket_key(name: str, by: str, identity: Identity) -> Key | None:
 class QuotaResolver:
     namespace = "quota"
     forms = ("quota:NAME, where the policy defines [quotas.NAME]",)
+    order = QUOTA_ORDER  # a late stage, the last: a unit is taken by a call about to run
+    not_a_condition = ("a quota is not a grant condition: put it in the tool's requirements, where "
+                       "an allowed call takes a unit")
 
     def __init__(self, quotas: Mapping[str, CompiledQuota]) -> None:
         self.quotas = dict(quotas)
@@ -91,6 +95,8 @@ class QuotaResolver:
         """How to take from these quotas (a tool's, in its order), compiled once per snapshot."""
         return QuotaPlan(self, tuple(requirements), tuple(self.quotas[body_of(r)] for r in requirements))
 
+    stage = plan  # a tool's quotas are its last late stage
+
     def outcome(self, requirement: str, quota: CompiledQuota, wait: int, room: str) -> Outcome:
         """A quota's outcome: satisfied (`room` says whether a unit was taken) when `wait` is 0,
         else unsatisfied with the seconds until it has room again."""
@@ -115,7 +121,11 @@ def unidentified(requirement: str) -> Outcome:
 class QuotaPlan:
     """Takes one unit from each of a tool's quotas, or from none. Stores that answer at once
     (memory) are taken first, under their lock; a store that must be awaited (Redis) last, in one
-    round trip for all its buckets; if it refuses or fails, the units taken before it go back."""
+    round trip for all its buckets; if it refuses or fails, the units taken before it go back.
+    A late stage (late.py): `decide` takes, under the snapshot's lookup timeout."""
+
+    namespace = "quota"
+    timeout = None
 
     def __init__(self, resolver: QuotaResolver, requirements: tuple[str, ...],
                  quotas: tuple[CompiledQuota, ...]) -> None:
@@ -138,6 +148,13 @@ class QuotaPlan:
         # Every quota had room and gave a unit: the same outcomes each time.
         self._taken = tuple(resolver.outcome(r, q, 0, TAKEN) for r, q in zip(requirements, quotas,
                                                                                   strict=True))
+
+    def decide(self, call: LateCall) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
+        return self.take(call.identity)
+
+    def release(self, call: LateCall) -> None:
+        """Nothing to give back: the quotas are the last stage, and a refused take took nothing."""
+        return None
 
     def take(self, identity: Identity) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
         """One unit from each quota's bucket for this caller, or none (the outcomes say why)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -33,6 +33,8 @@ PREFIX = "mcp_preconditions"
 DECISIONS, UNMET, QUOTA = f"{PREFIX}_decisions", f"{PREFIX}_unmet", f"{PREFIX}_quota_exhausted"
 RESTARTS, RELOADS = f"{PREFIX}_upstream_restarts", f"{PREFIX}_policy_reloads"
 REFUSED = f"{PREFIX}_http_refused"
+CREDENTIALS = f"{PREFIX}_credentials"
+APPROVALS = f"{PREFIX}_approvals"  # (`approvals.METRIC`: the Tally adds `_total`)
 DECISION_SECONDS, UPSTREAM_SECONDS = f"{PREFIX}_decision_seconds", f"{PREFIX}_upstream_seconds"
 # A decision takes microseconds (a cached caller) to a resolver's timeout (seconds).
 DECISION_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
@@ -46,6 +48,23 @@ RELOAD_RESULTS: tuple[ReloadResult, ...] = ("success", "failure", "unusable")
 RefusalReason = Literal["token_missing", "token_invalid", "session", "host", "over_cap"]
 REFUSAL_REASONS: tuple[RefusalReason, ...] = ("token_missing", "token_invalid", "session", "host",
                                               "over_cap")
+# How one attempt at a caller's credential for a server ended (SPEC §14; credentials.Obtained).
+CredentialResult = Literal["obtained", "cached", "refused", "error"]
+CREDENTIAL_RESULTS: tuple[CredentialResult, ...] = ("obtained", "cached", "refused", "error")
+# What became of approval requests (SPEC §15; approvals.State).
+APPROVAL_RESULTS = ("requested", "approved", "refused", "expired", "used")
+
+
+class CredentialAttempt(Protocol):
+    """What a count of a credential attempt reads (`credentials.Obtained`)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def result(self) -> CredentialResult: ...
+
+
 _NOTHING = Bounds()
 _NO_LABELS: tuple[str, ...] = ()
 
@@ -70,7 +89,12 @@ class Metrics:
              RELOADS: ("Policy reloads, by result (success; failure: the old policy stays; "
                        "unusable: in force, but some server's calls are all refused).", ("result",)),
              REFUSED: ("HTTP requests refused before any decision, by reason (token_missing, "
-                       "token_invalid, session, host, over_cap).", ("reason",))},
+                       "token_invalid, session, host, over_cap).", ("reason",)),
+             CREDENTIALS: ("Callers' upstream credentials, by server, kind and result (obtained: "
+                           "from an authorization server; cached; refused: none to be had; error: "
+                           "an authorization server or store failed).", ("server", "kind", "result")),
+             APPROVALS: ("Approval requests and what became of them, by approval and result "
+                         "(requested, approved, refused, expired, used).", ("approval", "result"))},
             {DECISION_SECONDS: ("Time to decide a call (authentication included).", (),
                                 DECISION_BUCKETS),
              UPSTREAM_SECONDS: ("Time an allowed call spent upstream, by server.", ("server",),
@@ -89,6 +113,7 @@ class Metrics:
         self._counts = tally.counts[DECISIONS]
         self._unmet = tally.counts[UNMET]
         self._quota = tally.counts[QUOTA]
+        self._credentials = tally.counts[CREDENTIALS]
         with tally.lock:
             tally.start(RELOADS, [(r,) for r in RELOAD_RESULTS])
             tally.start(REFUSED, [(r,) for r in REFUSAL_REASONS])
@@ -207,6 +232,34 @@ class Metrics:
             raise ValueError(f"http_refused: reason must be one of {', '.join(REFUSAL_REASONS)}, "
                              f"got {reason!r}")
         self._add(REFUSED, (reason,))
+
+    def credentials_declared(self, kinds: Mapping[str, str]) -> None:
+        """The servers with per-caller credentials (key -> kind): their series start at 0."""
+        with self._tally.lock:
+            self._tally.start(CREDENTIALS, [(server, kind, result) for server, kind in kinds.items()
+                                            for result in CREDENTIAL_RESULTS])
+
+    def observe_credential(self, server: str, attempt: CredentialAttempt) -> None:
+        """One attempt at a caller's credential for `server` (`credentials.Obtained`: a decision's,
+        a cached one on every call with a credential, or a renewal after the server refused one).
+        The labels are the config's server keys and fixed words: no caller, token or subject."""
+        key = (server, attempt.kind, attempt.result)
+        counts = self._credentials
+        with self._tally.lock:
+            counts[key] = counts.get(key, 0) + 1
+
+    def approvals_declared(self, names: Iterable[str]) -> None:
+        """The policy's approvals (`[approvals.NAME]`): their series start at 0."""
+        with self._tally.lock:
+            self._tally.start(APPROVALS, [(n, r) for n in names for r in APPROVAL_RESULTS])
+
+    def observe_approval(self, approval: str, result: str) -> None:
+        """One approval result (SPEC §15). The labels are the policy's approval name and a fixed
+        word: never a caller or an argument."""
+        if result not in APPROVAL_RESULTS:
+            raise ValueError(f"observe_approval: result must be one of "
+                             f"{', '.join(APPROVAL_RESULTS)}, got {result!r}")
+        self._add(APPROVALS, (approval, result))
 
     def _add(self, counter: str, key: tuple[str, ...]) -> None:
         counts = self._tally.counts[counter]

@@ -3,9 +3,12 @@
 import { byId, el, fill, plural, table } from "./dom.js";
 
 const MAX_ROWS = 300;  // a long tool list: the first ones drawn, the filter finds the rest
-const STATUS_CLASS = { satisfied: "sat", unsatisfied: "unsat", error: "err", not_asked: "notasked" };
+const STATUS_CLASS = { satisfied: "sat", unsatisfied: "unsat", error: "err", not_asked: "notasked",
+                       asks_the_caller: "approval", needs_an_approver: "approval" };
 // A quota of a call refused for another requirement: no store was asked, so it has no outcome.
-const STATUS_TEXT = { not_asked: "not asked" };
+// An approval is decided per call, by a person: the caller, or an approver.
+const STATUS_TEXT = { not_asked: "not asked", asks_the_caller: "asks the caller",
+                      needs_an_approver: "needs an approver" };
 
 function statusText(status) {
   return STATUS_TEXT[status] ?? status;

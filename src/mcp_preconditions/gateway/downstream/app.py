@@ -4,6 +4,8 @@ tokens, a 401 with `WWW-Authenticate` for a request without a valid bearer token
 protected-resource metadata. A verified caller owns the sessions it opens: anyone else gets 404 for
 them, as for an unknown session (SPEC §10). On a loopback listener every path but `/healthz` checks
 Host and Origin first (DNS rebinding). Each refusal made before a decision is counted by reason.
+The gateway's pages (`Pages`: connect links and callbacks, SPEC §14) are an app of their own
+mounted at their paths.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...auth.build import verification_configured
 from ...auth.header import credentials_from_authorization_header
@@ -36,18 +38,32 @@ READY_PING_SECONDS = 2.0
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]  # (scope, receive, send): any ASGI app (Starlette)
+
+
+class Pages(NamedTuple):
+    """The gateway's pages: an ASGI app, and the paths it answers (a path ending in "/" is a
+    prefix; any other is that path and what lies under it)."""
+
+    paths: tuple[str, ...]
+    app: ASGIApp
+
+    def serves(self, path: str) -> bool:
+        return any(path.startswith(p) if p.endswith("/") else path == p or path.startswith(p + "/")
+                   for p in self.paths)
 
 
 def build_app(gateway: Gateway, host: str, base_url: str, metrics: Metrics | None = None,
-              sessions: Sessions | None = None) -> App:
+              sessions: Sessions | None = None, pages: Pages | None = None) -> App:
     """The ASGI app; `base_url` (`http://HOST:PORT`) names the resource in the auth metadata.
     `metrics` are served at `/metrics`, outside the bearer gate like the health checks (no token,
     label, or confidential requirement is in them; docs/operations.md says why). `sessions` holds
-    the per-principal bounds (default: SPEC §10's)."""
+    the per-principal bounds (default: SPEC §10's). `pages`: the gateway's pages, outside the
+    bearer gate too (each checks its own caller: a signed-in person, or a bearer token)."""
     sessions = sessions if sessions is not None else Sessions()
     refused = gateway.telemetry.refused
     return App(gateway, Streamable(Dispatch(gateway), sessions, refused), sessions, base_url,
-               metrics, Security.for_host(host))
+               metrics, Security.for_host(host), pages)
 
 
 class App:
@@ -55,8 +71,9 @@ class App:
 
     def __init__(self, gateway: Gateway, streamable: Streamable, sessions: Sessions,
                  base_url: str, metrics: Metrics | None = None,
-                 security: Security | None = None) -> None:
+                 security: Security | None = None, pages: Pages | None = None) -> None:
         self.gateway = gateway
+        self.pages = pages
         self.metrics = metrics
         self.security = security
         self.refused = gateway.telemetry.refused
@@ -98,6 +115,9 @@ class App:
             return
         if path == METRICS_PATH and self.metrics is not None and method in ("GET", "HEAD"):
             await self._scrape(scope, send)
+            return
+        if self.pages is not None and self.pages.serves(path):
+            await self.pages.app(scope, receive, send)
             return
         endpoints: dict[str, Callable[[], Awaitable[tuple[int, Any, list[tuple[bytes, bytes]]]]]] = {
             HEALTHZ_PATH: _healthz, "/readyz": self._readyz}

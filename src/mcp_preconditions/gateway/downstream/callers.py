@@ -12,12 +12,12 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
-from mcp_types.methods import MONOLITH_REQUESTS, MONOLITH_RESULTS
 from pydantic import TypeAdapter, ValidationError
 
 from .. import jsonrpc
 from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
 from ..rounds import PendingCall, Rounds
+from ..schemas import SERVER_REQUESTS, SERVER_RESULTS
 from ..subscriptions import Subscriptions
 from .clients import LEVELS, Call, Client
 from .listen import Listeners
@@ -47,10 +47,10 @@ def _declared(item: Exchange, method: str) -> bool:
 def _valid(method: str, params: dict[str, Any] | None = None, result: Any = None) -> None:
     """A server's request, or a client's answer to it, in the spec's shape (ValidationError)."""
     if result is None:
-        MONOLITH_REQUESTS[method].model_validate(
+        SERVER_REQUESTS[method].model_validate(
             {"method": method, **({"params": params} if params is not None else {})})
     else:
-        adapter: TypeAdapter[Any] = TypeAdapter(MONOLITH_RESULTS[method])  # type: ignore[arg-type]
+        adapter: TypeAdapter[Any] = TypeAdapter(SERVER_RESULTS[method])
         adapter.validate_python(result, by_name=False)
 
 

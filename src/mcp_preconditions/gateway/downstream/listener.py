@@ -9,24 +9,28 @@ a few more connections may ask `/healthz` or `/readyz` and nothing else, and the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
+from ...decision_sinks import write_held
+from ...rebinding import Security
 from ...telemetry.metrics import Metrics, RefusalReason
 from ..dispatch import Dispatch
 from ..gateway import Gateway
-from .app import build_app
+from .app import Pages, Receive, Scope, Send, build_app
 from .sessions import MAX_SESSIONS, SESSIONS_PER_PRINCIPAL, STREAMS_PER_PRINCIPAL, Sessions
 from .stdio import StdioClient
+from .wire import text
 
 EXIT_GRACE_SECONDS = 3.0
 Task = Callable[[], Coroutine[Any, Any, None]]
@@ -85,16 +89,18 @@ async def _stop_on_signals(scope: anyio.CancelScope, stopped_by: list[int]) -> N
 
 
 async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None = None,
-                     *also: Task, limits: Limits = Limits(), metrics: Metrics | None = None) -> None:
+                     *also: Task, limits: Limits = Limits(), metrics: Metrics | None = None,
+                     pages: Pages | None = None) -> None:
     """Serve streamable HTTP on `sock` until cancelled; `also` as for serve_stdio; `metrics` at
-    `/metrics` on the same listener."""
+    `/metrics` and `pages` at their paths on the same listener."""
+    _import_uvicorn()
     import uvicorn
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     sessions = Sessions(limit=limits.sessions, per_principal=limits.sessions_per_principal,
                         streams_per_principal=limits.streams_per_principal)
-    app: Any = build_app(gateway, host, f"http://{shown}:{port}", metrics, sessions)
+    app: Any = build_app(gateway, host, f"http://{shown}:{port}", metrics, sessions, pages)
     if announce is not None:
         print(announce.format(url=f"http://{shown}:{port}/mcp"), file=sys.stderr, flush=True)
     # No `limit_concurrency`: uvicorn's would answer 503 to the health checks too; `_bounded` caps.
@@ -106,6 +112,53 @@ async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None
             tg.start_soon(task)
         await uvicorn.Server(config).serve(sockets=[sock])
         tg.cancel_scope.cancel()
+
+
+def pages_task(pages: Pages, sock: socket.socket, limits: Limits = Limits()) -> Task:
+    """A stdio gateway's pages on a listener of their own (`--pages-listen`), for its task group:
+    on a loopback address Host and Origin are checked first (DNS rebinding), anything but the
+    pages' paths is 404, and slow clients are bounded as on the HTTP listener. Signals stay the
+    gateway's (`serve_stdio` watches them)."""
+    _import_uvicorn()
+    import uvicorn
+
+    security = Security.for_host(sock.getsockname()[0])
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        refused = security.refuse_headers(scope["headers"], hostless=False) if security else None
+        if refused is not None:
+            await text(send, *refused)
+        elif pages.serves(scope["path"]):
+            await pages.app(scope, receive, send)
+        else:
+            await text(send, 404, b"Not Found")
+
+    class Quiet(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", interface="asgi3",
+                            http=_bounded(limits))
+
+    async def serve() -> None:
+        await Quiet(config).serve(sockets=[sock])
+    return serve
+
+
+def _import_uvicorn() -> None:
+    """Import uvicorn without the file watcher of its `--reload`, which the gateway never uses:
+    watchfiles, when installed, adds 0.8 MB of RSS. While uvicorn is first imported an import of
+    watchfiles fails, so uvicorn settles on its stat-based reloader; later imports see it again."""
+    if "uvicorn" in sys.modules or "watchfiles" in sys.modules:
+        return
+    sys.modules["watchfiles"] = None  # type: ignore[assignment]  # (the import system's "absent")
+    try:
+        import uvicorn  # noqa: F401
+    finally:
+        del sys.modules["watchfiles"]
 
 
 def _protocol() -> type[asyncio.Protocol]:
@@ -128,6 +181,7 @@ HEALTH_RESERVE = 8
 # The request line such a connection may send, and how much is read to find it.
 _HEALTH_LINE = re.compile(rb"(?:GET|HEAD) /(?:healthz|readyz)(?:\?[!-~]*)? HTTP/1\.[01]\r\n")
 _LINE_BYTES = 256
+_CLOSE = b"connection: close\r\n"
 _HEADERS, _BODY = "headers", "body"
 
 
@@ -138,6 +192,41 @@ def _health_check(start: bytes) -> bool | None:
     if end < 0:
         return None if len(start) < _LINE_BYTES else False
     return _HEALTH_LINE.match(start, 0, end + 2) is not None
+
+
+class _Coalescing:
+    """A transport that sends a response's head with what follows it in the same step of the loop:
+    uvicorn writes the head, then the body, each with a send of its own (two system calls, and two
+    packets for the client to wake up to, on every answer). A write is held until the next write
+    (sent together, at once) or the loop's next step, whichever comes first; closing sends it."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if not data:  # h11's end of a body of known length
+            return
+        write_held()  # the decision records made so far go out before any answer does
+        if self._held is None:
+            self._held = data
+            self._loop.call_soon(self._flush)
+        else:
+            data, self._held = self._held + data, None
+            self._transport.write(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _bounded(limits: Limits, base: Any = None,
@@ -152,8 +241,8 @@ def _bounded(limits: Limits, base: Any = None,
     that starts while `connections` requests are under way; anything else over the cap is answered
     503 and closed, and counted (`refused("over_cap")`). This relies on uvicorn's internals
     (`tasks`, `cycle`, `cycle.more_body`, `cycle.response_complete`, `on_response_complete`,
-    `transport`, `loop`): pyproject pins the uvicorn versions it was checked against, and
-    tests/unit/test_gateway_listener.py fails if they change."""
+    `transport`, `loop`): pyproject pins the uvicorn versions it was
+    checked against, and tests/unit/test_gateway_listener.py fails if they change."""
     base = base if base is not None else _protocol()
     admitted: set[asyncio.Protocol] = set()
     reserve: set[asyncio.Protocol] = set()
@@ -166,7 +255,7 @@ def _bounded(limits: Limits, base: Any = None,
         _last = False  # its one request over the cap is let through: nothing more is read
 
         def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(transport)
+            super().connection_made(_Coalescing(transport, self.loop))
             if len(admitted) < limits.connections:
                 admitted.add(self)
             elif len(reserve) < HEALTH_RESERVE:
@@ -179,8 +268,6 @@ def _bounded(limits: Limits, base: Any = None,
         def data_received(self, data: bytes) -> None:
             if self._last:
                 return
-            if self._deadline is None and self._stage() == _HEADERS:
-                self._arm(_HEADERS)  # the next request on a kept-alive connection starts now
             if self._fresh:
                 self._fresh = False
                 if self in reserve or len(self.tasks) >= limits.connections:
@@ -189,17 +276,27 @@ def _bounded(limits: Limits, base: Any = None,
                 self._gate += data
                 verdict = _health_check(self._gate)
                 if verdict is None:
+                    if self._deadline is None:
+                        self._arm(_HEADERS)  # its request line has begun: it has its time
                     return
                 if not verdict:
                     self._refuse()
                     return
-                data, self._gate, self._last = self._gate, None, True
+                # Handled as if its client had asked to close (`connection: close` after its
+                # request line): its answer says so, with every uvicorn and either parser, and a
+                # client with a pool does not send its next request on a connection about to close
+                # (it would read a reset, not an answer).
+                line = self._gate.index(b"\r\n") + 2
+                data = self._gate[:line] + _CLOSE + self._gate[line:]
+                self._gate, self._last = None, True
             super().data_received(data)
+            # The next request on a kept-alive connection starts with these bytes: armed only if
+            # it is not whole yet (a request in one packet costs no timer).
             stage = self._stage()
             if stage is None:
                 self._disarm()  # the whole request is in: it is under way
             elif stage != self._armed_for:
-                self._arm(stage)  # its headers are in: its body has its own time
+                self._arm(stage)  # what is missing (its headers, or its body) has its time
 
         def on_response_complete(self) -> None:
             if self._last:  # its one health check is answered: the slot is freed at once

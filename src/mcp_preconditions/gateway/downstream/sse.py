@@ -68,6 +68,11 @@ class Reply:
     def open(self) -> bool:
         return not self._finished
 
+    @property
+    def streaming(self) -> bool:
+        """Whether the response has begun as a stream (its status line is sent: 200)."""
+        return self._writer is not None
+
     def push(self, message: Message) -> None:
         if self._finished:
             return

@@ -17,6 +17,7 @@ import stat
 import sys
 from typing import Any
 
+from ...decision_sinks import write_held
 from .. import jsonrpc
 from ..dispatch import Dispatch, envelope, era_refusal, modern
 from ..jsonrpc import Message, RpcError
@@ -43,6 +44,7 @@ class Output:
     def push(self, message: Message) -> None:
         if self.closed:
             return
+        write_held()  # the decision records made so far go out before any answer does
         data = jsonrpc.dumps(message) + b"\n"
         if self._transport is not None:
             if self._transport.is_closing():

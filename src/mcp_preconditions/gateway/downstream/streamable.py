@@ -2,7 +2,8 @@
 message and read its answer (JSON, or SSE when something comes first), GET a session's stream,
 DELETE it; 2025-11-25 sessions by id, 2026-07-28 requests that stand alone; the Accept and
 protocol-version header checks, 404 for another's session, each principal's sessions and streams
-bounded (the Host/Origin checks, on every path, are the app's).
+bounded (the Host/Origin checks, on every path, are the app's); a call that more scopes alone
+would allow is answered 403 `insufficient_scope` (SPEC §15, `denials.step_up`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Any
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from ...denials import send_step_up
 from ...owner import Owner
 from ...telemetry.metrics import RefusalReason
 from .. import jsonrpc
+from ..decide import STEP_UP
 from ..dispatch import Dispatch, envelope
 from ..inbound import (
     ERROR_CODE_HTTP_STATUS,
@@ -178,6 +181,8 @@ class Streamable:
         answer = await connection.serve(call, self.dispatch.answer)
         if answer is None:  # the client cancelled it: its stream ends with that
             answer = jsonrpc.error(call.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
+        elif await _stepped_up(call, reply, send, mine):
+            return 403
         await reply.finish(answer)
         return 200
 
@@ -233,6 +238,8 @@ class Streamable:
         if answer is None:
             reply.abandon()
             return
+        if await _stepped_up(call, reply, send, []):
+            return
         error = answer.get("error")
         await reply.finish(answer, _STATUS.get(error["code"], 200) if error else 200)
 
@@ -271,6 +278,18 @@ def _once(raw: list[tuple[bytes, bytes]]) -> None:
 
 
 _INVALID_BODY = RpcError(INVALID_REQUEST, "Body must be a single JSON-RPC request or notification object")
+
+
+async def _stepped_up(call: Call, reply: Reply, send: Send, headers: list[tuple[bytes, bytes]]
+                      ) -> bool:
+    """Answer the 403 step-up the pipeline marked the call for (`decide.STEP_UP`), unless its
+    response already began as a stream: then its in-band denial (with the envelope) stands."""
+    answer = call.extra.get(STEP_UP)
+    if answer is None or reply.streaming:
+        return False
+    reply.abandon()
+    await send_step_up(send, answer, headers)
+    return True
 
 
 async def _gone(receive: Receive, task: asyncio.Task[Any], call: Call) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import math
 import re
 import ssl
@@ -38,9 +39,19 @@ def field_problem(name: str, value: str) -> str | None:
     NUL or another control character, which could write headers of its own), or None."""
     if not _FIELD_NAME.fullmatch(name):
         return "not an HTTP header name"
-    if not _FIELD_VALUE.fullmatch(value):
+    if not (_FIELD_VALUE.fullmatch(value) if len(value) < _LONG else _long_value_ok(value)):
         return "its value holds CR, LF, NUL or another control character"
     return None
+
+
+_LONG = 128  # a value this long is judged once (a caller's exchanged JWT, ~1 KB, on every request)
+
+
+@functools.lru_cache(maxsize=1024)
+def _long_value_ok(value: str) -> bool:
+    """`_FIELD_VALUE` on a long value, remembered: a str is immutable and its hash kept, so the
+    same credential's next request costs a lookup, not a scan of its ~1 KB (~14k instructions)."""
+    return _FIELD_VALUE.fullmatch(value) is not None
 
 
 class _Connection(asyncio.Protocol):

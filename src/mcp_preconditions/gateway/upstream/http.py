@@ -5,7 +5,11 @@ of the stream not waited for), the session's GET stream for what the server send
 
 What comes back on a request's POST must be that request's answer: anything else fails that request,
 not the session. The session is lost only for real: a 404 for its id, or connections refused
-CONNECT_FAILURES times in a row.
+CONNECT_FAILURES times in a row. A 401 or 403 with `WWW-Authenticate` is the server refusing the
+credential a request carried (`UpstreamChallenged`): its body is never read as an answer.
+
+A request may carry headers of its own in place of the link's (a caller's credential, SPEC §14);
+links may share one pool of connections (every caller's session with one server).
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from .. import jsonrpc
 from ..errors import (
+    UpstreamChallenged,
     UpstreamClosed,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamRefused,
+    UpstreamSessionGone,
     UpstreamUnavailable,
 )
 from ..inbound import (
@@ -39,7 +45,7 @@ from ..inbound import (
 )
 from ..jsonrpc import Message
 from .client import DEFAULT_BOUNDS, Bounds, Pool, Response, field_problem
-from .sse import events
+from .sse import Decoder, events
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -48,20 +54,23 @@ GET_RETRY_SECONDS = 1.0
 GET_ATTEMPTS = 3  # consecutive failed GET streams before the gateway stops asking for one
 CONNECT_FAILURES = 3  # consecutive refused connections before the session counts as lost
 _SESSION_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII, as the transport requires
+_BASE = {"accept": ACCEPT, "content-type": "application/json"}
 
 
 class HttpLink:
     """One session (2025-11-25) or one series of self-contained requests (2026-07-28) with a server."""
 
     def __init__(self, url: str, headers: Mapping[str, str], received: Callable[[Any], None],
-                 label: str, bounds: Bounds = DEFAULT_BOUNDS) -> None:
+                 label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None) -> None:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
                 raise ValueError(f"header {name!r}: {problem}")
-        self._pool = Pool(url, bounds=bounds)
-        self._bounds = bounds
-        self._headers = {"accept": ACCEPT, "content-type": "application/json", **headers}
+        self._own_pool = pool is None  # a shared pool is closed by its owner
+        self._pool = pool if pool is not None else Pool(url, bounds=bounds)
+        self.url = url
+        self.bounds = bounds
+        self._headers = {**_BASE, **headers}
         self._received = received
         self._label = label
         self.session_id: str | None = None
@@ -73,16 +82,19 @@ class HttpLink:
         self._refused = 0  # connections refused in a row
         self._param_maps: dict[str, dict[tuple[str, ...], str]] = {}  # tool -> its Mcp-Param-* map
 
-    def _with_session(self) -> dict[str, str]:
-        headers = dict(self._headers)
+    def _with_session(self, own: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The link's headers, or the base ones and `own` (a caller's credential instead of the
+        link's static headers: never both), plus the session's."""
+        headers = dict(self._headers) if own is None else {**_BASE, **own}
         if self.session_id is not None:
             headers["mcp-session-id"] = self.session_id
         if self.protocol_version is not None:
             headers[MCP_PROTOCOL_VERSION_HEADER] = self.protocol_version
         return headers
 
-    def _headers_of(self, message: Message, modern: bool) -> dict[str, str]:
-        headers = self._with_session()
+    def _headers_of(self, message: Message, modern: bool, own: Mapping[str, str] | None = None
+                    ) -> dict[str, str]:
+        headers = self._with_session(own)
         method = message.get("method")
         params = message.get("params") or {}
         if modern and isinstance(method, str):
@@ -113,18 +125,20 @@ class HttpLink:
         self._refused = 0
         return response
 
-    async def send(self, message: Message, *, modern: bool = False) -> None:
-        """POST one message. A request's answer goes to `received` as soon as it arrives; an
-        UpstreamError fails this request alone (the session stays unless it is lost for real)."""
+    async def send(self, message: Message, *, modern: bool = False,
+                   headers: Mapping[str, str] | None = None) -> None:
+        """POST one message (with `headers` in place of the link's own, when given). A request's
+        answer goes to `received` as soon as it arrives; an UpstreamError fails this request alone
+        (the session stays unless it is lost for real)."""
         method = message.get("method")
-        response = await self._request("POST", self._headers_of(message, modern),
+        response = await self._request("POST", self._headers_of(message, modern, headers),
                                        jsonrpc.dumps(message))
         try:
             if method == "initialize" and "mcp-session-id" in response.headers:
                 self.session_id = _session_id(response.headers["mcp-session-id"])
             if response.status == 404 and self.session_id is not None and not modern:
                 self.lost.set()  # the server ended the session (restarted, expired)
-                raise UpstreamClosed("the server ended the session")
+                raise UpstreamSessionGone("the server ended the session")
             rid = message.get("id") if isinstance(method, str) else None
             if rid is None:  # a notification, or an answer to the server: nothing comes back
                 await response.read()
@@ -135,15 +149,20 @@ class HttpLink:
 
     async def _answer(self, response: Response, rid: jsonrpc.RequestId, message: Message) -> None:
         status = response.status
+        if status in (401, 403) and "www-authenticate" in response.headers:
+            raise UpstreamChallenged(status)  # the credential refused: nothing ran, nothing to read
         kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if status in (202, 204):
             raise UpstreamProtocolError(f"the server answered a request with HTTP {status} and no "
                                         "message")
         if kind == "text/event-stream" and status < 300:
+            if response.complete:  # the server answered and ended the stream in what has come
+                self._answer_whole(response, rid, message)
+                return
             self._streams[rid] = response
             try:
-                async with contextlib.aclosing(events(response.stream(), self._bounds.event,
-                                                      self._bounds.line)) as stream:
+                async with contextlib.aclosing(events(response.stream(), self.bounds.event,
+                                                      self.bounds.line)) as stream:
                     async for data in stream:
                         if self._deliver(data, rid, message):
                             return  # answered: the rest of the stream is not waited for
@@ -156,6 +175,16 @@ class HttpLink:
         if status >= 400:
             raise UpstreamRefused(status)
         raise UpstreamProtocolError("the server's answer was not a JSON-RPC answer to the request")
+
+    def _answer_whole(self, response: Response, rid: jsonrpc.RequestId, message: Message) -> None:
+        """An event stream already whole (the usual answer to a call), read as the stream would
+        be, without waiting: each event handed on in order, up to the answer."""
+        decoder = Decoder(self.bounds.event, self.bounds.line)
+        for piece in response.pieces():
+            for data in decoder.feed(piece):
+                if self._deliver(data, rid, message):
+                    return
+        raise UpstreamClosed("the server ended the event stream without an answer")
 
     def _deliver(self, data: bytes, rid: jsonrpc.RequestId | None, asked: Message | None = None, *,
                  strict: bool = False) -> bool:
@@ -237,7 +266,7 @@ class HttpLink:
                     else:
                         failures = 0
                         async with contextlib.aclosing(events(
-                                response.stream(), self._bounds.event, self._bounds.line)) as stream:
+                                response.stream(), self.bounds.event, self.bounds.line)) as stream:
                             async for data in stream:
                                 self._deliver(data, None)
                 finally:
@@ -258,7 +287,8 @@ class HttpLink:
                     await response.read()
         for response in list(self._streams.values()):
             response.close()
-        self._pool.close()
+        if self._own_pool:
+            self._pool.close()
 
 
 def _session_id(value: str) -> str:

@@ -38,9 +38,11 @@ _SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptio
 class Link(Protocol):
     """A connection to a server that carries JSON-RPC messages both ways."""
 
-    async def send(self, message: Message, *, modern: bool) -> None:
-        """Deliver one message; a request's answer comes back through the session's `received`.
-        Raises UpstreamError (or OSError) when it cannot."""
+    async def send(self, message: Message, *, modern: bool,
+                   headers: Mapping[str, str] | None = None) -> None:
+        """Deliver one message (an HTTP link: with `headers` in place of its own, when given); a
+        request's answer comes back through the session's `received`. Raises UpstreamError (or
+        OSError) when it cannot."""
         ...
 
     def abandon(self, request_id: jsonrpc.RequestId) -> bool:
@@ -75,10 +77,12 @@ class Peer:
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None,
                       on_progress: ProgressHook | None = None,
-                      request_id: jsonrpc.RequestId | None = None) -> dict[str, Any]:
+                      request_id: jsonrpc.RequestId | None = None,
+                      headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         """Send one request and wait for its result (the server's raw dict). RpcError: the server's
         own error; UpstreamTimeout, UpstreamClosed (the link is lost meanwhile) or whatever else
-        the link failed this request with."""
+        the link failed this request with. `headers`: the request's own, in place of the link's
+        (a caller's credential)."""
         if self.closed:
             raise UpstreamClosed("Connection closed")
         rid = self.next_id() if request_id is None else request_id
@@ -98,7 +102,7 @@ class Peer:
             async with asyncio.timeout(timeout):
                 sent = True
                 await self.link.send(jsonrpc.request(rid, method, out or None),
-                                     modern=self.envelope is not None)
+                                     modern=self.envelope is not None, headers=headers)
                 return await future
         except TimeoutError:  # (the wait was cancelled: a future cancelled is not an answer)
             if not future.done() or future.cancelled():

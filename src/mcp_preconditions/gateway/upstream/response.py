@@ -124,6 +124,14 @@ class Response:
         parts, self._parts = self._parts, collections.deque()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def pieces(self) -> list[bytes]:
+        """A complete body's pieces, at once (nothing to wait for: `complete` is true)."""
+        if not self.complete:
+            raise RuntimeError("the body is not complete")
+        parts, self._parts = list(self._parts), collections.deque()
+        self._buffered = 0
+        return parts
+
     async def stream(self) -> AsyncGenerator[bytes, None]:
         """The body's pieces as they arrive; reading pauses while more than a megabyte waits."""
         try:

@@ -9,7 +9,6 @@ again (re-listing after `list_changed`) runs at most once at a time with one mor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -24,14 +23,15 @@ from mcp_types import (
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
 )
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
+from mcp_types.version import LATEST_MODERN_VERSION
 
-from ... import __version__
 from ...telemetry.gateway import GatewayTelemetry
 from ...toolset import every_page
 from ..errors import UpstreamError, UpstreamProtocolError, UpstreamRefused, UpstreamUnavailable
 from ..jsonrpc import RpcError
+from .caller_sessions import AsCaller, CallerSessions
 from .client import DEFAULT_BOUNDS, Bounds
+from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed, handshake, initialize
 from .http import HttpLink
 from .peer import NotificationHook, Peer, ProgressHook, RequestHook, describe
 from .stdio import StdioLink
@@ -39,15 +39,13 @@ from .targets import HttpTarget, StdioTarget, Target
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
-CLIENT_INFO = {"name": "mcp-preconditions-gateway", "version": __version__}
-# What the gateway can answer for a server: it puts the request to the client whose call caused it.
-CLIENT_CAPABILITIES = {"sampling": {}, "elicitation": {"form": {}, "url": {}},
-                       "roots": {"listChanged": True}}
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+# How long the first listing of a 2026-07-28 server waits for its listen stream's acknowledgement:
+# a server that never gives one is listed anyway.
+LISTEN_ACK_SECONDS = 10.0
 MAX_NOTIFYING = 16  # the gateway's notifications to one server under way at once; more are dropped
 
 __all__ = ["HttpTarget", "StdioTarget", "Target", "Upstream", "UpstreamUnavailable"]
-Link = StdioLink | HttpLink
 
 
 @dataclass
@@ -60,6 +58,8 @@ class Connected:
     capabilities: dict[str, Any]
     server_info: dict[str, Any] | None
     instructions: str | None
+    # A 2025-11-25 HTTP server's sessions of callers with credentials of their own (SPEC §14).
+    callers: CallerSessions | None = None
 
     @property
     def lost(self) -> asyncio.Event:
@@ -165,24 +165,33 @@ class Upstream:
         self.last_error = None
         self.telemetry.connected(self.key, True)
         self._signal()
+        failed: Exception | None = None
         try:
-            await self.on_connect()
             async with anyio.create_task_group() as tg:
-                if isinstance(connected.link, HttpLink) and not connected.link.modern:
-                    connected.link.listen()
-                if connected.protocol_version == LATEST_MODERN_VERSION:
-                    tg.start_soon(self._listen_for_changes, connected)
                 try:
+                    if connected.protocol_version == LATEST_MODERN_VERSION:
+                        await self._listening(tg, connected)
+                    await self.on_connect()
+                    if isinstance(connected.link, HttpLink) and not connected.link.modern:
+                        connected.link.listen()
+                    if connected.callers is not None:
+                        tg.start_soon(connected.callers.run)
                     await connected.lost.wait()
+                except Exception as exc:  # raised below as itself, not inside the task group's
+                    failed = exc
                 finally:
                     connected.peer.closed = True  # the session is over: nothing more is sent on it
                     tg.cancel_scope.cancel()
+            if failed is not None:
+                raise failed
             log.warning("upstream %s: session lost; reconnecting", self.label)
         finally:
             self.current = None
             self.telemetry.connected(self.key, False)
             self._signal()
-            await _closed(connected.peer, connected.link)
+            if connected.callers is not None:  # a server that ended ours ended theirs too, likely
+                await connected.callers.close()
+            await closed(connected.peer, connected.link)
 
     def _signal(self) -> None:
         self.changed.set()
@@ -200,35 +209,31 @@ class Upstream:
         timeout = self._connect_timeout() if self._connect_timeout is not None else None
         peer, link = await self._open(modern=False)
         try:
-            init = await _handshake(peer, link, "initialize", {
-                "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPABILITIES,
-                "clientInfo": CLIENT_INFO}, timeout)
+            init = await initialize(peer, link, timeout)
         except (RpcError, UpstreamRefused):  # refused (a server's error, or an HTTP error status)
-            await _closed(peer, link)
+            await closed(peer, link)
             return await self._discover(timeout)
         except BaseException:  # a server that does not answer at all is not asked another way
-            await _closed(peer, link)
+            await closed(peer, link)
             raise
-        version = init.get("protocolVersion")
-        if version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await _closed(peer, link)
-            raise UpstreamProtocolError(f"unsupported protocol version from the server: {version!r}")
+        callers = None
         if isinstance(link, HttpLink):
-            link.protocol_version = version  # every later request says it, as a header
-        await peer.notify("notifications/initialized", None)
-        return Connected(peer, link, version, _dict(init.get("capabilities")),
-                         _dict(init.get("serverInfo")) or None, _text(init.get("instructions")))
+            callers = CallerSessions(link.url, self.label, self._answer, self._notified,
+                                     link.bounds)
+        return Connected(peer, link, init["protocolVersion"], _dict(init.get("capabilities")),
+                         _dict(init.get("serverInfo")) or None, _text(init.get("instructions")),
+                         callers)
 
     async def _discover(self, timeout: float | None) -> Connected:
         """A server that refused the handshake: 2026-07-28, where it describes itself on request."""
         peer, link = await self._open(modern=True)
         try:
-            found = await _handshake(peer, link, "server/discover", None, timeout)
+            found = await handshake(peer, link, "server/discover", None, timeout)
             if LATEST_MODERN_VERSION not in (found.get("supportedVersions") or ()):
                 raise UpstreamProtocolError("the server supports no protocol version the gateway "
                                             "speaks")
         except BaseException:
-            await _closed(peer, link)
+            await closed(peer, link)
             raise
         meta = _dict(found.get("_meta"))
         return Connected(peer, link, LATEST_MODERN_VERSION, _dict(found.get("capabilities")),
@@ -263,14 +268,27 @@ class Upstream:
     def _notified(self, method: str, params: dict[str, Any]) -> None:
         self.on_notification(method, params)
 
-    async def _listen_for_changes(self, connected: Connected) -> None:
+    async def _listening(self, tg: TaskGroup, connected: Connected) -> None:
+        """Open the listen stream, and wait until the server acknowledges it (or refuses it, or
+        LISTEN_ACK_SECONDS pass) before the first listing: a listen stream replays nothing, so a
+        change the server makes between a listing and the acknowledgement would go unheard, and
+        the gateway would show a stale list until the server's next change."""
+        settled = anyio.Event()
+        tg.start_soon(self._listen_for_changes, connected, settled.set)
+        with anyio.move_on_after(LISTEN_ACK_SECONDS):
+            await settled.wait()
+
+    async def _listen_for_changes(self, connected: Connected, settled: Callable[[], None]) -> None:
         """At 2026-07-28 an upstream's change notifications ride a listen stream only: keep one
-        open (its events reach `on_notification` like any other notification)."""
+        open (its events reach `on_notification` like any other notification); `settled` once it
+        is acknowledged or has failed."""
         try:
             await self.listen({"toolsListChanged": True, "promptsListChanged": True,
-                               "resourcesListChanged": True}, lambda: None)
+                               "resourcesListChanged": True}, settled)
         except Exception as exc:  # the session goes on; changes are just not heard
             log.warning("upstream %s: no change notifications: %s", self.label, describe(exc))
+        finally:
+            settled()
 
     async def listen(self, notifications: dict[str, Any], acknowledged: Callable[[], None]) -> None:
         """Hold a `subscriptions/listen` stream open until cancelled (or the session ends);
@@ -298,6 +316,24 @@ class Upstream:
             raise UpstreamUnavailable(self.last_error or "not connected")
         return await connected.peer.request(method, params, timeout=timeout,
                                             on_progress=on_progress)
+
+    def request_as(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
+                   timeout: float, on_progress: ProgressHook | None = None
+                   ) -> Awaitable[dict[str, Any]]:
+        """`request`, made as `caller`, with their credential and none of the static headers: on
+        their own session at 2025-11-25, at 2026-07-28 (no sessions) on the gateway's
+        connections. Not a coroutine of its own: the awaitable of the request itself (one layer
+        fewer on every call with a credential); what fails at once raises at once."""
+        connected = self.current
+        if connected is None:
+            raise UpstreamUnavailable(self.last_error or "not connected")
+        if connected.callers is not None:
+            return connected.callers.request(caller, method, params, timeout=timeout,
+                                             on_progress=on_progress)
+        if not isinstance(connected.link, HttpLink):  # (the config refuses credentials on stdio)
+            raise UpstreamError("a stdio server takes no per-caller credentials")
+        return connected.peer.request(method, params, timeout=timeout, on_progress=on_progress,
+                                      headers=caller.credential.headers())
 
     @property
     def modern(self) -> bool:
@@ -353,29 +389,6 @@ class Upstream:
         return await every_page(
             lambda cursor: self.request(method, {"cursor": cursor} if cursor else None,
                                         timeout=timeout), method, field)
-
-
-async def _handshake(peer: Peer, link: Link, method: str, params: dict[str, Any] | None,
-                     timeout: float | None) -> dict[str, Any]:
-    """A request of the handshake, before `_serve` watches the link: a server that exits (or ends
-    the session) before it answers fails it at once (UpstreamClosed), so it is started again
-    after the backoff, not after the handshake timeout."""
-    async def close_when_lost() -> None:
-        await link.lost.wait()
-        peer.close()
-    watch = asyncio.get_running_loop().create_task(close_when_lost())
-    try:
-        return await peer.request(method, params, timeout=timeout)
-    finally:
-        watch.cancel()
-
-
-async def _closed(peer: Peer, link: Link) -> None:
-    """A session is over: its waiting requests fail, the process is stopped (shielded: the
-    gateway's own shutdown must not leave a server running)."""
-    peer.close()
-    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-        await link.close()
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -12,10 +12,11 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from .. import jsonrpc
+from ..errors import UpstreamError
 from ..jsonrpc import Message
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -110,7 +111,10 @@ class StdioLink:
             start_new_session=True)
         return cls(transport, pipes)
 
-    async def send(self, message: Message, *, modern: bool = False) -> None:
+    async def send(self, message: Message, *, modern: bool = False,
+                   headers: Mapping[str, str] | None = None) -> None:
+        if headers is not None:  # a process has one identity: the gateway's (config refuses more)
+            raise UpstreamError("a stdio server takes no per-caller credentials")
         if self._stdin.is_closing():
             raise ConnectionError("the server's stdin is closed")
         self._stdin.write(jsonrpc.dumps(message) + b"\n")

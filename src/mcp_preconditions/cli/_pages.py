@@ -1,0 +1,120 @@
+"""The gateway's pages, composed (SPEC §14, §15): the credential pages of `oauth` servers and the
+approval pages of approvals with approvers, one app on the HTTP listener or a stdio gateway's
+`--pages-listen`, signing people in with one `[auth.sign_in]` and verifying bearer tokens by the
+policy in force. Bad input is one line and exit 2.
+
+The sign-in cookies (and the sign-in flows' records, and the approval form's CSRF tokens) are
+sealed with the key in $MCP_PRECONDITIONS_PAGES_KEY (32 bytes, base64): replicas that share their
+flows in Redis must share it too; without it each process draws its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from ..approvals import needing_pages
+from ..errors import InputError, PolicyError
+from ..policy.load import PolicySource
+from ..principal import Credentials, Identity
+from ._credentials import PAGES_KEY, Wired, own_url
+from ._credentials import pages as credential_pages
+from ._sockets import http_address, listening_socket
+
+if TYPE_CHECKING:
+    from ..credentials import SignIn
+    from ..gateway.downstream.app import Pages, Receive, Scope, Send
+    from ..guard import Guard
+
+
+def pages(args: argparse.Namespace, wired: Wired, guard: Guard, source: PolicySource,
+          listen: tuple[str, int] | None) -> Pages | None:
+    """Every page the gateway serves (None: it has none). Sets `wired.base_url` (where browsers
+    reach them) and, for a stdio gateway, `wired.pages_sock` (`--pages-listen`)."""
+    approvals = needing_pages(source) is not None
+    flow = wired.resolver.connect if wired.resolver is not None else None
+    if flow is None and not approvals:  # (nothing below is imported then: starlette, cryptography)
+        return None
+    from ..approvals.pages import PATHS, ApprovalPages, approving_of
+    from ..gateway.downstream.app import Pages
+
+    base_url = wired.base_url or args.public_url or own_url(args, listen)
+    assert base_url is not None  # wire() and _approvals.pages_url refused a gateway without pages
+    wired.base_url = base_url.rstrip("/")
+    sign_in, key = _sign_in(wired, source)
+    verifier = _Verifier(guard)
+    parts = [p for p in [credential_pages(wired, verifier, sign_in)] if p is not None]
+    if approvals:
+        parts.append(Pages(PATHS, ApprovalPages(approving_of(guard), verifier, wired.base_url,
+                                                sign_in, key).app()))
+    if args.pages_listen is not None:
+        wired.pages_sock = listening_socket(*http_address(args.pages_listen, "--pages-listen"),
+                                            "--pages-listen")
+    return parts[0] if len(parts) == 1 else _together(parts)
+
+
+class _Verifier:
+    """The policy in force verifies the pages' bearer tokens (a reload changes it)."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+
+    async def authenticate(self, credentials: Credentials) -> Identity:
+        return await self.guard.authenticate(credentials)
+
+
+def _together(parts: list[Pages]) -> Pages:
+    """One app answering each part's paths (the listener sends only those)."""
+    from ..gateway.downstream.app import Pages
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        part = next((p for p in parts if p.serves(path)), parts[0])
+        await part.app(scope, receive, send)
+
+    return Pages(tuple(path for p in parts for path in p.paths), app)
+
+
+def _sign_in(wired: Wired, source: PolicySource) -> tuple[SignIn | None, bytes | None]:
+    """`[auth.sign_in]` for every page, and the key sealing its cookies; (None, None) without it.
+    Its flows live in Redis when the pages' accounts or approvals do (replicas: a sign-in begun on
+    one ends on another)."""
+    from ..credentials import MemoryTickets, SignIn, Tickets, sign_in_settings
+
+    try:
+        settings = sign_in_settings(source)
+    except PolicyError as exc:
+        raise InputError(f"{exc.source}: {exc.problems[0]}") from None
+    if settings is None:
+        return None, None
+    redis = source.policy.state.redis
+    flow = wired.resolver.connect if wired.resolver is not None else None
+    shared = redis is not None and (
+        any(a.settings.store == "redis" for a in (flow.accounts.values() if flow else ())) or
+        any(a.store == "redis" for a in source.policy.approvals.values()))
+    tickets: Tickets = MemoryTickets()  # its own: a flood of links never pushes a sign-in out
+    if shared and redis is not None:
+        from ..credentials.stores_redis import DEFAULT_PREFIX, RedisTickets
+        from ..resolvers.state_redis import RedisStateSource
+
+        tickets = RedisTickets(RedisStateSource.from_policy(redis), DEFAULT_PREFIX + "signin:")
+    key = _pages_key(shared)
+    wired.secrets = wired.secrets | {settings.client.client_secret}
+    return SignIn(settings, tickets, key), key
+
+
+def _pages_key(shared: bool) -> bytes:
+    from ..credentials.sealing import key_from_text
+
+    text = os.environ.get(PAGES_KEY)
+    if not text:
+        if shared:
+            raise InputError(f"${PAGES_KEY} is not set: replicas that share sign-ins in Redis must "
+                             "share the key that seals them (32 bytes, base64: openssl rand "
+                             "-base64 32)")
+        return os.urandom(32)
+    try:
+        return key_from_text(text)
+    except ValueError as exc:
+        raise InputError(f"${PAGES_KEY} {exc}") from None

@@ -1,0 +1,152 @@
+"""`credential:KEY` as a late stage (late.py): obtained for a call only once every other requirement
+held (a call refused for another reason costs no exchange), before a quota unit is taken, under
+the source's own timeout. The credential goes to the call's sidecar as a `HeldCredential`, beside
+the decision, never inside it: the gateway's request to the server reads it, renews it once when
+the server refuses it, and a denial's remedy asks it for the caller's connect link.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Hashable, Sequence
+from typing import Any
+
+from ..late import LateCall, Sidecar
+from ..outcomes import Outcome
+from ..principal import Identity
+from ..requirements import body_of
+from .caller import caller_of
+from .credential import Credential, Obtained
+from .resolver import NAMESPACE, CredentialResolver, requirement_for
+
+
+class HeldCredential:
+    """A call's credential for one server (or the attempt that found none). One held at hand
+    serves every call of its principal object while the credential is at hand (a cached
+    credential's call builds none: `CredentialStage.decide`), so it never changes, and keeps no
+    token: a renewal is given the call's own, and is the answer of `renew`. Its repr names no
+    secret; it is not pickled or copied."""
+
+    __slots__ = ("_identity", "_resolver", "credential", "obtained", "owner", "principal",
+                 "requirement", "sent_as")
+
+    def __init__(self, resolver: CredentialResolver, requirement: str, identity: Identity,
+                 token: str | None, obtained: Obtained) -> None:
+        self._resolver = resolver
+        self.requirement = requirement
+        self._identity = identity
+        self.obtained = obtained
+        self.credential: Credential | None = obtained.credential  # (`obtained`'s, kept with it)
+        # The verified principal the credential is held for (what a memo on it is bound to).
+        self.principal: object = identity.principal
+        # Whose requests these are, for the server's sessions: the caller (issuer and subject),
+        # never the token's bytes (a renewed token keeps its caller's session); a caller without
+        # a subject by the sha256 of their token.
+        caller = caller_of(identity.principal)
+        self.owner: Hashable = caller if caller is not None else (
+            "token", hashlib.sha256((token or "").encode()).hexdigest())
+        self.sent_as: Any = None  # whom the gateway sends the request as (gateway/forward.py)
+
+    @property
+    def server(self) -> str:
+        return body_of(self.requirement)
+
+    async def renew(self, token: str | None) -> Obtained:
+        """Once, after the server answered 401/403 with `WWW-Authenticate`: the credential dropped
+        and obtained again with the call's own `token` (the answer says whether that worked, and
+        holds the renewed one; this held one is left as it was: other calls may hold it; never
+        raises)."""
+        stale = self.credential
+        if stale is None:
+            return await self._resolver.obtain(self.requirement, self._identity, token)
+        return await self._resolver.renew(self.requirement, self._identity, token, stale)
+
+    async def connect_url(self) -> str | None:
+        """The caller's connect link for an `oauth` server (None for other kinds): single use,
+        600 s, made for this caller. Making one stores a ticket: ask only for a client that can
+        open it."""
+        return await self._resolver.connect_url(self.requirement, self._identity)
+
+    def __repr__(self) -> str:
+        return f"HeldCredential({self.requirement}, {self.obtained.result})"
+
+    def __reduce__(self) -> str | tuple[object, ...]:
+        raise TypeError("a HeldCredential holds a caller's credential: it is not pickled or copied")
+
+
+class CredentialStage:
+    """A tool's `credential:` requirements (one per server; usually one), obtained in order."""
+
+    namespace = NAMESPACE
+
+    def __init__(self, resolver: CredentialResolver, requirements: Sequence[str]) -> None:
+        self.resolver = resolver
+        self.requirements = tuple(requirements)
+        # A backstop: each request to an authorization server has the source's own timeout, which
+        # says which server did not answer; this bounds the whole (discovery and token request).
+        self.timeout: float | None = max(resolver.timeout_of(r) for r in self.requirements) + 1.0
+        self._hits = tuple(resolver.hit(r) for r in self.requirements)  # every credential at hand
+        self._sources = tuple(zip(self.requirements, (resolver.sources[body_of(r)]
+                                                      for r in self.requirements), strict=True))
+
+    def decide(self, call: LateCall) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
+        """At once when every credential is at hand (a cache hit: the hot path of every call after
+        a caller's first, no await and the same outcomes object each time); else awaited from the
+        first that is not (an exchange, a store), each source under its own single flight."""
+        sidecar = call.sidecar
+        if sidecar is None:  # nowhere to carry a credential: the call cannot reach its server
+            return tuple(self.resolver.resolve(r, None) for r in self.requirements)
+        resolver, identity, token = self.resolver, call.identity, sidecar.token
+        for i, (requirement, source) in enumerate(self._sources):
+            obtained = resolver.at_hand(requirement, source, identity, token)
+            if obtained is None:
+                return self._obtained(call, sidecar, i)
+            # What the call holds, built once per credential at hand and principal object (an
+            # exchanged credential is kept by its token's key: the two name the token).
+            credential = obtained.credential
+            held = credential.held if credential is not None else None
+            if held is None or held.principal is not identity.principal \
+                    or held.obtained is not obtained:
+                held = HeldCredential(resolver, requirement, identity, token, obtained)
+                if credential is not None and identity.principal is not None:
+                    credential.held = held
+            sidecar.held[requirement] = held
+            sidecar.notes["credential"] = obtained.note
+        return self._hits
+
+    async def _obtained(self, call: LateCall, sidecar: Sidecar, start: int) -> tuple[Outcome, ...]:
+        """The outcomes, those before `start` at hand (`decide`), the rest awaited in order."""
+        resolver, identity, token = self.resolver, call.identity, sidecar.token
+        outcomes = list(self._hits[:start])
+        for requirement in self.requirements[start:]:
+            obtained = await resolver.obtain(requirement, identity, token)
+            self._hold(sidecar, requirement, identity, obtained)
+            outcomes.append(obtained.outcome)
+        return tuple(outcomes)
+
+    def _hold(self, sidecar: Sidecar, requirement: str, identity: Identity,
+              obtained: Obtained) -> None:
+        sidecar.held[requirement] = HeldCredential(self.resolver, requirement, identity,
+                                                   sidecar.token, obtained)
+        sidecar.notes["credential"] = obtained.note
+
+    def release(self, call: LateCall) -> None:
+        """A later stage (a quota) refused the call: its credential stays cached for the next
+        call, and is dropped from this one, which goes nowhere."""
+        if call.sidecar is not None:
+            for requirement in self.requirements:
+                call.sidecar.held.pop(requirement, None)
+
+
+def held_for(sidecar: Sidecar | None, server: str) -> HeldCredential | None:
+    """The credential a call's sidecar holds for `server`, if a stage obtained (or tried) one."""
+    if sidecar is None:
+        return None
+    requirement = _REQUIREMENTS.get(server)
+    if requirement is None:  # one string per server key, not one per call
+        requirement = _REQUIREMENTS[server] = requirement_for(server)
+    held = sidecar.held.get(requirement)
+    return held if isinstance(held, HeldCredential) else None
+
+
+_REQUIREMENTS: dict[str, str] = {}  # server key -> its `credential:KEY` (config keys: few)

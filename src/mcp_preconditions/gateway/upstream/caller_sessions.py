@@ -1,0 +1,185 @@
+"""Each caller's own session with a 2025-11-25 server (SPEC §14: sessions follow identities). A server
+binds a session to the identity that opened it, so a caller with a credential of their own gets a
+session of their own: opened on first use with that credential, closed after IDLE_SECONDS idle, at
+most MAX_SESSIONS per server (the least recently used idle one closed to make room). The gateway's
+own session (its static headers) still serves listing, pings and subscriptions (`session.py`).
+
+One caller's session is never used for another, and never closed while a request of its caller is
+on it: a caller who cannot be given a session is refused, never anyone else. Sessions share one
+pool of connections (a session is a header, not a connection), so a thousand callers cost a
+thousand small objects, not a thousand sockets. A session the server ended (404 for its id: it ran
+nothing) is opened again once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, NamedTuple
+
+import anyio
+
+from ...credentials.credential import Credential
+from ..errors import UpstreamSessionGone, UpstreamUnavailable
+from .client import DEFAULT_BOUNDS, Bounds, Pool
+from .handshake import closed, initialize
+from .http import HttpLink
+from .peer import NotificationHook, Peer, ProgressHook, RequestHook
+
+log = logging.getLogger("mcp_preconditions.gateway")
+
+IDLE_SECONDS = 300.0
+MAX_SESSIONS = 1000
+SWEEP_SECONDS = 30.0
+
+
+class AsCaller(NamedTuple):
+    """A request made as one caller: whose it is (issuer and subject: their session) and the
+    credential it carries instead of the gateway's static headers."""
+
+    owner: Hashable
+    credential: Credential
+
+
+class _Session:
+    __slots__ = ("busy", "link", "peer", "used")
+
+    def __init__(self, peer: Peer, link: HttpLink, used: float) -> None:
+        self.peer = peer
+        self.link = link
+        self.used = used
+        self.busy = 0  # requests of its caller on it now
+
+    @property
+    def live(self) -> bool:
+        return not self.link.lost.is_set() and not self.peer.closed
+
+
+class CallerSessions:
+    """The callers' sessions with one server, for as long as the gateway's own session lasts."""
+
+    def __init__(self, url: str, label: str, on_request: RequestHook,
+                 on_notification: NotificationHook, bounds: Bounds = DEFAULT_BOUNDS, *,
+                 limit: int = MAX_SESSIONS, idle: float = IDLE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._url = url
+        self._label = label
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._bounds = bounds
+        self._pool = Pool(url, bounds=bounds)
+        self.limit = limit
+        self.idle = idle
+        self._clock = clock
+        self._sessions: OrderedDict[Hashable, _Session] = OrderedDict()  # least recently used first
+        self._opening: dict[Hashable, asyncio.Task[_Session]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    async def request(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
+                      timeout: float, on_progress: ProgressHook | None = None) -> dict[str, Any]:
+        """One request of `caller`'s on their own session (opened now if they have none), with
+        their credential. UpstreamChallenged when the server refuses that credential (at the
+        handshake or the request: either way nothing ran)."""
+        headers, owner, sessions = caller.credential.headers(), caller.owner, self._sessions
+        for attempt in (1, 2):
+            session = sessions.get(owner)  # `_session`'s first look, inline: every call
+            if session is not None and not session.link.lost.is_set() and not session.peer.closed:
+                sessions.move_to_end(owner)  # (`live`, inline too)
+            else:
+                session = await self._session(caller, timeout)
+            session.busy += 1
+            try:
+                return await session.peer.request(method, params, timeout=timeout,
+                                                  on_progress=on_progress, headers=headers)
+            except UpstreamSessionGone:  # the server ended it and ran nothing: a new one, once
+                self._forget(owner, session)
+                if attempt == 2:
+                    raise
+            finally:
+                session.busy -= 1
+                session.used = self._clock()
+        raise AssertionError("unreachable")
+
+    async def _session(self, caller: AsCaller, timeout: float) -> _Session:
+        owner = caller.owner
+        found = self._sessions.get(owner)
+        if found is not None:
+            if found.live:
+                self._sessions.move_to_end(owner)
+                return found
+            self._forget(owner, found)
+        opening = self._opening.get(owner)
+        if opening is None:  # concurrent first calls of one caller share one handshake
+            self._make_room()
+            opening = asyncio.get_running_loop().create_task(self._open(caller, timeout))
+            self._opening[owner] = opening
+            opening.add_done_callback(lambda done: self._opened(owner, done))
+        return await asyncio.shield(opening)
+
+    def _opened(self, owner: Hashable, task: asyncio.Task[_Session]) -> None:
+        if self._opening.get(owner) is task:
+            del self._opening[owner]
+        if not task.cancelled():
+            task.exception()  # retrieved: its waiters have it, or nobody waits any more
+
+    async def _open(self, caller: AsCaller, timeout: float) -> _Session:
+        holder: list[Peer] = []
+        link = HttpLink(self._url, caller.credential.headers(), lambda m: holder[0].received(m),
+                        self._label, self._bounds, pool=self._pool)
+        peer = Peer(link, self._label, self._on_request, self._on_notification)
+        holder.append(peer)
+        try:
+            await initialize(peer, link, timeout)
+        except BaseException:
+            await closed(peer, link)
+            raise
+        session = _Session(peer, link, self._clock())
+        self._sessions[caller.owner] = session
+        return session
+
+    def _make_room(self) -> None:
+        """Below the bound before one more is opened: the least recently used idle session
+        closes; if every one is in use, this caller is refused (never another's closed)."""
+        while len(self._sessions) + len(self._opening) >= self.limit:
+            idle = next((o for o, s in self._sessions.items() if s.busy == 0), None)
+            if idle is None:
+                raise UpstreamUnavailable(f"{self.limit} callers' sessions with it are in use")
+            self._forget(idle, self._sessions[idle])
+
+    def _forget(self, owner: Hashable, session: _Session) -> None:
+        if self._sessions.get(owner) is session:
+            del self._sessions[owner]
+        task = asyncio.get_running_loop().create_task(closed(session.peer, session.link))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def sweep(self) -> int:
+        """Close the sessions idle for `idle` seconds or more; how many."""
+        now = self._clock()
+        old = [(o, s) for o, s in self._sessions.items() if s.busy == 0 and now - s.used >= self.idle]
+        for owner, session in old:
+            self._forget(owner, session)
+        return len(old)
+
+    async def run(self) -> None:
+        """Sweep idle sessions until cancelled."""
+        while True:
+            await anyio.sleep(min(SWEEP_SECONDS, self.idle / 2))
+            self.sweep()
+
+    async def close(self) -> None:
+        """The gateway's own session is over: every caller's session ends too (shielded)."""
+        for task in self._opening.values():
+            task.cancel()
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(*(closed(s.peer, s.link) for s in sessions), *self._closing,
+                                 return_exceptions=True)
+        self._pool.close()

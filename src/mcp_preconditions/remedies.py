@@ -1,0 +1,172 @@
+"""What a denial offers its caller for each unmet requirement (SPEC §15's table, `remedy_of`), and
+the extension point by which a resolver offers a remedy of its own (`Remedial`: `credential:` a
+connect URL, `approval:` the approval page), asked by `recipient_of` before the denial is shaped.
+denials.py turns the remedies into the SEP-2643 envelope. No MCP SDK here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from .envelope import AuthorizationDenial, Remediation, RemediationHint, parse
+from .outcomes import Decision, Outcome, Status
+from .principal import Identity
+from .resolvers.base import Registry
+
+log = logging.getLogger(__name__)
+
+SCOPE_PREFIX = "auth:scope:"
+QUOTA_PREFIX = "quota:"
+OFFER_SECONDS = 5.0  # a resolver's offer that takes longer is given up: the remedy is undisclosed
+
+
+class Offer(NamedTuple):
+    """The remedy of one unmet requirement: its remediation, and hints (only with `available`)."""
+
+    remediation: Remediation
+    hints: tuple[RemediationHint, ...] = ()
+
+
+_SATISFIED, _UNSATISFIED = Status.SATISFIED, Status.UNSATISFIED
+AVAILABLE = Offer(Remediation.AVAILABLE)
+UNAVAILABLE = Offer(Remediation.UNAVAILABLE)
+UNDISCLOSED = Offer(Remediation.UNDISCLOSED)
+_NO_OFFERS: Mapping[str, Offer] = MappingProxyType({})
+
+
+class Recipient(NamedTuple):
+    """Who a denial goes to: whether its client declared URL-mode elicitation
+    (`capabilities.elicitation.url`: only such a client is given a `url` hint), and what resolvers
+    offered for the call's unmet requirements (`recipient_of`)."""
+
+    url_elicitation: bool = False
+    offers: Mapping[str, Offer] = _NO_OFFERS
+
+
+NOBODY = Recipient()  # a client that declared nothing, and nothing offered
+DECLARED = Recipient(url_elicitation=True)  # a client that declared URL elicitation, nothing offered
+
+
+class OfferCall(NamedTuple):
+    """What a resolver's `offer` knows of the denied call: its Decision (tool, subject, revision,
+    context ID), the caller's verified Identity, the arguments, and whether the client can be
+    given a URL (an offer made for one that cannot is shaped as `undisclosed` all the same)."""
+
+    decision: Decision
+    identity: Identity
+    arguments: Mapping[str, Any] | None
+    url_elicitation: bool
+    # What the call's late stages left in its sidecar (late.py), by requirement: an approval's
+    # request, whose page the remedy names.
+    held: Mapping[str, Any] = MappingProxyType({})
+
+
+@runtime_checkable
+class Remedial(Protocol):
+    """A resolver that can say what fixes its own unmet requirement. `offer` is asked once per
+    denial for each of its namespace's requirements that ended `unsatisfied` (not `error`, and
+    never when a confidential requirement is unmet: that denial is `undisclosed` whatever else),
+    within `OFFER_SECONDS`. It returns the Offer (a `url` hint to a page, say), or None for the
+    table's default. An offer that fails, is late or is malformed is `undisclosed`."""
+
+    namespace: str
+
+    def offer(self, requirement: str, call: OfferCall) -> Awaitable[Offer | None]: ...
+
+
+def declares_url_elicitation(capabilities: object) -> bool:
+    """Whether a client's declared capabilities (the raw JSON: an `initialize`'s, or a 2026-07-28
+    request's `_meta`) include URL-mode elicitation (`elicitation.url`, an object)."""
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, Mapping) else None
+    return isinstance(elicitation, Mapping) and isinstance(elicitation.get("url"), Mapping)
+
+
+def remedy_of(outcome: Outcome, recipient: Recipient) -> Offer:
+    """SPEC §15's remedy of one unmet requirement (not a quota: no remedy, not an authorization
+    denial): an `error` (a backend down, a timeout) is `undisclosed` (a retry may pass; nobody
+    says when); a resolver's offer, made `undisclosed` when it needs a URL the client cannot be
+    given; `auth:scope:` `available` (its hint is built once, for every missing scope); anything
+    else `unavailable` (`auth:oauth2` included: over HTTP its remedy is the transport's 401)."""
+    if outcome.status is Status.ERROR:
+        return UNDISCLOSED
+    requirement = outcome.requirement
+    offer = recipient.offers.get(requirement) if recipient.offers else None
+    if offer is not None:
+        if not recipient.url_elicitation and any(h.type == "url" for h in offer.hints):
+            return UNDISCLOSED
+        return offer
+    return AVAILABLE if requirement.startswith(SCOPE_PREFIX) else UNAVAILABLE
+
+
+def recipient_of(decision: Decision, registry: Registry, *, url_elicitation: bool,
+                 identity: Callable[[], Awaitable[Identity]],
+                 arguments: Mapping[str, Any] | None, held: Mapping[str, Any] | None = None
+                 ) -> Recipient | Awaitable[Recipient]:
+    """The Recipient of a denial: what its client declared, and the offers of the `Remedial`
+    resolvers of its unmet requirements. At once when no resolver is to be asked (the built-in
+    namespaces offer nothing: the table decides), else a coroutine that asks them (`identity`,
+    the caller's, is awaited first). `held`: the call's `Sidecar.held`, when it had one."""
+    offering = _offering(registry)
+    asked: list[tuple[str, Remedial]] = []
+    confidential = decision.confidential
+    for outcome in decision.outcomes if offering else ():
+        if outcome.status is _SATISFIED:
+            continue
+        if outcome.requirement in confidential:  # `undisclosed` whatever is offered: ask nobody
+            return DECLARED if url_elicitation else NOBODY
+        namespace = outcome.requirement.partition(":")[0]
+        if outcome.status is _UNSATISFIED and namespace in offering:
+            asked.append((outcome.requirement, offering[namespace]))
+    if not asked:
+        return DECLARED if url_elicitation else NOBODY
+    return _offers(decision, asked, url_elicitation, identity, arguments, held or {})
+
+
+# The one registry last asked about, and its Remedial resolvers by namespace: a registry is built
+# once per policy snapshot and never changes, and most have none (then a denial asks nobody).
+_last: tuple[Registry, Mapping[str, Remedial]] | None = None
+
+
+def _offering(registry: Registry) -> Mapping[str, Remedial]:
+    global _last
+    last = _last
+    if last is not None and last[0] is registry:
+        return last[1]
+    found: dict[str, Remedial] = {}
+    for namespace in registry.namespaces():
+        resolver = registry.get(namespace)
+        if callable(getattr(resolver, "offer", None)):
+            found[namespace] = resolver  # type: ignore[assignment]
+    _last = (registry, found)
+    return found
+
+
+async def _offers(decision: Decision, asked: list[tuple[str, Remedial]], url_elicitation: bool,
+                  identity: Callable[[], Awaitable[Identity]],
+                  arguments: Mapping[str, Any] | None, held: Mapping[str, Any]) -> Recipient:
+    call = OfferCall(decision, await identity(), arguments, url_elicitation, held)
+    offers = {requirement: await _offer(resolver, requirement, call)
+              for requirement, resolver in asked}
+    return Recipient(url_elicitation, {r: o for r, o in offers.items() if o is not None})
+
+
+async def _offer(resolver: Remedial, requirement: str, call: OfferCall) -> Offer | None:
+    """One resolver's offer, checked by the rules an envelope is read by (envelope.parse)."""
+    try:
+        async with asyncio.timeout(OFFER_SECONDS):
+            offer = await resolver.offer(requirement, call)
+        if offer is None:
+            return None
+        if not isinstance(offer, Offer) or not isinstance(offer.remediation, Remediation) or not all(
+                isinstance(h, RemediationHint) for h in offer.hints):
+            raise ValueError(f"an offer must be an Offer of RemediationHints, got {offer!r:.80}")
+        parse(AuthorizationDenial(offer.remediation, "checked", offer.hints).to_dict())
+        return offer
+    except Exception as exc:  # a broken offer must not break the denial: it is undisclosed
+        log.warning("resolver %r: its offer for %r was ignored: %s", resolver.namespace, requirement,
+                    type(exc).__name__ if isinstance(exc, TimeoutError) else exc)
+        return UNDISCLOSED

@@ -1,0 +1,233 @@
+"""The approver pages of a real gateway process (SPEC §15), its approvals in a real redis-server,
+its callers and approvers with real tokens of the real oidc-provider: a denied call makes a request,
+listed to those who may decide it; a script's POST answers 200, 401, 403 (not an approver, or the
+caller), 404 and 409; the approved call runs once, as the upstream's log shows. In Debian's
+Chromium an approver opens the denial's `url` hint, signs in at the provider (authorization code
+with PKCE), sees the tool, the arguments and the caller, and approves; the caller's retry runs once.
+`SCREENSHOT=1` saves that page as docs/approvals-page.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import mcp_types
+import pytest
+from mcp import Client, ClientSession
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from playwright.sync_api import Browser
+
+from mcp_preconditions.envelope import AUTHORIZATION_META_KEY
+from tests.fixtures.credential_gateway import Gateway, call, gateway, policy_text
+from tests.fixtures.credential_pages import run
+from tests.fixtures.explorer import chromium
+from tests.fixtures.gateway_upstream import free_port, gateway_stdio, tool_calls, upstream_http
+from tests.fixtures.oidc import OidcServer
+from tests.fixtures.redis import RedisServer
+from tests.integration.test_credentials_pages import walk
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "docs" / "approvals-page.png"
+APPROVALS = """
+[approvals.payout]
+approvers = ["auth:claim:role:treasury"]
+expires_seconds = 600
+store = "redis"
+
+[tools.up__echo]
+requirements = ["approval:payout"]
+"""
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    log = tmp_path_factory.mktemp("upstream") / "upstream.jsonl"
+    with upstream_http(log) as process:
+        yield process.url, log
+
+
+@pytest.fixture(scope="module")
+def gw(oidc_server: OidcServer, redis_server: RedisServer, upstream: tuple[str, Path],
+       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    policy = policy_text(oidc_server, redis_url=redis_server.url, extra=APPROVALS)
+    with gateway(tmp_path_factory.mktemp("gateway"), oidc_server, {"up": {"url": upstream[0]}},
+                 policy=policy) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def tokens(oidc_server: OidcServer) -> dict[str, str]:
+    """alice and bob hold no role; tess and trent are treasurers (tests/oidc/server.mjs)."""
+    return {who: oidc_server.user_token(who) for who in ("alice", "bob", "tess", "trent")}
+
+
+def denied(gw: Gateway, token: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = run(call(gw.url, token, "up__echo", arguments))
+    assert result.is_error, result
+    payload: dict[str, Any] = result.structured_content
+    assert payload["error"] == "unmet_requirements" and payload["unmet"] == ["approval:payout"]
+    return payload
+
+
+def waiting(gw: Gateway, token: str) -> list[dict[str, Any]]:
+    answer = httpx.get(gw.base + "/approvals", headers={"Authorization": f"Bearer {token}"},
+                       timeout=30)
+    assert answer.status_code == 200, answer.text
+    found: list[dict[str, Any]] = answer.json()["requests"]
+    return found
+
+
+def request_of(gw: Gateway, approver: str, caller: str, arguments: dict[str, Any]) -> str:
+    """The ID of the request waiting for `caller`'s call with `arguments`, as `approver` sees it."""
+    ids = [r["id"] for r in waiting(gw, approver)
+           if r["caller"]["subject"] == caller and r["arguments"] == arguments]
+    assert len(ids) == 1, ids
+    return str(ids[0])
+
+
+def decide(gw: Gateway, request_id: str, token: str | None, decision: str = "approve") -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return httpx.post(f"{gw.base}/approvals/{request_id}", json={"decision": decision},
+                      headers=headers, timeout=30)
+
+
+def test_a_scripts_approval_lets_exactly_one_retry_run(
+        gw: Gateway, upstream: tuple[str, Path], tokens: dict[str, str],
+        oidc_server: OidcServer) -> None:
+    arguments = {"text": "pay 100 to acme"}
+    denied(gw, tokens["trent"], arguments)
+    assert waiting(gw, tokens["alice"]) == [] or all(
+        r["caller"]["subject"] != "trent" for r in waiting(gw, tokens["alice"]))  # not an approver
+    assert all(r["caller"]["subject"] != "trent" for r in waiting(gw, tokens["trent"]))  # his own
+    request_id = request_of(gw, tokens["tess"], "trent", arguments)
+
+    assert decide(gw, request_id, None).status_code == 401
+    refused = decide(gw, request_id, tokens["alice"])
+    assert refused.status_code == 403
+    assert refused.json()["message"] == ("You cannot decide this request: the approver does not "
+                                         "meet: auth:claim:role:treasury.")
+    own = decide(gw, request_id, tokens["trent"])
+    assert own.status_code == 403 and "nobody approves their own call" in own.json()["message"]
+    assert decide(gw, "no-such-request", tokens["tess"]).status_code == 404
+    bad = httpx.post(f"{gw.base}/approvals/{request_id}", content=b'{"decision": "yes"}',
+                     headers={"Authorization": f"Bearer {tokens['tess']}"}, timeout=30)
+    assert bad.status_code == 400
+
+    before = tool_calls(upstream[1]).count("echo")
+    taken = decide(gw, request_id, tokens["tess"])
+    assert taken.status_code == 200 and taken.json() == {"id": request_id, "state": "approved"}
+    assert decide(gw, request_id, tokens["tess"], "refuse").status_code == 409
+    output = gw.output()
+    assert f"approval 'payout' request {request_id} approved by tess ({oidc_server.issuer})" \
+        in output  # the audit trail: who decided
+    assert not [who for who, token in tokens.items() if token in output]  # never a token
+
+    changed = denied(gw, tokens["trent"], {"text": "pay 999 to acme"})  # another call: not approved
+    assert changed["unmet"] == ["approval:payout"]
+    ran = run(call(gw.url, tokens["trent"], "up__echo", arguments))
+    assert not ran.is_error, ran
+    denied(gw, tokens["trent"], arguments)  # single use: the next one asks again
+    assert tool_calls(upstream[1]).count("echo") == before + 1
+    records = [r for r in gw.records() if r.get("approval", {}).get("id") == request_id]
+    assert [r["approval"]["result"] for r in records][-1] == "used"
+    metrics = gw.metrics()
+    for result in ("requested", "approved", "used"):
+        assert f'mcp_preconditions_approvals_total{{approval="payout",result="{result}"}}' in metrics
+
+
+async def _decline(context: Any, params: Any) -> mcp_types.ElicitResult:
+    return mcp_types.ElicitResult(action="decline")
+
+
+async def call_declaring(url: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+    """`call` from a client that declares elicitation, URL mode included (the SDK's client)."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    async with Client(streamable_http_client(url, http_client=http),
+                      elicitation_callback=_decline) as client:
+        return await client.call_tool(tool, arguments)
+
+
+def test_an_approver_signs_in_sees_the_call_and_approves_in_chromium(
+        gw: Gateway, upstream: tuple[str, Path], tokens: dict[str, str],
+        oidc_server: OidcServer) -> None:
+    arguments = {"text": "<b>wire</b> 2,500 EUR to ACME GmbH", "reference": "INV-2026-0042"}
+    result = run(call_declaring(gw.url, tokens["alice"], "up__echo", arguments))
+    assert result.is_error and result.structured_content["unmet"] == ["approval:payout"]
+    envelope = result.meta[AUTHORIZATION_META_KEY]
+    assert envelope["remediation"] == "available"
+    [hint] = envelope["remediationHints"]
+    request_id = request_of(gw, tokens["tess"], "alice", arguments)
+    assert hint == {"type": "url", "url": f"{gw.base}/approvals/{request_id}"}
+    with chromium() as browser:
+        approve_in(browser, gw, hint["url"], oidc_server)
+    shown = httpx.get(f"{gw.base}/approvals/{request_id}",
+                      headers={"Authorization": f"Bearer {tokens['trent']}"}, timeout=30)
+    assert shown.status_code == 200 and shown.json()["state"] == "approved"
+    before = tool_calls(upstream[1]).count("echo")
+    assert not run(call(gw.url, tokens["alice"], "up__echo", arguments)).is_error
+    assert tool_calls(upstream[1]).count("echo") == before + 1
+
+
+def approve_in(browser: Browser, gw: Gateway, url: str, oidc_server: OidcServer) -> None:
+    """Open the denial's `url` as tess, sign in, check what the page shows, approve."""
+    context = browser.new_context(viewport={"width": 900, "height": 640})
+    page = context.new_page()
+    response = page.goto(url)
+    assert response is not None and response.url.startswith(oidc_server.issuer)  # signing in first
+    walk(page, "tess", url)
+    errors: list[str] = []  # from here on: the gateway's own pages
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.reload()
+    assert page.locator("h1").inner_text() == "Approve a call to up__echo?"
+    assert page.locator("#tool").inner_text() == "up__echo"
+    assert page.locator("#approval").inner_text() == "payout"
+    assert page.locator("#caller").inner_text() == f"alice ({oidc_server.issuer})"
+    shown = json.loads(page.locator("#arguments").inner_text())
+    assert shown == {"reference": "INV-2026-0042", "text": "<b>wire</b> 2,500 EUR to ACME GmbH"}
+    assert page.locator("b").count() == 0  # the arguments are text, never markup
+    if os.environ.get("SCREENSHOT") == "1":
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+    with page.expect_navigation():
+        page.click('button[value="approve"]')
+    assert page.locator("#message").inner_text() == (
+        "The call to up__echo is approved: the caller can now make the call again, once.")
+    # nothing refused by the page's CSP (its style is allowed by its hash)
+    assert [e for e in errors if "Content Security Policy" in e] == []
+    context.close()
+
+
+async def test_a_stdio_gateway_serves_the_approval_pages_on_pages_listen(
+        oidc_server: OidcServer, tokens: dict[str, str], tmp_path: Path) -> None:
+    """Approvals alone (no connected account): the pages on --pages-listen, a script's POST with a
+    real token, the caller (named by --claims) retrying once."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(policy_text(oidc_server, sign_in=False) + APPROVALS.replace(
+        'store = "redis"\n', "").replace("[tools.up__echo]", "[tools.echo]"), encoding="utf-8")
+    claims = tmp_path / "claims.json"
+    claims.write_text(json.dumps({"iss": oidc_server.issuer, "sub": "carl"}), encoding="utf-8")
+    pages, log = f"http://127.0.0.1:{free_port()}", tmp_path / "upstream.jsonl"
+    params = gateway_stdio(policy, log, "--claims", str(claims), "--pages-listen", pages)
+    async with stdio_client(params) as streams, ClientSession(*streams) as session:
+        await session.initialize()
+        result = await session.call_tool("echo", {"text": "hi"})
+        assert result.is_error and result.structured_content is not None
+        assert result.structured_content["unmet"] == ["approval:payout"]
+        async with httpx2.AsyncClient(timeout=30) as http:
+            bearer = {"Authorization": f"Bearer {tokens['tess']}"}
+            listed = (await http.get(pages + "/approvals", headers=bearer)).json()["requests"]
+            [request_id] = [r["id"] for r in listed if r["caller"]["subject"] == "carl"]
+            page = await http.get(f"{pages}/approvals/{request_id}")
+            assert page.status_code == 403 and "Sign-in is not configured" in page.text
+            taken = await http.post(f"{pages}/approvals/{request_id}", headers=bearer,
+                                    json={"decision": "approve"})
+            assert taken.status_code == 200, taken.text
+        assert not (await session.call_tool("echo", {"text": "hi"})).is_error
+    assert tool_calls(log) == ["echo"]

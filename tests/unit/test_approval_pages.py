@@ -1,0 +1,336 @@
+"""The approver pages' rules (SPEC §15) over a real Guard and memory store, with an authenticator and
+a sign-in double (the real sign-in runs in Chromium in tests/integration/test_approval_pages.py):
+the script API's status table, who sees which request, CSRF and origin on the page's form, the
+page's content escaped and bounded, and its headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from mcp_preconditions import Guard, Identity, Principal, parse_policy
+from mcp_preconditions.approvals import MemoryApprovalStore, State, bind
+from mcp_preconditions.approvals.binding import Binding
+from mcp_preconditions.approvals.page_session import APPROVER_COOKIE
+from mcp_preconditions.approvals.page_views import SHOWN_CHARACTERS
+from mcp_preconditions.approvals.pages import ApprovalPages, approving_of
+from mcp_preconditions.credentials import Caller
+from mcp_preconditions.principal import Credentials
+from mcp_preconditions.resolvers import LiveSources
+
+ISSUER = "https://idp.example"
+BASE = "http://testserver"
+POLICY = b"""
+confidential = ["auth:claim:clearance:top"]
+[approvals.wire]
+approvers = ["auth:claim:role:treasury"]
+expires_seconds = 600
+[approvals.top]
+approvers = ["auth:claim:clearance:top"]
+[approvals.mine]
+approvers = "self"
+"""
+SOURCE = parse_policy(POLICY, "p.toml")
+
+
+def person(subject: str, **claims: str) -> Identity:
+    return Identity(Principal.from_claims({"iss": ISSUER, "sub": subject, **claims}))
+
+
+PEOPLE = {"alice": person("alice", role="treasury"),  # the caller, a treasurer herself
+          "bob": person("bob", role="treasury"), "carol": person("carol", role="clerk"),
+          "dave": person("dave", clearance="top")}
+
+
+class Tokens:
+    """A token is a person's name; "down" is an authorization server that does not answer."""
+
+    async def authenticate(self, credentials: Credentials) -> Identity:
+        if credentials.token == "down":
+            return Identity(failure="the key set did not answer", error=True)
+        return PEOPLE.get(credentials.token or "", Identity(failure="invalid token"))
+
+
+class SignInDouble:
+    """Where `begin` sends a browser, and who `finish_with_claims` signs in."""
+
+    claims: Mapping[str, Any] = {"iss": ISSUER, "sub": "bob", "role": "treasury", "nonce": "n"}
+
+    async def begin(self, return_to: str, redirect_uri: str, binding: str) -> str:
+        return f"{ISSUER}/authorize?return_to={return_to}&redirect_uri={redirect_uri}"
+
+    async def finish_with_claims(self, answer: Mapping[str, str], binding: str | None
+                                 ) -> tuple[Caller, Mapping[str, Any], str]:
+        return Caller(ISSUER, "bob"), self.claims, "/approvals"
+
+
+class World:
+    def __init__(self, sign_in: bool = True) -> None:
+        self.now = 1000.0
+        self.store = MemoryApprovalStore(clock=lambda: self.now)
+        self.events: list[tuple[str, State]] = []
+        live = LiveSources(approvals=self.store,
+                           approval_results=lambda name, result: self.events.append(
+                               (name, State(result))))
+        # (no tool: the pages decide requests, and a reload may drop an approval a tool would need)
+        self.guard = Guard(SOURCE, {}, live=live, entry_points=False)
+        self.pages = ApprovalPages(approving_of(self.guard), Tokens(), BASE,
+                                   SignInDouble() if sign_in else None,  # type: ignore[arg-type]
+                                   b"k" * 32 if sign_in else None, clock=lambda: self.now)
+        self.client = TestClient(self.pages.app(), follow_redirects=False)
+
+    def request(self, approval: str = "wire", caller: str = "alice",
+                arguments: dict[str, Any] | None = None) -> str:
+        binding = bind(approval, "send_wire", arguments or {"amount": 5}, PEOPLE[caller],
+                       self.guard.revision)
+        assert isinstance(binding, Binding)
+        opened = asyncio.run(self.store.open(binding, approval == "mine", 600, 600))
+        return opened.request.id  # type: ignore[union-attr]
+
+    def post(self, request_id: str, token: str | None, body: object = None,
+             raw: bytes | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        content = raw if raw is not None else json.dumps(body or {"decision": "approve"}).encode()
+        return self.client.post(f"/approvals/{request_id}", content=content,
+                                headers={**headers, "Content-Type": "application/json"})
+
+    def state(self, request_id: str) -> State:
+        found = asyncio.run(self.store.get(request_id))
+        assert found is not None
+        return found.state
+
+    def signed_in(self, **claims: str) -> str:
+        assert self.pages.sessions is not None
+        cookie = self.pages.sessions.seal({"iss": ISSUER, **claims})
+        self.client.cookies.set(APPROVER_COOKIE, cookie)
+        return cookie
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    yield World()
+
+
+@pytest.mark.parametrize(("token", "body", "status", "message"), [
+    ("bob", {"decision": "approve"}, 200, None),
+    ("bob", {"decision": "refuse"}, 200, None),
+    ("carol", {"decision": "approve"}, 403, "the approver does not meet: auth:claim:role:treasury"),
+    ("alice", {"decision": "approve"}, 403, "nobody approves their own call"),
+    ("nobody", {"decision": "approve"}, 401, "A valid bearer token is needed."),
+    ("down", {"decision": "approve"}, 503, "The token could not be verified now."),
+    ("bob", {"decision": "maybe"}, 400, 'The decision must be "approve" or "refuse".'),
+    ("bob", {"decision": "approve", "also": 1}, 400, "and nothing else"),
+    ("bob", ["approve"], 400, "and nothing else"),
+])
+def test_a_scripts_decision_answers_by_the_table(world: World, token: str, body: object,
+                                                 status: int, message: str | None) -> None:
+    request_id = world.request()
+    answer = world.post(request_id, token, body)
+    assert answer.status_code == status, answer.text
+    assert answer.headers["cache-control"] == "no-store"
+    if status == 200:
+        want = State.APPROVED if body == {"decision": "approve"} else State.REFUSED
+        assert answer.json() == {"id": request_id, "state": want.value}
+        assert world.state(request_id) is want
+        assert world.events == [("wire", want)]
+        return
+    assert message is not None and message in answer.json()["message"]
+    assert world.state(request_id) is State.REQUESTED and world.events == []
+    if status == 401:
+        assert answer.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+
+
+def test_unknown_expired_self_and_decided_requests(world: World) -> None:
+    assert world.post("no-such-request", "bob").status_code == 404
+    assert world.post("a" * 65, "bob").status_code == 404  # not an ID the store makes
+    assert world.post(world.request("mine"), "bob").status_code == 404  # answered in flight only
+    decided = world.request()
+    assert world.post(decided, "bob").status_code == 200
+    again = world.post(decided, "bob", {"decision": "refuse"})
+    assert (again.status_code, again.json()["error"]) == (409, "already_decided")
+    assert world.state(decided) is State.APPROVED
+    late = world.request(arguments={"amount": 6})
+    world.now += 600
+    expired = world.post(late, "bob")
+    assert (expired.status_code, expired.json()["message"]) == (
+        404, "Unknown or expired approval request.")
+
+
+def test_a_malformed_or_large_body(world: World) -> None:
+    request_id = world.request()
+    assert world.post(request_id, "bob", raw=b"{not json").status_code == 400
+    large = world.post(request_id, "bob", raw=b" " * 1025)
+    assert (large.status_code, large.json()["error"]) == (413, "too_large")
+    assert world.state(request_id) is State.REQUESTED
+
+
+def test_a_confidential_requirement_is_never_named(world: World) -> None:
+    request_id = world.request("top")
+    refused = world.post(request_id, "carol")
+    assert refused.status_code == 403
+    assert "clearance" not in refused.text
+    assert "does not meet this approval's requirements" in refused.json()["message"]
+    assert world.post(request_id, "dave").status_code == 200
+
+
+def test_a_listing_shows_only_what_this_approver_may_decide(world: World) -> None:
+    wire = world.request()  # alice's call
+    bobs = world.request(caller="bob", arguments={"amount": 7})
+    top = world.request("top")
+    world.request("mine")
+
+    def listed(token: str) -> list[str]:
+        answer = world.client.get("/approvals", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200
+        return [r["id"] for r in answer.json()["requests"]]
+
+    assert listed("bob") == [wire]  # not his own call, not the confidential one, not a question
+    assert sorted(listed("alice")) == [bobs]
+    assert listed("carol") == []
+    assert listed("dave") == [top]
+    shown = world.client.get(f"/approvals/{wire}", headers={"Authorization": "Bearer bob"}).json()
+    assert shown == {"id": wire, "approval": "wire", "tool": "send_wire", "arguments": {"amount": 5},
+                     "caller": {"issuer": ISSUER, "subject": "alice"}, "state": "requested",
+                     "expires_at": 1600.0}
+    assert world.client.get(f"/approvals/{wire}",
+                            headers={"Authorization": "Bearer carol"}).status_code == 403
+
+
+def test_a_page_signs_the_approver_in_first(world: World) -> None:
+    request_id = world.request()
+    answer = world.client.get(f"/approvals/{request_id}")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == (f"{ISSUER}/authorize?return_to=/approvals/{request_id}"
+                                          f"&redirect_uri={BASE}/approvals/callback")
+    assert "mcp_preconditions_flow" in answer.cookies
+    back = world.client.get("/approvals/callback?code=c&state=s")
+    assert (back.status_code, back.headers["location"]) == (303, "/approvals")
+    world.client.cookies.set(APPROVER_COOKIE, back.cookies[APPROVER_COOKIE])
+    assert world.client.get(f"/approvals/{request_id}").status_code == 200
+
+
+def test_a_forged_or_expired_cookie_is_nobody(world: World) -> None:
+    request_id = world.request()
+    world.client.cookies.set(APPROVER_COOKIE, "Zm9yZ2Vk")
+    assert world.client.get(f"/approvals/{request_id}").status_code == 303
+    world.signed_in(sub="bob", role="treasury")
+    world.now += 901
+    assert world.client.get(f"/approvals/{request_id}").status_code == 303
+
+
+def page_form(world: World, request_id: str) -> str:
+    shown = world.client.get(f"/approvals/{request_id}")
+    assert shown.status_code == 200, shown.text
+    return shown.text.split('name="csrf" value="')[1].split('"')[0]
+
+
+def test_the_page_shows_the_call_escaped_and_its_buttons(world: World) -> None:
+    request_id = world.request(arguments={"a_note": "<script>alert(1)</script>",
+                                          "blob": "x" * (2 * SHOWN_CHARACTERS)})
+    world.signed_in(sub="bob", role="treasury")
+    shown = world.client.get(f"/approvals/{request_id}")
+    assert shown.status_code == 200
+    text = shown.text
+    assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "alice (https://idp.example)" in text and "send_wire" in text and ">wire<" in text
+    assert "1970-01-01 00:26:40 UTC" in text  # expiry: created at 1000 s, 600 s to decide
+    assert "… (cut:" in text and "x" * (2 * SHOWN_CHARACTERS) not in text
+    assert 'value="approve"' in text and 'value="refuse"' in text
+    assert shown.headers["content-security-policy"].startswith("default-src 'none'; style-src 'sha256-")
+    assert "frame-ancestors 'none'" in shown.headers["content-security-policy"]
+    assert shown.headers["referrer-policy"] == "same-origin"  # (no-referrer: a form posts Origin null)
+
+
+def test_the_form_needs_its_csrf_token_and_origin(world: World) -> None:
+    request_id = world.request()
+    other = world.request(arguments={"amount": 9})
+    world.signed_in(sub="bob", role="treasury")
+    token = page_form(world, request_id)
+    url = f"/approvals/{request_id}"
+    for form, headers in [({"csrf": "forged", "decision": "approve"}, {}),
+                          ({"csrf": page_form(world, other), "decision": "approve"}, {}),
+                          ({"csrf": token, "decision": "approve"}, {"Origin": "https://evil.example"}),
+                          ({"decision": "approve"}, {})]:
+        refused = world.client.post(url, data=form, headers=headers)
+        assert refused.status_code == 403 and "not sent from its page" in refused.text
+    assert world.state(request_id) is State.REQUESTED
+    taken = world.client.post(url, data={"csrf": token, "decision": "approve"},
+                              headers={"Origin": BASE})
+    assert taken.status_code == 200 and "is approved" in taken.text
+    assert world.state(request_id) is State.APPROVED and world.events == [("wire", State.APPROVED)]
+    world.client.cookies.clear()
+    assert world.client.post(url, data={"csrf": token, "decision": "refuse"}).status_code == 403
+
+
+def test_a_signed_in_caller_cannot_approve_their_own_call(world: World) -> None:
+    request_id = world.request()
+    world.signed_in(sub="alice", role="treasury")
+    answer = world.client.get(f"/approvals/{request_id}")
+    assert answer.status_code == 403 and "nobody approves their own call" in answer.text
+    listing = world.client.get("/approvals")
+    assert listing.status_code == 200 and request_id not in listing.text
+    assert "No request is waiting for you." in listing.text
+
+
+def test_the_listing_page_links_each_request(world: World) -> None:
+    request_id = world.request()
+    world.signed_in(sub="bob", role="treasury")
+    listing = world.client.get("/approvals")
+    assert f'href="/approvals/{request_id}"' in listing.text
+
+
+def test_without_sign_in_the_page_says_so_and_scripts_still_work() -> None:
+    world = World(sign_in=False)
+    request_id = world.request()
+    page = world.client.get(f"/approvals/{request_id}")
+    assert page.status_code == 403 and "Sign-in is not configured on this gateway" in page.text
+    assert world.client.get("/approvals/callback?code=c&state=s").status_code == 404
+    assert world.post(request_id, "bob").status_code == 200
+
+
+def test_an_unexpected_failure_is_one_line_naming_its_type(world: World,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(MemoryApprovalStore):
+        async def get(self, request_id: str) -> Any:
+            raise RuntimeError(f"lost {request_id}")
+
+    world.guard = Guard(SOURCE, {"send_wire": ["approval:wire"]},
+                        live=LiveSources(approvals=Broken()), entry_points=False)
+    world.pages.current = approving_of(world.guard)
+    with caplog.at_level(logging.ERROR, "mcp_preconditions.approvals"):
+        answer = world.post("some-request", "bob")
+    assert (answer.status_code, answer.json()["error"]) == (500, "server_error")
+    assert [r.getMessage() for r in caplog.records] == [
+        "approval page /approvals/ID failed: RuntimeError"]
+
+
+def test_a_reload_is_followed(world: World) -> None:
+    request_id = world.request()
+    assert world.client.get(f"/approvals/{request_id}",
+                            headers={"Authorization": "Bearer carol"}).status_code == 403
+    clerks = POLICY.replace(b'approvers = ["auth:claim:role:treasury"]',
+                            b'approvers = ["auth:claim:role:clerk"]')
+    world.guard.reload(parse_policy(clerks, "p.toml"))  # the same store: memory requests are kept
+    assert world.client.get(f"/approvals/{request_id}",
+                            headers={"Authorization": "Bearer carol"}).status_code == 200
+    assert world.post(request_id, "bob").status_code == 403  # no longer an approver
+    gone = POLICY.replace(b"[approvals.wire]", b"[approvals.other]")
+    world.guard.reload(parse_policy(gone, "p.toml"))
+    assert world.post(request_id, "carol").status_code == 404  # its approval is no longer defined
+    assert world.state(request_id) is State.REQUESTED
+
+
+def test_an_id_token_with_too_many_claims_is_refused_at_sign_in(world: World) -> None:
+    world.pages.sign_in.claims = {  # type: ignore[union-attr]
+        "iss": ISSUER, "sub": "bob", "groups": ["g" * 40] * 100}
+    back = world.client.get("/approvals/callback?code=c&state=s")
+    assert back.status_code == 400
+    assert "The sign-in&#x27;s ID token has too many claims to keep." in back.text
+    assert APPROVER_COOKIE not in back.cookies
