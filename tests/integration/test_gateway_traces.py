@@ -89,13 +89,20 @@ def descends(spans: dict[str, ReceivedSpan], span_id: str, ancestor: str) -> boo
     return False
 
 
+def expected_spans(key: str) -> set[str]:
+    """The names of the spans the trace of `key` holds once its call is over."""
+    if key == "denied":
+        return {"tools/call alpha__slow", "decide alpha__slow"}
+    server, tool = ("alpha", "echo") if key == "alpha" else ("beta", "env")
+    return {f"tools/call {server}__{tool}", f"decide {server}__{tool}", f"upstream tools/call {tool}"}
+
+
 def test_one_trace_runs_from_the_client_through_the_gateway_into_each_server(
         tmp_path: Path, otlp_receiver: OtlpReceiver) -> None:
     with traced_gateway(tmp_path, otlp_receiver) as (gw, _beta):
         said = anyio.run(calls, gw.url + "/mcp")
-        traces = {key: otlp_receiver.wait_for(trace, {"decide alpha__slow"} if key == "denied" else {
-                      f"upstream tools/call {'echo' if key == 'alpha' else 'env'}"})
-                  for key, trace in TRACES.items()}
+        # Every span the assertions read: a parent span ends (and is exported) after its children.
+        traces = {key: otlp_receiver.wait_for(trace, expected_spans(key)) for key, trace in TRACES.items()}
     assert said == {"alpha": False, "beta": False, "meta": False, "denied": True}
     for key, server, tool, log in (("alpha", "alpha", "echo", "alpha.jsonl"),
                                    ("beta", "beta", "env", "beta.jsonl"),
