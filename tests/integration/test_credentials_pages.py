@@ -206,7 +206,9 @@ def test_replicas_share_links_states_and_tokens_in_redis(oidc_server: OidcServer
     prefix = f"test-{os.getpid()}-{time.monotonic_ns()}:"
 
     def replica() -> tuple[RedisVault, RedisTickets]:
-        source = RedisStateSource(redis_server.url)  # each replica its own client and pool
+        # each replica its own client and pool; timeouts for two loaded cores (the default
+        # 0.25 s is a production setting for a fast fail-closed lookup)
+        source = RedisStateSource(redis_server.url, connect_timeout=10, read_timeout=10)
         return RedisVault(source, prefix + "tokens:"), RedisTickets(source, prefix + "ticket:")
 
     vault_a, tickets_a = replica()
