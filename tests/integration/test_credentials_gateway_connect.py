@@ -74,7 +74,7 @@ def gw(oidc_server: OidcServer, wiki: TokenServer, service: str, redis_server: R
 def link_for(oidc: OidcServer, redis: RedisServer, base: str, subject: str) -> str:
     """The connect link a denial's remedy carries, made as any replica makes it: in the Redis
     store the gateway shares, for this caller (`ConnectFlow.link`, what the remedy calls)."""
-    source = RedisStateSource(redis.url)
+    source = RedisStateSource(redis.url, connect_timeout=10, read_timeout=10)  # loaded cores
     settings = OAuthSettings(OAuthClient("connector", CONNECTOR_SECRET), base64.b64decode(TOKEN_KEY),
                              issuer=oidc.issuer, scope=("wiki:read",), resource=WIKI, store="redis")
     accounts = ConnectedAccounts("wiki", settings, RedisVault(source))

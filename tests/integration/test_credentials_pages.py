@@ -87,23 +87,24 @@ def test_a_connect_link_ends_with_the_callers_own_token_kept_encrypted(
 def test_a_caller_lists_and_removes_only_their_own_connections(site: Pages, oidc_server: OidcServer) -> None:
     alice, bob = oidc_server.user_token("alice"), oidc_server.user_token("bob")
     connect_without_browser(site, alice, "alice")
-    listed = httpx.get(site.base + "/connections", headers={"Authorization": f"Bearer {alice}"}).json()
+    listed = httpx.get(site.base + "/connections", headers={"Authorization": f"Bearer {alice}"},
+                       timeout=30).json()
     assert [c["server"] for c in listed["connections"]] == ["wiki"]
     entry = listed["connections"][0]
     assert entry["connected_at"] <= time.time() < entry["expires_at"] and set(entry) == {
         "server", "connected_at", "expires_at"}
     as_bob = {"Authorization": f"Bearer {bob}"}
-    assert httpx.get(site.base + "/connections", headers=as_bob).json() == {"connections": []}
-    assert httpx.delete(site.base + "/connections/wiki", headers=as_bob).status_code == 404
+    assert httpx.get(site.base + "/connections", headers=as_bob, timeout=30).json() == {"connections": []}
+    assert httpx.delete(site.base + "/connections/wiki", headers=as_bob, timeout=30).status_code == 404
     for headers in ({}, {"Authorization": "Bearer not-a-token"}):
-        refused = httpx.get(site.base + "/connections", headers=headers)
+        refused = httpx.get(site.base + "/connections", headers=headers, timeout=30)
         assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
     as_alice = {"Authorization": f"Bearer {alice}"}
-    removed = httpx.delete(site.base + "/connections/wiki", headers=as_alice)
+    removed = httpx.delete(site.base + "/connections/wiki", headers=as_alice, timeout=30)
     assert (removed.status_code, removed.json()) == (200, {"removed": "wiki"})
-    assert httpx.delete(site.base + "/connections/wiki", headers=as_alice).status_code == 404
-    assert httpx.delete(site.base + "/connections/nope", headers=as_alice).status_code == 404
-    assert httpx.get(site.base + "/connections", headers=as_alice).json() == {"connections": []}
+    assert httpx.delete(site.base + "/connections/wiki", headers=as_alice, timeout=30).status_code == 404
+    assert httpx.delete(site.base + "/connections/nope", headers=as_alice, timeout=30).status_code == 404
+    assert httpx.get(site.base + "/connections", headers=as_alice, timeout=30).json() == {"connections": []}
 
 
 def test_someone_elses_link_is_403_and_a_stolen_state_is_400_with_its_code_unredeemed(
@@ -205,7 +206,9 @@ def test_replicas_share_links_states_and_tokens_in_redis(oidc_server: OidcServer
     prefix = f"test-{os.getpid()}-{time.monotonic_ns()}:"
 
     def replica() -> tuple[RedisVault, RedisTickets]:
-        source = RedisStateSource(redis_server.url)  # each replica its own client and pool
+        # each replica its own client and pool; timeouts for two loaded cores (the default
+        # 0.25 s is a production setting for a fast fail-closed lookup)
+        source = RedisStateSource(redis_server.url, connect_timeout=10, read_timeout=10)
         return RedisVault(source, prefix + "tokens:"), RedisTickets(source, prefix + "ticket:")
 
     vault_a, tickets_a = replica()

@@ -153,8 +153,8 @@ async def test_a_crashed_server_keeps_its_listing_fails_alone_and_works_once_bac
 
 async def test_a_hung_call_is_cut_off_alone_while_the_other_server_answers(tmp_path: Path) -> None:
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
-    # The timeout bounds the other calls too: a few seconds, so a loaded machine cannot cut them.
-    with fleet(tmp_path, {k: logging_upstream(log) for k, log in logs.items()}, timeout=5) as gw:
+    # The timeout bounds the other calls too: 10 s, so a loaded machine cannot cut them.
+    with fleet(tmp_path, {k: logging_upstream(log) for k, log in logs.items()}, timeout=10) as gw:
         async with Client(gw.url, mode="legacy") as one, Client(gw.url, mode="legacy") as two:
             hung: dict[str, Any] = {}
             async with anyio.create_task_group() as tg:

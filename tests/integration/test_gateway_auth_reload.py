@@ -48,7 +48,7 @@ def test_a_reload_that_adds_auth_challenges_and_one_that_removes_it_stops(
             f'jwks_uri = "{oidc_server.jwks_uri}"\n')
     policy, log = tmp_path / "policy.toml", tmp_path / "upstream.jsonl"
     policy.write_text(OPEN, encoding="utf-8")
-    with gateway_http(policy, log) as gw, httpx.Client(base_url=gw.url, timeout=20) as http:
+    with gateway_http(policy, log) as gw, httpx.Client(base_url=gw.url, timeout=30) as http:
         assert _status(http) == 200
         assert http.get("/.well-known/oauth-protected-resource").status_code == 404
 

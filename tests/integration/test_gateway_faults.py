@@ -72,9 +72,9 @@ async def test_upstream_killed_mid_call_fails_that_call_at_once_and_is_restarted
 
 async def test_a_tool_hanging_past_the_timeout_gets_a_tool_error_and_the_gateway_answers_on(
         tmp_path: Path) -> None:
-    # The timeout bounds `echo` after it too: a few seconds, so that a loaded machine does not make
-    # it a second hung call.
-    policy, claims, log = files(tmp_path, timeout=5)
+    # The timeout bounds `echo` after it too: 10 s, so that a loaded machine does not make it a
+    # second hung call (5 s was within reach of two loaded cores).
+    policy, claims, log = files(tmp_path, timeout=10)
     async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
         hung = await raw_call(client, "slow", {"seconds": 600})
         after = await raw_call(client, "echo")
@@ -98,7 +98,7 @@ async def test_a_non_json_line_from_the_upstream_is_skipped_and_traffic_goes_on(
 
 
 def test_http_upstream_down_at_start_then_up_then_restarted(tmp_path: Path) -> None:
-    policy, _claims, log = files(tmp_path, timeout=5)
+    policy, _claims, log = files(tmp_path, timeout=10)  # every call here expects an answer
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with gateway_http(policy, log, "--upstream-url", url) as gw:

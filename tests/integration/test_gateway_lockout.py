@@ -48,10 +48,20 @@ def gateway(tmp_path: Path, oidc: OidcServer, *flags: str) -> Any:
 
 
 async def bystander_calls_echo(url: str, token: str) -> dict[str, Any]:
-    """What another principal sees: the SDK's client initializes and calls `echo`."""
-    async with Client(streamable_http_client(url + "/mcp", http_client=bearer(token)),
-                      mode="legacy") as client:
+    """What another principal sees: the SDK's client initializes and calls `echo`. Its HTTP client
+    is closed on return (the SDK leaves a client it was given open: its kept-alive connections
+    would close whenever it is collected, and count against the gateway's cap till then)."""
+    async with bearer(token) as http, \
+            Client(streamable_http_client(url + "/mcp", http_client=http), mode="legacy") as client:
         return await raw_call(client, "echo", {"text": "hi"})
+
+
+async def closed_seen(http: httpx.AsyncClient) -> None:
+    """Return once the gateway has seen every connection closed before this call close: a health
+    check on a connection of its own that the gateway closes after its answer. The gateway's loop
+    has the earlier closes (already in its sockets) in hand before it has read this request."""
+    answer = await http.get("/healthz", headers={"connection": "close"})
+    assert answer.status_code == 200, answer.text
 
 
 def initialize(http: httpx.Client, token: str) -> httpx.Response:
@@ -153,12 +163,12 @@ async def _streams_then_cap(gw: Process, greedy: str, other: str
         try:
             statuses = [await _listen(http, greedy, held) for _ in range(20)]
             seen = await bystander_calls_echo(gw.url, other)
-            await anyio.sleep(0.5)  # the gateway has seen the bystander's connections close
+            await closed_seen(http)  # the bystander's connections, and the refused listens'
             host, port = gw.url.removeprefix("http://").split(":")
-            # Every other connection the cap allows, held idle by the same principal.
+            # Every other connection the cap allows, held idle by the same principal (accepted
+            # in the order they were made: before the connections below).
             idle = [socket.create_connection((host, int(port))) for _ in range(24 - 16)]
             try:
-                await anyio.sleep(0.5)  # accepted by now
                 async with httpx.AsyncClient(base_url=gw.url, timeout=30) as fresh:
                     health = {path: (await fresh.get(path)).status_code
                               for path in ("/healthz", "/readyz")}

@@ -130,7 +130,7 @@ def test_prometheus_counts_each_servers_calls_exactly_and_random_names_add_no_se
         after = prom.values(series)
         unlisted = nonzero(prom, 'mcp_preconditions_decisions_total{result="unlisted"}', "server",
                            "tool")
-        text = httpx.get(gw.url + "/metrics").text
+        text = httpx.get(gw.url + "/metrics", timeout=30).text
     assert seen == SEEN  # what the client saw ...
     assert counts == COUNTED  # ... is what Prometheus counted, per server and tool
     assert unmet == {("(withheld)",): 2, ("auth:claim:role:admin",): 1, ("quota:q",): 3}
@@ -228,7 +228,7 @@ async def _stdio_script(params: StdioServerParameters, url: str, prom: Prometheu
         await anyio.to_thread.run_sync(prom.scraped_after, time.time(), "stdio")
         counts = nonzero(prom, 'sum by (server, tool, result) (mcp_preconditions_decisions_total'
                                '{job="stdio"})', "server", "tool", "result")
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=30) as http:
             elsewhere = (await http.get(url.removesuffix("/metrics") + "/mcp")).status_code
     return seen, counts, elsewhere
 
@@ -247,8 +247,8 @@ def test_metrics_listen_moves_metrics_off_the_http_listener(tmp_path: Path) -> N
             own = until(lambda: bool(re.search(r"metrics on (\S+)", gw.output())), True, gw.output)
             found = re.search(r"metrics on (\S+)", gw.output())
             assert own and found is not None
-            main_listener = httpx.get(gw.url + "/metrics").status_code
-            page = httpx.get(found.group(1)).text
+            main_listener = httpx.get(gw.url + "/metrics", timeout=30).status_code
+            page = httpx.get(found.group(1), timeout=30).text
     assert main_listener == 404
     assert 'mcp_preconditions_upstream_up{server="beta"}' in page
 
@@ -312,14 +312,14 @@ def test_a_reload_that_leaves_a_server_unusable_counts_as_unusable_not_success(
                       *UPSTREAM_STDIO, wait="/readyz") as gw:
         until(lambda: httpx.get(gw.url + "/readyz", timeout=30).status_code, 200, gw.output)
         policy.write_text('[tools.Echo]\nrequirements = []\n', encoding="utf-8")
-        until(lambda: counts % ("unusable", "1.0") in httpx.get(gw.url + "/metrics").text, True,
+        until(lambda: counts % ("unusable", "1.0") in httpx.get(gw.url + "/metrics", timeout=30).text, True,
               gw.output)
         unusable = httpx.get(gw.url + "/readyz", timeout=30)
         refused = anyio.run(_call, gw.url + "/mcp", "echo")
         policy.write_text('[tools.echo]\nrequirements = []\n', encoding="utf-8")
-        until(lambda: counts % ("success", "1.0") in httpx.get(gw.url + "/metrics").text, True,
+        until(lambda: counts % ("success", "1.0") in httpx.get(gw.url + "/metrics", timeout=30).text, True,
               gw.output)
-        page = httpx.get(gw.url + "/metrics").text
+        page = httpx.get(gw.url + "/metrics", timeout=30).text
     assert unusable.status_code == 503 and "problem" in unusable.json()["servers"]["upstream"]
     assert refused["isError"] is True
     assert counts % ("unusable", "1.0") in page and counts % ("failure", "0.0") in page

@@ -162,14 +162,17 @@ async def test_a_retry_is_decided_again_and_bound_to_its_call(tmp_path: Path, po
 
 async def test_a_client_that_never_retries_leaves_nothing_pending(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
-    policy.write_text("[gateway]\ncall_timeout_seconds = 1\n", encoding="utf-8")
+    # The call timeout bounds `ask`'s first round and `other` too: 10 s, which two loaded cores
+    # cannot reach (1 s could cut them).
+    policy.write_text("[gateway]\ncall_timeout_seconds = 10\n", encoding="utf-8")
     log, stderr = tmp_path / "upstream.jsonl", tmp_path / "gateway.err"
     # A sampling callback declares the capability; the raw calls below never reach it.
     with stderr.open("w") as err:
         async with Client(stdio_client(asking_upstream.gateway(policy, log), errlog=err), mode="auto",
                           sampling_callback=Asked().sampling) as client:
             first = await _raw_call(client, "ask")
-            # The call is forgotten 1 s after the client's last request, and the gateway says so.
+            # The call is forgotten a call timeout after the client's last request, and the
+            # gateway says so.
             forgotten = await eventually_async(lambda: _said(stderr, FORGOTTEN), True, 30)
             assert forgotten, stderr.read_text()
             after = await _retry_late_then_other(client, first)

@@ -80,7 +80,7 @@ def test_sigterm_stops_the_gateway_and_its_npx_upstream() -> None:
     gateway, family = started_gateway()
     try:
         gateway.send_signal(signal.SIGTERM)
-        assert gateway.wait(timeout=20) == 128 + signal.SIGTERM
+        assert gateway.wait(timeout=30) == 128 + signal.SIGTERM
         assert_gone(family)
     finally:
         if gateway.poll() is None:
@@ -94,7 +94,7 @@ def test_sigterm_during_the_shutdown_after_stdin_closed_still_stops_the_upstream
         gateway.stdin.close()  # the client has gone: the gateway begins stopping its upstream
         time.sleep(1.8)  # as the Inspector: inside the SDK's 2 s grace for the upstream
         gateway.send_signal(signal.SIGTERM)  # and is told to stop meanwhile
-        gateway.wait(timeout=20)
+        gateway.wait(timeout=30)
         assert_gone(family)
     finally:
         if gateway.poll() is None:

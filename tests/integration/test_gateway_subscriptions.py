@@ -27,7 +27,7 @@ class Updates:
             self.uris.append(str(message.params.uri))
 
     async def until(self, count: int) -> None:
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             while len(self.uris) < count:
                 await anyio.sleep(0.05)
 

@@ -41,11 +41,15 @@ SIGNATURE_REFUSED = "does not match the body for the configured public key"
 def policy(redis: RedisServer, note: str, *, quota: bool) -> bytes:
     needs = '"state:launch.window", "quota:echo.shared"' if quota else '"state:launch.window"'
     return f"""# {note}
+[guard]
+lookup_timeout_seconds = 10
 [state]
 ttl_seconds = {TTL}
 [state.redis]
 url = "{redis.url}"
 prefix = "image:"
+connect_timeout_seconds = 5
+read_timeout_seconds = 5
 [quotas."echo.shared"]
 calls = {QUOTA}
 per_seconds = 3600
@@ -74,7 +78,7 @@ class Fleet:
         assert self.redis.command("SET", "image:launch.window", value) == "+OK"
 
     def revisions(self) -> dict[str, str]:
-        return {name: httpx.get(c.url + "/readyz", timeout=5).json()["policy"]
+        return {name: httpx.get(c.url + "/readyz", timeout=30).json()["policy"]
                 for name, c in self.containers.items()}
 
 

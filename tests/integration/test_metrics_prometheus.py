@@ -108,7 +108,7 @@ def test_a_thousand_random_tool_names_add_no_series(tmp_path: Path) -> None:
         prom.scraped_after(time.time(), "mission")
         after = prom.values(series)
         counted = prom.values(unlisted, "server")
-        text = httpx.get(metrics_url(server.url)).text
+        text = httpx.get(metrics_url(server.url), timeout=30).text
     assert before == after and before[()] > 40
     assert counted == {("mission-control",): 1000}
     assert not any(f'tool="{n}"' in text for n in names if n not in ("get_weather",))
@@ -127,7 +127,7 @@ def test_a_stdio_server_serves_metrics_on_its_own_listener() -> None:
                 errlog.seek(0)
                 url = re.search(r"metrics on (\S+)", errlog.read())
                 assert url is not None
-                async with httpx.AsyncClient() as http:
+                async with httpx.AsyncClient(timeout=30) as http:
                     page = (await http.get(url.group(1))).text
                     elsewhere = (await http.get(url.group(1).removesuffix("/metrics") + "/mcp"))
                 return url.group(1), page, elsewhere.status_code
@@ -144,8 +144,8 @@ def test_metrics_listen_moves_metrics_off_the_http_listener() -> None:
     with serve_http(MISSION_POLICY, "--metrics-listen", "http://127.0.0.1:0") as server:
         own = re.search(r"metrics on (\S+)", server.output())
         assert own is not None
-        assert httpx.get(metrics_url(server.url)).status_code == 404
-        assert "mcp_preconditions_policy_info" in httpx.get(own.group(1)).text
+        assert httpx.get(metrics_url(server.url), timeout=30).status_code == 404
+        assert "mcp_preconditions_policy_info" in httpx.get(own.group(1), timeout=30).text
 
 
 @pytest.mark.parametrize(("value", "message"), [

@@ -73,7 +73,7 @@ class Served:
 
 
 async def _until(ready: Callable[[], Awaitable[bool]]) -> None:
-    with anyio.fail_after(15):
+    with anyio.fail_after(30):
         while not await ready():
             await anyio.sleep(0.1)
 

@@ -266,7 +266,7 @@ def test_5xx_then_unreachable_keep_the_last_good_policy_and_log_each_once(
         server: BundleServer, caplog: pytest.LogCaptureFixture) -> None:
     url = publish(server, OPEN)
     guard = Guard(load_policy_url(url), entry_points=False)
-    reloader = BundleReloader(guard, url, timeout=2.0)
+    reloader = BundleReloader(guard, url, timeout=10.0)  # the 500 must arrive in time, loaded or not
     server.faults["/policy.toml"] = "500"
     with caplog.at_level(logging.ERROR, logger="mcp_preconditions.policy"):
         assert reloader.reload() is None and reloader.reload() is None

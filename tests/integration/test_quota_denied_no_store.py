@@ -33,6 +33,8 @@ def policy(redis_url: str) -> bytes:
 [state.redis]
 url = "{redis_url}"
 quota_prefix = "no-store:"
+connect_timeout_seconds = 5
+read_timeout_seconds = 5
 [quotas.hourly]
 calls = 100
 per_seconds = 3600
@@ -41,7 +43,7 @@ store = "redis"
 requirements = ["auth:oauth2", "auth:claim:role:mission_control", "quota:hourly"]
 [guard]
 list_filtering = true
-lookup_timeout_seconds = 2
+lookup_timeout_seconds = 10
 """.encode()
 
 

@@ -128,7 +128,7 @@ async def test_polling_as_a_task_awaits_async_callbacks(policy_file: Path) -> No
     reloader.start()
     try:
         policy_file.write_bytes(CLOSED)
-        await asyncio.wait_for(notified.wait(), 10)
+        await asyncio.wait_for(notified.wait(), 30)
     finally:
         reloader.stop()
     assert seen == [revision_of(CLOSED)]

@@ -110,12 +110,18 @@ class Cluster:
 
 
 def policy(redis: RedisServer, flags: Path, decisions: Path, note: str) -> bytes:
+    """Redis timeouts for two loaded cores: a read that is slow only because of the load is not
+    denied as an error (a stopped Redis refuses at once, whatever they are)."""
     return f"""# {note}
+[guard]
+lookup_timeout_seconds = 10
 [state]
 ttl_seconds = {TTL}
 [state.redis]
 url = "{redis.url}"
 prefix = "replicas:"
+connect_timeout_seconds = 5
+read_timeout_seconds = 5
 [features.openfeature]
 provider = "flagd"
 path = "{flags}"

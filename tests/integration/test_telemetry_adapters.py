@@ -72,7 +72,7 @@ async def test_each_flavour_serves_metrics_over_http(flavour_name: str) -> None:
     flavour: Flavour = FLAVOURS[flavour_name](small_guard(), metrics=True)
     async with Client(flavour.target) as client:
         await client.call_tool("closed_door", {})
-    async with run_asgi(http_app(flavour)) as base, httpx.AsyncClient() as http:
+    async with run_asgi(http_app(flavour)) as base, httpx.AsyncClient(timeout=30) as http:
         page = await http.get(f"{base}/metrics")
     assert page.status_code == 200
     assert ('mcp_preconditions_decisions_total{result="denied",server="small",tool="closed_door"} '
