@@ -243,38 +243,56 @@ class HttpLink:
         return self.modern
 
     # -- the session's GET stream ------------------------------------------------------------------
-    def listen(self) -> None:
-        """Open the session's GET stream (what the server sends outside any request)."""
+    def listen(self, answered: Callable[[], None] | None = None) -> None:
+        """Open the session's GET stream (what the server sends outside any request). `answered`
+        is called once, when the server has answered the first GET (its event stream begun, or a
+        refusal) or that attempt has failed: from then on what the server sends unasked reaches
+        the gateway, or does not come on this stream at all."""
         if self._listening is None:
-            self._listening = asyncio.get_running_loop().create_task(self._get_stream())
+            self._listening = asyncio.get_running_loop().create_task(self._get_stream(answered))
+        elif answered is not None:  # already asked for: nothing more to wait for
+            answered()
 
-    async def _get_stream(self) -> None:
+    async def _get_stream(self, answered: Callable[[], None] | None = None) -> None:
+        def settle() -> None:
+            nonlocal answered
+            if answered is not None:
+                call, answered = answered, None
+                call()
+
         failures = 0
-        while failures < GET_ATTEMPTS and not self.lost.is_set():
-            headers = self._with_session()
-            headers["accept"] = "text/event-stream"
-            try:
-                response = await self._request("GET", headers)
+        try:
+            while failures < GET_ATTEMPTS and not self.lost.is_set():
+                headers = self._with_session()
+                headers["accept"] = "text/event-stream"
                 try:
-                    if response.status == 405:  # the server offers no GET stream
-                        return
-                    if response.status == 404:
-                        self.lost.set()
-                        return
-                    if response.status != 200:
-                        failures += 1
-                    else:
-                        failures = 0
-                        async with contextlib.aclosing(events(
-                                response.stream(), self.bounds.event, self.bounds.line)) as stream:
-                            async for data in stream:
-                                self._deliver(data, None)
-                finally:
-                    response.close()
-            except UpstreamError as exc:  # refused, malformed, past a bound: asked again later
-                failures += 1
-                log.debug("upstream %s: GET stream: %s", self._label, exc)
-            await asyncio.sleep(GET_RETRY_SECONDS)
+                    response = await self._request("GET", headers)
+                    settle()  # the server has answered: a 200 stream is open on its side too
+                    try:
+                        kind = response.headers.get("content-type", "").split(";", 1)[0]
+                        if response.status == 405:  # the server offers no GET stream
+                            return
+                        if response.status == 404:
+                            self.lost.set()
+                            return
+                        if response.status != 200 or kind.strip().lower() != "text/event-stream":
+                            failures += 1
+                        else:
+                            failures = 0
+                            async with contextlib.aclosing(events(
+                                    response.stream(), self.bounds.event,
+                                    self.bounds.line)) as stream:
+                                async for data in stream:
+                                    self._deliver(data, None)
+                    finally:
+                        response.close()
+                except UpstreamError as exc:  # refused, malformed, past a bound: asked again later
+                    settle()
+                    failures += 1
+                    log.debug("upstream %s: GET stream: %s", self._label, exc)
+                await asyncio.sleep(GET_RETRY_SECONDS)
+        finally:
+            settle()  # given up, cancelled or failed: nobody waits for it any longer
 
     async def close(self) -> None:
         """End the session (DELETE) and every connection."""

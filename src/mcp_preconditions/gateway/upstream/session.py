@@ -40,8 +40,9 @@ from .targets import HttpTarget, StdioTarget, Target
 log = logging.getLogger("mcp_preconditions.gateway")
 
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
-# How long the first listing of a 2026-07-28 server waits for its listen stream's acknowledgement:
-# a server that never gives one is listed anyway.
+# How long the first listing of a server waits for the stream its change notifications will come
+# on: a 2026-07-28 listen stream's acknowledgement, a 2025-11-25 HTTP session's GET stream answered.
+# A server that never gives one is listed anyway.
 LISTEN_ACK_SECONDS = 10.0
 MAX_NOTIFYING = 16  # the gateway's notifications to one server under way at once; more are dropped
 
@@ -171,9 +172,9 @@ class Upstream:
                 try:
                     if connected.protocol_version == LATEST_MODERN_VERSION:
                         await self._listening(tg, connected)
-                    await self.on_connect()
                     if isinstance(connected.link, HttpLink) and not connected.link.modern:
-                        connected.link.listen()
+                        await self._get_stream(connected.link)
+                    await self.on_connect()
                     if connected.callers is not None:
                         tg.start_soon(connected.callers.run)
                     await connected.lost.wait()
@@ -277,6 +278,17 @@ class Upstream:
         tg.start_soon(self._listen_for_changes, connected, settled.set)
         with anyio.move_on_after(LISTEN_ACK_SECONDS):
             await settled.wait()
+
+    async def _get_stream(self, link: HttpLink) -> None:
+        """Open a 2025-11-25 HTTP session's GET stream, and wait until the server has answered it
+        (its event stream begun, or a refusal: the session goes on without one, as before) or
+        LISTEN_ACK_SECONDS pass, before the first listing: what a server sends outside any request
+        goes to that stream alone, and one not yet open has nowhere to send it, so a change made
+        between a listing and the stream's opening would go unheard."""
+        answered = anyio.Event()
+        link.listen(answered.set)
+        with anyio.move_on_after(LISTEN_ACK_SECONDS):
+            await answered.wait()
 
     async def _listen_for_changes(self, connected: Connected, settled: Callable[[], None]) -> None:
         """At 2026-07-28 an upstream's change notifications ride a listen stream only: keep one
