@@ -33,7 +33,7 @@ from mcp_preconditions.guard import Guard
 from mcp_preconditions.late import LateCall, Sidecar
 from mcp_preconditions.outcomes import Decision, Status
 from mcp_preconditions.policy.load import parse_policy
-from mcp_preconditions.principal import ANONYMOUS_IDENTITY, Credentials, Principal
+from mcp_preconditions.principal import ANONYMOUS_IDENTITY, Credentials, Identity
 from tests.unit.credentials_doubles import ISSUER, AuthServer, Clock, caller, exchanged
 from tests.unit.test_credentials_accounts import oauth_settings
 from tests.unit.test_credentials_exchange import settings as exchange_settings
@@ -50,12 +50,12 @@ def exchange(server: AuthServer, clock: Clock, key: str = "crm") -> TokenExchang
 class NeverAtHand(TokenExchange):
     """The same source with no credential at hand: every call awaited (the path before)."""
 
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         return None
 
 
 class LookFails(TokenExchange):
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         raise RuntimeError("the cache broke")
 
 

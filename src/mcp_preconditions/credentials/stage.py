@@ -104,7 +104,7 @@ class CredentialStage:
         (requirement, source), = self._sources
         principal = identity.principal
         try:
-            credential = source.cached(principal, sidecar.token)
+            credential = source.cached(identity, sidecar.token)
         except Exception:  # (`at_hand`: the awaited `obtain` then says why)
             return None
         if credential is None:
