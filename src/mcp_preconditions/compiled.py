@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from .late import Found, LateStage
+from .late import Found, LateStage, Quick
 from .memo import Reads
 from .outcomes import Outcome, Ruling, Status
 from .resolvers import Resolver
@@ -55,6 +55,8 @@ class Staged:
     positions: tuple[tuple[int, ...], ...]
     size: int  # how many requirements the tool has
     last: bool  # one stage, after every other requirement: its outcomes simply follow the others'
+    # The one stage's `quick` answer (late.py), when it is the tool's only stage and offers one.
+    quick: Quick | None = None
     # The last (others' outcomes, one stage's outcomes, merged ruling): a caller's memo answers the
     # same outcomes each call, and a quota unit taken the same outcomes, so most calls merge
     # nothing.

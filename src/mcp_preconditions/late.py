@@ -14,9 +14,12 @@ to run),
 `not_a_condition` (the error when a capability grant names one) and
 `stage(requirements) -> LateStage`. Its stage's `decide(call)` gives one outcome per requirement,
 at once or awaited (under `timeout`, the snapshot's lookup timeout when None); `release(call)`
-gives back what `decide` took when a later stage refuses the call. Nothing else changes: listing
-filtering skips late stages (their outcomes are transient), capability grants refuse them as
-conditions, and the one rule (`outcomes.ruling`) decides on every outcome in the tool's order.
+gives back what `decide` took when a later stage refuses the call. A stage may also offer `quick`
+(`Quick`): the answer `decide` would give at once, for the common call it knows already, or None
+for `decide` to give; a tool whose only late stage it is asks it first (no `LateCall` is built).
+Nothing else changes: listing filtering skips late stages (their outcomes are transient),
+capability grants refuse them as conditions, and the one rule (`outcomes.ruling`) decides on every
+outcome in the tool's order.
 """
 
 from __future__ import annotations
@@ -88,6 +91,12 @@ class LateStage(Protocol):
     def release(self, call: LateCall) -> Awaitable[None] | None:
         """A later stage refused the call that `decide` allowed: give back what it took."""
         ...
+
+
+# A tool's only late stage's answer for (caller, sidecar) when it has one at once, with the same
+# effects as `decide` (what it leaves in the sidecar, what it counts); None: `decide` decides. It
+# never raises for a call it cannot decide (a raise is taken as None).
+Quick = Callable[[Identity, "Sidecar | None"], "Found | None"]
 
 
 class LateResolver(Protocol):

@@ -94,6 +94,11 @@ class Identity:
     principal: Principal | None = None
     failure: str | None = None  # a readable reason ("token expired 312 s ago"), never the token
     error: bool = False  # True when the failure was a backend error (JWKS down), not a bad token
+    # The sha256 of the bearer token this identity was verified from (`auth.cache.token_key`),
+    # set only by the authenticator that verified that token and gives this identity for that
+    # token alone (its cache is keyed by it): what a token's exchanged credential is cached by,
+    # read instead of hashing the token again. None for every other identity. Never the token.
+    token_key: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def subject(self) -> str | None:
@@ -114,6 +119,7 @@ class _VerifiedIdentity:
         self.principal = principal
         self.failure = None
         self.error = False
+        self.token_key = None
         self.__class__ = Identity  # type: ignore[assignment]
 
 

@@ -27,7 +27,7 @@ from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
 from .resolvers import LiveSources, Registry, Resolver, build_registry
 from .resolvers.base import CallContext, Dependencies
-from .staged import settle
+from .staged import merged_one, settle
 
 _NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
 # `LateCall(...)` without the NamedTuple's own `__new__` (a Python frame on every staged call).
@@ -171,8 +171,10 @@ class Snapshot:
         others = tuple(c for i, c in enumerate(checks) if i not in late_positions)
         rest = self._compiled(name, tuple(c.requirement for c in others), others)
         last = len(stages) == 1 and positions[0] == tuple(range(len(others), len(checks)))
+        quick = getattr(stages[0], "quick", None) if len(stages) == 1 else None
         return CompiledTool(name, reqs, checks, True, self._advertised(reqs), None,
-                            Staged(rest, stages, positions, len(checks), last))
+                            Staged(rest, stages, positions, len(checks), last,
+                                   quick if callable(quick) else None))
 
     def _advertised(self, requirements: tuple[str, ...]) -> tuple[str, ...]:
         """What a listing may show of a tool's requirements: the confidential ones left out."""
@@ -303,6 +305,18 @@ class Snapshot:
             allowed, outcomes = others
             if outcomes and not allowed:  # refused without its late outcomes (`_settled_later`)
                 return allowed, outcomes
+            quick = late.quick  # the one stage's answer at once (a credential at hand): no call
+            if quick is not None:
+                try:
+                    found = quick(identity, sidecar)
+                except Exception:  # the stage's own `decide` decides (and says why)
+                    found = None
+                if found is not None:
+                    slot = late.merged  # (`merged_one`'s first look, inline: every such call)
+                    seen = slot[0] if slot else None
+                    if seen is not None and seen[0] is outcomes and seen[1] is found:
+                        return seen[2]
+                    return merged_one(late, outcomes, found)
             return settle(late, outcomes, _late_call(
                 LateCall, (tool.name, identity, arguments, self.revision, sidecar)), self._bounded)
         if not tool.dynamic:  # every outcome fixed for the snapshot

@@ -32,18 +32,24 @@ def settle(staged: Staged, others: tuple[Outcome, ...], call: LateCall, bounded:
         except Exception as exc:  # a failing stage is `error` for each of its requirements
             found = _errors(stage, f"resolver '{stage.namespace}' raised {short_reason(exc)}")
         if found.__class__ is tuple:
-            slot = staged.merged
-            seen = slot[0] if slot else None  # one slot, replaced whole: threads may race
-            if seen is not None and seen[0] is others and seen[1] is found:
-                return seen[2]  # a memo's outcomes and a unit taken: the same objects, checked
-            found = _checked(stage, found)
-            merged = _one(staged, others, found)
-            slot[:] = [(others, found, merged)]
-            return merged
+            return merged_one(staged, others, found)
         if not inspect.isawaitable(found):
             return _one(staged, others, _checked(stage, found))
         return _later(staged, others, call, bounded, 0, (), found)
     return _from(staged, others, call, bounded, 0, ())
+
+
+def merged_one(staged: Staged, others: tuple[Outcome, ...], found: Any) -> Ruling:
+    """A one-stage tool's ruling from its stage's answer given at once (`decide`'s, or `quick`'s:
+    snapshot.py asks it before building a call for `settle`)."""
+    slot = staged.merged
+    seen = slot[0] if slot else None  # one slot, replaced whole: threads may race
+    if seen is not None and seen[0] is others and seen[1] is found:
+        return seen[2]  # a memo's outcomes and a unit taken: the same objects, checked
+    found = _checked(staged.stages[0], found)
+    merged = _one(staged, others, found)
+    slot[:] = [(others, found, merged)]
+    return merged
 
 
 def _one(staged: Staged, others: tuple[Outcome, ...], found: Found) -> Ruling:

@@ -1,6 +1,7 @@
 """The callers' sessions of one server (gateway/upstream/caller_sessions.py) against a tiny reference
 model, on random sequences of calls (some held in flight), idle time and sweeps: the sessions held
-are exactly the model's (least recently used idle one closed at the bound; idle ones swept), a
+are exactly the model's (least recently used idle one closed at the bound; idle ones swept, idle
+counted from the start of a session's last request; busy while a request is pending on it), a
 caller who cannot get one is refused exactly when every session is busy, a session in use is never
 closed, and no request ever runs on another caller's session.
 """
@@ -34,18 +35,28 @@ class _Link:
 
 
 class _Peer:
-    """A session's peer: a request waits for the gate set for it (`next_gate`), if any."""
+    """A session's peer: a request waits for the gate set for it (`next_gate`), if any; it is
+    `busy` while a request is pending on it (as `peer.Peer` is)."""
 
     def __init__(self, owner: str, next_gate: dict[str, asyncio.Event]) -> None:
         self.owner, self.next_gate = owner, next_gate
         self.closed = False
+        self.pending = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.pending > 0
 
     async def request(self, method: str, params: Any, **options: Any) -> dict[str, Any]:
         assert not self.closed, "a request on a closed session"
-        gate = self.next_gate.pop(self.owner, None)
-        if gate is not None:
-            await gate.wait()
-        return {"owner": self.owner}
+        self.pending += 1
+        try:
+            gate = self.next_gate.pop(self.owner, None)
+            if gate is not None:
+                await gate.wait()
+            return {"owner": self.owner}
+        finally:
+            self.pending -= 1
 
 
 def _model_open(model: OrderedDict[str, list[float]], owner: str, now: float) -> bool:
@@ -103,8 +114,7 @@ def test_sessions_follow_the_reference_model(ops: list[tuple[str, Any]]) -> None
                         if tasks:
                             gates[value].pop(0).set()
                             assert (await tasks.pop(0))["owner"] == value
-                            model[value][1] -= 1
-                            model[value][0] = now[0]
+                            model[value][1] -= 1  # (its last use: when the request started)
                     else:
                         expected = _model_open(model, value, now[0])
                         if op == "hold":
@@ -126,12 +136,12 @@ def test_sessions_follow_the_reference_model(ops: list[tuple[str, Any]]) -> None
                                 gates[value].pop()
                                 next_gate.pop(value, None)
                             continue
+                        model[value][0] = now[0]  # a session's last use: its last request's start
                         if op == "hold":
                             model[value][1] += 1
                             held.setdefault(value, []).append(task)
                         else:
                             assert (await task)["owner"] == value
-                            model[value][0] = now[0]
                     await asyncio.sleep(0)
                     assert list(sessions._sessions) == list(model), (op, value)
                 for owner, tasks in held.items():

@@ -185,6 +185,11 @@ async def test_authenticate_now_answers_only_what_needs_no_verification() -> Non
     verified = await auth.authenticate(Credentials(token="opaque-3"))
     assert auth.authenticate_now(Credentials(token="opaque-3")) is verified  # now cached
     assert double.calls == 1
+    # A verified identity carries its token's key (what an exchanged credential is cached by),
+    # not the token, and never shows it; a host-verified one carries none.
+    assert verified.token_key == token_key("opaque-3") and "opaque-3" not in repr(verified)
+    assert token_key("opaque-3").hex() not in repr(verified)
+    assert auth.authenticate_now(Credentials(principal=host)).token_key is None  # type: ignore[union-attr]
 
 
 async def test_the_guard_uses_a_cached_identity_without_verifying_again() -> None:

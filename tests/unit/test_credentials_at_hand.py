@@ -2,7 +2,8 @@
 gives, and counts it alike; a miss, an expired entry, no caller or no token, or a failing look are
 awaited (never an allow); the guard answers a cached caller without a coroutine, with the decision
 and record an awaited one makes; a tool needing two servers' credentials, one cached and one not;
-and, against a tiny reference model, which calls exchange and which are answered at once.
+a caller's calls after the first answered by the stage's `quick` answer as `decide` would; and,
+against a tiny reference model, which calls exchange and which are answered at once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,12 +27,13 @@ from mcp_preconditions.credentials import (
 from mcp_preconditions.credentials.credential import Credential
 from mcp_preconditions.credentials.per_subject import SubjectSecrets
 from mcp_preconditions.credentials.settings import PerSubjectSettings
+from mcp_preconditions.credentials.stage import CredentialStage
 from mcp_preconditions.decisions import decision_record
 from mcp_preconditions.guard import Guard
-from mcp_preconditions.late import Sidecar
+from mcp_preconditions.late import LateCall, Sidecar
 from mcp_preconditions.outcomes import Decision, Status
 from mcp_preconditions.policy.load import parse_policy
-from mcp_preconditions.principal import ANONYMOUS_IDENTITY, Credentials, Principal
+from mcp_preconditions.principal import ANONYMOUS_IDENTITY, Credentials, Identity
 from tests.unit.credentials_doubles import ISSUER, AuthServer, Clock, caller, exchanged
 from tests.unit.test_credentials_accounts import oauth_settings
 from tests.unit.test_credentials_exchange import settings as exchange_settings
@@ -47,12 +50,12 @@ def exchange(server: AuthServer, clock: Clock, key: str = "crm") -> TokenExchang
 class NeverAtHand(TokenExchange):
     """The same source with no credential at hand: every call awaited (the path before)."""
 
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         return None
 
 
 class LookFails(TokenExchange):
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         raise RuntimeError("the cache broke")
 
 
@@ -255,3 +258,52 @@ async def test_late_requirements_before_the_others_are_ruled_in_the_tools_order_
     guest = guard.check_now("read", credentials(), sidecar=Sidecar())
     assert isinstance(guest, Decision) and guest.unmet == (ROLE,)
     assert guest.outcome(REQ) is None and len(server.requests) == 1
+
+
+async def test_a_callers_calls_after_the_first_are_answered_quickly_as_decide_would(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool whose one late requirement is a credential asks the stage's `quick` answer first
+    (snapshot.evaluate): once what a call holds is built for a principal object, its calls skip
+    `decide` and are decided, held, recorded and counted exactly as `decide` did; an expired
+    credential is never given (the call is awaited, and a failing exchange denies it); another
+    principal object, even with the same token, goes through `decide`."""
+    answer: list[tuple[int, Any]] = [(200, exchanged())]
+    server, clock = AuthServer(lambda form: answer[0]), Clock()
+    resolver = CredentialResolver({"crm": exchange(server, clock)})
+    seen = counted(resolver)
+    guard, records = guard_with(resolver, {"read": [REQ]})
+    decided_by_stage: list[str] = []
+    decide = CredentialStage.decide
+
+    def counting_decide(self: CredentialStage, call: LateCall) -> Any:
+        decided_by_stage.append(call.tool)
+        return decide(self, call)
+    monkeypatch.setattr(CredentialStage, "decide", counting_decide)
+    alice = credentials()
+    assert (await guard.check("read", alice, sidecar=Sidecar())).allowed  # exchanged
+    answers = []
+    for _ in range(3):  # `decide` builds what the call holds; then `quick`, twice
+        sidecar = Sidecar()
+        decided = guard.check_now("read", alice, sidecar=sidecar)
+        assert isinstance(decided, Decision)
+        held = held_for(sidecar, "crm")
+        assert held is not None and held.credential is not None
+        answers.append((decided.allowed, decided.outcomes, records[-1]["credential"], held,
+                        held.credential.headers(), dict(sidecar.notes)))
+    assert len(decided_by_stage) == 2  # the exchange's call and the first at hand, not the rest
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][2] == {"kind": "token-exchange", "cached": True}
+    assert seen == [("crm", "obtained"), ("crm", "cached"), ("crm", "cached"), ("crm", "cached")]
+    other = credentials()  # the same token, another principal object: `decide` again
+    assert isinstance(guard.check_now("read", other, sidecar=Sidecar()), Decision)
+    assert len(decided_by_stage) == 3 and len(server.requests) == 1
+    clock.now += 600  # past the credential's deadline: never given; the exchange fails: denied
+    answer[0] = (500, {"error": "server_error"})
+    sidecar = Sidecar()
+    decided = guard.check_now("read", alice, sidecar=sidecar)
+    assert not isinstance(decided, Decision)
+    denied = await decided
+    assert not denied.allowed and [o.status for o in denied.outcomes] == [Status.ERROR]
+    held = held_for(sidecar, "crm")
+    assert held is not None and held.credential is None
+    assert seen[-1] == ("crm", "error") and len(server.requests) == 2

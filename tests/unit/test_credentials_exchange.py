@@ -288,7 +288,7 @@ async def test_a_bug_in_a_source_is_an_error_naming_only_its_type(caplog: pytest
                         ) -> tuple[Credential, bool]:
             raise KeyError(token)
 
-        def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+        def cached(self, identity: Identity, token: str | None) -> Credential | None:
             raise KeyError(token)
 
     obtained = await CredentialResolver({"crm": Broken()}).obtain(REQ, caller(), SUBJECT)

@@ -63,6 +63,26 @@ async def test_a_callers_token_is_hashed_once_and_read_after(monkeypatch: pytest
     assert hashed == [TOKEN] and len(server.requests) == 1
 
 
+async def test_an_identity_verified_from_the_token_gives_its_key_and_no_hash_is_made(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The authenticator's identity for a token carries the token's sha256 (`token_key`): the
+    cache reads it, for any principal object, and hashes nothing; an identity without it (a
+    host-verified principal) is keyed by hashing its token, as before."""
+    hashed = counting(monkeypatch)
+    server, _, _, resolver = setup()
+    first = await resolver.obtain(REQ, caller(), TOKEN)
+    assert hashed == [TOKEN]
+    for _ in range(3):  # a new principal object each time: read by the identity's key alone
+        principal = caller().principal
+        keyed = Identity(principal=principal, token_key=token_key(TOKEN))
+        found = resolver.obtain_now(REQ, keyed, TOKEN)
+        assert found is not None and found.credential is first.credential
+    other = Identity(principal=caller().principal, token_key=token_key(OTHER))
+    assert resolver.obtain_now(REQ, other, OTHER) is None  # its own token's key: not exchanged yet
+    assert hashed == [TOKEN] and len(server.requests) == 1
+    assert resolver.obtain_now(REQ, caller(), TOKEN) is not None and hashed == [TOKEN, TOKEN]
+
+
 async def test_a_remembered_key_serves_only_its_principal_and_its_token(
         monkeypatch: pytest.MonkeyPatch) -> None:
     hashed = counting(monkeypatch)

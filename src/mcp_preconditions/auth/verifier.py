@@ -82,7 +82,8 @@ class TokenAuthenticator:
             # INFO, not WARNING: a down backend fails every call (JWKS fetches warn once per attempt).
             log.info("token not verified, backend failed: %s", exc)
             return Identity(failure=str(exc), error=True)
-        identity = verified_identity(principal)
+        # Keyed by this token's sha256, which it is found by: it serves this token alone.
+        identity = Identity(principal=principal, token_key=key)
         self.cache.put(key, identity, principal.expires_at)
         return identity
 

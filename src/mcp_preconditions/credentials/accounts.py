@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 
 from ..errors import CredentialBackendError, NoCredentialError, SealError
-from ..principal import Principal
+from ..principal import Identity, Principal
 from .caller import Caller, caller_of
 from .credential import Credential
 from .discovery import Discovery
@@ -108,7 +108,7 @@ class ConnectedAccounts:
         renewed, led = await self._refreshes.once(caller, lambda: self._refresh(caller, connection))
         return self._credential(renewed), not led
 
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         """Never at once: a connection is read from the vault (Redis, for replicas) and unsealed,
         awaited by `obtain`."""
         return None

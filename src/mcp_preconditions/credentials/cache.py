@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from ..auth.cache import token_key
-from ..principal import Principal
+from ..principal import Identity, Principal
 from .credential import Credential
 from .flight import Flights
 
@@ -70,19 +70,24 @@ class ExchangeCache:
         self._lock = threading.Lock()
         self._clock = clock
 
-    def current(self, server: str, principal: Principal | None, token: str | None
+    def current(self, server: str, identity: Identity, token: str | None
                 ) -> Credential | None:
         """`get((keys.key(principal, token), server))` in one step (None without a principal or
-        a token): the hot path of every call with a cached credential. A remembered key and a
-        live entry are read inline; anything else (a key to hash, an entry expired or gone) goes
-        the long way, which decides it."""
+        a token): the hot path of every call with a cached credential. The token's key is the
+        identity's own when the authenticator verified it from this token (`token_key`), else a
+        remembered one; a live entry is read inline; anything else (a key to hash, an entry
+        expired or gone) goes the long way, which decides it."""
+        principal = identity.principal
         if principal is None or token is None:
             return None
-        known = self.keys.known.get(id(principal))
-        if known is None or known[0] is not principal or known[1] != len(token) \
-                or known[2] != hash(token):
-            return self.get((self.keys.key(principal, token), server))
-        key = (known[3], server)
+        token_key = identity.token_key
+        if token_key is None:
+            known = self.keys.known.get(id(principal))
+            if known is None or known[0] is not principal or known[1] != len(token) \
+                    or known[2] != hash(token):
+                return self.get((self.keys.key(principal, token), server))
+            token_key = known[3]
+        key = (token_key, server)
         entries = self._entries
         entry = entries.get(key)
         if entry is None or entry[1] <= self._clock():

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 
 from ..errors import CredentialBackendError, NoCredentialError
-from ..principal import Principal
+from ..principal import Identity, Principal
 from .cache import ExchangeCache
 from .credential import Credential
 from .endpoint import TokenEndpoint, bearer_of
@@ -60,10 +60,10 @@ class TokenExchange:
         credential, led = await self.cache.once(key, lambda: self._exchange(token, expires_at))
         return credential, not led
 
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         """The caller's credential when the cache holds it (within both tokens' expiry), at once;
         None when `obtain` must be awaited (an exchange to make, or none to be had: it says why)."""
-        return self.cache.current(self.server, principal, token)
+        return self.cache.current(self.server, identity, token)
 
     async def renew(self, principal: Principal | None, token: str | None, stale: Credential
                     ) -> tuple[Credential, bool]:

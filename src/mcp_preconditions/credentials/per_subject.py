@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ..errors import FileReadError, InputError, NoCredentialError
 from ..files import read_bounded
-from ..principal import Principal
+from ..principal import Identity, Principal
 from .caller import caller_of
 from .credential import Credential
 from .settings import PER_SUBJECT, PerSubjectSettings
@@ -66,13 +66,16 @@ class SubjectSecrets:
     async def obtain(self, principal: Principal | None, token: str | None) -> tuple[Credential, bool]:
         if caller_of(principal) is None:
             raise NoCredentialError("the caller is not verified: a secret is kept per known caller")
-        credential = self.cached(principal, token)
+        credential = self._secret(principal)
         if credential is None:
             raise NoCredentialError(f"no secret for this caller on server '{self.server}'")
         return credential, True
 
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         """The caller's secret, at once; None when there is none (`obtain` says why)."""
+        return self._secret(identity.principal)
+
+    def _secret(self, principal: Principal | None) -> Credential | None:
         caller = caller_of(principal)
         value = self._secrets.get(caller.key) if caller is not None else None
         return Credential(self.settings.header, value, self.kind) if value is not None else None

@@ -51,9 +51,10 @@ class CredentialSource(Protocol):
     async def renew(self, principal: Principal | None, token: str | None, stale: Credential
                     ) -> tuple[Credential, bool]: ...
 
-    def cached(self, principal: Principal | None, token: str | None) -> Credential | None:
+    def cached(self, identity: Identity, token: str | None) -> Credential | None:
         """The caller's credential when it is at hand without awaiting (a cache hit), else None:
-        `obtain` is awaited, and says why there is none."""
+        `obtain` is awaited, and says why there is none. `token`: the call's own (the one
+        `identity` was verified from)."""
         ...
 
 
@@ -124,7 +125,7 @@ class CredentialResolver:
                 token: str | None) -> Obtained | None:
         """`obtain_now` with the requirement's source already found (a stage finds it once)."""
         try:
-            credential = source.cached(identity.principal, token)
+            credential = source.cached(identity, token)
         except Exception:
             return None
         if credential is None:

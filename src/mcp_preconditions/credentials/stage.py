@@ -8,6 +8,7 @@ the server refuses it, and a denial's remedy asks it for the caller's connect li
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Awaitable, Hashable, Sequence
 from typing import Any
 
@@ -18,6 +19,8 @@ from ..requirements import body_of
 from .caller import caller_of
 from .credential import Credential, Obtained
 from .resolver import NAMESPACE, CredentialResolver, requirement_for
+
+log = logging.getLogger("mcp_preconditions.credentials")
 
 
 class HeldCredential:
@@ -88,6 +91,40 @@ class CredentialStage:
         self._hits = tuple(resolver.hit(r) for r in self.requirements)  # every credential at hand
         self._sources = tuple(zip(self.requirements, (resolver.sources[body_of(r)]
                                                       for r in self.requirements), strict=True))
+        # A tool's one credential decided at once when it is at hand (`_quick`; late.py `Quick`).
+        self.quick = self._quick if len(self.requirements) == 1 else None
+
+    def _quick(self, identity: Identity, sidecar: Sidecar | None) -> tuple[Outcome, ...] | None:
+        """`decide` for the one credential of a tool, when the source holds it (a cache hit) and
+        what a call holds of it was built for this very principal object by this resolver (every
+        call of a caller after their first): the same outcomes, sidecar and count, without
+        building a call or looping. None when anything is otherwise: `decide` decides."""
+        if sidecar is None:
+            return None
+        (requirement, source), = self._sources
+        principal = identity.principal
+        try:
+            credential = source.cached(identity, sidecar.token)
+        except Exception:  # (`at_hand`: the awaited `obtain` then says why)
+            return None
+        if credential is None:
+            return None
+        held = credential.held  # (`decide`: built with this resolver's hit outcome, kept for
+        # the principal object it was made for, which a principal None never is)
+        if held is None or held.principal is not principal \
+                or held.obtained.outcome is not self._hits[0]:
+            return None
+        obtained: Obtained = held.obtained
+        observe = self.resolver.observe  # counted as `at_hand` counts it
+        if observe is not None:
+            try:
+                observe(source.server, obtained)
+            except Exception:  # counting must not change the answer
+                log.exception("credential for server %s: counting the attempt failed",
+                              source.server)
+        sidecar.held[requirement] = held
+        sidecar.notes["credential"] = obtained.note
+        return self._hits
 
     def decide(self, call: LateCall) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
         """At once when every credential is at hand (a cache hit: the hot path of every call after

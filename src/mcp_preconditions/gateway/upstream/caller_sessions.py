@@ -8,7 +8,8 @@ One caller's session is never used for another, and never closed while a request
 on it: a caller who cannot be given a session is refused, never anyone else. Sessions share one
 pool of connections (a session is a header, not a connection), so a thousand callers cost a
 thousand small objects, not a thousand sockets. A session the server ended (404 for its id: it ran
-nothing) is opened again once.
+nothing) is opened again once. A session is in use while its peer has a request pending (the peer
+tracks its requests anyway); its idle time counts from the start of its last request.
 """
 
 from __future__ import annotations
@@ -45,17 +46,25 @@ class AsCaller(NamedTuple):
 
 
 class _Session:
-    __slots__ = ("busy", "link", "peer", "used")
+    """One caller's session. It is in use (`busy`) while its peer has a request of its caller
+    pending: the peer's own bookkeeping, kept by the request itself, not a count kept around it.
+    `used`: when its last request started."""
+
+    __slots__ = ("link", "lost", "peer", "used")
 
     def __init__(self, peer: Peer, link: HttpLink, used: float) -> None:
         self.peer = peer
         self.link = link
+        self.lost = link.lost  # (read on every request)
         self.used = used
-        self.busy = 0  # requests of its caller on it now
+
+    @property
+    def busy(self) -> bool:
+        return self.peer.busy
 
     @property
     def live(self) -> bool:
-        return not self.link.lost.is_set() and not self.peer.closed
+        return not self.lost.is_set() and not self.peer.closed
 
 
 class CallerSessions:
@@ -85,26 +94,36 @@ class CallerSessions:
                       timeout: float, on_progress: ProgressHook | None = None) -> dict[str, Any]:
         """One request of `caller`'s on their own session (opened now if they have none), with
         their credential. UpstreamChallenged when the server refuses that credential (at the
-        handshake or the request: either way nothing ran)."""
-        headers, owner, sessions = caller.credential.headers(), caller.owner, self._sessions
-        for attempt in (1, 2):
-            session = sessions.get(owner)  # `_session`'s first look, inline: every call
-            if session is not None and not session.link.lost.is_set() and not session.peer.closed:
-                sessions.move_to_end(owner)  # (`live`, inline too)
-            else:
-                session = await self._session(caller, timeout)
-            session.busy += 1
-            try:
-                return await session.peer.request(method, params, timeout=timeout,
-                                                  on_progress=on_progress, headers=headers)
-            except UpstreamSessionGone:  # the server ended it and ran nothing: a new one, once
-                self._forget(owner, session)
-                if attempt == 2:
-                    raise
-            finally:
-                session.busy -= 1
-                session.used = self._clock()
-        raise AssertionError("unreachable")
+        handshake or the request: either way nothing ran). The session is in use while the
+        request is pending on its peer (from before anything is sent until it ends): nothing here
+        is kept around the request."""
+        owner = caller.owner
+        session = self._sessions.get(owner)  # `_session`'s first look, inline: every call
+        if session is not None and not session.lost.is_set() and not session.peer.closed:
+            self._sessions.move_to_end(owner)  # (`live`, inline too)
+        else:
+            session = await self._session(caller, timeout)
+        session.used = self._clock()  # its last use: when this request starts
+        try:
+            return await session.peer.request(method, params, timeout=timeout,
+                                              on_progress=on_progress,
+                                              headers=caller.credential.headers())
+        except UpstreamSessionGone:  # the server ended it and ran nothing: a new one, once
+            self._forget(owner, session)
+        return await self._again(caller, method, params, timeout, on_progress)
+
+    async def _again(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None,
+                     timeout: float, on_progress: ProgressHook | None) -> dict[str, Any]:
+        """`request`'s second and last attempt, on a new session (the server ended the last)."""
+        session = await self._session(caller, timeout)
+        session.used = self._clock()
+        try:
+            return await session.peer.request(method, params, timeout=timeout,
+                                              on_progress=on_progress,
+                                              headers=caller.credential.headers())
+        except UpstreamSessionGone:
+            self._forget(caller.owner, session)
+            raise
 
     async def _session(self, caller: AsCaller, timeout: float) -> _Session:
         owner = caller.owner
@@ -147,7 +166,7 @@ class CallerSessions:
         """Below the bound before one more is opened: the least recently used idle session
         closes; if every one is in use, this caller is refused (never another's closed)."""
         while len(self._sessions) + len(self._opening) >= self.limit:
-            idle = next((o for o, s in self._sessions.items() if s.busy == 0), None)
+            idle = next((o for o, s in self._sessions.items() if not s.busy), None)
             if idle is None:
                 raise UpstreamUnavailable(f"{self.limit} callers' sessions with it are in use")
             self._forget(idle, self._sessions[idle])
@@ -162,7 +181,8 @@ class CallerSessions:
     def sweep(self) -> int:
         """Close the sessions idle for `idle` seconds or more; how many."""
         now = self._clock()
-        old = [(o, s) for o, s in self._sessions.items() if s.busy == 0 and now - s.used >= self.idle]
+        old = [(o, s) for o, s in self._sessions.items()
+               if not s.busy and now - s.used >= self.idle]
         for owner, session in old:
             self._forget(owner, session)
         return len(old)

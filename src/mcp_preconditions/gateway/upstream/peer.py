@@ -70,6 +70,11 @@ class Peer:
         self.acks: dict[jsonrpc.RequestId, Callable[[], None]] = {}
         self.closed = False
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request is pending on it (from before it is sent until it ends)."""
+        return bool(self._pending)
+
     # -- out ---------------------------------------------------------------------------------------
     def next_id(self) -> int:
         self._next += 1
