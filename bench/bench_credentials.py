@@ -34,7 +34,8 @@ from tests.fixtures.credential_gateway import GATEWAY_SECRET, policy_text
 from tests.fixtures.fleet import write_gateway_toml
 from tests.fixtures.gateway_upstream import started as process_started
 from tests.fixtures.mcp_servers import CLI, server_env
-from tests.fixtures.oidc import CRM, CRM_AUDIENCE, OidcServer, free_port
+from tests.fixtures.oidc import CRM, CRM_AUDIENCE, OidcServer
+from tests.fixtures.ports import free_port
 from tests.fixtures.upstreams import everything_http
 
 from bench.loadgen import Session

@@ -32,7 +32,8 @@ from mcp import Client
 from tests.fixtures.fleet import command, fleet_http, write_gateway_toml
 from tests.fixtures.gateway_upstream import OWN_TOOLS, UPSTREAM_STDIO
 from tests.fixtures.mcp_servers import ROOT, server_env
-from tests.fixtures.upstreams import Listening, free_port, listening
+from tests.fixtures.ports import free_port
+from tests.fixtures.upstreams import Listening, listening
 
 from mcp_preconditions.gateway import Gateway, ServerSpec
 from mcp_preconditions.guard import Guard

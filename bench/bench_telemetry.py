@@ -37,7 +37,8 @@ from typing import Any
 from mcp import Client
 from tests.fixtures.mcp_servers import server_env
 from tests.fixtures.otlp import OtlpReceiver
-from tests.fixtures.upstreams import everything_stdio, free_port, listening
+from tests.fixtures.ports import free_port
+from tests.fixtures.upstreams import everything_stdio, listening
 
 from bench import fresh, percentile
 from bench.loadgen import Session, load

@@ -18,13 +18,13 @@ from functools import partial
 from pathlib import Path
 
 from tests.fixtures.mcp_servers import CLI, ROOT, server_env
+from tests.fixtures.ports import free_port
 from tests.fixtures.upstreams import (
     LOOPBACK_NODE_OPTIONS,
     Listening,
     everything_http,
     everything_stdio,
     fastmcp_proxy_http,
-    free_port,
     gateway_http,
     listening,
 )

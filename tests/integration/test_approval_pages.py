@@ -28,8 +28,9 @@ from mcp_preconditions.envelope import AUTHORIZATION_META_KEY
 from tests.fixtures.credential_gateway import Gateway, call, gateway, policy_text
 from tests.fixtures.credential_pages import run
 from tests.fixtures.explorer import chromium
-from tests.fixtures.gateway_upstream import free_port, gateway_stdio, tool_calls, upstream_http
+from tests.fixtures.gateway_upstream import gateway_stdio, tool_calls, upstream_http
 from tests.fixtures.oidc import OidcServer
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer
 from tests.integration.test_credentials_pages import walk
 

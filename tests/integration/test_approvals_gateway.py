@@ -30,7 +30,7 @@ from mcp_preconditions.approvals import Party, State
 from mcp_preconditions.approvals.store_redis import RedisApprovalStore
 from tests.fixtures.approvals import envelope, gateway_store
 from tests.fixtures.mcp_servers import CLI, MODES, ROOT, server_env
-from tests.fixtures.oidc import free_port
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,8 @@ from mcp_preconditions.approvals.store_redis import RedisApprovalStore
 from tests.fixtures.approvals import envelope, gateway_store
 from tests.fixtures.gateway_upstream import Process, started
 from tests.fixtures.mcp_servers import CLI, MODES, server_env
-from tests.fixtures.oidc import AUDIENCE, OidcServer, free_port
+from tests.fixtures.oidc import AUDIENCE, OidcServer
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer
 
 pytestmark = pytest.mark.integration

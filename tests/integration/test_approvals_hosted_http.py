@@ -25,7 +25,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_preconditions.approvals.question import INPUT_KEY, STATE_PREFIX
 from tests.fixtures.gateway_upstream import started
 from tests.fixtures.mcp_servers import MODES, server_env
-from tests.fixtures.oidc import AUDIENCE, OidcServer, free_port
+from tests.fixtures.oidc import AUDIENCE, OidcServer
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.integration
 POLICY = '[approvals.confirm]\napprovers = "self"\n[tools.wipe]\nrequirements = ["approval:confirm"]\n'

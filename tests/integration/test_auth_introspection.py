@@ -13,7 +13,8 @@ import pytest
 from mcp_preconditions import Credentials, Guard, Identity, Status
 from mcp_preconditions.auth import build_authenticator
 from mcp_preconditions.policy.load import PolicySource
-from tests.fixtures.oidc import AUDIENCE, OPAQUE, OidcServer, free_port, policy_with
+from tests.fixtures.oidc import AUDIENCE, OPAQUE, OidcServer, policy_with
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.integration
 PROMPT = 5.0  # generous bound on a fail-closed answer whose own timeout is far shorter

@@ -30,9 +30,9 @@ from tests.fixtures.oidc import (
     OidcServer,
     SigningKey,
     access_claims,
-    free_port,
     policy_with,
 )
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.integration
 SHIPPED = Path(__file__).resolve().parents[2] / "policies" / "mission-control-oidc.toml"

@@ -185,7 +185,7 @@ async def test_a_wrong_client_secret_is_an_error_not_the_callers_fault(oidc_serv
 
 async def test_an_authorization_server_that_is_down_or_hangs_is_an_error(
         oidc_server: OidcServer, silent_port: int) -> None:
-    from tests.fixtures.oidc import free_port
+    from tests.fixtures.ports import free_port
 
     token = oidc_server.user_token("alice")
     identity = await verified(oidc_server, token)

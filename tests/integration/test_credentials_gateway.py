@@ -39,8 +39,9 @@ from tests.fixtures.credential_gateway import (
 )
 from tests.fixtures.gateway_upstream import read_log, upstream_http
 from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools
-from tests.fixtures.oidc import CRM, CRM_AUDIENCE, OidcServer, free_port
+from tests.fixtures.oidc import CRM, CRM_AUDIENCE, OidcServer
 from tests.fixtures.otlp import OtlpReceiver
+from tests.fixtures.ports import free_port
 from tests.fixtures.token_servers import TokenServer, token_server
 
 pytestmark = pytest.mark.integration

@@ -47,7 +47,8 @@ from tests.fixtures.credential_gateway import (
 from tests.fixtures.credential_pages import run
 from tests.fixtures.gateway_upstream import upstream_env
 from tests.fixtures.mcp_servers import CLI, ROOT
-from tests.fixtures.oidc import WIKI, WIKI_AUDIENCE, OidcServer, free_port, sign_in
+from tests.fixtures.oidc import WIKI, WIKI_AUDIENCE, OidcServer, sign_in
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer
 from tests.fixtures.token_servers import TokenServer
 from tests.integration.test_credentials_pages import CONNECTED, message, walk

@@ -43,7 +43,8 @@ from mcp_preconditions.integrations.client_mcp import denial_of
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.gateway_upstream import started
 from tests.fixtures.mcp_servers import CLI, MODES, ROOT, VERSIONS, request_meta, server_env
-from tests.fixtures.oidc import AUDIENCE, OidcServer, free_port
+from tests.fixtures.oidc import AUDIENCE, OidcServer
+from tests.fixtures.ports import free_port
 from tests.fixtures.signoff_resolver import PAGES
 
 pytestmark = pytest.mark.integration

@@ -201,7 +201,7 @@ def test_readyz_is_503_when_no_server_is_up(tmp_path: Path) -> None:
                                 listen="http://127.0.0.1:0")
     from tests.fixtures.gateway_upstream import started
     from tests.fixtures.mcp_servers import CLI, server_env
-    from tests.fixtures.upstreams import free_port
+    from tests.fixtures.ports import free_port
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -29,12 +29,12 @@ from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
 from tests.fixtures.gateway_upstream import (
     SECRET_REQUIREMENTS,
-    free_port,
     started,
     tool_calls,
     upstream_env,
 )
 from tests.fixtures.inprocess import served
+from tests.fixtures.ports import free_port
 from tests.integration.test_gateway_property import FLAGS, REQUIREMENTS, ROLES, policy_text
 
 pytestmark = pytest.mark.integration

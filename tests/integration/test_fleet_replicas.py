@@ -25,7 +25,8 @@ from mcp import Client
 
 from tests.fixtures.flagd import FlagFile, boolean_flag, eventually
 from tests.fixtures.fleet import write_gateway_toml
-from tests.fixtures.gateway_upstream import CLI, ECHO_RESULT, Process, free_port, tool_calls, upstream_http
+from tests.fixtures.gateway_upstream import CLI, ECHO_RESULT, Process, tool_calls, upstream_http
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer, redis_binary
 from tests.integration.test_replicas_cluster import (
     DOC_PORTS,

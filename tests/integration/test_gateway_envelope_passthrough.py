@@ -26,7 +26,7 @@ from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, CONTEXT_ID_META_K
 from tests.fixtures.envelope_server import envelope, payload
 from tests.fixtures.gateway_upstream import Process, started
 from tests.fixtures.mcp_servers import CLI, MODES, ROOT, VERSIONS, server_env
-from tests.fixtures.oidc import free_port
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ from mcp import Client
 
 from tests.fixtures.gateway_upstream import (
     ECHO_RESULT,
-    free_port,
     gateway_http,
     gateway_stdio,
     read_log,
     tool_calls,
     upstream_http,
 )
+from tests.fixtures.ports import free_port
 from tests.integration.test_gateway_calls import raw_call
 
 POLICY = """

@@ -17,7 +17,8 @@ import httpx
 import pytest
 from mcp import Client
 
-from tests.fixtures.gateway_upstream import free_port, gateway_http, read_log, started, upstream_env
+from tests.fixtures.gateway_upstream import gateway_http, read_log, started, upstream_env
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -31,11 +31,11 @@ from tests.fixtures.gateway_upstream import (
     ROOT,
     UPSTREAM_STDIO,
     Process,
-    free_port,
     gateway_http,
     upstream_env,
     upstream_http,
 )
+from tests.fixtures.ports import free_port
 from tests.fixtures.prometheus import Prometheus, Step, prometheus, scripted_calls
 from tests.integration.test_metrics_prometheus import _call_names, random_name
 

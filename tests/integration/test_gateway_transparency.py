@@ -26,8 +26,9 @@ import httpx
 import pytest
 
 from tests.fixtures import asking_upstream
-from tests.fixtures.gateway_upstream import CLI, ROOT, UPSTREAM_STDIO, free_port, read_log, started
+from tests.fixtures.gateway_upstream import CLI, ROOT, UPSTREAM_STDIO, read_log, started
 from tests.fixtures.gateway_upstream import upstream_http as serve_upstream_http
+from tests.fixtures.ports import free_port
 from tests.fixtures.transcript import LEGACY, MODERN, HttpClient, RawClient, StdioClient, environment
 
 pytestmark = pytest.mark.integration
@@ -271,7 +272,7 @@ async def test_over_stdio_the_gateway_is_transparent(tmp_path: Path, version: st
         command, variable = asking_upstream.command(), "ASKING_UPSTREAM_LOG"
         steps = steps_for(ASKING_STEPS, version, (LEGACY, ASKING_LEGACY_ONLY))
     names = script(steps, seed + (50 if upstream == "asking" else 0))
-    results = {}
+    results: dict[str, tuple[dict[str, Any], list[Any]]] = {}
     for way, argv in (("direct", command), ("gateway", _gateway(policy, command))):
         log = tmp_path / f"{way}.jsonl"
         async with stdio_client(version, argv, **{variable: str(log)}) as client:
@@ -306,7 +307,7 @@ def test_over_http_the_gateway_is_transparent(tmp_path: Path, version: str) -> N
             http_gateway(policy, behind.url) as through:
         for seed in range(4):
             names = script(steps, 300 + seed)
-            results = {}
+            results: dict[str, tuple[dict[str, Any], list[Any]]] = {}
             for way, url, log in (("direct", direct.url, tmp_path / "direct.jsonl"),
                                   ("gateway", through, tmp_path / "behind.jsonl")):
                 since = len(read_log(log))

@@ -28,9 +28,10 @@ from tests.fixtures.containers import (
     podman,
     require_image,
 )
-from tests.fixtures.gateway_upstream import ECHO_RESULT, free_port, read_log, upstream_http
+from tests.fixtures.gateway_upstream import ECHO_RESULT, read_log, upstream_http
 from tests.fixtures.mcp_servers import bearer
 from tests.fixtures.oidc import AUDIENCE, OidcServer
+from tests.fixtures.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(BUILD_TIMEOUT)]  # the first test may build
 POLICY = "/etc/mcp-preconditions/policy.toml"

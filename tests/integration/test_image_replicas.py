@@ -27,7 +27,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_preconditions.policy.load import revision_of
 from tests.fixtures.containers import BUILD_TIMEOUT, Container, gateway_container
 from tests.fixtures.flagd import eventually, eventually_async
-from tests.fixtures.gateway_upstream import free_port, tool_calls, upstream_http
+from tests.fixtures.gateway_upstream import tool_calls, upstream_http
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer, redis_binary
 from tests.integration.test_replicas_cluster import DOC_PORTS, BundleServer, haproxy_config
 

@@ -24,7 +24,6 @@ from mcp_preconditions.client import DENIAL_ERRORS_META_KEY, TRANSIENT_META_KEY
 from tests.fixtures.flagd import eventually, eventually_async
 from tests.fixtures.gateway_upstream import (
     CLI,
-    free_port,
     gateway_http,
     gateway_stdio,
     started,
@@ -32,6 +31,7 @@ from tests.fixtures.gateway_upstream import (
     upstream_env,
     upstream_http,
 )
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer
 from tests.integration.test_replicas_cluster import DOC_PORTS, REPLICAS, haproxy_config
 

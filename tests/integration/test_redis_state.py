@@ -18,7 +18,8 @@ import pytest
 from mcp_preconditions import Decision, Guard, Identity, PolicySource, Status, parse_policy
 from mcp_preconditions.decisions import decision_record
 from mcp_preconditions.resolvers.state_redis import RedisStateSource
-from tests.fixtures.redis import RedisServer, free_port
+from tests.fixtures.ports import free_port
+from tests.fixtures.redis import RedisServer
 
 pytestmark = pytest.mark.integration
 _prefixes = itertools.count()

@@ -17,7 +17,8 @@ from mcp import Client
 from mcp_preconditions.cli import main
 from mcp_preconditions.gateway.replicas import options_from
 from tests.fixtures.flagd import eventually_async
-from tests.fixtures.gateway_upstream import free_port, gateway_stdio
+from tests.fixtures.gateway_upstream import gateway_stdio
+from tests.fixtures.ports import free_port
 from tests.integration.test_replicas_cluster import BundleServer
 
 pytestmark = pytest.mark.integration

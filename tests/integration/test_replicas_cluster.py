@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from tests.fixtures.flagd import FlagFile, boolean_flag, eventually
-from tests.fixtures.gateway_upstream import CLI, Process, free_port, upstream_http
+from tests.fixtures.gateway_upstream import CLI, Process, upstream_http
+from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer, redis_binary
 
 pytestmark = pytest.mark.integration

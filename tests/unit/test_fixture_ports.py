@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.fixtures import ports
 
@@ -35,7 +36,7 @@ def test_each_worker_has_a_band_of_its_own() -> None:
     for worker in ("gw0", "gw1", "gw3", "gw7", ""):
         env = {"PYTEST_XDIST_WORKER": worker, "PATH": "/usr/bin:/bin"}
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                              env=env, check=True, cwd=ports.Path(__file__).resolve().parents[2])
+                              env=env, check=True, cwd=Path(__file__).resolve().parents[2])
         start, stop = map(int, done.stdout.split())
         bands.append(range(start, stop))
     assert all(set(a).isdisjoint(b) for i, a in enumerate(bands) for b in bands[i + 1:])
