@@ -225,12 +225,16 @@ class Downstream:
                           ) -> dict[str, Any]:
         connection = self._connections.get(self._stdio) if self._stdio is not None else None
         if connection is not None and connection.standalone is not None:
-            # No call in flight: a stdio listener has one client only.
-            return await connection.ask(method, params, timeout, connection.standalone)
+            # No call in flight: a stdio listener has one client only. It is asked only what it
+            # declared it can answer (a client that did not would answer an error).
+            if _CAPABILITY[method] in connection.capabilities:
+                return await connection.ask(method, params, timeout, connection.standalone)
+            if method != "roots/list":
+                raise RpcError(METHOD_NOT_FOUND, f"gateway: the client cannot answer {method}")
         if method == "roots/list":
-            # Nobody to ask (a server asking as it starts, before any client): the gateway offers
-            # no roots of its own. An empty list never widens what a server may touch, where an
-            # error makes servers log a failure at every clean start.
+            # Nobody to ask (a server asking as it starts, before any client; a client without
+            # roots): the gateway offers no roots of its own. An empty list never widens what a
+            # server may touch, where an error makes servers log a failure at every clean start.
             return {"roots": []}
         raise RpcError(INVALID_REQUEST, f"gateway: {method} not routed: no client call is in "
                        "flight (over HTTP the gateway cannot tell which client it is for)")
