@@ -81,11 +81,15 @@ async def test_a_2026_client_answers_the_upstreams_requests(policy: Path, listen
                                                  {"prompt": "2+2", "maxTokens": 5})
                 elicited = await client.call_tool("trigger-elicitation-request", {})
                 roots = await client.call_tool("get-roots-list", {})
-    # server-everything asks for roots once, on its own, ~350 ms after it starts, and caches the
-    # answer. During one of these calls, that request is this client's (an input round); between
-    # calls no client's call caused it, so nobody is asked and the server gets no roots (never a
-    # guess: a 2026-07-28 client is reachable only through its own call). The machine's load
-    # decides which happens; both are right, and each is checked.
+    # server-everything asks for roots on its own, ~350 ms after it starts, and caches the answer.
+    # During one of these calls, that request is this client's (an input round); between calls no
+    # client's call caused it, so nobody is asked and the server gets no roots (never a guess: a
+    # 2026-07-28 client is reachable only through its own call). The machine's load decides which
+    # happens; both are right, and each is checked. `get-roots-list` asks again when nothing is
+    # cached yet, and server-everything checks its cache before the startup request is answered
+    # (roots.js `syncRoots`), so with that request still out the server itself asks twice; both
+    # asks come during this client's calls. That the gateway puts one upstream request to a client
+    # once is checked against a server that logs what it asks (test_a_retry_is_decided_again...).
     assert not sampled.is_error and '"text": "four"' in _text(sampled)
     assert "declined" in _text(elicited)
     if "roots" in asked.asked:
@@ -94,7 +98,7 @@ async def test_a_2026_client_answers_the_upstreams_requests(policy: Path, listen
         assert "file:///work/project" not in _text(roots)
     assert sorted(a for a in asked.asked if a != "roots") == [
         "elicitation", "sampling: Resource trigger-sampling-request context: 2+2"]
-    assert asked.asked.count("roots") <= 1
+    assert asked.asked.count("roots") <= 2
 
 
 async def test_another_client_is_never_asked(policy: Path) -> None:
