@@ -3,8 +3,9 @@ small HTTP server double that answers `initialize` with a session of its own per
 records what each request carried: a session per caller, reused, opened once for concurrent first
 calls; the request carries the caller's credential and none of the link's static headers; the
 least recently used idle session closed at the bound, a busy one never (the newcomer is refused);
-idle ones swept; a 404 for the session reopened once; a 401/403 with `WWW-Authenticate` is a
-challenge (without it, a plain refusal); every session on one pool of connections.
+idle ones swept; a 404 for the session loses it (the forwarding sends the call once more, on a
+new one); a 401/403 with `WWW-Authenticate` is a challenge (without it, a plain refusal); every
+session on one pool of connections.
 """
 
 from __future__ import annotations
@@ -19,8 +20,18 @@ from typing import Any
 import pytest
 
 from mcp_preconditions.credentials import Credential
-from mcp_preconditions.gateway.errors import UpstreamChallenged, UpstreamRefused, UpstreamUnavailable
+from mcp_preconditions.gateway.errors import (
+    UpstreamChallenged,
+    UpstreamRefused,
+    UpstreamSessionGone,
+    UpstreamUnavailable,
+)
+from mcp_preconditions.gateway.forward import Forward
+from mcp_preconditions.gateway.jsonrpc import RpcError
+from mcp_preconditions.gateway.rounds import Rounds
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions
+from mcp_preconditions.principal import Credentials
+from mcp_preconditions.telemetry.gateway import GatewayTelemetry
 
 
 @dataclass
@@ -186,12 +197,97 @@ async def test_idle_sessions_are_swept_busy_ones_stay() -> None:
         await busy
 
 
-async def test_a_session_the_server_ended_is_opened_again_once() -> None:
+async def test_a_session_the_server_ended_is_lost_and_the_next_request_opens_a_new_one() -> None:
     async with running() as (double, sessions):
         first = await sessions.request(as_("a"), "tools/call", {}, timeout=5)
         double.gone.add(first["session"])
+        with pytest.raises(UpstreamSessionGone):  # nothing ran: the forwarding sends it again
+            await sessions.request(as_("a"), "tools/call", {}, timeout=5)
         again = await sessions.request(as_("a"), "tools/call", {}, timeout=5)
-    assert again["session"] == "s2" and double.opened == 2
+        assert len(sessions) == 1  # the ended one forgotten when it was found lost
+    assert again["session"] == "s2" and double.opened == 2 and calls(double) == 3
+
+
+class _Member:
+    """What `Forward.send` reads of a fleet member: its key and its upstream."""
+
+    def __init__(self, upstream: Any) -> None:
+        self.key = "double"
+        self.upstream = upstream
+
+
+class _Upstream:
+    """An upstream whose callers' sessions are the real `CallerSessions` (`Upstream.request_as`'s
+    2025-11-25 branch)."""
+
+    key = label = "double"
+    modern = False
+
+    def __init__(self, sessions: CallerSessions) -> None:
+        self.sessions = sessions
+
+    def request_as(self, caller: AsCaller, method: str, params: Any, *, timeout: float,
+                   on_progress: Any = None) -> Any:
+        return self.sessions.request(caller, method, params, timeout=timeout, on_progress=on_progress)
+
+
+class _Held:
+    """A call's held credential (`credentials.stage.HeldCredential`): whom it is sent as; a
+    renewal is never asked for here."""
+
+    def __init__(self, caller: AsCaller) -> None:
+        self.sent_as = caller
+        self.credential = caller.credential
+
+    async def renew(self, token: str | None) -> Any:
+        raise AssertionError("a session the server ended is not a refused credential")
+
+
+def _forward() -> Forward:
+    async def authenticate(credentials: Any) -> Any:
+        raise AssertionError("not asked")
+
+    downstream: Any = None  # (`send` reads none of it)
+    return Forward(downstream, Rounds(), lambda: 5.0, lambda ctx: Credentials(), authenticate,
+                   GatewayTelemetry())
+
+
+@pytest.mark.parametrize("ended", [1, 2])
+async def test_a_call_on_a_session_the_server_ended_is_sent_once_more_on_a_new_one(
+        ended: int) -> None:
+    """Through the forwarding: the 404 ran nothing, so the call is sent again on a new session,
+    once; if that one is ended too, the call fails and is not sent a third time."""
+    async with running() as (double, sessions):
+        alice = as_("alice")
+        await sessions.request(alice, "tools/call", {}, timeout=5)
+        double.gone.add("s1")
+        if ended == 2:
+            _end_the_next_session(double)
+        forward = _forward()
+        member: Any = _Member(_Upstream(sessions))  # (what `send` reads of a Member)
+        held: Any = _Held(alice)  # (what `send` reads of a HeldCredential)
+        if ended == 1:
+            result = await forward.send(None, member, "tools/call", {"name": "t"}, 5.0, held)
+            assert result == {"session": "s2", "auth": "Bearer alice-token"}
+        else:
+            with pytest.raises(RpcError):
+                await forward.send(None, member, "tools/call", {"name": "t"}, 5.0, held)
+    sent = [session for method, _, session in double.seen if method == "tools/call"]
+    assert sent == ["s1", "s1", "s2"]  # once before it was ended, on it, once more on the new one
+    assert double.opened == 2
+
+
+def _end_the_next_session(double: Double) -> None:
+    """The double ends the session it opens next, as soon as it is opened."""
+    answer = double.answer
+
+    async def ending(verb: str, headers: dict[str, str], body: bytes) -> bytes:
+        reply = await answer(verb, headers, body)
+        if b'"initialize"' in body:
+            double.gone.add(f"s{double.opened}")
+        return reply
+
+    double.answer = ending  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize(("status", "challenge", "raised"), [

@@ -24,7 +24,7 @@ from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
 from .downstream.callers import Downstream
 from .downstream.clients import Call
-from .errors import UpstreamChallenged, UpstreamError
+from .errors import UpstreamChallenged, UpstreamError, UpstreamSessionGone
 from .fleet import Member
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
@@ -113,12 +113,18 @@ class Forward:
                 if held is None:
                     return await upstream.request(method, sent, timeout=timeout,
                                                   on_progress=on_progress)
+                as_caller = held.sent_as or _sent_as(held)
                 try:  # as the caller (`_renewed`, inline: every call with a credential)
-                    return await upstream.request_as(held.sent_as or _sent_as(held), method, sent,
-                                                     timeout=timeout, on_progress=on_progress)
+                    return await upstream.request_as(as_caller, method, sent, timeout=timeout,
+                                                     on_progress=on_progress)
                 except UpstreamChallenged as exc:
                     log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
                              upstream.key, exc.status)
+                except UpstreamSessionGone:  # their session, ended by the server: it ran nothing
+                    log.info("server %s ended a caller's session: sending on a new one, once",
+                             upstream.key)
+                    return await _again(upstream, held, own, as_caller, method, sent, timeout,
+                                       on_progress)
                 return await _renewed(upstream, held, own, method, sent, timeout, on_progress)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
@@ -199,6 +205,21 @@ def _sent_as(held: HeldCredential) -> AsCaller:
     assert held.credential is not None  # (`_held`)
     sent = held.sent_as = AsCaller(held.owner, held.credential)
     return sent
+
+
+async def _again(upstream: Upstream, held: HeldCredential, own: str | None, caller: AsCaller,
+                 method: str, params: Mapping[str, Any] | None, timeout: float,
+                 on_progress: ProgressHook | None) -> dict[str, Any]:
+    """The request as the caller once more, on a new session of theirs, after the server answered
+    404 for the one it went on (`Forward.send`): it ran nothing there, so this still runs it at
+    most once (SPEC §10). The server refusing the credential now renews it, as on the first try."""
+    try:
+        return await upstream.request_as(caller, method, params, timeout=timeout,
+                                         on_progress=on_progress)
+    except UpstreamChallenged as exc:
+        log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
+                 upstream.key, exc.status)
+    return await _renewed(upstream, held, own, method, params, timeout, on_progress)
 
 
 async def _renewed(upstream: Upstream, held: HeldCredential, own: str | None, method: str,

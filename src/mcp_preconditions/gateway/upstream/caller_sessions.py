@@ -8,8 +8,9 @@ One caller's session is never used for another, and never closed while a request
 on it: a caller who cannot be given a session is refused, never anyone else. Sessions share one
 pool of connections (a session is a header, not a connection), so a thousand callers cost a
 thousand small objects, not a thousand sockets. A session the server ended (404 for its id: it ran
-nothing) is opened again once. A session is in use while its peer has a request pending (the peer
-tracks its requests anyway); its idle time counts from the start of its last request.
+nothing) is lost, and the next request opens a new one (the forwarding sends the request once more).
+A session is in use while its peer has a request pending (the peer tracks its requests anyway); its
+idle time counts from the start of its last request.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, NamedTuple
 
 import anyio
 
 from ...credentials.credential import Credential
-from ..errors import UpstreamSessionGone, UpstreamUnavailable
+from ..errors import UpstreamUnavailable
 from .client import DEFAULT_BOUNDS, Bounds, Pool
 from .handshake import closed, initialize
 from .http import HttpLink
@@ -90,40 +91,34 @@ class CallerSessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    async def request(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
-                      timeout: float, on_progress: ProgressHook | None = None) -> dict[str, Any]:
+    def request(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
+                timeout: float, on_progress: ProgressHook | None = None
+                ) -> Awaitable[dict[str, Any]]:
         """One request of `caller`'s on their own session (opened now if they have none), with
         their credential. UpstreamChallenged when the server refuses that credential (at the
-        handshake or the request: either way nothing ran). The session is in use while the
-        request is pending on its peer (from before anything is sent until it ends): nothing here
-        is kept around the request."""
+        handshake or the request: either way nothing ran); UpstreamSessionGone when the server
+        ended the session (404 for its id: nothing ran), which is then lost, so the next request
+        opens a new one (the forwarding sends it once more: `Forward.send`). The session is in use
+        while the request is pending on its peer (from before anything is sent until it ends).
+        Not a coroutine of its own on a live session: the awaitable of the peer's request itself,
+        so nothing here is kept around the request (every await of it passes one layer fewer)."""
         owner = caller.owner
         session = self._sessions.get(owner)  # `_session`'s first look, inline: every call
-        if session is not None and not session.lost.is_set() and not session.peer.closed:
-            self._sessions.move_to_end(owner)  # (`live`, inline too)
-        else:
-            session = await self._session(caller, timeout)
+        if session is None or session.lost.is_set() or session.peer.closed:  # (`live`, inline)
+            return self._first(caller, method, params, timeout, on_progress)
+        self._sessions.move_to_end(owner)
         session.used = self._clock()  # its last use: when this request starts
-        try:
-            return await session.peer.request(method, params, timeout=timeout,
-                                              on_progress=on_progress,
-                                              headers=caller.credential.headers())
-        except UpstreamSessionGone:  # the server ended it and ran nothing: a new one, once
-            self._forget(owner, session)
-        return await self._again(caller, method, params, timeout, on_progress)
+        return session.peer.request(method, params, timeout=timeout, on_progress=on_progress,
+                                    headers=caller.credential.headers())
 
-    async def _again(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None,
+    async def _first(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None,
                      timeout: float, on_progress: ProgressHook | None) -> dict[str, Any]:
-        """`request`'s second and last attempt, on a new session (the server ended the last)."""
+        """`request` with no live session at hand: one opened (or joined) first."""
         session = await self._session(caller, timeout)
         session.used = self._clock()
-        try:
-            return await session.peer.request(method, params, timeout=timeout,
-                                              on_progress=on_progress,
-                                              headers=caller.credential.headers())
-        except UpstreamSessionGone:
-            self._forget(caller.owner, session)
-            raise
+        return await session.peer.request(method, params, timeout=timeout,
+                                          on_progress=on_progress,
+                                          headers=caller.credential.headers())
 
     async def _session(self, caller: AsCaller, timeout: float) -> _Session:
         owner = caller.owner
