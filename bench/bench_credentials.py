@@ -6,7 +6,10 @@ Authorization header) and `user` (token exchange at the real oidc-provider), bot
 - `credentials_cpu_added_us`: the gateway's own CPU per call of `user__echo` (its exchanged
   credential cached, on the caller's own session) less per call of `static__echo`, one caller:
   the median of paired slices (static then user, user then static, alternately), each read from
-  the process's nanosecond CPU clock, not /proc's 10 ms ticks (goal: at most 20 µs);
+  the process's nanosecond CPU clock, not /proc's 10 ms ticks (goal: at most 20 µs). One pair's
+  difference scatters by ~75 µs (a static call is ~800 µs), so the median of 200 pairs moved by
+  ±8 µs from run to run: 1,000 pairs, and `credentials_cpu_added_low_us`/`_high_us`, the 90 %
+  bootstrap interval of that median, say how far one run's figure can be trusted;
 - `credentials_throughput_ratio`: calls/s of 50 callers each with a credential of their own over
   calls/s of the same 50 callers through the static header, once each caller's first call (its
   exchange, its session) is made: the median of paired windows (static then user, user then
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import tempfile
 import time
@@ -42,7 +46,8 @@ from bench.loadgen import Session
 from bench.systems import Running, started
 
 ROUNDS = 5
-SLICES, CALLS = 40, 25  # per round: pairs of slices, calls per tool per slice (CPU)
+SLICES, CALLS = 200, 25  # per round: pairs of slices, calls per tool per slice (CPU)
+BOOTSTRAP = 1000  # resamples of the pairs, for the interval of their median
 LOAD_SECONDS, WARMUP_SECONDS = 1.5, 0.5  # one throughput window
 PAIRS = 2  # per round: pairs of throughput windows
 CALLERS_LOAD, CALLERS_MEMORY = 50, 1000
@@ -175,6 +180,16 @@ async def many_callers(gateway: Running, callers: list[str]) -> float:
     return gateway.rss_mb()
 
 
+def interval(values: list[float], share: float = 0.9) -> tuple[float, float]:
+    """The `share` bootstrap interval of the median of `values` (percentiles of the medians of
+    BOOTSTRAP resamples, seeded: the same pairs give the same interval)."""
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values)))
+                     for _ in range(BOOTSTRAP))
+    tail = int(BOOTSTRAP * (1 - share) / 2)
+    return medians[tail], medians[-tail - 1]
+
+
 def run(rounds: int = ROUNDS, callers: int = CALLERS_MEMORY) -> dict[str, float]:
     oidc = OidcServer(free_port())
     oidc.start()
@@ -191,8 +206,10 @@ def run(rounds: int = ROUNDS, callers: int = CALLERS_MEMORY) -> dict[str, float]
     finally:
         oidc.stop()
     static_us, user_us = statistics.median(cpu["static"]), statistics.median(cpu["user"])
+    low, high = interval(cpu["added"])
     return {"credentials_static_cpu_us": static_us, "credentials_user_cpu_us": user_us,
             "credentials_cpu_added_us": statistics.median(cpu["added"]),
+            "credentials_cpu_added_low_us": low, "credentials_cpu_added_high_us": high,
             "credentials_throughput_ratio": statistics.median(ratios),
             "credentials_rss_before_mb": idle_mb, "credentials_rss_1000_mb": rss,
             "credentials_exchanges": float(exchanges)}

@@ -102,6 +102,7 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "telemetry_gateway_tracing_overhead_pct", "telemetry_gateway_traced_cpu_ms_per_call",
          "telemetry_gateway_tracing_cpu_pct",
          "credentials_static_cpu_us", "credentials_user_cpu_us", "credentials_cpu_added_us",
+         "credentials_cpu_added_low_us", "credentials_cpu_added_high_us",
          "credentials_throughput_ratio", "credentials_rss_before_mb", "credentials_rss_1000_mb",
          "credentials_exchanges",
          "denial_with_result_p50_us", "denial_envelope_added_us", "denial_mcp_added_us")
