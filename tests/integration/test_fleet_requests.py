@@ -235,7 +235,12 @@ async def test_a_stdio_fleet_routes_requests_progress_and_logs_of_each_server(
             slow = await client.call_tool("a__slow", {"seconds": 0}, progress_callback=me.progressed)
     assert me.asked == ["sampling: 2+2?", "elicitation"]
     assert text(asked) == "the answer is mine" and "declined" in text(elicited)
-    assert text(logged) == "log done" and me.logs == [{"call": "b"}]
+    # server-everything (c) asks for roots ~350 ms after it starts and then logs this once (roots.js
+    # `syncRoots`); with no call to c in flight the log is the stdio client's, so it reaches a
+    # 2025-11-25 client when c was the last server to start (the handshake waits for all of them).
+    c_roots = [d for d in me.logs if d == "Roots updated: 0 root(s) received from client"]
+    assert len(c_roots) <= 1
+    assert text(logged) == "log done" and [d for d in me.logs if d not in c_roots] == [{"call": "b"}]
     assert text(slow) == "slow done" and me.progress == [(0.5, 1.0, "half way")]
     assert asking_upstream.read_log(logs["b"]) == [answered("mine", modern_only=False)]
     assert tool_calls(logs["a"]) == ["slow"]  # a was never asked about b's question
