@@ -15,6 +15,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -237,6 +238,7 @@ class _Held:
 
     def __init__(self, caller: AsCaller) -> None:
         self.sent_as = caller
+        self.owner = caller.owner
         self.credential = caller.credential
 
     async def renew(self, token: str | None) -> Any:
@@ -275,6 +277,41 @@ async def test_a_call_on_a_session_the_server_ended_is_sent_once_more_on_a_new_o
     sent = [session for method, _, session in double.seen if method == "tools/call"]
     assert sent == ["s1", "s1", "s2"]  # once before it was ended, on it, once more on the new one
     assert double.opened == 2
+
+
+class _Renewing(_Held):
+    """A held credential whose renewal gives `renewed`."""
+
+    def __init__(self, caller: AsCaller, renewed: Credential) -> None:
+        super().__init__(caller)
+        self.renewed = renewed
+
+    async def renew(self, token: str | None) -> Any:
+        return SimpleNamespace(credential=self.renewed, outcome=None)
+
+
+async def test_a_renewed_call_whose_session_the_server_ended_is_sent_once_more() -> None:
+    """After a 401 with `WWW-Authenticate` the call goes again with the renewed credential; if the
+    server ended the session meanwhile (404: nothing ran), once more on a new one."""
+    async with running() as (double, sessions):
+        alice = as_("alice")
+        await sessions.request(alice, "tools/call", {}, timeout=5)
+        double.refuse["Bearer alice-token"] = (401, True)
+        answer = double.answer
+
+        async def ending(verb: str, headers: dict[str, str], body: bytes) -> bytes:
+            if headers.get("authorization") == "Bearer renewed":
+                double.gone.add("s1")  # ended while the credential was renewed
+            return await answer(verb, headers, body)
+
+        double.answer = ending  # type: ignore[method-assign]
+        member: Any = _Member(_Upstream(sessions))
+        held: Any = _Renewing(alice, Credential.bearer("renewed", "token-exchange"))
+        result = await _forward().send(None, member, "tools/call", {"name": "t"}, 5.0, held)
+    assert result == {"session": "s2", "auth": "Bearer renewed"}
+    sent = [(session, auth) for method, auth, session in double.seen if method == "tools/call"]
+    assert sent == [("s1", "Bearer alice-token"), ("s1", "Bearer alice-token"),
+                    ("s1", "Bearer renewed"), ("s2", "Bearer renewed")]
 
 
 def _end_the_next_session(double: Double) -> None:

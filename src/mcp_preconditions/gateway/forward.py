@@ -232,9 +232,16 @@ async def _renewed(upstream: Upstream, held: HeldCredential, own: str | None, me
     renewed = await held.renew(own)
     if renewed.credential is None:
         raise CredentialRefused(renewed.outcome)
+    caller = AsCaller(held.owner, renewed.credential)
     try:
-        return await upstream.request_as(AsCaller(held.owner, renewed.credential), method, params,
-                                         timeout=timeout, on_progress=on_progress)
+        try:
+            return await upstream.request_as(caller, method, params, timeout=timeout,
+                                             on_progress=on_progress)
+        except UpstreamSessionGone:  # as `Forward.send`: it ran nothing; a new session, once
+            log.info("server %s ended a caller's session: sending on a new one, once",
+                     upstream.key)
+        return await upstream.request_as(caller, method, params, timeout=timeout,
+                                         on_progress=on_progress)
     except UpstreamChallenged:
         raise CredentialRefused(Outcome(
             held.requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "
