@@ -37,7 +37,7 @@ async def call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> li
     if not result.is_error:
         return [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
     denial = result.structured_content or {}
-    if "unmet" not in denial:  # not the gateway's refusal: the tool's own error
+    if not denial.get("unmet"):  # not a requirement unmet: the tool's own error, an unknown tool
         return ["error: " + " ".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))]
     envelope = (result.meta or {}).get(AUTHORIZATION, {})
     hints = envelope.get("remediationHints", [])
@@ -54,9 +54,15 @@ def main() -> None:
     args = parser.parse_args()
     try:
         arguments = json.loads(args.arguments)
+    except ValueError as exc:
+        sys.exit(f"the arguments are not a JSON object: {exc}")
+    try:
         lines = asyncio.run(call(args.url, args.token, args.tool, arguments))
-    except (ValueError, httpx2.HTTPError) as exc:
-        sys.exit(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the SDK's task groups wrap what went wrong: say the first
+        while isinstance(exc, ExceptionGroup):
+            exc = exc.exceptions[0]
+        hint = " (is the gateway running?)" if isinstance(exc, httpx2.ConnectError) else ""
+        sys.exit(f"the call to {args.url} failed{hint}: {type(exc).__name__}: {exc}")
     print("\n".join(lines))
 
 

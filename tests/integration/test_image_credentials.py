@@ -33,7 +33,7 @@ from tests.fixtures.oidc import AUDIENCE, CRM, CRM_AUDIENCE, WIKI, OidcServer, s
 from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer, redis_binary
 from tests.fixtures.token_servers import TokenServer, token_server
-from tests.unit.test_kubernetes_manifests import _container, find
+from tests.unit.test_kubernetes_manifests import find, gateway_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(BUILD_TIMEOUT)]  # the first test may build
 CONFIG = "/etc/mcp-preconditions"  # where the ConfigMap is mounted
@@ -80,14 +80,14 @@ def secrets(oidc: OidcServer, redis: RedisServer) -> dict[str, str]:
         "GW_CLIENT_ID": "gateway", "GW_CLIENT_SECRET": "gateway-secret",
         "GW_TOKEN_KEY": base64.b64encode(os.urandom(32)).decode(),
         "MCP_PRECONDITIONS_PAGES_KEY": base64.b64encode(os.urandom(32)).decode()}
-    from_secrets = {v["name"] for v in _container()["env"] if "secretKeyRef" in v["valueFrom"]}
+    from_secrets = {v["name"] for v in gateway_spec()["env"] if "secretKeyRef" in v["valueFrom"]}
     assert from_secrets == set(values)
     return values
 
 
 def arguments(public: str, metrics_port: int) -> list[str]:
     """The Deployment's arguments, its public address and metrics port made local."""
-    args = _container()["args"]
+    args = gateway_spec()["args"]
     assert [a.split("=")[0] for a in args] == ["--config", "--metrics-listen", "--public-url"]
     return [args[0], f"--metrics-listen=http://127.0.0.1:{metrics_port}", f"--public-url={public}"]
 

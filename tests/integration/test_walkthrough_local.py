@@ -230,16 +230,22 @@ class Walkthrough:
         assert done, f"line {line}: the test does not know how to do this step: {item}"
 
 
-@pytest.fixture
-def walkthrough(tmp_path: Path, browser: Browser) -> Iterator[Walkthrough]:
+def ports_free() -> None:
+    """The page's ports are free (bound as its servers bind them: a closed one's TIME-WAIT is no
+    obstacle), or the test fails saying which is taken."""
     for port in PORTS:
         with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: a
-            try:                                                          # closed one's TIME-WAIT is no use
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 pytest.fail(f"port {port} is in use: the walkthrough's servers listen on "
                             f"{', '.join(map(str, PORTS))}", pytrace=False)
+
+
+@pytest.fixture
+def walkthrough(tmp_path: Path, browser: Browser) -> Iterator[Walkthrough]:
+    ports_free()
     shell = Shell(tmp_path)
     reader = Walkthrough(tmp_path, browser, shell)
     try:
@@ -283,3 +289,24 @@ def test_the_page_runs_as_written(walkthrough: Walkthrough) -> None:
     for terminal in walkthrough.terminals.values():
         output = "\n".join(terminal.output())
         assert "Traceback" not in output, f"{terminal.name}:\n{output}"
+
+
+@pytest.mark.parametrize(("command", "status", "said"), [
+    (["get_token.py"], 2, "get_token.py: error: name a person, or --service URL"),
+    (["get_token.py", "--service", "http://127.0.0.1:9402/mcp"], 1,
+     "set GW_CLIENT_SECRET: the gateway's client secret at the IdP"),
+    (["get_token.py", "alice"], 1, "cannot reach the IdP at http://127.0.0.1:9400: ..."),
+    (["call.py", "TOKEN", "notes__whoami", "[1"], 1,
+     "the arguments are not a JSON object: Expecting ',' delimiter: line 1 column 3 (char 2)"),
+    (["call.py", "TOKEN", "notes__whoami"], 1, "the call to http://127.0.0.1:9401/mcp failed (is the "
+     "gateway running?): ConnectError: All connection attempts failed"),
+])
+def test_the_example_clients_say_what_is_wrong_in_one_line(command: list[str], status: int, said: str
+                                                           ) -> None:
+    """Nothing listening on the page's ports, no secret set: one line each, never a traceback."""
+    ports_free()
+    env = {k: v for k, v in environment().items() if k != "GW_CLIENT_SECRET"}
+    done = subprocess.run([sys.executable, f"examples/local-idp/{command[0]}", *command[1:]], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == status and done.stdout == "", done
+    assert matches([said], done.stderr.splitlines()[-1:]) and "Traceback" not in done.stderr, done.stderr

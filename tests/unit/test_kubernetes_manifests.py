@@ -134,7 +134,8 @@ def test_the_prometheus_rule_is_the_shipped_alerts_file_and_promtool_checks_it(t
     assert "SUCCESS: 8 rules found" in done.stdout
 
 
-def _container() -> dict[str, Any]:
+def gateway_spec() -> dict[str, Any]:
+    """The gateway's container in the Deployment (its args, env, probes)."""
     containers: list[dict[str, Any]] = find("Deployment")["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
     return containers[0]
@@ -148,7 +149,7 @@ def _given() -> dict[str, str]:
     """The Deployment's variables, with placeholders of the right form for the Secrets' values."""
     values = {"REDIS_URL": "redis://127.0.0.1:6379/0", "GW_TOKEN_KEY": KEY,
               "MCP_PRECONDITIONS_PAGES_KEY": KEY}
-    return {v["name"]: values.get(v["name"], "placeholder") for v in _container()["env"]}
+    return {v["name"]: values.get(v["name"], "placeholder") for v in gateway_spec()["env"]}
 
 
 def test_the_config_map_validates_with_exactly_the_environment_the_deployment_gives(
@@ -178,8 +179,8 @@ def test_the_config_map_validates_with_exactly_the_environment_the_deployment_gi
 
 
 def test_secrets_come_by_reference_only() -> None:
-    env = {v["name"]: v["valueFrom"] for v in _container()["env"]}
-    assert all("value" not in v for v in _container()["env"])  # nothing inline
+    env = {v["name"]: v["valueFrom"] for v in gateway_spec()["env"]}
+    assert all("value" not in v for v in gateway_spec()["env"])  # nothing inline
     assert env["MCP_PRECONDITIONS_REPLICA_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     secrets = {name: (ref["secretKeyRef"]["name"], ref["secretKeyRef"]["key"])
                for name, ref in env.items() if "secretKeyRef" in ref}
@@ -213,7 +214,7 @@ def test_credentials_approvals_and_sign_ins_are_shared_by_the_replicas_in_redis(
     kinds = {key: s["credentials"]["kind"] for key, s in gateway["servers"].items()}
     assert kinds == {"crm": "token-exchange", "tickets": "oauth"}
     assert gateway["servers"]["tickets"]["credentials"]["store"] == "redis"
-    public = [a for a in _container()["args"] if a.startswith("--public-url=")]
+    public = [a for a in gateway_spec()["args"] if a.startswith("--public-url=")]
     assert public == ["--public-url=https://mcp.example.com"]
     redis = find("Deployment", "mcp-preconditions-redis")["spec"]["template"]["spec"]["containers"][0]
     args = redis["args"]
@@ -223,7 +224,7 @@ def test_credentials_approvals_and_sign_ins_are_shared_by_the_replicas_in_redis(
 
 
 def test_probes_ports_and_selectors_fit_together() -> None:
-    container, service = _container(), find("Service")
+    container, service = gateway_spec(), find("Service")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8080, "metrics": 9464}
     assert "listen = \"http://0.0.0.0:8080\"" in find("ConfigMap")["data"]["gateway.toml"]
