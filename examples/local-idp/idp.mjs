@@ -2,7 +2,7 @@
 // your machine (docs/credentials-on-your-machine.md). It is npm oidc-provider, from this repository's
 // node_modules (`npm ci`), configured for that walkthrough:
 //
-//   node examples/local-idp/idp.mjs [PORT]          http://127.0.0.1:9400 by default
+//   node examples/local-idp/idp.mjs [PORT]   http://127.0.0.1:9400 (the walkthrough's files name 9400)
 //
 // - Two people, alice (role "engineer") and bob (role "reviewer"). Any password signs them in:
 //   oidc-provider's development login and consent pages. The role is in their ID tokens (the
@@ -17,7 +17,7 @@
 // Not for production: anyone signs in as anyone, the signing key is made at each start (a restart
 // signs everybody out), and nothing is stored.
 
-import { createPublicKey, generateKeyPairSync, verify } from 'node:crypto';
+import { generateKeyPairSync, verify } from 'node:crypto';
 import Provider, { errors } from 'oidc-provider';
 
 const port = Number(process.argv[2] ?? 9400);
@@ -107,7 +107,7 @@ function verifiedClaims(token) {
   if (!signature || rest.length) return undefined;
   const signed = verify('sha256', Buffer.from(`${header}.${payload}`), publicKey,
     Buffer.from(signature, 'base64url'));
-  if (!signed) return undefined; // (its header's alg is RS256 then: the key is RSA, sha256 only)
+  if (!signed) return undefined; // (an RS256 signature: the only kind this key makes)
   const claims = JSON.parse(Buffer.from(payload, 'base64url').toString());
   return claims.iss === issuer && claims.exp > Date.now() / 1000 ? claims : undefined;
 }
