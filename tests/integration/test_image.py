@@ -130,6 +130,19 @@ def test_the_image_has_no_compiler_no_pip_and_is_smaller_than_one_made_by_hand()
     assert size < HAND_MADE, f"{size:,} bytes"  # docs/deploy.md gives the figure
 
 
+def test_the_configuration_folder_is_not_writable_by_the_gateway_user() -> None:
+    """Issue 39.16: /etc/mcp-preconditions belongs to root (a WORKDIR after USER made it the runtime
+    user's, so a gateway that was broken into could rewrite its own policy). The root file system
+    is left writable here, so the write fails for want of permission alone."""
+    image = require_image()
+    probe = ("id -u; stat -c '%u:%g %a' /etc/mcp-preconditions; pwd; "
+             "touch /etc/mcp-preconditions/policy.toml; echo touch=$?")
+    done = podman("run", "--rm", "--network=none", "--entrypoint", "sh", image, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["10001", "0:0 755", "/etc/mcp-preconditions", "touch=1"]
+    assert "touch: cannot touch '/etc/mcp-preconditions/policy.toml': Permission denied" in done.stderr
+
+
 def test_without_podman_the_image_tests_fail_and_say_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(pytest.fail.Exception) as failed:

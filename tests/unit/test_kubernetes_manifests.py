@@ -8,8 +8,10 @@ environment the Deployment gives, and the objects wired to one another.
 from __future__ import annotations
 
 import difflib
+import re
 import subprocess
 import textwrap
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,10 +134,22 @@ def test_the_prometheus_rule_is_the_shipped_alerts_file_and_promtool_checks_it(t
     assert "SUCCESS: 8 rules found" in done.stdout
 
 
-def _container() -> dict[str, Any]:
+def gateway_spec() -> dict[str, Any]:
+    """The gateway's container in the Deployment (its args, env, probes)."""
     containers: list[dict[str, Any]] = find("Deployment")["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
     return containers[0]
+
+
+KEY = "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE="  # 32 bytes, base64: a placeholder key
+CHECKED_AT_START = {"MCP_PRECONDITIONS_REPLICA_ID", "MCP_PRECONDITIONS_PAGES_KEY"}  # not by a validator
+
+
+def _given() -> dict[str, str]:
+    """The Deployment's variables, with placeholders of the right form for the Secrets' values."""
+    values = {"REDIS_URL": "redis://127.0.0.1:6379/0", "GW_TOKEN_KEY": KEY,
+              "MCP_PRECONDITIONS_PAGES_KEY": KEY}
+    return {v["name"]: values.get(v["name"], "placeholder") for v in gateway_spec()["env"]}
 
 
 def test_the_config_map_validates_with_exactly_the_environment_the_deployment_gives(
@@ -146,15 +160,16 @@ def test_the_config_map_validates_with_exactly_the_environment_the_deployment_gi
     assert set(data) == {"gateway.toml", "policy.toml"}
     for name, content in data.items():
         (tmp_path / name).write_text(content, encoding="utf-8")
-    given = {v["name"]: "redis://127.0.0.1:6379/0" if v["name"] == "REDIS_URL" else "placeholder"
-             for v in _container()["env"]}
+    given = _given()
     for name, value in given.items():
         monkeypatch.setenv(name, value)
     assert main(["policy", "validate", str(tmp_path / "policy.toml")]) == 0
     assert main(["config", "validate", str(tmp_path / "gateway.toml")]) == 0
-    assert "1 server(s): crm" in capsys.readouterr().out
+    assert "2 server(s): crm, tickets" in capsys.readouterr().out
+    named = set(re.findall(r'"env:(\w+)"|url_env = "(\w+)"', "\n".join(data.values())))
+    assert {a or b for a, b in named} | CHECKED_AT_START == set(given)  # none unused, none missing
     for name, value in given.items():  # each one is needed: without it, a file is refused
-        if name == "MCP_PRECONDITIONS_REPLICA_ID":
+        if name in CHECKED_AT_START:  # (the image test starts the gateway without the pages key)
             continue
         monkeypatch.delenv(name)
         assert (main(["policy", "validate", str(tmp_path / "policy.toml")]) == 2
@@ -163,24 +178,53 @@ def test_the_config_map_validates_with_exactly_the_environment_the_deployment_gi
         monkeypatch.setenv(name, value)
 
 
-def test_secrets_come_by_reference_and_no_approval_or_credential_blocks() -> None:
-    env = {v["name"]: v["valueFrom"] for v in _container()["env"]}
-    assert all("value" not in v for v in _container()["env"])  # nothing inline
+def test_secrets_come_by_reference_only() -> None:
+    env = {v["name"]: v["valueFrom"] for v in gateway_spec()["env"]}
+    assert all("value" not in v for v in gateway_spec()["env"])  # nothing inline
     assert env["MCP_PRECONDITIONS_REPLICA_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    secrets = {name: ref["secretKeyRef"] for name, ref in env.items() if "secretKeyRef" in ref}
-    assert secrets == {"REDIS_URL": {"name": "mcp-preconditions-redis", "key": "url"},
-                       "CRM_AUTHORIZATION": {"name": "mcp-preconditions-upstream",
-                                             "key": "crm-authorization"}}
+    secrets = {name: (ref["secretKeyRef"]["name"], ref["secretKeyRef"]["key"])
+               for name, ref in env.items() if "secretKeyRef" in ref}
+    upstream, oidc, keys = "mcp-preconditions-upstream", "mcp-preconditions-oidc", "mcp-preconditions-keys"
+    assert secrets == {"REDIS_URL": ("mcp-preconditions-redis", "url"),
+                       "CRM_AUTHORIZATION": (upstream, "crm-authorization"),
+                       "TICKETS_AUTHORIZATION": (upstream, "tickets-authorization"),
+                       "TICKETS_CLIENT_ID": (upstream, "tickets-client-id"),
+                       "TICKETS_CLIENT_SECRET": (upstream, "tickets-client-secret"),
+                       "GW_CLIENT_ID": (oidc, "client-id"), "GW_CLIENT_SECRET": (oidc, "client-secret"),
+                       "GW_TOKEN_KEY": (keys, "token-key"),
+                       "MCP_PRECONDITIONS_PAGES_KEY": (keys, "pages-key")}
     redis = find("Deployment", "mcp-preconditions-redis")["spec"]["template"]["spec"]["containers"][0]
     assert redis["env"] == [{"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {
         "name": "mcp-preconditions-redis", "key": "password"}}}]
-    assert not [d for _, d in documents() if d["kind"] == "Secret"]
-    policy = find("ConfigMap")["data"]["policy.toml"]
-    assert "[approvals" not in policy and ".credentials]" not in policy  # other work (docs/deploy.md)
+    assert not [d for _, d in documents() if d["kind"] == "Secret"]  # created by kubectl (docs/deploy.md)
+    header = (MANIFESTS / "gateway.yaml").read_text(encoding="utf-8").split("apiVersion:", 1)[0]
+    for name, key in secrets.values():  # the file's header names each Secret and key to create
+        assert name in header and f"`{key}`" in header, (name, key)
+
+
+def test_credentials_approvals_and_sign_ins_are_shared_by_the_replicas_in_redis() -> None:
+    """What a replica must not keep to itself (docs/deploy.md, session affinity): the connected
+    accounts, the approval requests and, with them, the sign-ins in progress live in Redis; the
+    links and redirects are made with the public https address."""
+    data = find("ConfigMap")["data"]
+    policy, gateway = tomllib.loads(data["policy.toml"]), tomllib.loads(data["gateway.toml"])
+    assert policy["state"]["redis"] == {"url_env": "REDIS_URL"}
+    assert set(policy["auth"]["sign_in"]) == {"client_id", "client_secret"}
+    assert [a["store"] for a in policy["approvals"].values()] == ["redis"]
+    kinds = {key: s["credentials"]["kind"] for key, s in gateway["servers"].items()}
+    assert kinds == {"crm": "token-exchange", "tickets": "oauth"}
+    assert gateway["servers"]["tickets"]["credentials"]["store"] == "redis"
+    public = [a for a in gateway_spec()["args"] if a.startswith("--public-url=")]
+    assert public == ["--public-url=https://mcp.example.com"]
+    redis = find("Deployment", "mcp-preconditions-redis")["spec"]["template"]["spec"]["containers"][0]
+    args = redis["args"]
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"  # full: writes refused, no loss
+    assert args[args.index("--maxmemory") + 1] == "192mb"
+    assert redis["resources"]["limits"]["memory"] == "256Mi"  # above it: Redis's own overhead
 
 
 def test_probes_ports_and_selectors_fit_together() -> None:
-    container, service = _container(), find("Service")
+    container, service = gateway_spec(), find("Service")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8080, "metrics": 9464}
     assert "listen = \"http://0.0.0.0:8080\"" in find("ConfigMap")["data"]["gateway.toml"]
