@@ -40,6 +40,7 @@ SCOPE_DETAILS_TYPE = "urn:mcp-preconditions:scope"
 # RFC 6749 §3.3 scope-token characters: anything else cannot be put in a WWW-Authenticate challenge.
 _SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]+")
 _SCOPE_AT = len(SCOPE_PREFIX)
+OAUTH2 = "auth:oauth2"
 _SATISFIED, _UNSATISFIED = Status.SATISFIED, Status.UNSATISFIED
 _AVAILABLE, _UNDISCLOSED = Remediation.AVAILABLE, Remediation.UNDISCLOSED
 
@@ -209,6 +210,19 @@ def step_up(decision: Decision, identity: Identity) -> StepUp | None:
     return StepUp(challenge, json.dumps({
         "error": "insufficient_scope", "scope": " ".join(missing_scopes(decision)),
         "error_description": "the call needs more scopes"}).encode())
+
+
+def needs_sign_in(decision: Decision, identity: Identity) -> bool:
+    """Over HTTP, a denied call whose only unmet requirement is a disclosed `auth:oauth2`, made
+    without an accepted token (none, or one refused: not a verifier that failed, which is `error`),
+    is answered with the transport's 401 challenge, no envelope (SPEC §15): signing in is its whole
+    remedy. The rule of `serve --transport http` (`SignInChallenge`); the gateway challenges every
+    request without an accepted token before any decision."""
+    if decision.allowed or identity.principal is not None or OAUTH2 in decision.confidential:
+        return False
+    unmet = [o for o in decision.outcomes if o.status is not _SATISFIED]
+    return (len(unmet) == 1 and unmet[0].requirement == OAUTH2
+            and unmet[0].status is _UNSATISFIED)
 
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
