@@ -29,7 +29,7 @@ from .envelope import (
 )
 from .outcomes import Decision, Refused, Status
 from .principal import Identity
-from .remedies import NOBODY, QUOTA_PREFIX, SCOPE_PREFIX, Recipient, remedy_of
+from .remedies import NOBODY, QUOTA_PREFIX, SCOPE_PREFIX, Recipient, remedy_of, what_to_do
 
 # JSON-RPC error code of a denied call in `[guard] denial = "jsonrpc"` mode (implementation-defined
 # server error range; clear of the codes the MCP specification assigns).
@@ -54,9 +54,18 @@ def missing_scopes(decision: Decision) -> tuple[str, ...]:
         and o.requirement.startswith(SCOPE_PREFIX) and o.requirement not in confidential]))
 
 
-def denial_text(decision: Decision) -> str:
-    """The denial's text, plus every missing scope on one line so a client can ask for all at once."""
+def denial_text(decision: Decision, recipient: Recipient = NOBODY) -> str:
+    """The denial's text: what SPEC §3 says (`Decision.denial_text`: the unmet requirements, the
+    confidential ones counted), then one plain sentence saying what to do (`remedies.what_to_do`,
+    shaped for `recipient`: the same words for a client that cannot open a URL), then every
+    missing scope on one line so a client can ask for all at once. A policy unusable for the
+    server says its own sentence alone. Hosted servers and the gateway write it here."""
     text = decision.denial_text()
+    refusal = decision.refusal
+    if refusal is None or refusal.kind is not Refused.UNUSABLE:
+        todo = what_to_do(decision, recipient)
+        if todo:
+            text = f"{text} {todo[0].upper()}{todo[1:]}."
     scopes = missing_scopes(decision)
     return f"{text} Missing scopes: {' '.join(scopes)}." if scopes else text
 
@@ -137,7 +146,7 @@ def denial_result(decision: Decision, *, typed: bool = False,
     clients (the MCP Inspector, most desktop apps) validate structuredContent against the schema
     even on an error, and would show a schema error instead of the denial. A policy unusable for
     the server's tools is the service's fault, not the caller's: its text alone (no envelope)."""
-    result: dict[str, Any] = {"content": [{"type": "text", "text": denial_text(decision)}],
+    result: dict[str, Any] = {"content": [{"type": "text", "text": denial_text(decision, recipient)}],
                               "isError": True}
     refusal = decision.refusal
     if refusal is not None and refusal.kind is Refused.UNUSABLE:
