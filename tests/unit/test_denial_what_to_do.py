@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import pytest
 
+from mcp_preconditions.approvals.question import Answer
+from mcp_preconditions.approvals.stage import HeldApproval
 from mcp_preconditions.denials import denial_error_data, denial_result, denial_text, needs_sign_in
-from mcp_preconditions.envelope import Remediation, RemediationHint
+from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, Remediation, RemediationHint
+from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._calls import denial_error
+from mcp_preconditions.late import Sidecar
 from mcp_preconditions.outcomes import Decision, Outcome, Refusal, Refused
-from mcp_preconditions.principal import ANONYMOUS_IDENTITY, Identity, Principal
-from mcp_preconditions.remedies import NOBODY, Offer, Recipient, what_to_do
+from mcp_preconditions.policy.load import parse_policy
+from mcp_preconditions.principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
+from mcp_preconditions.remedies import NOBODY, Offer, Recipient, recipient_of, what_to_do
 
 PAGE = "https://pages.example/sign"
 SIGN = Offer(Remediation.AVAILABLE, (RemediationHint("url", url=PAGE),), f"sign at {PAGE}")
@@ -121,3 +126,31 @@ VERIFIER_DOWN = Identity(failure="JWKS did not answer", error=True)
 def test_only_a_call_that_lacks_a_token_alone_is_the_401(decision: Decision, identity: Identity,
                                                          challenged: bool) -> None:
     assert needs_sign_in(decision, identity) is challenged
+
+
+SELF = '[approvals.confirm]\napprovers = "self"\n[tools.wipe]\nrequirements = ["approval:confirm"]\n'
+BOB = Credentials(principal=Principal.from_claims({"iss": "https://idp", "sub": "bob"}))
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    ("decline", "The caller declined."),
+    (None, "The caller did not answer in time; call again to be asked again.")])
+async def test_an_unanswered_or_declined_question_says_so(answer: Answer | None, said: str) -> None:
+    """The `self` approval's words for a caller who said no, or did not answer (the request
+    expired: the next call asks again)."""
+    guard = Guard(parse_policy(SELF.encode(), "p.toml"), entry_points=False)
+    asked = Sidecar(can_ask=True)
+    await guard.check("wipe", BOB, {}, sidecar=asked)
+    held = asked.held["approval:confirm"]
+    assert isinstance(held, HeldApproval) and held.question is not None
+    await held.answer(answer)
+    again = Sidecar(can_ask=True, answered=held.question.request_id)
+    decision = await guard.check("wipe", BOB, {}, sidecar=again)
+    recipient = recipient_of(decision, guard.snapshot.registry, url_elicitation=True,
+                             identity=lambda: guard.authenticate(BOB), arguments={}, held=again.held)
+    assert not isinstance(recipient, Recipient)
+    shaped = await recipient
+    assert denial_text(decision, shaped) == (
+        f"Tool 'wipe' was not run: unmet requirements: approval:confirm. {said}")
+    assert denial_result(decision, recipient=shaped)["_meta"][AUTHORIZATION_META_KEY][
+        "remediation"] == "unavailable"
