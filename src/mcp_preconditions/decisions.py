@@ -129,8 +129,10 @@ def log_decisions(stream: TextIO | None = None, logger: str = DEFAULT_LOGGER) ->
     author configured no logging (a FastMCP app, a script), where they would be dropped (they are
     INFO records, below the `WARNING` Python keeps by default). The one line to add: `log_decisions()`.
     The records are the operator's view (they name every unmet requirement, confidential ones
-    included): on stdio, stderr goes to whoever started the server. Called again, it changes
-    nothing and returns the handler it added."""
+    included): on stdio, stderr goes to whoever started the server. From then on they are shown
+    there only, once each: they no longer propagate to the root logger, whose handler (the one
+    the SDK's `MCPServer` installs, or a `logging.basicConfig`) would print each a second time.
+    Called again, it changes nothing and returns the handler it added."""
     target = logging.getLogger(logger)
     for handler in target.handlers:
         if getattr(handler, _SHOWN, False):
@@ -139,6 +141,7 @@ def log_decisions(stream: TextIO | None = None, logger: str = DEFAULT_LOGGER) ->
     added.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     setattr(added, _SHOWN, True)
     target.addHandler(added)
+    target.propagate = False  # shown here, and nowhere else a second time
     if not target.isEnabledFor(logging.INFO):
         target.setLevel(logging.INFO)
     return added

@@ -29,7 +29,7 @@ from .envelope import (
 )
 from .outcomes import Decision, Refused, Status
 from .principal import Identity
-from .remedies import NOBODY, QUOTA_PREFIX, SCOPE_PREFIX, Recipient, remedy_of
+from .remedies import NOBODY, QUOTA_PREFIX, SCOPE_PREFIX, Recipient, remedy_of, what_to_do
 
 # JSON-RPC error code of a denied call in `[guard] denial = "jsonrpc"` mode (implementation-defined
 # server error range; clear of the codes the MCP specification assigns).
@@ -40,6 +40,7 @@ SCOPE_DETAILS_TYPE = "urn:mcp-preconditions:scope"
 # RFC 6749 §3.3 scope-token characters: anything else cannot be put in a WWW-Authenticate challenge.
 _SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]+")
 _SCOPE_AT = len(SCOPE_PREFIX)
+OAUTH2 = "auth:oauth2"
 _SATISFIED, _UNSATISFIED = Status.SATISFIED, Status.UNSATISFIED
 _AVAILABLE, _UNDISCLOSED = Remediation.AVAILABLE, Remediation.UNDISCLOSED
 
@@ -53,9 +54,18 @@ def missing_scopes(decision: Decision) -> tuple[str, ...]:
         and o.requirement.startswith(SCOPE_PREFIX) and o.requirement not in confidential]))
 
 
-def denial_text(decision: Decision) -> str:
-    """The denial's text, plus every missing scope on one line so a client can ask for all at once."""
+def denial_text(decision: Decision, recipient: Recipient = NOBODY) -> str:
+    """The denial's text: what SPEC §3 says (`Decision.denial_text`: the unmet requirements, the
+    confidential ones counted), then one plain sentence saying what to do (`remedies.what_to_do`,
+    shaped for `recipient`: the same words for a client that cannot open a URL), then every
+    missing scope on one line so a client can ask for all at once. A policy unusable for the
+    server says its own sentence alone. Hosted servers and the gateway write it here."""
     text = decision.denial_text()
+    refusal = decision.refusal
+    if refusal is None or refusal.kind is not Refused.UNUSABLE:
+        todo = what_to_do(decision, recipient)
+        if todo:
+            text = f"{text} {todo[0].upper()}{todo[1:]}."
     scopes = missing_scopes(decision)
     return f"{text} Missing scopes: {' '.join(scopes)}." if scopes else text
 
@@ -136,7 +146,7 @@ def denial_result(decision: Decision, *, typed: bool = False,
     clients (the MCP Inspector, most desktop apps) validate structuredContent against the schema
     even on an error, and would show a schema error instead of the denial. A policy unusable for
     the server's tools is the service's fault, not the caller's: its text alone (no envelope)."""
-    result: dict[str, Any] = {"content": [{"type": "text", "text": denial_text(decision)}],
+    result: dict[str, Any] = {"content": [{"type": "text", "text": denial_text(decision, recipient)}],
                               "isError": True}
     refusal = decision.refusal
     if refusal is not None and refusal.kind is Refused.UNUSABLE:
@@ -209,6 +219,19 @@ def step_up(decision: Decision, identity: Identity) -> StepUp | None:
     return StepUp(challenge, json.dumps({
         "error": "insufficient_scope", "scope": " ".join(missing_scopes(decision)),
         "error_description": "the call needs more scopes"}).encode())
+
+
+def needs_sign_in(decision: Decision, identity: Identity) -> bool:
+    """Over HTTP, a denied call whose only unmet requirement is a disclosed `auth:oauth2`, made
+    without an accepted token (none, or one refused: not a verifier that failed, which is `error`),
+    is answered with the transport's 401 challenge, no envelope (SPEC §15): signing in is its whole
+    remedy. The rule of `serve --transport http` (`SignInChallenge`); the gateway challenges every
+    request without an accepted token before any decision."""
+    if decision.allowed or identity.principal is not None or OAUTH2 in decision.confidential:
+        return False
+    unmet = [o for o in decision.outcomes if o.status is not _SATISFIED]
+    return (len(unmet) == 1 and unmet[0].requirement == OAUTH2
+            and unmet[0].status is _UNSATISFIED)
 
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]

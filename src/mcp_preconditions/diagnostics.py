@@ -15,6 +15,7 @@ from .analysis import never_match_findings
 from .approvals import ASKS_THE_CALLER, NEEDS_AN_APPROVER, decided_by
 from .guard import EMPTY_POLICY, Guard
 from .names import check_tool_names, near_miss_message
+from .offline import NEEDS_A_CREDENTIAL, credential_offline, verdict
 from .outcomes import Decision, Status
 from .policy import PolicySource
 from .policy.load import key_path
@@ -65,19 +66,29 @@ def explained_outcomes(decision: Decision, requirements: Sequence[str],
                        registry: Registry | None = None) -> list[dict[str, Any]]:
     """Every requirement of a decided call's tool (`requirements`: `Guard.requirements_for`), in
     the tool's order, as `Outcome.to_dict`; one the decision has no outcome for is `not_asked`.
-    With the guard's `registry`, an approval the call reached is what it is: decided per call by
-    a person (`asks_the_caller`, `needs_an_approver`), never satisfied or unsatisfied here."""
+    With the guard's `registry`, what is decided per call is shown as what it is, never satisfied
+    or unsatisfied here: an approval, by a person (`asks_the_caller`, `needs_an_approver`), also
+    when only a credential obtained first kept the call from it; a credential, at the gateway
+    (`needs_a_credential`, offline.py)."""
     rows = []
+    after_credential = registry is not None and verdict(decision, registry) == "needs_credential"
     for requirement in requirements:
         outcome = decision.outcome(requirement)
+        who = decided_by(requirement, registry) if registry is not None else None
         if outcome is None:
-            rows.append({"requirement": requirement, "status": NOT_ASKED, "reason": NOT_ASKED_REASON})
+            if who is not None and after_credential:
+                rows.append({"requirement": requirement, "status": who, "reason": APPROVAL_REASONS[who]
+                             + ", once the caller's credential is obtained"})
+            else:
+                rows.append({"requirement": requirement, "status": NOT_ASKED,
+                             "reason": NOT_ASKED_REASON})
             continue
         row = outcome.to_dict()
-        who = decided_by(requirement, registry) if registry is not None and \
-            outcome.status is Status.UNSATISFIED else None
-        if who is not None:
-            row["status"], row["reason"] = who, APPROVAL_REASONS[who]
+        if outcome.status is Status.UNSATISFIED:
+            if who is not None:
+                row["status"], row["reason"] = who, APPROVAL_REASONS[who]
+            elif credential_offline(requirement, registry):
+                row["status"] = NEEDS_A_CREDENTIAL
         rows.append(row)
     return rows
 

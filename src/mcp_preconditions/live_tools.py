@@ -20,13 +20,16 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
 from . import __version__
+from .credentials.resolver import requirement_for
 from .errors import InputError
 from .gateway.config import ServerSpec
 from .gateway.fleet import target_of
 from .gateway.route import ServerListing, build_routes, visible
 from .gateway.upstream.session import HttpTarget, StdioTarget
+from .requirements import merge
 from .tls import client_context
 from .toolset import MAX_PAGES, ListingError, every_page, read_listing
+from .wire import with_requirements
 
 _RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _CLIENT = types.Implementation(name="mcp-preconditions-tools", version=__version__)
@@ -61,9 +64,10 @@ async def list_tools(target: StdioTarget | HttpTarget, *, timeout: float = 30.0)
 async def list_servers_tools(servers: Sequence[ServerSpec], environment: Mapping[str, str], *,
                              timeout: float = 30.0) -> list[dict[str, Any]]:
     """Every tool of a gateway's servers (a gateway.toml or a desktop config), listed in parallel,
-    each under its visible name (PREFIX + name) as the gateway shows it; a name two servers share,
-    or one server lists twice, is left out (the gateway refuses it). InputError as `list_tools`,
-    for the first server that fails."""
+    each under its visible name (PREFIX + name) as the gateway shows it, with the `credential:KEY`
+    the gateway adds to every tool of a server with credentials; a name two servers share, or one
+    server lists twice, is left out (the gateway refuses it). InputError as `list_tools`, for the
+    first server that fails."""
     found: dict[str, list[dict[str, Any]]] = {}
 
     async def one(spec: ServerSpec) -> None:
@@ -74,9 +78,18 @@ async def list_servers_tools(servers: Sequence[ServerSpec], environment: Mapping
     listed = {spec.key: read_listing(found[spec.key]) for spec in servers}
     routes = build_routes(ServerListing(spec.key, spec.prefix, listed[spec.key].tools,
                                         listed[spec.key].duplicates) for spec in servers)
-    prefixes = {spec.key: spec.prefix for spec in servers}
-    return [visible(listed[target.server].tools[target.name], prefixes[target.server])
+    specs = {spec.key: spec for spec in servers}
+    return [_carrying(visible(listed[target.server].tools[target.name], specs[target.server].prefix),
+                      listed[target.server].own.get(target.name), specs[target.server])
             for name, target in routes.tools.items() if name not in routes.duplicates]
+
+
+def _carrying(tool: dict[str, Any], own: tuple[str, ...] | None, spec: ServerSpec) -> dict[str, Any]:
+    """The tool with the `credential:KEY` the gateway adds to it (gateway/fleet.py); one whose own
+    requirements cannot be read is left as it is (the gateway refuses it)."""
+    if spec.credentials is None or own is None:
+        return tool
+    return with_requirements(tool, merge(own, (requirement_for(spec.key),)))
 
 
 async def _listing(target: StdioTarget | HttpTarget, mode: str, errlog: TextIO) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """What a denial offers its caller for each unmet requirement (SPEC §15's table, `remedy_of`), and
 the extension point by which a resolver offers a remedy of its own (`Remedial`: `credential:` a
 connect URL, `approval:` the approval page), asked by `recipient_of` before the denial is shaped.
-denials.py turns the remedies into the SEP-2643 envelope. No MCP SDK here.
+denials.py turns the remedies into the SEP-2643 envelope, and `what_to_do` into the one sentence of
+the denial's text that says what to do, for every client. No MCP SDK here.
 """
 
 from __future__ import annotations
@@ -25,16 +26,27 @@ OFFER_SECONDS = 5.0  # a resolver's offer that takes longer is given up: the rem
 
 
 class Offer(NamedTuple):
-    """The remedy of one unmet requirement: its remediation, and hints (only with `available`)."""
+    """The remedy of one unmet requirement: its remediation, hints (only with `available`), and
+    `said`: what to do, in plain words, lower case and without a final stop ("connect your account
+    for wiki at https://gw.example/connections"). The words go to every client, whatever the
+    remediation (a page that signs the person in is no secret); "" says nothing, and an
+    `unavailable` remedy that says nothing is "ask an operator"."""
 
     remediation: Remediation
     hints: tuple[RemediationHint, ...] = ()
+    said: str = ""
 
 
 _SATISFIED, _UNSATISFIED = Status.SATISFIED, Status.UNSATISFIED
+ASK_AN_OPERATOR = "ask an operator"
 AVAILABLE = Offer(Remediation.AVAILABLE)
-UNAVAILABLE = Offer(Remediation.UNAVAILABLE)
+UNAVAILABLE = Offer(Remediation.UNAVAILABLE, (), ASK_AN_OPERATOR)
 UNDISCLOSED = Offer(Remediation.UNDISCLOSED)
+# An `error` (a backend down, a timeout): a retry may pass. An authorization server (a token's
+# verifier, an exchange, a refresh) is named as such; any other backend is not named.
+_RETRY_AUTH = Offer(Remediation.UNDISCLOSED, (), "the authorization server did not answer; try again")
+_RETRY = Offer(Remediation.UNDISCLOSED, (), "a service the check needs did not answer; try again")
+_AUTHORIZATION_SERVERS = ("auth:", "credential:")
 _NO_OFFERS: Mapping[str, Offer] = MappingProxyType({})
 
 
@@ -88,18 +100,48 @@ def declares_url_elicitation(capabilities: object) -> bool:
 def remedy_of(outcome: Outcome, recipient: Recipient) -> Offer:
     """SPEC §15's remedy of one unmet requirement (not a quota: no remedy, not an authorization
     denial): an `error` (a backend down, a timeout) is `undisclosed` (a retry may pass; nobody
-    says when); a resolver's offer, made `undisclosed` when it needs a URL the client cannot be
-    given; `auth:scope:` `available` (its hint is built once, for every missing scope); anything
-    else `unavailable` (`auth:oauth2` included: over HTTP its remedy is the transport's 401)."""
-    if outcome.status is Status.ERROR:
-        return UNDISCLOSED
+    says when), "try again"; a resolver's offer, made `undisclosed` when it needs a URL the client
+    cannot be given (its words kept: they name no single-use link); `auth:scope:` `available`
+    (its hint is built once, for every missing scope); anything else `unavailable`, "ask an
+    operator" (`auth:oauth2` included: over HTTP its remedy is the transport's 401)."""
     requirement = outcome.requirement
+    if outcome.status is Status.ERROR:
+        return _RETRY_AUTH if requirement.startswith(_AUTHORIZATION_SERVERS) else _RETRY
     offer = recipient.offers.get(requirement) if recipient.offers else None
     if offer is not None:
         if not recipient.url_elicitation and any(h.type == "url" for h in offer.hints):
-            return UNDISCLOSED
+            return Offer(Remediation.UNDISCLOSED, (), offer.said)
         return offer
     return AVAILABLE if requirement.startswith(SCOPE_PREFIX) else UNAVAILABLE
+
+
+def what_to_do(decision: Decision, recipient: Recipient) -> str:
+    """The one plain sentence of a denial's text that says what to do (SPEC §15), for every
+    client, from the remedies of its unmet requirements (`remedy_of`): "" when a confidential
+    requirement is unmet (a denial then says nothing beyond SPEC §3, nor hints at it), for quotas
+    alone (the text says when to retry) and when no remedy has words (missing scopes: the text
+    names them). One sentence, the most pressing: what only someone else can change comes first
+    (an `unavailable` remedy: "ask an operator", "refused by an approver"), then what the caller
+    does (a resolver's words: connect an account, wait for an approver), then "try again"."""
+    if decision.allowed:
+        return ""
+    confidential = decision.confidential
+    final = acting = retrying = ""
+    for outcome in decision.outcomes:
+        if outcome.status is _SATISFIED or outcome.requirement.startswith(QUOTA_PREFIX):
+            continue
+        if outcome.requirement in confidential:
+            return ""
+        offer = remedy_of(outcome, recipient)
+        if offer.remediation is Remediation.UNAVAILABLE:
+            final = final or offer.said or ASK_AN_OPERATOR
+        elif outcome.status is Status.ERROR:
+            retrying = retrying or offer.said
+        else:
+            acting = acting or offer.said
+    if decision.refusal is not None and not decision.outcomes:  # a name nobody lists
+        final = ASK_AN_OPERATOR
+    return final or acting or retrying
 
 
 def recipient_of(decision: Decision, registry: Registry, *, url_elicitation: bool,

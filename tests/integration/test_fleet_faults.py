@@ -137,7 +137,8 @@ async def test_the_others_answer_while_one_is_killed_mid_call_one_hangs_one_neve
         assert others[name][0]["structuredContent"] == {"error": "unlisted_tool", "tool": name,
                                                         "unmet": [], "withheld": 0}
     assert others["dup__dup"][0]["content"][0]["text"] == (
-        "Tool 'dup__dup' was not run: its server lists more than one tool of that name.")
+        "Tool 'dup__dup' was not run: its server lists more than one tool of that name. "
+        "Ask an operator.")
     assert others["good__secret"][0]["structuredContent"]["unmet"] == ["auth:claim:role:admin"]
     # The victim's tools stay listed from its last good listing; a call while it restarts is a
     # tool error naming it, and once it is back it answers again.

@@ -95,8 +95,10 @@ def payload(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def denial(tool: str, unmet: list[str], *, scope: str = "") -> dict[str, Any]:
-    """The §3 refusal; an unmet `auth:scope:` requirement adds the scope to ask for (step-up)."""
-    text = f"Tool '{tool}' was not run: unmet requirements: {', '.join(unmet)}."
+    """The §3 refusal, and what to do about it (SPEC §15: only an operator changes these, unless
+    only scopes are missing); an unmet `auth:scope:` requirement adds the scope to ask for."""
+    said = "" if all(r.startswith("auth:scope:") for r in unmet) else " Ask an operator."
+    text = f"Tool '{tool}' was not run: unmet requirements: {', '.join(unmet)}.{said}"
     return {"isError": True, "structuredContent": {"error": "unmet_requirements", "tool": tool,
                                                    "unmet": unmet, "withheld": 0},
             "text": text + (f" Missing scopes: {scope}." if scope else "")}

@@ -75,7 +75,7 @@ def test_inspector_sees_the_denial_of_an_anonymous_call(
         "withheld": 0}
     assert denied["result"]["content"][0]["text"] == (
         "Tool 'launch_rocket' was not run: unmet requirements: auth:oauth2, "
-        "auth:claim:role:mission_control, capability:rocket.launch.")
+        "auth:claim:role:mission_control, capability:rocket.launch. Ask an operator.")
     shown_envelope(denied["result"], "unavailable")
 
 
@@ -125,7 +125,8 @@ def test_inspector_shows_the_denial_of_an_ordinary_str_tool(tmp_path: Path, flav
                "withheld": 0}
     assert result["isError"] is True and "structuredContent" not in result
     assert result["content"] == [{"type": "text", "text": "Tool 'launch' was not run: unmet "
-                                                          "requirements: env:production."}]
+                                                          "requirements: env:production. Ask an "
+                                                          "operator."}]
     assert result["_meta"][DENIAL_META_KEY] == payload
     assert denial_of(CallToolResult.model_validate(result)) == payload
     shown_envelope(result, "unavailable")

@@ -101,7 +101,7 @@ async def test_a_missing_scope_is_named_for_a_step_up(mission_http: ServeProcess
         "error": "unmet_requirements", "tool": "abort_launch",
         "unmet": ["capability:rocket.abort", "auth:scope:mission:write"], "withheld": 0}
     assert text_of(denied) == ("Tool 'abort_launch' was not run: unmet requirements: "
-                               "capability:rocket.abort, auth:scope:mission:write. "
+                               "capability:rocket.abort, auth:scope:mission:write. Ask an operator. "
                                "Missing scopes: mission:write.")
     assert denied.meta is not None
     assert denied.meta[STEP_UP_META_KEY] == {"error": "insufficient_scope", "scope": "mission:write"}

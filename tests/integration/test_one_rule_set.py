@@ -138,7 +138,7 @@ async def output_schema_denial(served: Served) -> None:
     assert (result.is_error, result.structured_content) == (True, None)
     assert result.meta is not None and result.meta[DENIAL_META_KEY] == payload
     assert [c.text for c in result.content] == [  # type: ignore[union-attr]
-        "Tool 'report' was not run: unmet requirements: env:production."]
+        "Tool 'report' was not run: unmet requirements: env:production. Ask an operator."]
     assert denial_of(result) == payload
     assert served.ran() == []
 
@@ -193,7 +193,7 @@ async def refusals_are_decisions(served: Served) -> None:
     assert (twice.is_error, twice.structured_content) == (True, {
         "error": "unlisted_tool", "tool": "dup", "unmet": [], "withheld": 0})
     assert [c.text for c in twice.content] == [  # type: ignore[union-attr]
-        "Tool 'dup' was not run: its server lists more than one tool of that name."]
+        "Tool 'dup' was not run: its server lists more than one tool of that name. Ask an operator."]
     bad = await served.client.call_tool("bad", {})
     assert denial_of(bad) == {"error": "unmet_requirements", "tool": "bad",
                               "unmet": ["(malformed requirements)"], "withheld": 0}

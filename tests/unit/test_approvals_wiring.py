@@ -16,7 +16,7 @@ from mcp_preconditions.late import Sidecar
 from mcp_preconditions.outcomes import Decision, Status
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import Credentials, Principal
-from mcp_preconditions.remedies import UNDISCLOSED, Offer, OfferCall, Recipient, recipient_of
+from mcp_preconditions.remedies import Offer, OfferCall, Recipient, recipient_of
 from mcp_preconditions.resolvers import BUILTIN_NAMESPACES, LiveSources
 
 POLICY = """
@@ -154,7 +154,9 @@ async def test_a_self_approval_without_elicitation_asks_nobody() -> None:
     assert not decision.allowed and decision.notes is None
     held = sidecar.held["approval:confirm"]
     assert isinstance(held, HeldApproval) and held.question is None
-    assert await offered(guard, decision, sidecar, url=True) == UNDISCLOSED
+    assert await offered(guard, decision, sidecar, url=True) == Offer(
+        Remediation.UNDISCLOSED, (), "the caller must confirm this call, and this client cannot ask "
+        "(it declared no elicitation)")
 
 
 async def test_a_self_approval_is_asked_then_runs_once_on_accept() -> None:
@@ -183,7 +185,8 @@ async def test_a_declined_question_denies_unavailable() -> None:
     decision = await guard.check("wipe", ALICE, {}, sidecar=again)
     assert not decision.allowed and decision.notes is not None
     assert decision.notes["approval"]["result"] == "refused"
-    assert await offered(guard, decision, again, url=True) is None  # the table's unavailable
+    assert await offered(guard, decision, again, url=True) == Offer(
+        Remediation.UNAVAILABLE, (), "the caller declined")
 
 
 async def offered(guard: Guard, decision: Decision, sidecar: Sidecar, *, url: bool
@@ -200,10 +203,13 @@ async def test_an_approvers_remedy_is_the_page_for_a_client_that_opens_urls() ->
     sidecar = Sidecar()
     decision = await guard.check("deploy", ALICE, {"env": "prod"}, sidecar=sidecar)
     assert decision.notes is not None
-    page = f"https://gw.example/approvals/{decision.notes['approval']['id']}"
+    request = decision.notes["approval"]["id"]
+    page = f"https://gw.example/approvals/{request}"
+    said = f"waiting for an approver: request {request}, https://gw.example/approvals"
     assert await offered(guard, decision, sidecar, url=True) == Offer(
-        Remediation.AVAILABLE, (RemediationHint("url", url=page),))
-    assert await offered(guard, decision, sidecar, url=False) == UNDISCLOSED
+        Remediation.AVAILABLE, (RemediationHint("url", url=page),), said)
+    assert await offered(guard, decision, sidecar, url=False) == Offer(
+        Remediation.UNDISCLOSED, (), said)  # no link, the words all the same
     recipient = recipient_of(decision, guard.snapshot.registry, url_elicitation=True,
                              identity=lambda: guard.authenticate(ALICE), arguments={"env": "prod"},
                              held=sidecar.held)
@@ -216,7 +222,9 @@ async def test_without_pages_an_approvers_remedy_is_undisclosed() -> None:
     guard = guard_of()
     sidecar = Sidecar()
     decision = await guard.check("deploy", ALICE, {"env": "prod"}, sidecar=sidecar)
-    assert await offered(guard, decision, sidecar, url=True) == UNDISCLOSED
+    assert decision.notes is not None
+    assert await offered(guard, decision, sidecar, url=True) == Offer(
+        Remediation.UNDISCLOSED, (), f"waiting for an approver: request {decision.notes['approval']['id']}")
 
 
 def test_an_unknown_approver_requirement_is_refused_at_start() -> None:

@@ -33,7 +33,7 @@ from mcp_preconditions.late import Sidecar
 from mcp_preconditions.outcomes import Decision, Outcome, Status
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import Credentials, Identity
-from mcp_preconditions.remedies import UNDISCLOSED, OfferCall, Recipient, recipient_of
+from mcp_preconditions.remedies import Offer, OfferCall, Recipient, recipient_of
 from tests.unit.credentials_doubles import AuthServer, Clock, caller, exchanged
 from tests.unit.test_credentials_accounts import oauth_settings
 from tests.unit.test_credentials_exchange import settings
@@ -225,7 +225,10 @@ async def test_the_remedy_is_a_connect_link_made_for_the_denied_caller() -> None
     link = await flow.peek(hint.url.rsplit("/", 1)[1])
     assert (link.caller.subject, link.server) == ("alice", "gh")
     # a client that cannot open a URL: undisclosed
-    assert await resolver.offer("credential:gh", OfferCall(decision, alice, None, False)) is UNDISCLOSED
+    said = "connect your account for gh at https://gw.test/connections"
+    assert offer.said == said
+    assert await resolver.offer("credential:gh", OfferCall(decision, alice, None, False)) == Offer(
+        Remediation.UNDISCLOSED, (), said)  # the words all the same: the page signs the person in
     recipient = recipient_of(decision, guard.snapshot.registry, url_elicitation=True,
                              identity=_identity(alice), arguments=None)
     assert not isinstance(recipient, Recipient)

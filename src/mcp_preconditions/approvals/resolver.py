@@ -18,6 +18,7 @@ from ..outcomes import Outcome, Status
 from ..policy.load import PolicySource
 from ..requirements import body_of
 from ..resolvers.base import CallContext, Registry
+from .lifecycle import State
 from .plan import ApprovalPlan, CompiledApproval
 from .record import Event
 from .stage import ApprovalStage, HeldApproval
@@ -79,21 +80,30 @@ class ApprovalResolver:
         """The remedy of an unmet `approval:NAME` (SPEC §15): an approver's request is `available`
         with a `url` hint to its page, for a client that declared URL elicitation and a gateway
         with pages (else `undisclosed`: the request exists all the same); a `self` question that
-        could not be asked is `undisclosed`; refused, declined, expired: None (`unavailable`)."""
+        could not be asked is `undisclosed`; refused, declined, expired: `unavailable`. Each says
+        in words what happened and where to go ("waiting for an approver: request ID,
+        GATEWAY/approvals"), for every client."""
         # (envelope.py imports approvals.binding: these come when a denial is shaped)
         from ..envelope import Remediation, RemediationHint
         from ..remedies import UNDISCLOSED, Offer
 
         held = call.held.get(requirement)
         step = held.step(requirement) if isinstance(held, HeldApproval) else None
-        if step is None or step.remedy in ("ask", "undisclosed"):
+        if step is None or step.remedy == "ask":
             return UNDISCLOSED
-        if step.remedy != "approver":
-            return None
-        if not call.url_elicitation or self.pages_url is None or step.request is None:
-            return UNDISCLOSED
-        url = f"{self.pages_url}/approvals/{step.request.id}"
-        return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),))
+        if step.remedy == "undisclosed":
+            return Offer(Remediation.UNDISCLOSED, (), "the caller must confirm this call, and this "
+                         "client cannot ask (it declared no elicitation)")
+        request = step.request
+        if step.remedy != "approver" or request is None:
+            said = _ended(request.state, request.self_approval) if request is not None else ""
+            return Offer(Remediation.UNAVAILABLE, (), said) if said else None
+        pages = f", {self.pages_url}/approvals" if self.pages_url is not None else ""
+        said = f"waiting for an approver: request {request.id}{pages}"
+        if not call.url_elicitation or self.pages_url is None:
+            return Offer(Remediation.UNDISCLOSED, (), said)
+        url = f"{self.pages_url}/approvals/{request.id}"
+        return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),), said)
 
     def validate(self, requirement: str) -> str | None:
         name = body_of(requirement)
@@ -111,6 +121,17 @@ class ApprovalResolver:
         """How to decide these approvals (a tool's, in its order), compiled once per snapshot."""
         return ApprovalPlan(tuple(requirements),
                             tuple(self.approvals[body_of(r)] for r in requirements))
+
+
+def _ended(state: State, self_approval: bool) -> str:
+    """What a denial says of a request that will not approve this call: a person said no, or
+    nobody answered in time (a new call asks again)."""
+    if state is State.REFUSED:
+        return "the caller declined" if self_approval else "refused by an approver"
+    if state is State.EXPIRED:
+        return ("the caller did not answer in time; call again to be asked again" if self_approval
+                else "the approval expired; call again to request a new one")
+    return ""
 
 
 def approval_resolver(source: PolicySource, memory: MemoryApprovalStore,

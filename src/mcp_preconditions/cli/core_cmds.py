@@ -16,6 +16,7 @@ from ..diagnostics import explained_outcomes, start_up_errors
 from ..errors import InputError
 from ..files import arguments_of, parse_json, read_claims, read_json, read_knowledge, read_line, read_tools
 from ..guard import Guard
+from ..offline import NEEDS_A_CREDENTIAL, OfflineCredentials, credential_offline, verdict
 from ..outcomes import Decision
 from ..policy import load_policy
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
@@ -67,25 +68,28 @@ async def _decide(guard: Guard, names: list[str], args: argparse.Namespace
 
 
 def _status(status: str) -> str:
-    """An outcome's status as the table prints it (an approval's in words)."""
-    return status.replace("_", " ") if status in (ASKS_THE_CALLER, NEEDS_AN_APPROVER) else status
+    """An outcome's status as the table prints it (what is decided per call, in words)."""
+    return (status.replace("_", " ") if status in (ASKS_THE_CALLER, NEEDS_AN_APPROVER,
+                                                   NEEDS_A_CREDENTIAL) else status)
+
+
+# `offline.verdict` as the table prints it: what a person gives per call (an approval) or the
+# gateway obtains per call (a credential) is not denied, and `check` cannot give it.
+VERDICTS = {"allowed": "ALLOWED", "denied": "DENIED", "needs_approval": "NEEDS APPROVAL",
+            "needs_credential": "NEEDS A CREDENTIAL"}
 
 
 def _verdict(guard: Guard, decision: Decision) -> str:
-    """ALLOWED, DENIED, or NEEDS APPROVAL: denied only for approvals, which a person gives per
-    call (the caller, or an approver): `check` cannot give them."""
-    if decision.allowed:
-        return "ALLOWED"
-    registry = guard.snapshot.registry
-    if decision.unmet and not decision.errors and decision.refusal is None and all(
-            decided_by(r, registry) is not None for r in decision.unmet):
-        return "NEEDS APPROVAL"
-    return "DENIED"
+    return VERDICTS[verdict(decision, guard.snapshot.registry)]
 
 
 def _marked(guard: Guard | None, decision: Decision, requirement: str) -> str:
-    """A requirement as the table shows it; an approval as who decides it, per call (`guard`)."""
-    who = decided_by(requirement, guard.snapshot.registry) if guard is not None else None
+    """A requirement as the table shows it; an approval as who decides it, a credential as the
+    gateway's, per call (`guard`)."""
+    registry = guard.snapshot.registry if guard is not None else None
+    who = decided_by(requirement, registry) if registry is not None else None
+    if who is None and credential_offline(requirement, registry):
+        who = NEEDS_A_CREDENTIAL
     marks = [m for m, on in (("confidential", requirement in decision.confidential),
                              ("error", requirement in decision.errors),
                              ((who or "").replace("_", " "), who is not None)) if on]
@@ -99,6 +103,9 @@ def _check_json(guard: Guard, decision: Decision, outcomes: bool) -> dict[str, A
     approvals = {r: who for r in decision.unmet if (who := decided_by(r, registry)) is not None}
     if approvals:  # decided per call, by a person: `check` cannot give them
         out["approvals"] = approvals
+    credentials = [r for r in decision.unmet if credential_offline(r, registry)]
+    if credentials:  # obtained per call by the gateway, for the caller: `check` cannot obtain them
+        out["credentials"] = credentials
     if outcomes:  # a quota of a call refused for something else: `not_asked`
         out["outcomes"] = explained_outcomes(decision, guard.requirements_for(decision.tool),
                                              guard.snapshot.registry)
@@ -136,8 +143,10 @@ def run_check(args: argparse.Namespace) -> int:
         return fail(f"--tool: no tool named {args.tool!r} in {args.tools} (tools: {', '.join(names)})")
     # Quotas count from a fresh store that remembers nothing: `check` says whether a caller may
     # call, never how many calls they made elsewhere (and never touches a live Redis).
+    # A tools list the gateway showed carries `credential:KEY`: obtained per call, never here.
     guard = Guard(source, {t["name"]: raw_requirements(t) for t in tools}, strict=False,
-                  resolvers=resolvers_from(args), live=LiveSources(quotas=fresh_quota_store()))
+                  resolvers=[*resolvers_from(args), OfflineCredentials()],
+                  live=LiveSources(quotas=fresh_quota_store()))
     problems = start_up_errors(guard, args.tools)
     if problems:
         return fail(problems)

@@ -39,11 +39,11 @@ def run_explore(args: argparse.Namespace) -> int:
                          "policy, confidential requirements included, to whoever has its URL, whose "
                          "token crosses the network unencrypted; add --allow-remote to serve it to "
                          "other machines anyway")
-    tools, tools_label = tools_from(args)
+    tools, tools_label, credentials = tools_from(args)
     inputs = Inputs(policy_path=args.policy, policy_text=_policy_text(args.policy), tools=tools,
                     tools_label=tools_label, presets=_presets(args.claims),
                     knowledge=_knowledge(args.knowledge), logs=tuple(args.log),
-                    resolvers=tuple(resolvers_from(args)))
+                    resolvers=tuple(resolvers_from(args)), credentials=credentials)
     # The page checks each edit's `[tools.NAME]` against the tools as a server does (Guard.know_tools),
     # which logs a name that matches no tool: the page lists it, the terminal would at each keystroke.
     logging.getLogger("mcp_preconditions.policy").addHandler(_UNLOGGED)
@@ -66,17 +66,18 @@ def run_explore(args: argparse.Namespace) -> int:
     return 0
 
 
-def tools_from(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    """The tools to explore and where they came from: the one place a tool source is chosen. A
+def tools_from(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, dict[str, str] | None]:
+    """The tools to explore, where they came from, and the servers with credentials by key with
+    their kind (a gateway config's; None: not known): the one place a tool source is chosen. A
     tools file; a gateway.toml's servers, or a desktop config's (`gateway --servers`), listed live
-    under their visible names; or one live server (`-- COMMAND`, `--upstream-url`), as
-    `mcp-preconditions tools` lists it."""
+    under their visible names with the `credential:KEY` the gateway adds; or one live server
+    (`-- COMMAND`, `--upstream-url`), as `mcp-preconditions tools` lists it."""
     live = args.upstream_url is not None or any(c != "--" for c in args.command)
     if [args.tools is not None, args.config is not None, args.servers is not None, live].count(True) != 1:
         raise UsageError("give the tools one way: --tools T, --config gateway.toml, --servers FILE, "
                          "--upstream-url URL, or a command after --")
     if args.tools is not None:
-        return read_tools(args.tools), args.tools
+        return read_tools(args.tools), args.tools, None
     import anyio
 
     from ..live_tools import list_servers_tools, list_tools
@@ -84,10 +85,11 @@ def tools_from(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
         from ..gateway.config import load_config, load_servers
         config = load_config(args.config) if args.config is not None else load_servers(args.servers)
         environment = upstream_environment(None)
+        kinds = {s.key: s.credentials.kind for s in config.servers if s.credentials is not None}
         return (anyio.run(lambda: list_servers_tools(config.servers, environment)),
-                args.config if args.config is not None else args.servers)
+                args.config if args.config is not None else args.servers, kinds)
     target = target_from(args, None)
-    return anyio.run(lambda: list_tools(target)), target.label
+    return anyio.run(lambda: list_tools(target)), target.label, None
 
 
 def _policy_text(path: str) -> str:

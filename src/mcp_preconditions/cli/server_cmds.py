@@ -137,13 +137,15 @@ async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | No
 async def _serve_http(server: Any, args: argparse.Namespace, sock: socket.socket) -> None:
     import uvicorn
 
-    from ..integrations.step_up import InsufficientScopeChallenge
+    from ..integrations.step_up import InsufficientScopeChallenge, SignInChallenge
 
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
     app: Any = server.streamable_http_app(host=args.host)
     if not args.no_step_up:  # SPEC §15: a call more scopes alone would allow is the 403 challenge
         app = InsufficientScopeChallenge(app, server.preconditions)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
+    # SPEC §15: a call that only lacks a token is the 401 challenge, at every protocol version.
+    app = SignInChallenge(app, server.preconditions, f"http://{shown}:{port}/mcp")
     print(f"{PROG}: serving {server.name} on http://{shown}:{port}/mcp "
           f"(policy {args.policy}, revision {server.guard.revision})", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

@@ -21,7 +21,7 @@ from ..errors import CredentialBackendError, NoCredentialError
 from ..late import CREDENTIAL_ORDER
 from ..outcomes import Outcome, Status
 from ..principal import Identity, Principal
-from ..remedies import UNDISCLOSED, Offer, OfferCall
+from ..remedies import Offer, OfferCall
 from ..requirements import body_of
 from .caller import caller_of
 from .credential import Credential, Obtained
@@ -166,17 +166,19 @@ class CredentialResolver:
         """The remedy of this unmet `credential:KEY` in a denial's envelope (remedies.Remedial,
         SPEC §14, §15): for an `oauth` server, `available` with a `url` hint to a connect link made
         for the denied caller, only for a client that declared URL elicitation (a link stores a
-        ticket: none is made for a client that cannot open it; its remedy is `undisclosed`). Other
-        kinds, or nobody known to connect for: None, the table's `unavailable`."""
+        ticket: none is made for a client that cannot open it; its remedy is `undisclosed`); every
+        client is told in words to connect at the connections page, which signs the person in.
+        Other kinds, or nobody known to connect for: None, the table's `unavailable`."""
         server = body_of(requirement)
         if self.connect is None or server not in self.connect.accounts:
             return None
+        said = f"connect your account for {server} at {self.connect.base_url}/connections"
         if not call.url_elicitation:
-            return UNDISCLOSED
+            return Offer(Remediation.UNDISCLOSED, (), said)
         url = await self.connect_url(requirement, call.identity)
         if url is None:
             return None
-        return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),))
+        return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),), said)
 
     async def connect_url(self, requirement: str, identity: Identity) -> str | None:
         """The remedy of an unmet `credential:KEY` of an `oauth` server (SPEC §15): a connect link

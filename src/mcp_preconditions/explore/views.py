@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..denials import denial_text
 from ..diagnostics import explained_outcomes
 from ..errors import InputError
 from ..files import arguments_of, parse_json
+from ..offline import verdict
 from ..outcomes import Decision
 from ..policy import PolicySource
 from ..requirements import body_of, namespace_of
@@ -23,6 +25,7 @@ from .workbench import OVERRIDABLE, Caller, Compiled, Overrides, Workbench
 # A decision and its tool's effective requirements (`Guard.requirements_for`) under the same guard:
 # a quota of a call refused for something else is required but has no outcome (not asked).
 Decided = tuple[Decision, tuple[str, ...]]
+PER_CALL = ("needs_approval", "needs_credential")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,9 @@ def tool_json(decided: Decided, before: Decided | None, own: frozenset[str],
     out: dict[str, Any] = {
         "name": decision.tool, "allowed": decision.allowed, "unmet": list(decision.unmet),
         "errors": list(decision.errors),
+        # what `check` says: a credential or an approval decided per call is not denied here
+        "verdict": verdict(decision, registry) if registry is not None else
+        ("allowed" if decision.allowed else "denied"),
         "outcomes": [_outcome_json(row, decision, before, own, overrides)
                      for row in explained_outcomes(decision, requirements, registry)]}
     if before is not None:
@@ -137,7 +143,7 @@ async def who_can(ctx: Context) -> dict[str, Any]:
         row = tool_json((decision, guard.requirements_for(decision.tool)), before.get(decision.tool),
                         frozenset(guard.own_requirements(decision.tool)), ctx.overrides,
                         guard.snapshot.registry)
-        row["some_arguments"] = not decision.allowed and decision.tool in some
+        row["some_arguments"] = row["verdict"] == "denied" and decision.tool in some
         tools.append(row)
     source = ctx.compiled.source
     assert source is not None
@@ -188,7 +194,10 @@ async def try_call(ctx: Context, tool: str, arguments_text: str) -> dict[str, An
                               frozenset(guard.own_requirements(tool)), ctx.overrides,
                               guard.snapshot.registry),
         "denial": None if decision.allowed else decision.denial_payload(),
-        "denial_text": None if decision.allowed else decision.denial_text()}}
+        "denial_text": None if decision.allowed else denial_text(decision),
+        # A credential or an approval: what the caller is sent then says what to do (connect an
+        # account, wait for an approver), which only the gateway, at the call, can say.
+        "decided_per_call": verdict(decision, guard.snapshot.registry) in PER_CALL}}
 
 
 def grants_json(source: PolicySource) -> dict[str, Any]:

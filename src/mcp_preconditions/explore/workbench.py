@@ -19,6 +19,7 @@ from ..diagnostics import finding_line, lint_findings, requirement_problems, sta
 from ..errors import InputError, PolicyError, PreconditionsError
 from ..files import claims_of, parse_json
 from ..guard import Guard
+from ..offline import OfflineCredentials
 from ..outcomes import Decision
 from ..policy import PolicySource, parse_policy
 from ..principal import ANONYMOUS, ANONYMOUS_IDENTITY, Credentials, Identity, Principal
@@ -46,6 +47,9 @@ class Inputs:
     knowledge: dict[str, Any] = field(default_factory=dict)  # name -> a knowledge file's contents
     logs: tuple[str, ...] = ()
     resolvers: tuple[Resolver, ...] = ()
+    # The servers with credentials by key, with their kind (a gateway config's); None: any
+    # `credential:KEY` a tool carries (offline.py: decided per call, at the gateway).
+    credentials: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,8 +136,8 @@ class Workbench:
         try:
             # Quotas as `check` counts them: a fresh store, nothing kept, never a live Redis.
             guard = Guard(with_overrides(source, overrides), self._own, strict=False,
-                          resolvers=self.inputs.resolvers, recorder=_NotRecorded(),
-                          live=LiveSources(quotas=fresh_quota_store()))
+                          resolvers=(*self.inputs.resolvers, OfflineCredentials(self.inputs.credentials)),
+                          recorder=_NotRecorded(), live=LiveSources(quotas=fresh_quota_store()))
         except PreconditionsError as exc:  # e.g. an [auth] key file that cannot be read
             return Compiled(source, None, exc.lines(), [])
         errors, warned = requirement_problems(source, guard.snapshot.registry)

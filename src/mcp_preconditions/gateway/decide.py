@@ -271,7 +271,7 @@ class Decide:
         if self._policy().guard.denial == "jsonrpc":
             data = denial_error_data(decision, recipient)
             if data is not None:
-                raise RpcError(DENIAL_CODE, denial_text(decision), data)
+                raise RpcError(DENIAL_CODE, denial_text(decision, recipient), data)
         return bridge.downstream_result("tools/call", denial_result(
             decision, typed=self._typed(decision.tool), recipient=recipient), ctx.version)
 

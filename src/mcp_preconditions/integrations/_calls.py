@@ -84,7 +84,7 @@ def denial_error(decision: Decision, recipient: Recipient = NOBODY) -> MCPError 
     """The JSON-RPC error form of a denial (see `denials.denial_error_data`); None for a refusal
     that is never one (a policy unusable for the server)."""
     data = denial_error_data(decision, recipient)
-    return MCPError(DENIAL_CODE, denial_text(decision), data) if data is not None else None
+    return MCPError(DENIAL_CODE, denial_text(decision, recipient), data) if data is not None else None
 
 
 __all__ = ["DENIAL_CODE", "SCOPE_PREFIX", "STEP_UP_META_KEY", "credentials_from_request", "denial_error",

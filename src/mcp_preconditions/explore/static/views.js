@@ -4,21 +4,31 @@ import { byId, el, fill, plural, table } from "./dom.js";
 
 const MAX_ROWS = 300;  // a long tool list: the first ones drawn, the filter finds the rest
 const STATUS_CLASS = { satisfied: "sat", unsatisfied: "unsat", error: "err", not_asked: "notasked",
-                       asks_the_caller: "approval", needs_an_approver: "approval" };
+                       asks_the_caller: "approval", needs_an_approver: "approval",
+                       needs_a_credential: "credential" };
 // A quota of a call refused for another requirement: no store was asked, so it has no outcome.
-// An approval is decided per call, by a person: the caller, or an approver.
+// An approval is decided per call, by a person: the caller, or an approver. A credential is
+// obtained per call, by the gateway, for the caller: nothing here can say whether it will be.
 const STATUS_TEXT = { not_asked: "not asked", asks_the_caller: "asks the caller",
-                      needs_an_approver: "needs an approver" };
+                      needs_an_approver: "needs an approver", needs_a_credential: "needs a credential" };
+// The decision badge (the server's `verdict`, as `check` decides it).
+const VERDICT_BADGE = {
+  allowed: ["allowed", "ALLOWED", null],
+  denied: ["denied", "DENIED", null],
+  needs_approval: ["person", "NEEDS A PERSON", "Decided per call by a person: the caller confirms it, or an approver approves it on the gateway's approval page."],
+  needs_credential: ["credential", "NEEDS A CREDENTIAL", "Decided per call at the gateway: the caller's own credential for the server (an account they connect, their token exchanged, a secret kept for them), which nothing offline can obtain."],
+};
 
 function statusText(status) {
   return STATUS_TEXT[status] ?? status;
 }
 
 export function decisionBadge(tool, big = false) {
-  const [cls, text] = tool.allowed ? ["allowed", "ALLOWED"]
-    : tool.some_arguments ? ["maybe", "DEPENDS ON ARGUMENTS"] : ["denied", "DENIED"];
-  return el("span", { class: `decision ${cls}${big ? " big" : ""}`, title: tool.some_arguments
-    ? "Denied without arguments; a grant with argument conditions allows some calls (see Try a call)." : null }, text);
+  const verdict = tool.verdict ?? (tool.allowed ? "allowed" : "denied");
+  const [cls, text, title] = verdict === "denied" && tool.some_arguments
+    ? ["maybe", "DEPENDS ON ARGUMENTS", "Denied without arguments; a grant with argument conditions allows some calls (see Try a call)."]
+    : VERDICT_BADGE[verdict];
+  return el("span", { class: `decision ${cls}${big ? " big" : ""}`, title }, text);
 }
 
 function chip(outcome) {
@@ -84,9 +94,13 @@ export function renderWho(answer, ui) {
   const tools = answer.tools;
   const allowed = tools.filter((t) => t.allowed).length;
   const maybe = tools.filter((t) => t.some_arguments).length;
+  const person = tools.filter((t) => t.verdict === "needs_approval").length;
+  const credential = tools.filter((t) => t.verdict === "needs_credential").length;
   const changed = tools.filter((t) => t.changed).length;
   fill(byId("who-summary"), el("b", {}, answer.caller.label), ": ", el("b", {}, `${allowed} of ${tools.length}`),
     " tools allowed", maybe ? `, ${maybe} more for some arguments` : "",
+    person ? `, ${plural(person, "tool")} when a person approves` : "",
+    credential ? `, ${plural(credential, "tool")} with the caller's own credential` : "",
     changed ? el("span", { class: "was" }, `${plural(changed, "tool")} changed by your edit`) : "");
   const filter = byId("who-filter").value.trim().toLowerCase();
   const rows = [];
@@ -121,12 +135,17 @@ export function renderCall(answer, grants) {
   }
   const d = call.decision;
   fill(box,
-    el("div", { class: "verdict" }, decisionBadge({ allowed: d.allowed }, true),
+    el("div", { class: "verdict" }, decisionBadge({ allowed: d.allowed, verdict: d.verdict }, true),
       el("span", {}, el("b", {}, call.tool), " for ", answer.caller.label),
       d.changed && d.was_allowed !== d.allowed ? el("span", { class: "was" }, `was ${d.was_allowed ? "allowed" : "denied"}`) : null),
     el("h3", {}, "Why"), outcomesTable(d, grants, false),
     el("h3", {}, d.allowed ? "The tool runs with" : "What the caller is sent"),
-    el("pre", { lines: true }, d.allowed ? JSON.stringify(call.arguments ?? {}, null, 2)
+    call.decided_per_call ? el("p", { class: "per-call" }, d.verdict === "needs_credential"
+      ? "Decided per call, at the gateway: with the caller's own credential the call goes on (to an approval, if it needs one); "
+        + "without one the gateway says what to do (connect an account at its /connections page)."
+      : "Decided per call, by a person: the caller is asked to confirm, or an approver approves it on the gateway's "
+        + "/approvals page; the denial says which and where.") : null,
+    call.decided_per_call ? null : el("pre", { lines: true }, d.allowed ? JSON.stringify(call.arguments ?? {}, null, 2)
       : `${call.denial_text}\n\nstructuredContent: ${JSON.stringify(call.denial, null, 2)}`));
 }
 

@@ -16,11 +16,11 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
-from ...auth.build import verification_configured
 from ...auth.header import credentials_from_authorization_header
 from ...owner import Owner
 from ...policy.model import Policy
 from ...principal import Principal
+from ...protected_resource import METADATA_PATH, resource_metadata, sign_in_challenge
 from ...rebinding import Security
 from ...telemetry.metrics import Metrics
 from ..dispatch import Dispatch
@@ -29,7 +29,6 @@ from .sessions import Sessions
 from .streamable import Streamable
 from .wire import text
 
-METADATA_PATH = "/.well-known/oauth-protected-resource"
 METRICS_PATH = "/metrics"  # telemetry.METRICS_PATH (its module brings Starlette; this app needs none)
 MCP_PATH = "/mcp"
 HEALTHZ_PATH = "/healthz"  # the one path answered whatever the Host: it says "up" and nothing else
@@ -90,7 +89,7 @@ class App:
         at once, and one that removes it stops answering every request with 401."""
         policy = self.gateway.policy()
         if self._metadata_of is None or self._metadata_of[0] is not policy:
-            self._metadata_of = (policy, _metadata(policy, self.base_url))
+            self._metadata_of = (policy, resource_metadata(policy, self.base_url + MCP_PATH))
         return self._metadata_of[1]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -183,15 +182,9 @@ class App:
 
     async def _challenge(self, send: Send, header: str | None) -> None:
         """401 for a missing or refused token, naming the metadata document (MCP authorization)."""
-        challenge = f'Bearer resource_metadata="{self.metadata_url}"'
-        if header is not None:
-            challenge += ', error="invalid_token", error_description="the access token was not accepted"'
-        problem = ("this server needs a bearer token" if header is None
-                   else "the access token was not accepted")
-        body = json.dumps({"error": "invalid_token" if header else "unauthorized",
-                           "error_description": problem}).encode()
-        await _respond(send, 401, body, [(b"content-type", b"application/json"),
-                                         (b"www-authenticate", challenge.encode())])
+        challenge = sign_in_challenge(self.metadata_url, refused=header is not None)
+        await _respond(send, 401, challenge.body, [(b"content-type", b"application/json"),
+                                                   (b"www-authenticate", challenge.header.encode())])
 
     async def _scrape(self, scope: Scope, send: Send) -> None:
         """The metrics, in the format the scraper asks for (Prometheus text, or OpenMetrics)."""
@@ -274,17 +267,3 @@ async def _backends(gateway: Gateway) -> dict[str, bool]:
     except Exception:  # down, slow, or refusing: not ready (the reason is in the guard's records)
         return {"redis": False}
     return {"redis": True}
-
-
-def _metadata(policy: Policy, base_url: str) -> dict[str, Any] | None:
-    auth = policy.auth
-    if not verification_configured(auth):
-        return None
-    out: dict[str, Any] = {"resource": f"{base_url}{MCP_PATH}", "bearer_methods_supported": ["header"]}
-    if auth.issuer:
-        out["authorization_servers"] = [auth.issuer]
-    scopes = sorted({r.removeprefix("auth:scope:") for t in policy.tools.values()
-                     for r in t.requirements if r.startswith("auth:scope:")})
-    if scopes:
-        out["scopes_supported"] = scopes
-    return out
