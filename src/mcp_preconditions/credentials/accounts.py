@@ -19,7 +19,7 @@ import httpx2
 
 from ..errors import CredentialBackendError, NoCredentialError, SealError
 from ..principal import Identity, Principal
-from .caller import Caller, caller_of
+from .caller import Caller, known_caller
 from .credential import Credential
 from .discovery import Discovery
 from .endpoint import TokenEndpoint, bearer_of
@@ -212,8 +212,4 @@ class ConnectedAccounts:
 
 
 def _caller(principal: Principal | None) -> Caller:
-    caller = caller_of(principal)
-    if caller is None:
-        raise NoCredentialError("the caller is not verified: an account is connected by a known "
-                                "caller")
-    return caller
+    return known_caller(principal)

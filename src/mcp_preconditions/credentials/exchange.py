@@ -19,6 +19,7 @@ import httpx2
 from ..errors import CredentialBackendError, NoCredentialError
 from ..principal import Identity, Principal
 from .cache import ExchangeCache
+from .caller import known_caller
 from .credential import Credential
 from .endpoint import TokenEndpoint, bearer_of
 from .settings import TOKEN_EXCHANGE, TokenExchangeSettings
@@ -104,9 +105,11 @@ class TokenExchange:
 
 
 def _subject(principal: Principal | None, token: str | None) -> tuple[str, float | None]:
-    """The token to exchange and when it expires: only a verified caller's own bearer token."""
+    """The token to exchange and when it expires: only a verified caller's own bearer token, of a
+    token that names its subject (SPEC §14: no `sub`, no subject, no credential)."""
     if principal is None:
         raise NoCredentialError("the caller is not verified (no valid access token)")
+    known_caller(principal)
     if token is None:
         raise NoCredentialError("the caller presented no access token to exchange")
     return token, principal.expires_at
