@@ -27,7 +27,7 @@ from mcp_preconditions.credentials.accounts import Connection
 from mcp_preconditions.credentials.exchange import TokenExchange
 from mcp_preconditions.credentials.resolver import CredentialResolver, CredentialSource
 from mcp_preconditions.principal import Identity, Principal
-from tests.unit.credentials_doubles import TOKEN_ENDPOINT, ISSUER, AuthServer, Clock, exchanged
+from tests.unit.credentials_doubles import ISSUER, TOKEN_ENDPOINT, AuthServer, Clock, exchanged
 from tests.unit.test_credentials_accounts import oauth_settings
 
 NO_SUBJECT = ("the caller's token names no subject (no 'sub' claim): a credential is kept per "
