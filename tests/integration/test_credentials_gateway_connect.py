@@ -36,6 +36,8 @@ from mcp_preconditions.resolvers.state_redis import RedisStateSource
 from tests.fixtures.approvals import envelope
 from tests.fixtures.credential_gateway import (
     CONNECTOR_SECRET,
+    GATEWAY_SECRET,
+    PAGES_KEY,
     TOKEN_KEY,
     Gateway,
     call,
@@ -161,8 +163,8 @@ def test_a_connected_account_is_used_through_the_gateway_after_the_browser_flow(
 def test_a_stdio_gateway_serves_its_pages_on_pages_listen(
         oidc_server: OidcServer, wiki: TokenServer, service: str, redis_server: RedisServer,
         tmp_path: Path) -> None:
-    (tmp_path / "policy.toml").write_text(policy_text(oidc_server, sign_in=False,
-                                                      redis_url=redis_server.url), encoding="utf-8")
+    (tmp_path / "policy.toml").write_text(policy_text(oidc_server, redis_url=redis_server.url),
+                                          encoding="utf-8")
     (tmp_path / "claims.json").write_text(json.dumps({"iss": oidc_server.issuer, "sub": "heidi"}),
                                           encoding="utf-8")
     table = connected(oidc_server, store="redis")
@@ -172,7 +174,9 @@ def test_a_stdio_gateway_serves_its_pages_on_pages_listen(
         + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()), encoding="utf-8")
     pages = f"http://127.0.0.1:{free_port()}"
     env = {**upstream_env(tmp_path / "upstream.jsonl"), "WIKI_SERVICE": service,
-           "CONNECTOR_SECRET": CONNECTOR_SECRET, "GW_TOKEN_KEY": TOKEN_KEY}
+           "CONNECTOR_SECRET": CONNECTOR_SECRET, "GW_TOKEN_KEY": TOKEN_KEY,
+           "GW_CLIENT_ID": "gateway", "GW_SECRET": GATEWAY_SECRET,
+           "MCP_PRECONDITIONS_PAGES_KEY": PAGES_KEY}
     command = [*CLI, "gateway", "--config", str(tmp_path / "gateway.toml"), "--pages-listen", pages]
     params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=ROOT)
 
@@ -180,7 +184,7 @@ def test_a_stdio_gateway_serves_its_pages_on_pages_listen(
         async with Client(stdio_client(params, errlog=sys.stderr)) as client:
             denied = await client.call_tool("wiki__whoami", {})
             link = await asyncio.to_thread(link_for, oidc_server, redis_server, pages, "heidi")
-            with httpx.Client(timeout=30) as browser_like:  # without sign-in the link is the proof
+            with httpx.Client(timeout=30) as browser_like:  # heidi signs in, then connects
                 back = await asyncio.to_thread(sign_in, browser_like, link, pages + "/oauth/callback",
                                                "heidi")
                 done = await asyncio.to_thread(browser_like.get, back)
