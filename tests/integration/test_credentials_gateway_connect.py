@@ -227,3 +227,35 @@ def test_the_denials_remedy_is_the_callers_connect_link_for_a_client_that_can_op
     blind = envelope(run(_denied_with_envelope(gw.url, seeker, url_elicitation=False)))
     assert blind == ("undisclosed", [])
     assert hint["url"].rsplit("/", 1)[1] not in gw.output()  # a link's id is never logged
+
+
+def test_behind_a_tls_proxy_every_pages_cookie_is_host_and_secure(
+        oidc_server: OidcServer, wiki: TokenServer, service: str, gw: Gateway, tmp_path: Path) -> None:
+    """SPEC §14 (issue 39.14): with an https public URL (a TLS proxy in front of the listener,
+    which speaks http) the pages' cookies are `__Host-` and Secure, and only those are read; over
+    plain http (the module's gateway) the plain name without Secure. Before, no cookie was Secure
+    behind a proxy and none had the prefix."""
+    plain = httpx.get(gw.base + "/connections/sign-in", timeout=30).headers["set-cookie"]
+    assert plain.startswith("mcp_preconditions_flow=") and "secure" not in plain.lower()
+    servers = {"wiki": {"url": wiki.url, "headers": {"Authorization": "env:WIKI_SERVICE"},
+                        "credentials": connected(oidc_server)}}
+    with gateway(tmp_path, oidc_server, servers, args=("--public-url", "https://gw.example"),
+                 env={"WIKI_SERVICE": service}) as behind:
+        started = httpx.get(behind.base + "/connections/sign-in", timeout=30)  # as the proxy sends it
+        assert started.status_code == 303
+        assert "redirect_uri=https%3A%2F%2Fgw.example%2Fconnect%2Fcallback" in started.headers["location"]
+        cookie = started.headers["set-cookie"]
+        attributes = [a.strip().lower() for a in cookie.split(";")]
+        assert cookie.startswith("__Host-mcp_preconditions_flow=")
+        assert {"secure", "path=/", "httponly", "samesite=lax"} <= set(attributes[1:])
+        assert not [a for a in attributes if a.startswith("domain")]
+        # A flow cookie without the prefix (tossed in by a sibling host) is not this browser's.
+        binding = cookie.split(";")[0].split("=", 1)[1]
+        state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
+        tossed = httpx.get(f"{behind.base}/connect/callback?state={state}&code=c", timeout=30,
+                           headers={"Cookie": f"mcp_preconditions_flow={binding}"})
+        assert tossed.status_code == 400
+        assert "This sign-in was started in another browser." in html.unescape(tossed.text)
+        own = httpx.get(f"{behind.base}/connect/callback?state={state}&code=made-up", timeout=30,
+                        headers={"Cookie": f"__Host-mcp_preconditions_flow={binding}"})
+        assert "The sign-in was refused" in html.unescape(own.text)  # its browser: on to the code
