@@ -40,11 +40,10 @@ def _finite_number(value: Any) -> float | None:
 
 
 def _subject_of(claims: Mapping[str, Any]) -> str | None:
+    """The `sub` claim, or None: a token without one names no subject (SPEC §14). Never the
+    `client_id` or another claim: a client registered under a person's name is not that person."""
     sub = claims.get("sub")
-    if isinstance(sub, str):
-        return sub
-    client = claims.get("client_id")
-    return client if isinstance(client, str) else None
+    return sub if isinstance(sub, str) and sub else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +54,9 @@ class Principal:
     scopes: frozenset[str] = frozenset()
     kind: TokenKind = "claims"
     expires_at: float | None = None
-    # Who the caller is (`sub`, else `client_id`): derived from the claims once, here, because
-    # every decision records it. Not a constructor argument; excluded from equality and repr.
+    # Who the caller is (`sub`; None without one: no subject, SPEC §14): derived from the claims
+    # once, here, because every decision records it. Not a constructor argument; excluded from
+    # equality and repr.
     subject: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -12,6 +12,7 @@ record, metric page or exported span; config errors exit 2 naming the key path.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -295,8 +296,8 @@ def test_with_the_gateways_auth_off_no_caller_token_goes_anywhere(
     ('[servers.gh]\nurl = "https://gh.test/mcp"\n[servers.gh.credentials]\nkind = "oauth"\n'
      'issuer = "https://gh.test"\nclient_id = "gh"\nclient_secret = "env:GW_SECRET"\n'
      'encryption_key = "env:GW_TOKEN_KEY"\n',
-     'servers.gh.credentials: kind = "oauth" needs the gateway\'s pages (connect links, '
-     '/oauth/callback): give --pages-listen http://127.0.0.1:PORT (or --public-url)'),
+     'servers.gh.credentials: kind = "oauth" requires [auth.sign_in] in the policy: a connect link '
+     'is completed only by the person it was made for, signed in'),
 ])
 def test_config_errors_exit_2_naming_the_key_path(tmp_path: Path, table: str, message: str) -> None:
     (tmp_path / "policy.toml").write_text("", encoding="utf-8")
@@ -304,7 +305,9 @@ def test_config_errors_exit_2_naming_the_key_path(tmp_path: Path, table: str, me
     config.write_text(f'policy = "policy.toml"\n{table}', encoding="utf-8")
     done = subprocess.run([*CLI, "gateway", "--config", str(config)], capture_output=True, text=True,
                           cwd=ROOT, timeout=60, env={"PATH": "/usr/bin:/bin", "GW_SECRET": "s",
-                                                     "GW_TOKEN_KEY": TOKEN_KEY})
+                                                     "GW_TOKEN_KEY": TOKEN_KEY, **{
+                                                         k: v for k, v in os.environ.items()
+                                                         if k == "PYTHONPATH"}})
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith(message), lines

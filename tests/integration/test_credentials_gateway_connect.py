@@ -36,6 +36,8 @@ from mcp_preconditions.resolvers.state_redis import RedisStateSource
 from tests.fixtures.approvals import envelope
 from tests.fixtures.credential_gateway import (
     CONNECTOR_SECRET,
+    GATEWAY_SECRET,
+    PAGES_KEY,
     TOKEN_KEY,
     Gateway,
     call,
@@ -161,8 +163,8 @@ def test_a_connected_account_is_used_through_the_gateway_after_the_browser_flow(
 def test_a_stdio_gateway_serves_its_pages_on_pages_listen(
         oidc_server: OidcServer, wiki: TokenServer, service: str, redis_server: RedisServer,
         tmp_path: Path) -> None:
-    (tmp_path / "policy.toml").write_text(policy_text(oidc_server, sign_in=False,
-                                                      redis_url=redis_server.url), encoding="utf-8")
+    (tmp_path / "policy.toml").write_text(policy_text(oidc_server, redis_url=redis_server.url),
+                                          encoding="utf-8")
     (tmp_path / "claims.json").write_text(json.dumps({"iss": oidc_server.issuer, "sub": "heidi"}),
                                           encoding="utf-8")
     table = connected(oidc_server, store="redis")
@@ -172,7 +174,9 @@ def test_a_stdio_gateway_serves_its_pages_on_pages_listen(
         + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()), encoding="utf-8")
     pages = f"http://127.0.0.1:{free_port()}"
     env = {**upstream_env(tmp_path / "upstream.jsonl"), "WIKI_SERVICE": service,
-           "CONNECTOR_SECRET": CONNECTOR_SECRET, "GW_TOKEN_KEY": TOKEN_KEY}
+           "CONNECTOR_SECRET": CONNECTOR_SECRET, "GW_TOKEN_KEY": TOKEN_KEY,
+           "GW_CLIENT_ID": "gateway", "GW_SECRET": GATEWAY_SECRET,
+           "MCP_PRECONDITIONS_PAGES_KEY": PAGES_KEY}
     command = [*CLI, "gateway", "--config", str(tmp_path / "gateway.toml"), "--pages-listen", pages]
     params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=ROOT)
 
@@ -180,7 +184,7 @@ def test_a_stdio_gateway_serves_its_pages_on_pages_listen(
         async with Client(stdio_client(params, errlog=sys.stderr)) as client:
             denied = await client.call_tool("wiki__whoami", {})
             link = await asyncio.to_thread(link_for, oidc_server, redis_server, pages, "heidi")
-            with httpx.Client(timeout=30) as browser_like:  # without sign-in the link is the proof
+            with httpx.Client(timeout=30) as browser_like:  # heidi signs in, then connects
                 back = await asyncio.to_thread(sign_in, browser_like, link, pages + "/oauth/callback",
                                                "heidi")
                 done = await asyncio.to_thread(browser_like.get, back)
@@ -223,3 +227,35 @@ def test_the_denials_remedy_is_the_callers_connect_link_for_a_client_that_can_op
     blind = envelope(run(_denied_with_envelope(gw.url, seeker, url_elicitation=False)))
     assert blind == ("undisclosed", [])
     assert hint["url"].rsplit("/", 1)[1] not in gw.output()  # a link's id is never logged
+
+
+def test_behind_a_tls_proxy_every_pages_cookie_is_host_and_secure(
+        oidc_server: OidcServer, wiki: TokenServer, service: str, gw: Gateway, tmp_path: Path) -> None:
+    """SPEC §14 (issue 39.14): with an https public URL (a TLS proxy in front of the listener,
+    which speaks http) the pages' cookies are `__Host-` and Secure, and only those are read; over
+    plain http (the module's gateway) the plain name without Secure. Before, no cookie was Secure
+    behind a proxy and none had the prefix."""
+    plain = httpx.get(gw.base + "/connections/sign-in", timeout=30).headers["set-cookie"]
+    assert plain.startswith("mcp_preconditions_flow=") and "secure" not in plain.lower()
+    servers = {"wiki": {"url": wiki.url, "headers": {"Authorization": "env:WIKI_SERVICE"},
+                        "credentials": connected(oidc_server)}}
+    with gateway(tmp_path, oidc_server, servers, args=("--public-url", "https://gw.example"),
+                 env={"WIKI_SERVICE": service}) as behind:
+        started = httpx.get(behind.base + "/connections/sign-in", timeout=30)  # as the proxy sends it
+        assert started.status_code == 303
+        assert "redirect_uri=https%3A%2F%2Fgw.example%2Fconnect%2Fcallback" in started.headers["location"]
+        cookie = started.headers["set-cookie"]
+        attributes = [a.strip().lower() for a in cookie.split(";")]
+        assert cookie.startswith("__Host-mcp_preconditions_flow=")
+        assert {"secure", "path=/", "httponly", "samesite=lax"} <= set(attributes[1:])
+        assert not [a for a in attributes if a.startswith("domain")]
+        # A flow cookie without the prefix (tossed in by a sibling host) is not this browser's.
+        binding = cookie.split(";")[0].split("=", 1)[1]
+        state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
+        tossed = httpx.get(f"{behind.base}/connect/callback?state={state}&code=c", timeout=30,
+                           headers={"Cookie": f"mcp_preconditions_flow={binding}"})
+        assert tossed.status_code == 400
+        assert "This sign-in was started in another browser." in html.unescape(tossed.text)
+        own = httpx.get(f"{behind.base}/connect/callback?state={state}&code=made-up", timeout=30,
+                        headers={"Cookie": f"__Host-mcp_preconditions_flow={binding}"})
+        assert "The sign-in was refused" in html.unescape(own.text)  # its browser: on to the code

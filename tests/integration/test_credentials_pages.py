@@ -192,14 +192,6 @@ def test_a_refresh_gets_a_new_token_the_server_accepts(site: Pages, wiki: TokenS
         refreshed.credential)  # the refreshed tokens were kept for every later call
 
 
-def test_without_sign_in_the_link_alone_connects(oidc_server: OidcServer, wiki: TokenServer) -> None:
-    with pages(oidc_server, sign_in=False) as site:
-        dave = oidc_server.user_token("dave")
-        connect_without_browser(site, dave, "dave")
-        obtained = run(site.resolver.obtain(REQ, site.identity(dave), dave))
-        assert run(whoami(wiki.url, obtained.credential)) == "dave"
-
-
 def test_replicas_share_links_states_and_tokens_in_redis(oidc_server: OidcServer, wiki: TokenServer,
                                                          redis_server: RedisServer) -> None:
     key = os.urandom(32)
@@ -213,12 +205,13 @@ def test_replicas_share_links_states_and_tokens_in_redis(oidc_server: OidcServer
 
     vault_a, tickets_a = replica()
     vault_b, tickets_b = replica()
-    with pages(oidc_server, sign_in=False, vault=vault_a, tickets=tickets_a, key=key) as a, \
-            pages(oidc_server, sign_in=False, vault=vault_b, tickets=tickets_b, key=key,
+    with pages(oidc_server, vault=vault_a, tickets=tickets_a, key=key) as a, \
+            pages(oidc_server, vault=vault_b, tickets=tickets_b, key=key,
                   public=a.base) as b:  # one address for both, as behind a load balancer
         erin = oidc_server.user_token("erin")
         link = a.link(erin)  # made by replica a ...
-        with httpx.Client(timeout=30) as client:  # ... opened on replica b, whose callback lands on a
+        with httpx.Client(timeout=30) as client:  # ... opened on replica b, whose sign-in and
+            # callback land on a
             back = sign_in(client, b.base + link.removeprefix(a.base), a.base + "/oauth/callback", "erin")
             done = client.get(back)
         assert done.status_code == 200 and CONNECTED in html.unescape(done.text)

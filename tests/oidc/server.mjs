@@ -98,6 +98,9 @@ const provider = new Provider(issuer, {
     client('mission-control', SCOPES),
     client('observer', 'mission:read'),
     client('introspector', ''),
+    // A client registered under a person's name: its client-credentials tokens name no `sub`
+    // (opaque, introspected), and must never be taken for the person alice.
+    client('alice', SCOPES),
     // The gateway: signs people in to its pages, and exchanges callers' tokens (RFC 8693).
     webClient('gateway', ['/connect/callback', '/approvals/callback'], [...CODE, TOKEN_EXCHANGE]),
     webClient('gateway-post', [], [TOKEN_EXCHANGE], 'client_secret_post'),

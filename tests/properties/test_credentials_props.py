@@ -1,8 +1,10 @@
 """The credential stores against tiny reference models: random programs of puts, reads, single-use
 takes, drops and clock steps run against MemoryTickets (connect links, states) and ExchangeCache
-(exchanged tokens), each bounded (least recently used out) and with deadlines; and single flight,
-where any mix of concurrent callers and keys runs the work once per key and gives each caller its
-key's answer.
+(exchanged tokens), each bounded (least recently used out) and with deadlines; tickets put for an
+owner (a caller's pending links and flows: at most LIMIT each, the oldest dropped, issue 39.10;
+the same model runs against Redis in tests/integration/test_credentials_redis_bounds.py); and
+single flight, where any mix of concurrent callers and keys runs the work once per key and gives
+each caller its key's answer.
 """
 
 from __future__ import annotations
@@ -83,6 +85,69 @@ def test_tickets_match_the_reference(ops: list[tuple[Any, ...]]) -> None:
                 clock.now += op[1]
                 ref.now += op[1]
             assert len(tickets) == len(ref.entries) <= BOUND
+    asyncio.run(run())
+
+
+class Owned:
+    """Tickets put for owners: each owner keeps at most LIMIT of those still there (neither taken
+    nor expired), the oldest beyond it deleted."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[bytes, int]] = {}
+        self.owners: dict[str, OrderedDict[str, int]] = {}
+        self.now = 0
+
+    def put_for(self, owner: str, key: str, value: bytes, ttl: int) -> None:
+        self.entries[key] = (value, self.now + ttl)
+        keys = self.owners.setdefault(owner, OrderedDict())
+        keys[key] = self.now + ttl
+        keys.move_to_end(key)
+        for gone in [k for k, deadline in keys.items() if deadline <= self.now or k not in self.entries]:
+            del keys[gone]
+        while len(keys) > LIMIT:
+            self.entries.pop(keys.popitem(last=False)[0], None)
+
+    def read(self, key: str, remove: bool = False) -> bytes | None:
+        found = self.entries.get(key)
+        if found is None or found[1] <= self.now:
+            self.entries.pop(key, None)
+            return None
+        if remove:
+            del self.entries[key]
+        return found[0]
+
+    def live(self, owner: str) -> int:
+        return sum(1 for k in self.owners.get(owner, {}) if self.read(k) is not None)
+
+
+LIMIT = 3
+OWNERS = st.sampled_from(["alice", "bob"])
+OWNED_OPS = st.lists(st.one_of(
+    st.tuples(st.just("put"), OWNERS, KEYS, st.binary(min_size=1, max_size=3), st.integers(1, 60)),
+    st.tuples(st.just("get"), OWNERS, KEYS), st.tuples(st.just("take"), OWNERS, KEYS),
+    st.tuples(st.just("wait"), STEPS)), max_size=60)
+
+
+@given(OWNED_OPS)
+def test_tickets_put_for_an_owner_match_the_reference(ops: list[tuple[Any, ...]]) -> None:
+    async def run() -> None:
+        clock, ref = Clock(), Owned()
+        tickets = MemoryTickets(1000, clock=clock)
+        for op in ops:
+            if op[0] == "wait":
+                clock.now += op[1]
+                ref.now += op[1]
+                continue
+            key = op[1] + op[2]  # an owner's own keys (a link's or state's id is random)
+            if op[0] == "put":
+                await tickets.put_for(op[1], key, op[3], op[4], LIMIT)
+                ref.put_for(op[1], key, op[3], op[4])
+            elif op[0] == "get":
+                assert await tickets.get(key) == ref.read(key)
+            else:
+                assert await tickets.take(key) == ref.read(key, remove=True)
+            for owner in ("alice", "bob"):
+                assert ref.live(owner) <= LIMIT
     asyncio.run(run())
 
 

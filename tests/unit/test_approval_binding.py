@@ -129,5 +129,6 @@ def test_arguments_without_a_canonical_form_or_too_large_are_not_bound() -> None
 
 def test_the_party_is_issuer_and_subject() -> None:
     assert Party.of(ALICE) == Party("https://idp", "alice")
-    assert Party.of(Identity(Principal.from_claims({"client_id": "ci"}))) == Party("", "ci")
+    assert Party.of(Identity(Principal.from_claims({"sub": "ci"}))) == Party("", "ci")
+    assert Party.of(Identity(Principal.from_claims({"client_id": "ci"}))) is None  # no sub: nobody
     assert Party.of(Identity(failure="no access token")) is None

@@ -40,7 +40,8 @@ def reason(document: Any, **kw: Any) -> str:
 def test_an_active_token_yields_its_principal() -> None:
     principal = introspector().principal_from(active())
     assert principal.kind == "opaque"
-    assert principal.subject == "mission-control"
+    assert principal.subject is None  # no `sub`: no subject, never the client_id (SPEC §14)
+    assert introspector().principal_from(active(sub="olga")).subject == "olga"
     assert principal.scopes == frozenset({"mission:read"})
     assert principal.claims["role"] == "ops"
     assert "active" not in principal.claims
@@ -63,7 +64,8 @@ def test_exp_iss_and_aud_still_bind_the_token() -> None:
 
 def test_without_audience_or_issuer_settings_those_claims_are_not_required() -> None:
     doc = active(aud=None, iss=None)
-    assert introspector(audiences=(), issuer=None).principal_from(doc).subject == "mission-control"
+    assert introspector(audiences=(), issuer=None).principal_from(doc).claims["client_id"] == \
+        "mission-control"
 
 
 def test_a_response_that_is_not_an_object_is_a_backend_error() -> None:

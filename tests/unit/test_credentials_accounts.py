@@ -174,7 +174,7 @@ async def test_a_refused_refresh_ends_the_connection() -> None:
     obtained = await setup.resolver.obtain(REQ, caller(), None)
     assert (obtained.outcome.status, obtained.outcome.reason) == (
         Status.UNSATISFIED, "the authorization server of server 'gh' refused to refresh the "
-                            "connected account: connect again")
+                            "connected account (the connection was removed): connect again")
     assert await setup.accounts.load(ALICE) is None
 
 

@@ -224,3 +224,24 @@ def test_sign_in_settings_read_their_variables(monkeypatch: pytest.MonkeyPatch) 
     assert (settings.issuer, settings.client, settings.jwks_uri) == (
         "https://idp.test", Client("gw", "secret"), "https://idp.test/jwks")
     assert sign_in_settings(parse_policy(b"", "p.toml")) is None
+
+
+def test_oauth_without_sign_in_is_refused_naming_the_key(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """SPEC §14 (issue 39.4): a connect link alone let whoever held it connect *their* account for
+    the link's caller (mallory sent her link to alice, and alice's account served mallory's
+    calls). `kind = "oauth"` requires `[auth.sign_in]`; before, this gateway started."""
+    path = toml(tmp_path, f'[servers.gh]\n{URL}[servers.gh.credentials]\n{OAUTH}')
+    assert errors(capsys, "gateway", "--config", str(path)) == [
+        f'{path}: servers.gh.credentials: kind = "oauth" requires [auth.sign_in] in the policy: a '
+        "connect link is completed only by the person it was made for, signed in"]
+
+
+def test_oauth_on_a_stdio_gateway_needs_its_pages(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = toml(tmp_path, f'[servers.gh]\n{URL}[servers.gh.credentials]\n{OAUTH}')
+    (tmp_path / "policy.toml").write_text(SIGN_IN + '[auth.sign_in]\nclient_id = "env:GW_TEST_ID"\n'
+                                          'client_secret = "env:GW_TEST_SECRET"\n', encoding="utf-8")
+    assert errors(capsys, "gateway", "--config", str(path)) == [
+        f'{path}: servers.gh.credentials: kind = "oauth" needs the gateway\'s pages (connect links, '
+        "/oauth/callback): give --pages-listen http://127.0.0.1:PORT (or --public-url)"]

@@ -126,7 +126,7 @@ async def test_a_callback_redeems_the_code_with_the_verifier_and_keeps_the_token
     flow = Flow()
     query = await flow.started()
     server, connection = await flow.flow.callback({"state": query["state"], "code": "the-code"},
-                                                  "browser-1", None, False)
+                                                  "browser-1", ALICE)
     assert server == "gh" and connection.expires_at == flow.clock.now + 3600
     form = flow.server.forms[0]
     verifier = form.pop("code_verifier")
@@ -160,13 +160,13 @@ async def test_a_bad_state_is_refused_400_and_its_code_never_redeemed(case: str,
     flow.accounts.discovery._found = Endpoints(f"{ISSUER}/authorize", f"{ISSUER}/token")
     query = await flow.started()
     answer = {"state": query["state"], "code": "the-code"}
-    binding, person, sign_in = "browser-1", ALICE, True
+    binding, person = "browser-1", ALICE
     if case == "unknown":
         answer["state"] = "made-up"
     elif case == "missing":
         del answer["state"]
     elif case == "used":
-        await flow.flow.callback(dict(answer), binding, person, sign_in)
+        await flow.flow.callback(dict(answer), binding, person)
         flow.server.requests.clear()
     elif case == "expired":
         flow.clock.now += 600
@@ -181,7 +181,7 @@ async def test_a_bad_state_is_refused_400_and_its_code_never_redeemed(case: str,
     elif case == "another issuer":
         answer["iss"] = "https://evil.test"
     with pytest.raises(FlowError) as refused:
-        await flow.flow.callback(answer, binding, person, sign_in)
+        await flow.flow.callback(answer, binding, person)
     assert (refused.value.status, str(refused.value)) == (400, message)
     assert flow.server.requests == []  # the code was never redeemed
 
@@ -191,8 +191,8 @@ async def test_a_refused_state_stays_good_for_its_own_caller() -> None:
     query = await flow.started()
     answer = {"state": query["state"], "code": "the-code"}
     with pytest.raises(FlowError):
-        await flow.flow.callback(answer, "browser-2", BOB, True)  # a thief
-    assert (await flow.flow.callback(answer, "browser-1", ALICE, True))[0] == "gh"
+        await flow.flow.callback(answer, "browser-2", BOB)  # a thief
+    assert (await flow.flow.callback(answer, "browser-1", ALICE))[0] == "gh"
 
 
 async def test_an_authorization_server_that_says_no_uses_up_the_state() -> None:
@@ -200,11 +200,11 @@ async def test_an_authorization_server_that_says_no_uses_up_the_state() -> None:
     query = await flow.started()
     with pytest.raises(FlowError) as refused:
         await flow.flow.callback({"state": query["state"], "error": "access_denied"}, "browser-1",
-                                 None, False)
+                                 ALICE)
     assert (refused.value.status, str(refused.value)) == (
         400, "The authorization server did not connect the account (access_denied).")
     with pytest.raises(FlowError, match="Unknown, used or expired state"):
-        await flow.flow.callback({"state": query["state"], "code": "c"}, "browser-1", None, False)
+        await flow.flow.callback({"state": query["state"], "code": "c"}, "browser-1", ALICE)
     assert flow.server.requests == []
 
 
@@ -220,6 +220,27 @@ async def test_a_code_that_cannot_be_redeemed(status: int, body: Any, expected: 
     flow.server.answer = lambda form: (status, body)
     query = await flow.started()
     with pytest.raises(FlowError) as refused:
-        await flow.flow.callback({"state": query["state"], "code": "c"}, "browser-1", None, False)
+        await flow.flow.callback({"state": query["state"], "code": "c"}, "browser-1", ALICE)
     assert (refused.value.status, str(refused.value)) == (expected, message)
     assert await flow.accounts.load(ALICE) is None
+
+
+async def test_a_caller_has_at_most_16_flows_under_way_the_oldest_dropped() -> None:
+    """Issue 39.10: one caller starting flows without end filled the store for everyone (in
+    Redis without any bound). Links and flows under way are MAX_PENDING per caller; the oldest
+    goes first, and nobody else's is touched."""
+    from mcp_preconditions.credentials.connect import MAX_PENDING
+
+    flow = Flow()
+    bobs = await flow.started(BOB)
+    alices = [await flow.started(ALICE) for _ in range(MAX_PENDING + 4)]
+    assert MAX_PENDING == 16 and len(flow.tickets) == MAX_PENDING + 1  # alice's 16 states, bob's 1
+    link = await flow.flow.link(ALICE, "gh")  # a link counts too: it pushes out one more state
+    assert (await flow.flow.peek(link_id(link))).caller == ALICE
+    for dropped in alices[:5]:
+        with pytest.raises(FlowError, match="Unknown, used or expired state"):
+            await flow.flow.callback({"state": dropped["state"], "code": "c"}, "browser-1", ALICE)
+    assert flow.server.requests == []
+    assert (await flow.flow.callback({"state": alices[5]["state"], "code": "c"}, "browser-1",
+                                     ALICE))[0] == "gh"
+    assert (await flow.flow.callback({"state": bobs["state"], "code": "c"}, "browser-1", BOB))[0] == "gh"

@@ -43,8 +43,8 @@ async def test_each_caller_gets_their_own_secret_exactly(tmp_path: Path) -> None
     assert local.outcome.ok
     none = "no secret for this caller on server 'legacy'"
     for who, reason in ((caller("Alice"), none), (caller("alice", issuer=ISSUER + "/"), none),
-                        (ANONYMOUS_IDENTITY, "the caller is not verified: a secret is kept per known "
-                                             "caller")):
+                        (ANONYMOUS_IDENTITY, "the caller is not verified: a credential is kept per "
+                                             "known caller")):
         obtained = await resolve.obtain(REQ, who, None)
         assert (obtained.result, obtained.outcome.reason) == ("refused", reason)
         assert "secret" not in repr(obtained.credential)

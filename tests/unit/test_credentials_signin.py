@@ -92,3 +92,34 @@ async def test_a_bad_sign_in_answer_is_refused_400_before_any_code_is_redeemed(
         await signed.finish({k: v for k, v in answer.items() if v is not None}, binding)
     assert (refused.value.status, str(refused.value)) == (400, message)
     assert server.requests == []
+
+
+async def test_the_gateways_sign_ins_under_way_are_bounded_at_10000(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39.11: every visitor's sign-in kept a 600 s record without bound. The gateway's
+    sign-in store (cli/_pages.py) keeps at most MAX_FLOWS, the oldest out first; each lives
+    FLOW_SECONDS. (Redis alike: tests/integration/test_credentials_redis_bounds.py.)"""
+    from urllib.parse import parse_qs, urlsplit
+
+    from mcp_preconditions.cli._credentials import Wired
+    from mcp_preconditions.cli._pages import _sign_in
+    from mcp_preconditions.credentials.pkce import digest
+    from mcp_preconditions.credentials.signin import FLOW_SECONDS, MAX_FLOWS
+    from mcp_preconditions.policy.load import parse_policy
+
+    monkeypatch.setenv("GW_TEST_ID", "gw")
+    monkeypatch.setenv("GW_TEST_SECRET", "gw-secret")
+    source = parse_policy(f'[auth]\nissuer = "{ISSUER}"\naudience = "a"\njwks_uri = "{ISSUER}/jwks"\n'
+                          '[auth.sign_in]\nclient_id = "env:GW_TEST_ID"\n'
+                          'client_secret = "env:GW_TEST_SECRET"\n'.encode(), "p.toml")
+    signed, _ = _sign_in(Wired(), source)
+    assert signed is not None and (MAX_FLOWS, FLOW_SECONDS) == (10_000, 600.0)
+    signed.discovery._found = Endpoints(f"{ISSUER}/authorize", f"{ISSUER}/token", f"{ISSUER}/jwks")
+    states = []
+    for _ in range(MAX_FLOWS + 1):
+        url = await signed.begin("/connections", "https://gw.test/connect/callback", "browser-1")
+        states.append(parse_qs(urlsplit(url).query)["state"][0])
+    assert len(signed.tickets) == MAX_FLOWS  # type: ignore[arg-type]
+    with pytest.raises(FlowError, match="Unknown, used or expired sign-in"):
+        await signed.finish({"state": states[0], "code": "c"}, "browser-1")
+    assert await signed.tickets.get("signin:" + digest(states[-1])) is not None

@@ -13,8 +13,12 @@ def test_an_owner_is_client_issuer_and_subject_and_a_principal_is_issuer_and_sub
     refreshed = Owner.of(Principal.from_claims({"iss": "https://idp", "sub": "olga",
                                                 "client_id": "app", "jti": "2"}))
     other_client = Owner.of(Principal.from_claims({"iss": "https://idp", "sub": "olga", "azp": "cli"}))
-    bare = Owner.of(Principal.from_claims({"client_id": "svc"}))  # no sub: the client is the subject
+    bare = Owner.of(Principal.from_claims({"client_id": "svc"}))  # no sub: no subject (SPEC §14)
     assert first == refreshed == Owner("app", "https://idp", "olga")
     assert other_client == Owner("cli", "https://idp", "olga") != first
     assert principal_key(first) == principal_key(other_client) == ("https://idp", "olga")
-    assert bare == Owner("svc", None, "svc") and principal_key(None) is None
+    assert bare == Owner("svc", None, None) and principal_key(None) is None
+    # A bound is no grant: two clients without a subject are counted apart, never as one another.
+    assert principal_key(bare) == (None, None, "svc")
+    assert principal_key(Owner.of(Principal.from_claims({"client_id": "alice"}))) != principal_key(
+        Owner.of(Principal.from_claims({"sub": "alice"})))

@@ -6,11 +6,14 @@ a backend that is down is an Identity with `error=True` (auth requirements then 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal, verified_identity
 from .header import MalformedCredentials
+
+log = logging.getLogger("mcp_preconditions.auth")
 
 
 @runtime_checkable
@@ -76,11 +79,21 @@ class PassThroughAuthenticator:
             self._last = (principal, identity)
             return identity
         if isinstance(credentials, MalformedCredentials):
-            return Identity(failure=credentials.failure)
+            return refused(Identity(failure=credentials.failure))
         if credentials.token is not None:
-            return Identity(failure="a bearer token was presented but the policy configures no token "
-                                    "verification ([auth] issuer and keys)")
+            return refused(Identity(failure="a bearer token was presented but the policy configures "
+                                             "no token verification ([auth] issuer and keys)"))
         return ANONYMOUS_IDENTITY
+
+
+def refused(identity: Identity) -> Identity:
+    """A refused token's identity, logged at WARNING with its reason, never the token (SPEC §15:
+    the operator sees why; `gateway --log-level`)."""
+    if identity.error:
+        log.warning("bearer token not verified (a backend failed): %s", identity.failure)
+    else:
+        log.warning("bearer token refused: %s", identity.failure)
+    return identity
 
 
 # -- the identities the guard gives when it cannot, or need not, verify (guard.py) ------------------

@@ -3,24 +3,23 @@
 min(TTL, `exp`).
 
 Never raises for a bad token or a backend failure: those become an Identity with a readable failure
-(and `error=True` for a backend). The token never appears in a reason or a log line.
+(and `error=True` for a backend), logged at WARNING with that reason (SPEC §15: the operator sees
+why a token was refused; `gateway --log-level`). The token never appears in a reason or a log line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Awaitable, Callable
 
 from ..errors import AuthBackendError, TokenError
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal, verified_identity
+from .base import refused
 from .cache import IdentityCache, token_key
 from .header import MalformedCredentials
 from .introspection import Introspector
 from .jwt_verifier import JwtVerifier, jwt_header
-
-log = logging.getLogger("mcp_preconditions.auth")
 
 NO_JWT_KEYS = ("token is a JWT, but the policy configures no signing keys "
                "(auth.jwks_uri, auth.discovery, auth.keys or auth.public_keys_pem)")
@@ -49,11 +48,11 @@ class TokenAuthenticator:
         token = credentials.token
         if token is None:
             if isinstance(credentials, MalformedCredentials):
-                return Identity(failure=credentials.failure)
+                return refused(Identity(failure=credentials.failure))
             return ANONYMOUS_IDENTITY
         if len(token) > self.max_token_bytes or (
                 not token.isascii() and len(token.encode("utf-8", "surrogatepass")) > self.max_token_bytes):
-            return Identity(failure=f"token is larger than {self.max_token_bytes} bytes")
+            return refused(Identity(failure=f"token is larger than {self.max_token_bytes} bytes"))
         return self.cache.get(token_key(token))
 
     async def authenticate(self, credentials: Credentials) -> Identity:
@@ -69,19 +68,16 @@ class TokenAuthenticator:
             return await self._settle(key, self.jwt.verify(token, header))
         if self.introspector is not None:  # opaque, or a JWT for an introspection-only policy
             return await self._coalesced(key, token, self.introspector)
-        return Identity(failure=NO_JWT_KEYS if header is not None else NO_INTROSPECTION)
+        return refused(Identity(failure=NO_JWT_KEYS if header is not None else NO_INTROSPECTION))
 
     async def _settle(self, key: bytes, verification: Awaitable[Principal]) -> Identity:
         """Await a verification and turn its outcome into an Identity, caching successes."""
         try:
             principal = await verification
         except TokenError as exc:
-            log.debug("token rejected: %s", exc)
-            return Identity(failure=str(exc))
+            return refused(Identity(failure=str(exc)))
         except AuthBackendError as exc:
-            # INFO, not WARNING: a down backend fails every call (JWKS fetches warn once per attempt).
-            log.info("token not verified, backend failed: %s", exc)
-            return Identity(failure=str(exc), error=True)
+            return refused(Identity(failure=str(exc), error=True))
         # Keyed by this token's sha256, which it is found by: it serves this token alone.
         identity = Identity(principal=principal, token_key=key)
         self.cache.put(key, identity, principal.expires_at)
@@ -104,3 +100,4 @@ class TokenAuthenticator:
                 if self._inflight.get(key) is task:
                     del self._inflight[key]
         return done
+

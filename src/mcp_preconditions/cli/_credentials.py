@@ -75,6 +75,10 @@ def wire(args: argparse.Namespace, config: GatewayConfig, source: PolicySource,
                              "exchanges each caller's bearer token, and a stdio gateway's caller "
                              "has none: serve it with --listen http://HOST:PORT")
     oauth = [k for k, s in servers.items() if isinstance(s, OAuthSettings)]
+    if oauth and source.policy.auth.sign_in is None:  # a link alone would let its holder connect
+        raise InputError(f"{config.source}: servers.{oauth[0]}.credentials: kind = \"oauth\" requires "
+                         "[auth.sign_in] in the policy: a connect link is completed only by the "
+                         "person it was made for, signed in")
     base_url = args.public_url or own_url(args, listen)
     if oauth and base_url is None:
         raise InputError(f"{config.source}: servers.{oauth[0]}.credentials: kind = \"oauth\" needs "
@@ -134,10 +138,12 @@ def own_url(args: argparse.Namespace, listen: tuple[str, int] | None) -> str | N
 
 def pages(wired: Wired, authenticator: Authenticator, sign_in: SignIn | None) -> Pages | None:
     """The pages of the `oauth` servers (None without any): connect links signing people in with
-    `sign_in` (`[auth.sign_in]`), `/connections` for bearer tokens `authenticator` verifies."""
+    `sign_in` (`[auth.sign_in]`, which `wire` required), `/connections` for bearer tokens
+    `authenticator` verifies and for people signed in."""
     flow = wired.resolver.connect if wired.resolver is not None else None
     if flow is None:  # (nothing below is imported then: starlette, httpx2, cryptography)
         return None
+    assert sign_in is not None  # wire() refused kind = "oauth" without [auth.sign_in]
     from ..credentials.pages import PATHS, CredentialPages
     from ..gateway.downstream.app import Pages
 

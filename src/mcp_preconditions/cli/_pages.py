@@ -3,9 +3,11 @@ approval pages of approvals with approvers, one app on the HTTP listener or a st
 `--pages-listen`, signing people in with one `[auth.sign_in]` and verifying bearer tokens by the
 policy in force. Bad input is one line and exit 2.
 
-The sign-in cookies (and the sign-in flows' records, and the approval form's CSRF tokens) are
-sealed with the key in $MCP_PRECONDITIONS_PAGES_KEY (32 bytes, base64): replicas that share their
-flows in Redis must share it too; without it each process draws its own.
+The sign-in cookies (and the sign-in flows' records, and the forms' CSRF tokens) are sealed with
+the key in $MCP_PRECONDITIONS_PAGES_KEY (32 bytes, base64): replicas that share their flows in
+Redis must share it too; without it each process draws its own. The sign-in flows under way are
+bounded (credentials.signin.MAX_FLOWS) in memory or Redis alike. Every cookie of every page follows
+one rule (credentials/cookies.py): `__Host-` and Secure when the public URL is https.
 """
 
 from __future__ import annotations
@@ -51,7 +53,18 @@ def pages(args: argparse.Namespace, wired: Wired, guard: Guard, source: PolicySo
     if args.pages_listen is not None:
         wired.pages_sock = listening_socket(*http_address(args.pages_listen, "--pages-listen"),
                                             "--pages-listen")
-    return parts[0] if len(parts) == 1 else _together(parts)
+    return _cookie_rule(parts[0] if len(parts) == 1 else _together(parts), wired.base_url)
+
+
+def _cookie_rule(pages: Pages, base_url: str) -> Pages:
+    """Every page's cookies by credentials/cookies.py's rule: on an https public URL, `__Host-`
+    and Secure (behind a TLS proxy the listener itself speaks http)."""
+    from urllib.parse import urlsplit
+
+    from ..credentials.cookies import HostCookies
+    from ..gateway.downstream.app import Pages
+
+    return Pages(pages.paths, HostCookies(pages.app, urlsplit(base_url).scheme == "https"))
 
 
 class _Verifier:
@@ -81,6 +94,7 @@ def _sign_in(wired: Wired, source: PolicySource) -> tuple[SignIn | None, bytes |
     Its flows live in Redis when the pages' accounts or approvals do (replicas: a sign-in begun on
     one ends on another)."""
     from ..credentials import MemoryTickets, SignIn, Tickets, sign_in_settings
+    from ..credentials.signin import MAX_FLOWS
 
     try:
         settings = sign_in_settings(source)
@@ -93,12 +107,14 @@ def _sign_in(wired: Wired, source: PolicySource) -> tuple[SignIn | None, bytes |
     shared = redis is not None and (
         any(a.settings.store == "redis" for a in (flow.accounts.values() if flow else ())) or
         any(a.store == "redis" for a in source.policy.approvals.values()))
-    tickets: Tickets = MemoryTickets()  # its own: a flood of links never pushes a sign-in out
+    # Its own store, bounded: a flood of links never pushes a sign-in out, nor sign-ins anything.
+    tickets: Tickets = MemoryTickets(MAX_FLOWS)
     if shared and redis is not None:
         from ..credentials.stores_redis import DEFAULT_PREFIX, RedisTickets
         from ..resolvers.state_redis import RedisStateSource
 
-        tickets = RedisTickets(RedisStateSource.from_policy(redis), DEFAULT_PREFIX + "signin:")
+        tickets = RedisTickets(RedisStateSource.from_policy(redis), DEFAULT_PREFIX + "signin:",
+                               limit=MAX_FLOWS)
     key = _pages_key(shared)
     wired.secrets = wired.secrets | {settings.client.client_secret}
     return SignIn(settings, tickets, key), key

@@ -66,14 +66,7 @@ def run_gateway(args: argparse.Namespace) -> int:
     options = replicas.options_from(policy, args.policy_poll_seconds, args.policy_public_key,
                                     args.replica_id)
     source = replicas.load_source(options)
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
-    # A decision record per call: its log record needs none of what logging gathers by default
-    # (the format is name and message), and finding the caller's frame cost the gateway 2 µs a call.
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging._srcfile = None
-    logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
-    logging.getLogger("mcp_preconditions.policy").setLevel(logging.INFO)  # reloads, with revisions
-    logging.getLogger("mcp_preconditions.approvals").setLevel(logging.INFO)  # who decided a request
+    _logging(_log_level(args.log_level))
     tracing = configure_tracing(service_name=SERVICE_NAME)  # an unusable OTEL_* setting: exit 2 now
     label = _single_label(args) if args.config is None and args.servers is None else None
     gateways: list[Gateway] = []  # the gateway names each decision's server; it is made next
@@ -192,6 +185,34 @@ def _single_label(args: argparse.Namespace) -> str:
     return str(args.upstream_url) if args.upstream_url is not None else " ".join(command)
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: str) -> int:
+    """`--log-level`, checked as typed (any case)."""
+    if value.upper() not in LOG_LEVELS:
+        raise InputError(f"--log-level: expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    level: int = getattr(logging, value.upper())
+    return level
+
+
+def _logging(level: int) -> None:
+    """The gateway's logs on stderr at `level` (`--log-level`: why a token, an exchange, a
+    refresh, a connection or a secret was refused is WARNING). Other libraries stay at WARNING;
+    the records (a decision per call, policy reloads with their revisions, who decided an
+    approval) are printed whatever the level."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
+    # A decision record per call: its log record needs none of what logging gathers by default
+    # (the format is name and message), and finding the caller's frame cost the gateway 2 µs a call.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None
+    logging.getLogger("mcp_preconditions").setLevel(level)
+    records = min(level, logging.INFO)
+    logging.getLogger("mcp_preconditions.decisions").setLevel(logging.INFO)
+    logging.getLogger("mcp_preconditions.policy").setLevel(records)  # reloads, with revisions
+    logging.getLogger("mcp_preconditions.approvals").setLevel(records)  # who decided a request
+
+
 def _credentials(listen: tuple[str, int] | None, claims: str | None) -> Callable[[Any], Credentials]:
     """Who is calling: over HTTP each request's bearer token (the raw header: the guard verifies
     it, and its cache makes every later call of the same token one lookup); over stdio whoever
@@ -294,7 +315,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         usage=f"{PROG} gateway --policy P [--listen stdio | --listen http://HOST:PORT] [--claims C]\n"
               "        [--policy-poll-seconds S] [--policy-public-key FILE] [--replica-id ID]\n"
               "        [--metrics-listen http://HOST:PORT] [--pages-listen http://127.0.0.1:PORT]\n"
-              "        [--public-url URL]\n"
+              "        [--public-url URL] [--log-level LEVEL]\n"
               "        (--upstream-url URL [--upstream-header NAME=env:VAR ...] | -- COMMAND [ARG ...]\n"
               "         | --servers DESKTOP_CONFIG.json)\n"
               f"   or: {PROG} gateway --config gateway.toml [--listen ...] [options]",
@@ -337,6 +358,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="stdio only: serve the gateway's pages (connect links for kind = "
                              "\"oauth\" credentials, docs/credentials.md; approval pages, "
                              "docs/approvals.md) on this address")
+    parser.add_argument("--log-level", default="WARNING", metavar="LEVEL",
+                        help="the gateway's own logs on stderr: DEBUG, INFO, WARNING (default: every "
+                             "refused token, exchange, refresh, connection and per-subject secret, "
+                             "with its reason) or ERROR; decision records are printed whatever it is")
     parser.add_argument("--public-url", metavar="URL",
                         help="where browsers reach the gateway's pages when it is not the listener's "
                              "own address (a proxy in front): connect links, approval links and "

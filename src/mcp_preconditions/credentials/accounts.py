@@ -19,7 +19,7 @@ import httpx2
 
 from ..errors import CredentialBackendError, NoCredentialError, SealError
 from ..principal import Identity, Principal
-from .caller import Caller, caller_of
+from .caller import Caller, known_caller
 from .credential import Credential
 from .discovery import Discovery
 from .endpoint import TokenEndpoint, bearer_of
@@ -180,10 +180,11 @@ class ConnectedAccounts:
         except NoCredentialError:
             return await self._refused(caller, connection)
         except CredentialBackendError as exc:
-            log.warning("credential for server %s: refresh failed: %s", self.server, exc)
             if connection.valid(self._clock()) and not forced:
+                log.warning("credential for server %s: refresh failed (%s); the token is used while "
+                            "it is valid", self.server, exc)
                 return connection  # still good; the next call tries again
-            raise
+            raise  # the resolver logs it, with its reason
         await self.save(caller, renewed)
         return renewed
 
@@ -195,9 +196,9 @@ class ConnectedAccounts:
                 latest.fresh(self._clock()):
             return latest
         await self.remove(caller)
-        log.info("credential for server %s: refresh refused; the connection was removed", self.server)
         raise NoCredentialError(f"the authorization server of server '{self.server}' refused to "
-                                "refresh the connected account: connect again")
+                                "refresh the connected account (the connection was removed): "
+                                "connect again")
 
     async def _endpoint(self) -> TokenEndpoint:
         endpoints = await self.discovery.endpoints()
@@ -212,8 +213,4 @@ class ConnectedAccounts:
 
 
 def _caller(principal: Principal | None) -> Caller:
-    caller = caller_of(principal)
-    if caller is None:
-        raise NoCredentialError("the caller is not verified: an account is connected by a known "
-                                "caller")
-    return caller
+    return known_caller(principal)

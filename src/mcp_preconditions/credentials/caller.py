@@ -1,5 +1,6 @@
 """Who a credential belongs to: a verified caller, named by issuer and subject (SPEC §14). Tokens,
-connections, links and `state` values are all bound to one; an anonymous caller has none.
+connections, links and `state` values are all bound to one; an anonymous caller has none, and
+neither has a token that names no subject (no `sub`: never named by its `client_id`).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import NamedTuple
 
+from ..errors import NoCredentialError
 from ..principal import Principal
 
 
@@ -32,3 +34,15 @@ def caller_of(principal: Principal | None) -> Caller | None:
         return None
     issuer = principal.claims.get("iss")
     return Caller(issuer if isinstance(issuer, str) else "", principal.subject)
+
+
+def known_caller(principal: Principal | None) -> Caller:
+    """The caller a credential is for; NoCredentialError (the call is `unsatisfied`) for an
+    unverified caller and for a token that names no subject."""
+    caller = caller_of(principal)
+    if caller is not None:
+        return caller
+    if principal is None:
+        raise NoCredentialError("the caller is not verified: a credential is kept per known caller")
+    raise NoCredentialError("the caller's token names no subject (no 'sub' claim): a credential is "
+                            "kept per known caller")

@@ -1,11 +1,14 @@
 """Connecting an account (`kind = "oauth"`, SPEC §14): the connect link a denial offers, made for the
 caller who was denied (single use, 600 s), and the authorization-code flow with PKCE (S256) it
 starts: a `state` that is single use, expires in 600 s, and is bound to that caller and to the
-browser that opened the link. A callback whose `state` is unknown, used, expired, another browser's
-or another caller's is refused (400) and its code is never redeemed.
+browser that opened the link. The link is completed only by its caller, signed in (`[auth.sign_in]`
+is required): a callback whose `state` is unknown, used, expired, another browser's or another
+caller's is refused (400) and its code is never redeemed.
 
-Tickets are kept under the sha256 of their id (a store's keys never hold a usable link or state)
-and their secrets (the PKCE verifier, a link's id) sealed with the server's key.
+A caller has at most 16 links and flows pending (MAX_PENDING; the oldest is dropped), in memory or
+Redis alike: no one caller fills the store for everyone. Tickets are kept under the sha256 of their
+id (a store's keys never hold a usable link or state) and their secrets (the PKCE verifier, a
+link's id) sealed with the server's key.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ log = logging.getLogger("mcp_preconditions.credentials")
 LINK_SECONDS = 600.0
 STATE_SECONDS = 600.0
 REUSE_LINK_SECONDS = 300.0  # a denial reuses a caller's live link while it has this long left
+MAX_PENDING = 16  # a caller's links and flows under way; past it the oldest is dropped
 CONNECT_PATH = "/connect/"
 CALLBACK_PATH = "/oauth/callback"
 
@@ -67,15 +71,18 @@ class ConnectFlow:
         if known is not None:
             try:
                 found = json.loads(accounts.sealer.open(known, index.encode()))
-                if found["expires_at"] - self._clock() >= REUSE_LINK_SECONDS:
+                live = "link:" + digest(str(found["id"]))
+                if found["expires_at"] - self._clock() >= REUSE_LINK_SECONDS and \
+                        await self.tickets.get(live) is not None:  # (not dropped for newer ones)
                     return self.base_url + CONNECT_PATH + str(found["id"])
             except (SealError, ValueError, KeyError, TypeError):
                 pass
             else:
-                await self.tickets.delete("link:" + digest(str(found["id"])))
+                await self.tickets.delete(live)
         link_id, expires_at = random_id(), self._clock() + LINK_SECONDS
         record = {"iss": caller.issuer, "sub": caller.subject, "server": server, "expires_at": expires_at}
-        await self.tickets.put("link:" + digest(link_id), json.dumps(record).encode(), LINK_SECONDS)
+        await self.tickets.put_for(caller.digest(), "link:" + digest(link_id),
+                                   json.dumps(record).encode(), LINK_SECONDS, MAX_PENDING)
         sealed = accounts.sealer.seal(json.dumps({"id": link_id, "expires_at": expires_at}).encode(),
                                       index.encode())
         await self.tickets.put(index, sealed, LINK_SECONDS)
@@ -118,7 +125,8 @@ class ConnectFlow:
                   "binding": digest(binding)}
         sealed = accounts.sealer.seal(json.dumps(secret).encode(), key.encode())
         record = {"server": link.server, "sealed": base64.b64encode(sealed).decode("ascii")}
-        await self.tickets.put(key, json.dumps(record).encode(), STATE_SECONDS)
+        await self.tickets.put_for(link.caller.digest(), key, json.dumps(record).encode(),
+                                   STATE_SECONDS, MAX_PENDING)
         settings = accounts.settings
         query = {"response_type": "code", "client_id": settings.client.client_id,
                  "redirect_uri": self.redirect_uri, "state": state,
@@ -130,12 +138,13 @@ class ConnectFlow:
         where = endpoints.authorization_endpoint
         return where + ("&" if "?" in where else "?") + urlencode(query)
 
-    async def callback(self, answer: Mapping[str, str], binding: str | None, person: Caller | None,
-                       sign_in: bool) -> tuple[str, Connection]:
-        """Finish a flow from the callback's query (`state`, `code` or `error`, `iss`): (server,
-        connection). FlowError 400 for a state that is unknown, used, expired, another browser's or
-        another caller's (its code never redeemed), an answer from another issuer (RFC 9207) or
-        without a code; 502 when the code cannot be redeemed for want of the server."""
+    async def callback(self, answer: Mapping[str, str], binding: str | None, person: Caller | None
+                       ) -> tuple[str, Connection]:
+        """Finish a flow from the callback's query (`state`, `code` or `error`, `iss`) in the
+        browser holding `binding`, where `person` is signed in: (server, connection). FlowError 400
+        for a state that is unknown, used, expired, another browser's or another caller's
+        (nobody signed in included; its code never redeemed), an answer from another issuer (RFC
+        9207) or without a code; 502 when the code cannot be redeemed for want of the server."""
         state, code, error = answer.get("state"), answer.get("code"), answer.get("error")
         key = "state:" + digest(state or "")
         raw = await self.tickets.get(key) if state else None
@@ -145,7 +154,7 @@ class ConnectFlow:
         caller = Caller(str(secret["iss"]), str(secret["sub"]))
         if binding is None or digest(binding) != secret["binding"]:
             raise FlowError(400, "This state was issued to another browser.")
-        if sign_in and person != caller:
+        if person != caller:
             raise FlowError(400, "This state was issued to another caller.")
         if await self.tickets.take(key) is None:  # single use, even between replicas
             raise FlowError(400, "Unknown, used or expired state: start again from the connect link.")

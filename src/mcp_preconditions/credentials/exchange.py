@@ -9,7 +9,6 @@ positive `expires_in` is garbage (`error`), never a credential.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +18,10 @@ import httpx2
 from ..errors import CredentialBackendError, NoCredentialError
 from ..principal import Identity, Principal
 from .cache import ExchangeCache
+from .caller import known_caller
 from .credential import Credential
 from .endpoint import TokenEndpoint, bearer_of
 from .settings import TOKEN_EXCHANGE, TokenExchangeSettings
-
-log = logging.getLogger("mcp_preconditions.credentials")
 
 GRANT_TYPE = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
@@ -88,15 +86,9 @@ class TokenExchange:
 
     async def _exchange(self, token: str, subject_expires_at: float | None
                         ) -> tuple[Credential, float]:
-        try:
-            answer = await self._endpoint.request(self.form(token))
-            access_token, expires_in = issued(answer, self._endpoint.url)
-        except NoCredentialError as exc:
-            log.info("credential for server %s: exchange refused: %s", self.server, exc)
-            raise
-        except CredentialBackendError as exc:
-            log.warning("credential for server %s: exchange failed: %s", self.server, exc)
-            raise
+        # A refusal or a failure raises: the resolver logs it with its reason (resolver._settle).
+        answer = await self._endpoint.request(self.form(token))
+        access_token, expires_in = issued(answer, self._endpoint.url)
         now = self._clock()
         expires_at = now + expires_in
         deadline = min(expires_at, subject_expires_at or expires_at) - MARGIN_SECONDS
@@ -104,9 +96,11 @@ class TokenExchange:
 
 
 def _subject(principal: Principal | None, token: str | None) -> tuple[str, float | None]:
-    """The token to exchange and when it expires: only a verified caller's own bearer token."""
+    """The token to exchange and when it expires: only a verified caller's own bearer token, of a
+    token that names its subject (SPEC §14: no `sub`, no subject, no credential)."""
     if principal is None:
         raise NoCredentialError("the caller is not verified (no valid access token)")
+    known_caller(principal)
     if token is None:
         raise NoCredentialError("the caller presented no access token to exchange")
     return token, principal.expires_at

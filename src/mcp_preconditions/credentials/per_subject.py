@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from ..errors import FileReadError, InputError, NoCredentialError
 from ..files import read_bounded
 from ..principal import Identity, Principal
-from .caller import caller_of
+from .caller import caller_of, known_caller
 from .credential import Credential
 from .settings import PER_SUBJECT, PerSubjectSettings
 
@@ -64,8 +64,7 @@ class SubjectSecrets:
         self._lock = threading.Lock()
 
     async def obtain(self, principal: Principal | None, token: str | None) -> tuple[Credential, bool]:
-        if caller_of(principal) is None:
-            raise NoCredentialError("the caller is not verified: a secret is kept per known caller")
+        known_caller(principal)  # NoCredentialError: unverified, or no subject (never a client_id)
         credential = self._secret(principal)
         if credential is None:
             raise NoCredentialError(f"no secret for this caller on server '{self.server}'")

@@ -7,7 +7,9 @@ The guard decides it after every other requirement of a call (a call refused for
 costs no exchange): a late stage (late.py, `stage.py`) takes a credential at hand at once
 (`obtain_now`: a cache hit, no await) and else awaits `obtain` with the source's own timeout;
 `resolve`, the plain resolver protocol, only looks and never allows (docs/credentials.md).
-Every attempt is told to `observe` (the gateway counts them: server, kind, result).
+Every attempt is told to `observe` (the gateway counts them: server, kind, result), and every
+one that gives no credential is logged at WARNING with its reason (SPEC §15: the operator sees why
+an exchange, a refresh, a connection or a per-subject secret was refused; never a secret).
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ class CredentialResolver:
         """This caller's credential for the requirement's server. Never raises: every failure is
         an outcome (`unsatisfied` for none to be had, `error` for a failing backend)."""
         source = self.sources[body_of(requirement)]
-        return await self._settle(requirement, source, source.obtain(identity.principal, token))
+        return await self._settle(requirement, source, source.obtain(identity.principal, token),
+                                  identity)
 
     def obtain_now(self, requirement: str, identity: Identity, token: str | None
                    ) -> Obtained | None:
@@ -160,7 +163,7 @@ class CredentialResolver:
         and obtain again (exchange again, refresh, read the secrets again)."""
         source = self.sources[body_of(requirement)]
         return await self._settle(requirement, source,
-                                  source.renew(identity.principal, token, stale))
+                                  source.renew(identity.principal, token, stale), identity)
 
     async def offer(self, requirement: str, call: OfferCall) -> Offer | None:
         """The remedy of this unmet `credential:KEY` in a denial's envelope (remedies.Remedial,
@@ -190,9 +193,13 @@ class CredentialResolver:
         return await self.connect.link(caller, server)
 
     async def _settle(self, requirement: str, source: CredentialSource,
-                      pending: Awaitable[tuple[Credential, bool]]) -> Obtained:
+                      pending: Awaitable[tuple[Credential, bool]], identity: Identity) -> Obtained:
         obtained = await self._attempt(requirement, source, pending)
         self._observed(source, obtained)
+        if obtained.credential is None:  # refused or failed: the operator sees why
+            log.warning("credential for server %s (%s) %s for %s: %s", source.server, source.kind,
+                        "refused" if obtained.result == "refused" else "failed", _who(identity),
+                        obtained.outcome.reason)
         return obtained
 
     def _observed(self, source: CredentialSource, obtained: Obtained) -> None:
@@ -220,6 +227,15 @@ class CredentialResolver:
             return Obtained(self.hit(requirement), kind, True, credential)
         reason = f"a {kind} credential for server '{source.server}'"
         return Obtained(_outcome(requirement, Status.SATISFIED, reason), kind, False, credential)
+
+
+def _who(identity: Identity) -> str:
+    """The caller, for a log line: their subject (escaped, bounded), never a token."""
+    caller = caller_of(identity.principal)
+    if caller is not None:
+        return f"caller {caller.subject[:64]!r}"
+    return "a token that names no subject" if identity.principal is not None else \
+        "an unverified caller"
 
 
 def _outcome(requirement: str, status: Status, reason: str) -> Outcome:

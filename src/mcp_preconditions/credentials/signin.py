@@ -1,14 +1,21 @@
 """Signing a person in to the gateway's pages (`[auth.sign_in]`, SPEC §14 and §15): the gateway is an
 OpenID Connect client of `[auth]`'s issuer, with the authorization code flow and PKCE (S256), a
 `state` bound to the browser and a `nonce` bound to the ID token. The person is the ID token's
-issuer and subject, kept in a sealed, short-lived cookie. Connect links use it, and so do the
-approval pages, with their own redirect (`/approvals/callback`).
+issuer and subject, kept in a sealed, short-lived cookie. Connect links and `/connections` use it,
+and so do the approval pages, with their own redirect (`/approvals/callback`).
+
+A flow's record is stored only once a visitor starts a sign-in (`begin`), for 600 s, and the store
+keeps at most 10,000 (MAX_FLOWS: the oldest go first), in memory or Redis alike (cli/_pages.py
+gives it one so bounded). A signed-in page's forms carry a token bound to the person's cookie
+(`form_token`): another site cannot post them.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import logging
 import time
@@ -40,6 +47,7 @@ from .stores import Tickets
 log = logging.getLogger("mcp_preconditions.credentials")
 
 FLOW_SECONDS = 600.0
+MAX_FLOWS = 10_000  # sign-ins under way, in all: the store's bound (memory or Redis)
 SESSION_SECONDS = 900.0
 SESSION_COOKIE = "mcp_preconditions_session"
 
@@ -59,6 +67,7 @@ class SignIn:
         self.settings = settings
         self.tickets = tickets
         self._sealer = Sealer(cookie_key)
+        self._forms = hashlib.sha256(b"mcp-preconditions forms\0" + cookie_key).digest()
         self._clock = clock
         self._transport = transport
         self.discovery = Discovery(settings.issuer, settings.timeout_seconds, transport=transport)
@@ -178,3 +187,12 @@ class SignIn:
             return Caller(str(data["iss"]), str(data["sub"]))
         except (SealError, ValueError, KeyError, TypeError, binascii.Error):
             return None
+
+    def form_token(self, cookie: str, purpose: str) -> str:
+        """The token a signed-in page's form carries: bound to the person's cookie and to what
+        the form is for (HMAC-SHA256 under a key derived from the cookie key)."""
+        mac = hmac.new(self._forms, f"{purpose}\0{cookie}".encode(), hashlib.sha256)
+        return base64.urlsafe_b64encode(mac.digest()).decode("ascii").rstrip("=")
+
+    def form_token_ok(self, cookie: str, purpose: str, given: str) -> bool:
+        return hmac.compare_digest(given.encode(), self.form_token(cookie, purpose).encode())

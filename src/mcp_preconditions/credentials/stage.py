@@ -62,6 +62,8 @@ class HeldCredential:
         stale = self.credential
         if stale is None:
             return await self._resolver.obtain(self.requirement, self._identity, token)
+        log.warning("credential for server %s (%s): the server refused it; obtaining it once more",
+                    self.server, self.obtained.kind)
         return await self._resolver.renew(self.requirement, self._identity, token, stale)
 
     async def connect_url(self) -> str | None:

@@ -3,13 +3,16 @@ flows), each until its deadline, and sealed tokens per (caller, server). The pro
 in-process implementation; `stores_redis.py` shares them between replicas.
 
 Values are opaque bytes (sealed by the caller of the store). Memory is bounded: past the bound the
-least recently used go first.
+least recently used go first. Tickets may also be put for an owner (`put_for`: a caller's pending
+links and flows), who keeps at most `limit` of them: the oldest beyond it are deleted, so no one
+caller fills the store for everyone (SPEC §14).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
@@ -30,6 +33,11 @@ class Tickets(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
+    async def put_for(self, owner: str, key: str, value: bytes, ttl: float, limit: int) -> None:
+        """`put`, as one of `owner`'s tickets: of those still there, the oldest beyond `limit`
+        are deleted."""
+        ...
+
 
 class Vault(Protocol):
     """Sealed values per owner (a caller's digest) and name (a server key)."""
@@ -49,12 +57,28 @@ class MemoryTickets:
     def __init__(self, max_entries: int = MAX_TICKETS, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._entries: LRUCache[str, tuple[bytes, float]] = LRUCache(maxsize=max_entries)
+        # An owner's tickets (`put_for`), oldest first, each with its deadline.
+        self._owned: LRUCache[str, OrderedDict[str, float]] = LRUCache(maxsize=max_entries)
         self._lock = threading.Lock()
         self._clock = clock
 
     async def put(self, key: str, value: bytes, ttl: float) -> None:
         with self._lock:
             self._entries[key] = (value, self._clock() + ttl)
+
+    async def put_for(self, owner: str, key: str, value: bytes, ttl: float, limit: int) -> None:
+        now = self._clock()
+        with self._lock:
+            self._entries[key] = (value, now + ttl)
+            keys = self._owned.get(owner)
+            if keys is None:
+                keys = self._owned[owner] = OrderedDict()
+            keys[key] = now + ttl
+            keys.move_to_end(key)
+            for gone in [k for k, deadline in keys.items() if deadline <= now or k not in self._entries]:
+                del keys[gone]  # used, expired or pushed out: no longer the owner's
+            while len(keys) > limit:
+                self._entries.pop(keys.popitem(last=False)[0], None)
 
     async def get(self, key: str) -> bytes | None:
         return self._read(key, False)

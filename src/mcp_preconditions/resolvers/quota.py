@@ -47,7 +47,7 @@ def bucket_key(name: str, by: str, identity: Identity) -> Key | None:
             name, "unidentified")
     claims = principal.claims
     if by == "subject":
-        who = principal.subject  # `sub`, else `client_id` (as every decision record says)
+        who = principal.subject  # `sub` (None without one: the "unidentified" bucket, SPEC §14)
     else:
         who = claims.get("client_id")
         if who.__class__ is not str:
