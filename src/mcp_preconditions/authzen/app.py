@@ -10,7 +10,7 @@ loopback listener the Host and Origin are checked first (DNS rebinding, `rebindi
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
@@ -29,9 +29,9 @@ from .wire import (
 
 MAX_BODY = 1024 * 1024
 PATHS = (EVALUATION_PATH, EVALUATIONS_PATH, METADATA_PATH)
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _JSON = (b"content-type", b"application/json")
 _TEXT = (b"content-type", b"text/plain; charset=utf-8")
 

@@ -143,7 +143,8 @@ def _object(value: Any, where: str, optional: bool = False) -> Mapping[str, Any]
 
 def _name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
-        raise Malformed(f"{where}: must be a non-empty string, got {_kind(value)}")
+        got = "an empty string" if value == "" else _kind(value)
+        raise Malformed(f"{where}: must be a non-empty string, got {got}")
     return value
 
 

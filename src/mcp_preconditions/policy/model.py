@@ -362,7 +362,7 @@ def _claim_value(value: object, where: str = "") -> object:
         return value
     at = f" (at {where.lstrip('.')})" if where else ""
     raise ValueError(f"must be a string, an integer, a boolean, or an array or table of them, got "
-                     f"{_toml_type(value)} {value!r}{at}")
+                     f"{_toml_type(value)} {value}{at}")
 
 
 def _subject_claims(value: object) -> object:
