@@ -297,3 +297,12 @@ async def test_a_reload_reads_requests_by_the_new_policy_at_once() -> None:
         after = (await http.post("/access/v1/evaluation", json=ask(role="reader"))).json()
     assert before == {"decision": True}
     assert after["decision"] is False  # can_read now asks about open_vault
+
+
+async def test_a_subject_is_read_afresh_whenever_its_properties_change() -> None:
+    """The reading keeps the principal of a subject sent with the same properties (so the guard's
+    memo knows it): new properties are a new caller, never the one kept."""
+    async with client() as http:
+        answers = [(await http.post("/access/v1/evaluation", json=ask(role=role))).json()["decision"]
+                   for role in ("reader", "writer", "reader", "writer")]
+    assert answers == [True, False, True, False]

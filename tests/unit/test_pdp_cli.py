@@ -52,7 +52,7 @@ def test_a_port_taken_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("toml", "said"), [
     ("[pdp_server]\nenable = true\n",
      "pdp_server.enable: unknown key (a typo here would silently weaken the policy)"),
-    ("[pdp_server]\nenabled = 1\n", "pdp_server.enabled: Input should be a valid boolean"),
+    ('[pdp_server]\nactions = ["can_read"]\n', "pdp_server.actions: Input should be a valid dictionary"),
     ('[pdp_server]\nurl = "pdp.example.com"\n',
      "pdp_server.url: must be an http(s) URL with no query or fragment (the decision point's "
      "identifier, AuthZEN 1.0 metadata)"),

@@ -12,15 +12,19 @@ directory of subjects). Decided afterwards by the guard, exactly as the guard de
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import LRUCache
 
 from ..policy.model import PdpServer
 from ..principal import Principal
 from .wire import Entity, Evaluation, Malformed
 
 TOOL_TYPE = "tool"  # the resource type of a request about a tool itself
+SUBJECTS_KEPT = 4096  # the principals of the last subjects asked about with properties
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,7 @@ class Reading:
         # caller: one Principal each, so the guard's per-caller memo knows them from call to call.
         self._known = {sid: Principal.from_claims({**claims, "sub": sid})
                        for sid, claims in self._subjects.items()}
+        self._seen: LRUCache[tuple[str, str], Principal] = LRUCache(SUBJECTS_KEPT)
 
     def call(self, evaluation: Evaluation) -> Call:
         """The call a request asks about; Malformed when a tool's `arguments` is not an object."""
@@ -59,10 +64,17 @@ class Reading:
         return Call(tool, arguments, self.principal(evaluation.subject))
 
     def principal(self, subject: Entity) -> Principal:
-        """The caller's claims: the request's properties, the directory's entry, the id as `sub`."""
+        """The caller's claims: the request's properties, the directory's entry, the id as `sub`.
+        A subject sent again with the same properties (an enforcement point asking for the same
+        caller) is the same Principal, so the guard's per-caller memo knows it."""
         if not subject.properties:
             known = self._known.get(subject.id)
             if known is not None:
                 return known
-        entry = self._subjects.get(subject.id, {})
-        return Principal.from_claims({**(subject.properties or {}), **entry, "sub": subject.id})
+        key = (subject.id, json.dumps(subject.properties, sort_keys=True, separators=(",", ":")))
+        seen = self._seen.get(key)
+        if seen is None:
+            entry = self._subjects.get(subject.id, {})
+            seen = self._seen[key] = Principal.from_claims(
+                {**(subject.properties or {}), **entry, "sub": subject.id})
+        return seen

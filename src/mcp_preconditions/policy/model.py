@@ -387,12 +387,11 @@ def _pdp_url(value: str) -> str:
 
 
 class PdpServer(Section):
-    """`[pdp_server]`: the AuthZEN Access Evaluation API 1.0 this policy answers as a decision point
-    (SPEC §16, docs/authzen.md): `mcp-preconditions pdp`, or the gateway's own listener when
-    `enabled`. A request is read as a call: `actions` maps an action name to a tool, `subjects` is
-    the claims of each subject id the requests name."""
+    """`[pdp_server]`: how this policy answers as an AuthZEN Access Evaluation API 1.0 decision
+    point (SPEC §16, docs/authzen.md; `mcp-preconditions pdp`). A request is read as a call:
+    `actions` maps an action name to a tool, `subjects` is the claims of each subject id the
+    requests name."""
 
-    enabled: bool = Field(default=False, description="the gateway's own listener serves the API too")
     url: Annotated[str, AfterValidator(_pdp_url)] | None = Field(
         default=None, description="the identifier the metadata announces (`policy_decision_point`); "
                                   "default: the listener's own http://HOST:PORT")
