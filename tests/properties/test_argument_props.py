@@ -81,20 +81,27 @@ def near(value: Any) -> list[Any]:
 
 
 def put(arguments: dict[str, Any], pointer: str, value: Any) -> None:
-    """Set the argument `pointer` names (a top-level one, or /p/kind) to `value`."""
+    """Set the argument `pointer` names (a top-level one, /p/kind or /list/N) to `value`."""
     tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
     if len(tokens) == 1:
         arguments[tokens[0]] = value
     elif tokens[0] == "p":
         arguments["p"] = {"kind": value}
+    elif tokens[0] == "list":
+        listed = arguments["list"] = list(arguments.get("list") or [])[:2]
+        listed += [None] * (int(tokens[1]) + 1 - len(listed))
+        listed[int(tokens[1])] = value
 
 
 @st.composite
 def echoing(draw: st.DrawFn, w: World) -> dict[str, Any]:
-    """A call's arguments where an argument a claim condition reads is often the caller's claim (or
-    nearly), so that those conditions hold and fail about as often."""
+    """A call's arguments where an argument a condition reads is often one of its listed values, or
+    the caller's claim (or nearly), so that those conditions hold and fail about as often."""
     arguments = draw(call_arguments())
     for grant in w.grants:
+        for pointer, values in (grant[2] if len(grant) > 2 else {}).items():
+            if draw(st.booleans()):
+                put(arguments, pointer, draw(st.sampled_from(values)))
         for pointer, name in (grant[3] if len(grant) > 3 else {}).items():
             if w.claims is not None and draw(st.sampled_from([True, True, True, False])):
                 put(arguments, pointer, draw(st.sampled_from(near(claim(w.claims, name, w.aliases)))))
