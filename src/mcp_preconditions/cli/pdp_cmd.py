@@ -21,6 +21,8 @@ from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
 from ._sockets import http_address, listening_socket
 
+CONNECTIONS = 1000  # connections and requests under way at once; beyond, 503 and closed
+
 
 def run_pdp(args: argparse.Namespace) -> int:
     """`pdp`: answer AuthZEN requests on `--listen` until interrupted."""
@@ -54,7 +56,7 @@ async def _serve(guard: Guard, policy: str, sock: socket.socket, watch: float | 
     print(f"{PROG}: AuthZEN decision point on {url} (policy {policy}, revision {guard.revision})",
           file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="off", http="httptools",
-                            access_log=False)
+                            access_log=False, server_header=False, limit_concurrency=CONNECTIONS)
     try:
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:
