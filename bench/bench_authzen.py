@@ -5,7 +5,9 @@ as its properties, which Cerbos needs; ours reads them as claims), the same clie
 HTTP/1.1 on raw asyncio streams, bench/loadgen.py's reader), the same concurrency, the same machine.
 
 Every answer is checked against the decision file before anything is timed (agreement first). The
-two systems are measured in alternating slices, so a noisy moment spreads over both. A decision is
+two systems are measured in alternating slices, so a noisy moment spreads over both, and
+`authzen_vs_cerbos` is the median of the slice-by-slice ratios (each pair of slices measured back
+to back: on a shared machine the neighbours' load moves both alike). A decision is
 one evaluation (a batch of two is two); a request is one HTTP exchange. `authzen_ours_plain_per_s`
 is ours again with the file's own requests (no properties: the policy's directory names the users).
 Beside the rates, each server's own CPU time per decision (`_cpu_us`, from /proc): on a shared
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -29,7 +32,7 @@ from bench import percentile
 from bench.loadgen import read_response
 
 CLIENTS = 16  # concurrent keep-alive connections, each sending its next request once answered
-SLICE_S, ROUNDS, WARMUP_S = 2.0, 3, 1.0
+SLICE_S, ROUNDS, WARMUP_S = 2.0, 5, 1.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Tally:
     seconds: float = 0.0
     cpu_s: float = 0.0  # the server process's
     latencies: list[int] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)  # decisions per second, slice by slice
 
 
 def cpu_of(pid: int) -> float:
@@ -144,6 +148,7 @@ async def run_slice(url: str, asked: list[Ask], seconds: float, tally: Tally | N
         for client in clients:
             client.close()
     if tally is not None:
+        tally.rates.append(decisions / (time.perf_counter() - began))
         tally.decisions += decisions
         tally.seconds += time.perf_counter() - began
         tally.cpu_s += (cpu_of(pid) - cpu) if pid else 0.0
@@ -181,7 +186,9 @@ def run() -> dict[str, float]:
         out[f"authzen_{name}_p50_ms"] = percentile(tally.latencies, 50) / 1e6
         out[f"authzen_{name}_p99_ms"] = percentile(tally.latencies, 99) / 1e6
         out[f"authzen_{name}_cpu_us"] = tally.cpu_s / tally.decisions * 1e6
-    out["authzen_vs_cerbos"] = out["authzen_ours_per_s"] / out["authzen_cerbos_per_s"]
+    out["authzen_vs_cerbos"] = statistics.median(
+        ours / cerbos for ours, cerbos in zip(tallies["ours"].rates, tallies["cerbos"].rates,
+                                              strict=True))
     out["authzen_cpu_vs_cerbos"] = out["authzen_ours_cpu_us"] / out["authzen_cerbos_cpu_us"]
     return out
 
