@@ -6,13 +6,15 @@ under each of the three `evaluations_semantic` values.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fixtures.authzen import PdpProcess, pdp_server, todo_decisions
+from tests.fixtures.authzen import TODO_POLICY, PdpProcess, pdp_server, todo_decisions
 
 pytestmark = pytest.mark.integration
 DATA = todo_decisions()
@@ -94,3 +96,24 @@ def test_the_metadata_and_the_request_id(todo: PdpProcess) -> None:
     answered = httpx.post(f"{todo.url}/access/v1/evaluation", json=DATA["evaluation"][0]["request"],
                           headers={"X-Request-ID": "bfe9eb29-ab87"}, timeout=10)
     assert answered.headers["x-request-id"] == "bfe9eb29-ab87"
+
+
+def test_an_edited_policy_decides_the_next_request(tmp_path: Path) -> None:
+    """The policy file is watched: published by atomic rename, the new one answers within a poll."""
+    policy = tmp_path / "todo.toml"
+    policy.write_text(TODO_POLICY.read_text(encoding="utf-8"), encoding="utf-8")
+    beth_creates = next(c["request"] for c in DATA["evaluation"]
+                        if c["request"]["subject"]["id"].startswith("CiRmZDM2")
+                        and c["request"]["action"]["name"] == "can_create_todo")
+    with pdp_server(policy, "--policy-poll-seconds", "0.1") as pdp:
+        assert post(pdp, "/access/v1/evaluation", beth_creates)["decision"] is False
+        edited = tmp_path / "todo.toml.tmp"
+        edited.write_text(policy.read_text(encoding="utf-8").replace(
+            'capabilities = ["todo.read"]\nwhen = ["auth:claim:roles:viewer"]',
+            'capabilities = ["todo.read", "todo.create"]\nwhen = ["auth:claim:roles:viewer"]'),
+            encoding="utf-8")
+        edited.replace(policy)
+        deadline = time.monotonic() + 20
+        while post(pdp, "/access/v1/evaluation", beth_creates)["decision"] is False:
+            assert time.monotonic() < deadline, pdp.output()
+            time.sleep(0.05)
