@@ -12,7 +12,7 @@ import pytest
 from mcp_preconditions import Guard, Identity, Principal
 from mcp_preconditions.cli import main
 from mcp_preconditions.errors import PolicyError
-from mcp_preconditions.policy.load import parse_policy
+from mcp_preconditions.policy.load import parse_policy, policy_schema
 from mcp_preconditions.principal import ANONYMOUS_IDENTITY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,3 +162,11 @@ def test_check_arguments_explains_a_claim_mismatch(tmp_path: Path,
 def test_the_todo_policy_tests_pass(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["policy", "test", str(ROOT / "policies" / "authzen-todo.tests.toml")]) == 0
     assert capsys.readouterr().out.endswith("7 passed, 0 failed\n")
+
+
+def test_the_json_schema_exports_the_new_keys() -> None:
+    schema = policy_schema()
+    grant = schema["$defs"]["Grant"]["properties"]["argument_claims"]
+    assert grant["additionalProperties"] == {"minLength": 1, "type": "string"}
+    assert set(schema["$defs"]["PdpServer"]["properties"]) == {"url", "actions", "subjects"}
+    assert schema["$defs"]["PdpServer"]["additionalProperties"] is False
