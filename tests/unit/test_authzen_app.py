@@ -5,6 +5,7 @@ token, DNS rebinding, and one record per decision."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -306,3 +307,24 @@ async def test_a_subject_is_read_afresh_whenever_its_properties_change() -> None
         answers = [(await http.post("/access/v1/evaluation", json=ask(role=role))).json()["decision"]
                    for role in ("reader", "writer", "reader", "writer")]
     assert answers == [True, False, True, False]
+
+
+async def test_a_request_read_by_one_revision_and_decided_by_another_is_never_answered_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reloads between reading a request and deciding it (three in a row, here forced): no mixed
+    answer and no record, a false decision saying why."""
+    records = Records()
+    guard = Guard(parse_policy(POLICY.encode(), "p.toml"), entry_points=False, recorder=records)
+    point = DecisionPoint(guard)
+    decide_once = point._decide
+
+    async def reloaded_meanwhile(snapshot: Any, call: Any) -> Decision:
+        return dataclasses.replace(await decide_once(snapshot, call), revision="another")
+
+    monkeypatch.setattr(point, "_decide", reloaded_meanwhile)
+    app = AuthzenApp(point, BASE)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as http:
+        answer = (await http.post("/access/v1/evaluation", json=ask(role="reader"))).json()
+    assert answer == {"decision": False,
+                      "context": {"error": {"status": 503, "message": "the policy is reloading"}}}
+    assert records.decisions == []
