@@ -149,15 +149,33 @@ def test_a_decision_without_a_boolean_is_malformed(answer: Any, problem: str) ->
     assert str(err.value) == problem
 
 
-def test_decisions_are_read_in_order_and_never_more_than_asked() -> None:
+def test_decisions_are_read_in_order_one_per_item_asked() -> None:
     assert decisions_of({"evaluations": [{"decision": True}, {"decision": False, "context": {
         "reason_admin": {"unmet": ["x"]}}}]}, 2) == (
         AccessDecision(True), AccessDecision(False, {"reason_admin": {"unmet": ["x"]}}))
-    bodies: list[Any] = [{"evaluations": [{"decision": True}] * 3}, {"evaluations": []},
-                         {"decision": True}]
-    for body in bodies:
-        with pytest.raises(Malformed):
-            decisions_of(body, 2)
+
+
+@pytest.mark.parametrize(("body", "semantic", "problem"), [
+    ({"evaluations": [{"decision": True}] * 3}, Semantic.EXECUTE_ALL,
+     "evaluations: must be an array of 2 decision(s), got 3"),
+    ({"evaluations": [{"decision": True}]}, Semantic.EXECUTE_ALL,
+     "evaluations: must be an array of 2 decision(s), got 1"),
+    ({"evaluations": []}, Semantic.DENY_ON_FIRST_DENY,
+     "evaluations: must be an array of 1 to 2 decision(s), got 0"),
+    ({"decision": True}, Semantic.EXECUTE_ALL, "evaluations: must be an array of 2 decision(s), got null"),
+    ({"evaluations": [{"decision": False}, {"decision": True}]}, Semantic.DENY_ON_FIRST_DENY,
+     "evaluations: answered past the first stop of deny_on_first_deny"),
+])
+def test_an_answer_with_another_count_is_malformed(body: Any, semantic: Semantic,
+                                                   problem: str) -> None:
+    with pytest.raises(Malformed) as err:
+        decisions_of(body, 2, semantic)
+    assert str(err.value) == problem
+
+
+def test_a_short_circuited_answer_is_read_up_to_its_stop() -> None:
+    assert decisions_of({"evaluations": [{"decision": True}]}, 3,
+                        Semantic.PERMIT_ON_FIRST_PERMIT) == (AccessDecision(True),)
 
 
 def test_metadata_reads_back_and_says_whether_batches_are_served() -> None:

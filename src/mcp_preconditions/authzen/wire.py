@@ -233,16 +233,22 @@ def decision_of(body: Any, where: str = "(answer)") -> AccessDecision:
     return AccessDecision(decision, _object(answer.get("context"), f"{where}.context", optional=True))
 
 
-def decisions_of(body: Any, asked: int) -> tuple[AccessDecision, ...]:
-    """An Access Evaluations answer to `asked` items: at most that many decisions, in order (fewer
-    when a short-circuiting semantic stopped early)."""
+def decisions_of(body: Any, asked: int,
+                 semantic: Semantic = Semantic.EXECUTE_ALL) -> tuple[AccessDecision, ...]:
+    """An Access Evaluations answer to `asked` items, in order: one decision each under
+    `execute_all`; under a short-circuiting semantic, up to the one that stopped it."""
     answer = _object(body, "(answer)")
     assert answer is not None
     found = answer.get("evaluations")
-    if not isinstance(found, list) or not found or len(found) > asked:
-        raise Malformed(f"evaluations: must be an array of 1 to {asked} decisions, got "
+    least = asked if semantic is Semantic.EXECUTE_ALL else 1
+    if not isinstance(found, list) or not least <= len(found) <= asked:
+        wanted = f"{asked}" if least == asked else f"1 to {asked}"
+        raise Malformed(f"evaluations: must be an array of {wanted} decision(s), got "
                         f"{_kind(found) if not isinstance(found, list) else len(found)}")
-    return tuple(decision_of(item, f"evaluations[{i}]") for i, item in enumerate(found))
+    decisions = tuple(decision_of(item, f"evaluations[{i}]") for i, item in enumerate(found))
+    if any(semantic.stops_after(d.decision) for d in decisions[:-1]):
+        raise Malformed(f"evaluations: answered past the first stop of {semantic.value}")
+    return decisions
 
 
 def metadata_of(body: Any) -> Metadata:
