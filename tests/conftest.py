@@ -2,7 +2,7 @@
 
 pytest_plugins: list[str] = ["tests.fixtures.redis", "tests.fixtures.flagd", "tests.fixtures.oidc",
                              "tests.fixtures.mcp_servers", "tests.fixtures.upstreams",
-                             "tests.fixtures.otlp",
+                             "tests.fixtures.otlp", "tests.fixtures.cerbos",
                              # a plugin, not a conftest: an xdist controller collects nothing itself
                              "tests.reliability.report"]
 

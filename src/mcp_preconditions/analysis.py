@@ -3,7 +3,7 @@ facts the guard compiles (environment labels, static flags and state, grants), n
 
 Every finding is a warning naming the file, the tool or grant, and the reason: a tool no caller can
 ever be allowed, a grant whose `when` can never hold, and an argument condition whose pointer or
-values the tool's `inputSchema` rules out.
+values (or, for `argument_claims`, any claim's type) the tool's `inputSchema` rules out.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .arguments import ArgumentCondition
+from .arguments import ArgumentCondition, ClaimCondition
 from .outcomes import Outcome, Status
 from .requirements import Finding, body_of, namespace_of
 from .snapshot import Snapshot
@@ -81,33 +81,50 @@ def _schema_findings(snapshot: Snapshot, tool: str, requirements: Sequence[str],
     for i, grant in enumerate(snapshot.source.policy.capabilities.grants):
         if not capabilities & set(grant.capabilities):
             continue
-        for pointer, values in grant.arguments.items():
-            why = _ruled_out(schema, ArgumentCondition.of(pointer, values))
-            if why is not None:
-                found.append(Finding("warning", tool, f"capabilities.grants[{i}].arguments "
-                                     f"{pointer!r} can never match: {why}", None,
-                                     snapshot.source.source))
+        checks = [("arguments", pointer, _ruled_out(schema, ArgumentCondition.of(pointer, values)))
+                  for pointer, values in grant.arguments.items()]
+        checks += [("argument_claims", pointer, _claim_ruled_out(schema, ClaimCondition.of(
+            pointer, claim))) for pointer, claim in grant.argument_claims.items()]
+        found += [Finding("warning", tool, f"capabilities.grants[{i}].{key} {pointer!r} can never "
+                          f"match: {why}", None, snapshot.source.source)
+                  for key, pointer, why in checks if why is not None]
     return found
 
 
-def _ruled_out(schema: Mapping[str, Any], condition: ArgumentCondition) -> str | None:
+def _schema_node(schema: Mapping[str, Any], tokens: Sequence[str]) -> tuple[Any, str | None]:
+    """The inputSchema node a pointer's tokens lead to, or (None, why none does)."""
     node: Any = schema
-    for depth, token in enumerate(condition.tokens):
-        place = "/" + "/".join(condition.tokens[:depth + 1])
+    for depth, token in enumerate(tokens):
+        place = "/" + "/".join(tokens[:depth + 1])
         properties = node.get("properties") if isinstance(node, Mapping) else None
         if isinstance(properties, Mapping) and token in properties:
             node = properties[token]
         elif isinstance(node, Mapping) and isinstance(node.get("items"), Mapping) and token.isdigit():
             node = node["items"]
         else:
-            return f"{place} names no property of the tool's inputSchema"
-    allowed = _types(node)
-    if allowed is None:
-        return None
-    if not any(_fits(value, allowed) for value in condition.values):
+            return None, f"{place} names no property of the tool's inputSchema"
+    return node, None
+
+
+def _ruled_out(schema: Mapping[str, Any], condition: ArgumentCondition) -> str | None:
+    node, why = _schema_node(schema, condition.tokens)
+    allowed = _types(node) if why is None else None
+    if allowed is not None and not any(_fits(value, allowed) for value in condition.values):
         names = ", ".join(sorted(allowed))
         return f"the inputSchema says {condition.pointer} is {names}, and no listed value is"
-    return None
+    return why
+
+
+def _claim_ruled_out(schema: Mapping[str, Any], condition: ClaimCondition) -> str | None:
+    """A claim compares as a string, an integer or a boolean: an argument the schema gives none of
+    those types never equals one."""
+    node, why = _schema_node(schema, condition.tokens)
+    allowed = _types(node) if why is None else None
+    if allowed is not None and not allowed & {"string", "integer", "number", "boolean"}:
+        names = ", ".join(sorted(allowed))
+        return (f"the inputSchema says {condition.pointer} is {names}, and the claim "
+                f"'{condition.claim}' is compared as a string, an integer or a boolean")
+    return why
 
 
 def _types(node: Any) -> set[str] | None:

@@ -1,5 +1,6 @@
 """Argument conditions of capability grants: JSON Pointers (RFC 6901) into a call's `arguments`, and
-typed exact equality with the values a policy lists.
+typed exact equality with the values a policy lists (`arguments`) or with a claim of the caller
+(`argument_claims`).
 
 Equality is JSON equality of scalars: same type, same value. `1` is not `true`, `"1"` is not `1`,
 `1.0` is not `1`, and strings compare code point for code point.
@@ -92,3 +93,43 @@ class ArgumentCondition:
             return None
         allowed = ", ".join(shown(v) for v in self.values)
         return f"argument {self.pointer} is {shown(value)} (allowed: {allowed})"
+
+
+def claim_at(claims: Any, path: Sequence[str]) -> Any:
+    """The claim at `path` (one name, or an alias's path of keys into nested objects), or MISSING."""
+    node = claims
+    for key in path:
+        node = node.get(key, MISSING) if isinstance(node, Mapping) else MISSING
+        if node is MISSING:
+            return MISSING
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCondition:
+    """One `argument_claims` entry of a grant: the value at `pointer` must equal the caller's claim
+    `claim` (found at `path`: the claim itself, or where its alias points). Both must be scalars of
+    the same type and value; a missing argument or claim, or a claim that is an array or an object,
+    never matches. An explanation names the claim, never its value."""
+
+    pointer: str
+    tokens: tuple[str, ...]
+    claim: str
+    path: tuple[str, ...]
+
+    @classmethod
+    def of(cls, pointer: str, claim: str, alias: Sequence[str] | None = None) -> ClaimCondition:
+        return cls(pointer, parse_pointer(pointer), claim, tuple(alias) if alias else (claim,))
+
+    def failure(self, arguments: Any, claims: Any) -> str | None:
+        """None when the argument equals the caller's claim, else why not (pointer and claim)."""
+        value = resolve_pointer(arguments, self.tokens)
+        held = claim_at(claims, self.path)
+        if held.__class__ in _SCALARS and same_scalar(value, held):
+            return None
+        if held is MISSING:
+            return f"argument {self.pointer} needs the caller's claim '{self.claim}', which is missing"
+        if held.__class__ not in _SCALARS:
+            return (f"argument {self.pointer} needs the caller's claim '{self.claim}', which is not "
+                    "a string, an integer or a boolean")
+        return f"argument {self.pointer} is {shown(value)}, not the caller's claim '{self.claim}'"

@@ -17,7 +17,8 @@ class World:
     labels: set[str] = field(default_factory=set)
     flags: dict[str, Any] = field(default_factory=dict)
     state: dict[str, bool] = field(default_factory=dict)
-    # (capabilities, when) or (capabilities, when, {JSON Pointer: allowed values})
+    # (capabilities, when), (capabilities, when, {JSON Pointer: allowed values}) or
+    # (capabilities, when, {JSON Pointer: allowed values}, {JSON Pointer: claim name})
     grants: list[tuple[Any, ...]] = field(default_factory=list)
     capability_claim: str | None = None
     aliases: dict[str, list[str]] = field(default_factory=dict)  # alias -> path of keys
@@ -82,11 +83,23 @@ def arguments_hold(conditions: dict[str, list[Any]], arguments: dict[str, Any]) 
                    for v in values) for p, values in conditions.items())
 
 
+def claims_hold(conditions: dict[str, str], w: World) -> bool:
+    """Each pointer's value is the caller's claim it names: both a string, an integer or a boolean,
+    of the same type and value. An anonymous caller has no claims."""
+    for pointer, name in conditions.items():
+        held = claim(w.claims, name, w.aliases) if w.claims is not None else None
+        value = pointed(w.arguments, pointer)
+        if type(held) not in (str, int, bool) or type(value) is not type(held) or value != held:
+            return False
+    return True
+
+
 def grant_applies(grant: tuple[Any, ...], body: str, w: World) -> bool:
     caps, when = grant[0], grant[1]
     conditions = grant[2] if len(grant) > 2 else {}
+    claimed = grant[3] if len(grant) > 3 else {}
     return (body in caps and all(holds(c, w) for c in when)
-            and arguments_hold(conditions, w.arguments))
+            and arguments_hold(conditions, w.arguments) and claims_hold(claimed, w))
 
 
 def holds(requirement: str, w: World) -> bool:

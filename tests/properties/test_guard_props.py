@@ -101,7 +101,8 @@ def policy_source(w: World, policy_tools: dict[str, list[str]], timeout: float =
         "features": {"flags": w.flags},
         "state": {"values": w.state},
         "capabilities": {"grants": [{"capabilities": g[0], "when": g[1],
-                                     **({"arguments": g[2]} if len(g) > 2 else {})}
+                                     **({"arguments": g[2]} if len(g) > 2 else {}),
+                                     **({"argument_claims": g[3]} if len(g) > 3 else {})}
                                     for g in w.grants],
                          **({"claim": w.capability_claim} if w.capability_claim else {})},
         # a one-key path is given as a plain string, as a policy author would write it

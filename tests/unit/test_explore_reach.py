@@ -39,6 +39,8 @@ PURE = {
     "quotas.*.calls", "quotas.*.per_seconds", "quotas.*.by",
     "quotas.*.store", "approvals.*.approvers", "approvals.*.expires_seconds",
     "approvals.*.timeout_seconds", "approvals.*.store",
+    "capabilities.grants[].argument_claims",
+    "pdp_server.url", "pdp_server.actions", "pdp_server.subjects",  # `url` is only announced
 }
 
 

@@ -25,10 +25,10 @@ __all__ = ["build_parser", "main"]
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE})
 # Each module adds its subcommands, in this order in `--help`.
 MODULES = ("core_cmds", "lint_cmd", "policy_cmds", "presentation_cmds", "server_cmds", "demo_cmd",
-           "gateway_cmds", "config_cmds", "tools_cmd", "log_cmds", "explore_cmd")
+           "gateway_cmds", "config_cmds", "tools_cmd", "log_cmds", "explore_cmd", "pdp_cmd")
 # A long-running command loads its module alone (the others cost a gateway 2 MB of memory, for
 # parsers it never uses).
-ALONE = {"gateway": "gateway_cmds"}
+ALONE = {"gateway": "gateway_cmds", "pdp": "pdp_cmd"}
 
 
 class _Parser(argparse.ArgumentParser):

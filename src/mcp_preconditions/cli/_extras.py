@@ -10,7 +10,7 @@ from importlib import metadata
 
 # The commands that need more than the core, and the extra that brings it.
 NEEDS = {"serve": "mcp", "demo": "mcp", "gateway": "mcp", "config": "mcp", "tools": "mcp",
-         "explore": "explore"}
+         "explore": "explore", "pdp": "mcp"}
 DISTRIBUTION = "mcp-preconditions"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXTRA = re.compile(r"""\bextra\s*==\s*["']([^"']+)["']""")

@@ -70,8 +70,9 @@ ArgumentValue = Annotated[str | int | bool, BeforeValidator(_scalar)]
 
 
 class Grant(Section):
-    """`[[capabilities.grants]]`: these capabilities apply when every `when` requirement holds and
-    every `arguments` pointer resolves to one of its listed values."""
+    """`[[capabilities.grants]]`: these capabilities apply when every `when` requirement holds,
+    every `arguments` pointer resolves to one of its listed values, and every `argument_claims`
+    pointer to the value of the caller's claim it names."""
 
     capabilities: list[NonEmpty] = Field(min_length=1)
     # An empty `when` gives the capabilities to every caller, anonymous ones too: allowed, but the
@@ -80,6 +81,10 @@ class Grant(Section):
     arguments: dict[Pointer, Annotated[list[ArgumentValue], Field(min_length=1)]] = Field(
         default_factory=dict,
         description="JSON Pointer into the call's arguments -> the values it may have (exact, typed)")
+    argument_claims: dict[Pointer, NonEmpty] = Field(
+        default_factory=dict,
+        description="JSON Pointer into the call's arguments -> the caller's claim (a name, or an "
+                    "alias of auth.claim_aliases) it must equal (exact, typed; a scalar claim)")
 
     @field_validator("capabilities")
     @classmethod
@@ -341,6 +346,63 @@ class Approval(Section):
         return self
 
 
+def _claim_value(value: object, where: str = "") -> object:
+    """A claim of `[pdp_server.subjects]`: what a verified token could carry (a string, an integer,
+    a boolean, or an array or table of them). A float, a date or a time is refused: none ever
+    equals a claim or an argument exactly."""
+    if isinstance(value, str | int):  # bool is an int
+        return value
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _claim_value(item, f"{where}[{i}]")
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _claim_value(item, f"{where}.{key}")
+        return value
+    at = f" (at {where.lstrip('.')})" if where else ""
+    raise ValueError(f"must be a string, an integer, a boolean, or an array or table of them, got "
+                     f"{_toml_type(value)} {value}{at}")
+
+
+def _subject_claims(value: object) -> object:
+    """One `[pdp_server.subjects]` entry: a table of claims, without `sub` (the subject's id is its
+    `sub`, never a value the table could change)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table of claims, got {_toml_type(value)} {value!r}")
+    if "sub" in value:
+        raise ValueError("may not set 'sub': the subject's id is its 'sub'")
+    return value
+
+
+ClaimValue = Annotated[object, BeforeValidator(_claim_value)]
+
+
+def _pdp_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ValueError("must be an http(s) URL with no query or fragment (the decision point's "
+                         "identifier, AuthZEN 1.0 metadata)")
+    return value.rstrip("/")
+
+
+class PdpServer(Section):
+    """`[pdp_server]`: how this policy answers as an AuthZEN Access Evaluation API 1.0 decision
+    point (SPEC §16, docs/authzen.md; `mcp-preconditions pdp`). A request is read as a call:
+    `actions` maps an action name to a tool, `subjects` is the claims of each subject id the
+    requests name."""
+
+    url: Annotated[str, AfterValidator(_pdp_url)] | None = Field(
+        default=None, description="the identifier the metadata announces (`policy_decision_point`); "
+                                  "default: the listener's own http://HOST:PORT")
+    actions: dict[NonEmpty, NonEmpty] = Field(
+        default_factory=dict, description="action.name -> the tool it asks about (default: the "
+                                          "action's own name)")
+    subjects: dict[NonEmpty, Annotated[dict[NonEmpty, ClaimValue], BeforeValidator(_subject_claims)]] = Field(
+        default_factory=dict, description="subject.id -> its claims (roles, email, ...): a static "
+                                          "directory, merged over the request's subject.properties")
+
+
 class DecisionLog(Section):
     logger: NonEmpty = "mcp_preconditions.decisions"
     jsonl_path: NonEmpty | None = None
@@ -367,6 +429,9 @@ class Policy(Section):
                                           description="quota:NAME -> its rate and bucket")
     approvals: dict[NonEmpty, Approval] = Field(
         default_factory=dict, description="approval:NAME -> who approves a call, and for how long")
+    pdp_server: PdpServer = Field(
+        default_factory=PdpServer,
+        description="the AuthZEN decision point this policy answers as (docs/authzen.md)")
 
     @model_validator(mode="after")
     def _redis_quotas_need_redis(self) -> Policy:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..arguments import ArgumentCondition
+from ..arguments import ArgumentCondition, ClaimCondition
 from ..errors import RequirementError
 from ..policy.load import PolicySource
 from .auth import AuthResolver
@@ -141,12 +141,15 @@ def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable
     callables = {k: import_callable(v, f"{source.source}: state.callables.{k}")
                  for k, v in policy.state.callables.items()}
     callables.update(live.state_callables)
+    auth = AuthResolver(policy.auth.claim_aliases, policy.auth.scope_implications)
     grants = [CompiledGrant(i, frozenset(g.capabilities), tuple(g.when),
-                            tuple(ArgumentCondition.of(p, v) for p, v in g.arguments.items()))
+                            tuple(ArgumentCondition.of(p, v) for p, v in g.arguments.items()),
+                            tuple(ClaimCondition.of(p, c, auth.aliases.get(c))
+                                  for p, c in g.argument_claims.items()))
               for i, g in enumerate(policy.capabilities.grants)]
     registry = Registry([
         _approval_resolver(source, live),
-        AuthResolver(policy.auth.claim_aliases, policy.auth.scope_implications),
+        auth,
         CapabilityResolver(grants, policy.capabilities.claim, evaluate, policy.confidential),
         EnvResolver(environment_labels(policy.environment, policy.environment_variable)),
         FeatureResolver(policy.features.flags, _flag_source(source, live)),

@@ -10,12 +10,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..arguments import MISSING, claim_at
 from ..outcomes import Outcome, OutcomeMemo
 from ..principal import Identity
 from .base import Dependencies
 
 FORMS = ("auth:oauth2", "auth:claim:NAME:VALUE", "auth:scope:SCOPE")
-_MISSING = object()
+_MISSING = MISSING  # what `claim_at` answers for a claim that is not there
 
 
 def split_claim(requirement: str) -> tuple[str, str] | None:
@@ -143,12 +144,7 @@ class AuthResolver:
         path = self.aliases.get(name)
         if path is None:
             return claims.get(name, _MISSING)
-        node: Any = claims
-        for key in path:
-            node = node.get(key, _MISSING) if isinstance(node, Mapping) else _MISSING
-            if node is _MISSING:
-                break
-        return node
+        return claim_at(claims, path)
 
     def _claim_outcome(self, requirement: str, name: str, expected: str, answer: str) -> Outcome:
         path = self.aliases.get(name)

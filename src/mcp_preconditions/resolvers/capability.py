@@ -3,8 +3,8 @@ claim lists NAME.
 
 A grant applies when every one of its `when` requirements is satisfied (decided by the other
 namespaces' resolvers of the same snapshot) and every argument condition holds for the call's
-arguments. Grants never depend on capabilities, so no cycles. An outcome the arguments decided is
-marked `argument_dependent`: a client must not learn it.
+arguments (a listed value, or the caller's own claim). Grants never depend on capabilities, so no
+cycles. An outcome the arguments decided is marked `argument_dependent`: a client must not learn it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..arguments import ArgumentCondition
+from ..arguments import ArgumentCondition, ClaimCondition
 from ..outcomes import Outcome, OutcomeMemo, Status
 from ..requirements import body_of
 from .base import CallContext, Dependencies
@@ -29,6 +29,7 @@ class CompiledGrant:
     capabilities: frozenset[str]
     when: tuple[str, ...]
     arguments: tuple[ArgumentCondition, ...] = ()
+    claims: tuple[ClaimCondition, ...] = ()  # arguments that must equal a claim of the caller
 
 
 def claim_lists(claims: Any, claim: str, name: str) -> bool:
@@ -64,10 +65,13 @@ class CapabilityResolver:
             return Outcome.unsatisfied(requirement, f"no grant gives capability '{name}'")
         return None
 
-    def dependencies(self, requirement: str) -> Dependencies:
+    def dependencies(self, requirement: str) -> Dependencies | None:
         """A capability is decided by the principal's claim, its grants' conditions and their
-        argument conditions."""
+        argument conditions. None when a grant compares an argument with a claim: any value may
+        match, so no list of values keys a memo of its outcomes (each call is decided afresh)."""
         grants = self._by_name.get(body_of(requirement), ())
+        if any(g.claims for g in grants):
+            return None
         return Dependencies(tuple(dict.fromkeys(c for g in grants for c in g.when)),
                             tuple(a for g in grants for a in g.arguments))
 
@@ -81,7 +85,7 @@ class CapabilityResolver:
         # gives NAME, and later grants need no lookups. An async condition anywhere means waiting
         # for all of them, concurrently (`_finish_async`).
         grants = self._by_name.get(name, ())
-        evaluate, arguments = self._evaluate, context.arguments
+        evaluate = self._evaluate
         results: list[list[Any]] = []
         for grant in grants:
             outs = [evaluate(cond, context) for cond in grant.when]
@@ -90,26 +94,26 @@ class CapabilityResolver:
             for out in outs:
                 if out.__class__ is not Outcome:
                     results += [[evaluate(c, context) for c in g.when] for g in grants[len(results):]]
-                    return self._finish_async(requirement, name, grants, results, arguments)
+                    return self._finish_async(requirement, name, grants, results, context)
                 held = held and out.status is _SATISFIED
             if held:
-                outcome = self._combine(requirement, name, grants[:len(results)], results, arguments)
+                outcome = self._combine(requirement, name, grants[:len(results)], results, context)
                 if outcome.status is _SATISFIED:
                     return outcome
-        return self._combine(requirement, name, grants, results, arguments)
+        return self._combine(requirement, name, grants, results, context)
 
     async def _finish_async(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
-                            results: list[list[Outcome | Awaitable[Outcome]]], arguments: Any
+                            results: list[list[Outcome | Awaitable[Outcome]]], context: CallContext
                             ) -> Outcome:
         # Conditions are independent lookups: run them concurrently, as the guard does, so N slow
         # conditions take one timeout, not N, and none is left un-awaited on a timeout.
         pending = [r for rs in results for r in rs if not isinstance(r, Outcome)]
         finished = iter(await asyncio.gather(*pending))
         done = [[r if isinstance(r, Outcome) else next(finished) for r in rs] for rs in results]
-        return self._combine(requirement, name, grants, done, arguments)
+        return self._combine(requirement, name, grants, done, context)
 
     def _combine(self, requirement: str, name: str, grants: Sequence[CompiledGrant],
-                 results: list[list[Outcome]], arguments: Any) -> Outcome:
+                 results: list[list[Outcome]], context: CallContext) -> Outcome:
         """The first grant whose conditions all hold gives NAME; else a denial naming, per grant,
         what failed (confidential requirements unnamed). The arguments decided the outcome when a
         grant's `when` held and its argument conditions were consulted."""
@@ -117,9 +121,9 @@ class CapabilityResolver:
         errored = consulted = False
         for grant, outs in zip(grants, results, strict=True):
             bad = [o for o in outs if o.status is not _SATISFIED]
-            if not bad and grant.arguments:
+            if not bad and (grant.arguments or grant.claims):
                 consulted = True
-                mismatch = _mismatch(grant.arguments, arguments)
+                mismatch = _mismatch(grant, context)
                 if mismatch is not None:
                     failures.append(f"grant #{grant.index}: {mismatch}")
                     continue
@@ -141,10 +145,18 @@ class CapabilityResolver:
         return f"{outcome.requirement} ({outcome.reason})"
 
 
-def _mismatch(conditions: tuple[ArgumentCondition, ...], arguments: Any) -> str | None:
-    """Why the first failing argument condition fails, or None when all hold."""
-    for condition in conditions:
+def _mismatch(grant: CompiledGrant, context: CallContext) -> str | None:
+    """Why the grant's first failing argument condition fails, or None when all hold."""
+    arguments = context.arguments
+    for condition in grant.arguments:
         failure = condition.failure(arguments)
         if failure is not None:
             return failure
+    if grant.claims:
+        principal = context.identity.principal
+        claims = principal.claims if principal is not None else {}
+        for claimed in grant.claims:
+            failure = claimed.failure(arguments, claims)
+            if failure is not None:
+                return failure
     return None

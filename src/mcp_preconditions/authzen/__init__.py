@@ -1,0 +1,28 @@
+"""AuthZEN (OpenID Authorization API 1.0), SPEC §16: the wire types (`wire`), a request read as a call
+(`reading`), the decision point answering them with the guard's decisions (`point`) and its HTTP
+app (`app`, which needs orjson: the `mcp` extra). docs/authzen.md says how to use it.
+"""
+
+from __future__ import annotations
+
+from .point import DecisionPoint, answer
+from .reading import Call, Reading
+from .wire import (
+    EVALUATION_PATH,
+    EVALUATIONS_PATH,
+    METADATA_PATH,
+    AccessDecision,
+    Action,
+    Entity,
+    Evaluation,
+    Evaluations,
+    Malformed,
+    Metadata,
+    Semantic,
+)
+
+__all__ = [
+    "EVALUATIONS_PATH", "EVALUATION_PATH", "METADATA_PATH", "AccessDecision", "Action", "Call",
+    "DecisionPoint", "Entity", "Evaluation", "Evaluations", "Malformed", "Metadata", "Reading",
+    "Semantic", "answer",
+]
