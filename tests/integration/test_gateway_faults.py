@@ -12,12 +12,11 @@ the stdio framing of a real child.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
@@ -28,7 +27,7 @@ from tests.fixtures.gateway_upstream import (
     read_log,
     tool_calls,
 )
-from tests.fixtures.inprocess import WAIT_SECONDS, InProcess, asgi_served, cli_gateway
+from tests.fixtures.inprocess import WAIT_SECONDS, InProcess, asgi_served, cli_gateway, until
 from tests.fixtures.memory_upstream import MemoryServers, logging_env
 from tests.fixtures.ports import free_port
 from tests.integration.test_gateway_calls import raw_call
@@ -66,15 +65,6 @@ async def stdio_gateway(tmp_path: Path, timeout: float) -> AsyncIterator[tuple[I
         async with cli_gateway(["--policy", str(policy), "--claims", str(claims), "--",
                                 *upstream]) as gateway:
             yield gateway, log, servers
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Until `condition` holds: looked at on each step of the loop (what it reads is written by
-    this loop's tasks), for WAIT_SECONDS at most."""
-    with anyio.fail_after(WAIT_SECONDS):
-        while not condition():
-            await anyio.sleep(0.01)
-    assert condition(), what
 
 
 async def test_upstream_killed_mid_call_fails_that_call_at_once_and_is_restarted(
