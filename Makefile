@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 EXTRAS := mcp,explore,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
 
-.PHONY: all install install-core node services demo test check lint typecheck pytest pytest-lowest bench bench-peers clean
+.PHONY: all install install-core node services demo test check lint typecheck pytest pytest-lowest coverage bench bench-peers clean
 
 all: test
 
@@ -56,13 +56,35 @@ lint: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests bench examples .ci
 
 typecheck: $(VENV)/.all
-	$(VENV)/bin/mypy --strict src bench tests .ci/lowest_constraints.py
+	$(VENV)/bin/mypy --strict src bench tests .ci/lowest_constraints.py .ci/slowest.py
 
-# pytest exits 5 when no test ran: that is a failure here too. Most of the run waits on the servers
-# the tests start, so test files run in parallel (pytest-xdist, a worker per core, at most 4; each
-# worker starts its own session services on free ports, and no test looks beyond its own processes).
+# The two tiers (SPEC §9), each a pytest run of its own, the in-process one first: `-m "not interop"`
+# (the gateway, the guard and the adapters in the test's own event loop) and `-m interop` (real
+# processes and components: tests/fixtures/tiers.py says which). pytest exits 5 when no test ran: that
+# is a failure here too, for either tier. Test files run in parallel (pytest-xdist, a worker per core,
+# at most 4; each worker starts its own session services on free ports, and no test looks beyond its
+# own processes). Each tier keeps its junit file in .run/; the files and tests that took longest are
+# printed at the end (.ci/slowest.py).
+PYTEST_RUN := $(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile
+JUNIT      := .run/junit-default.xml .run/junit-interop.xml
 pytest: install
-	$(VENV)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile --durations=15
+	@mkdir -p .run && rm -f $(JUNIT)
+	@$(PYTEST_RUN) -m "not interop" --junitxml=.run/junit-default.xml; default=$$?; \
+	 $(PYTEST_RUN) -m interop --junitxml=.run/junit-interop.xml; interop=$$?; \
+	 $(PY) .ci/slowest.py 30 $(JUNIT); \
+	 echo "default tier: exit $$default; interop tier: exit $$interop"; \
+	 [ $$default -eq 0 ] && [ $$interop -eq 0 ]
+
+# Line and branch coverage of src/ over the whole suite, in the test processes and every Python process
+# they start (pyproject.toml's [tool.coverage.run]: the subprocess patch, SIGTERM-safe). Not part of
+# `make test` (it slows every process down). A failing test does not stop the report; the data file is
+# named by an absolute path, which the processes started from other folders inherit.
+COVERAGE_DATA := $(CURDIR)/.run/coverage/.coverage
+coverage: install
+	@rm -rf .run/coverage && mkdir -p .run/coverage
+	-COVERAGE_FILE=$(COVERAGE_DATA) $(PYTEST_RUN) --cov --cov-report= --junitxml=.run/coverage/junit.xml
+	COVERAGE_FILE=$(COVERAGE_DATA) $(VENV)/bin/coverage report > .run/coverage/report.txt
+	@tail -1 .run/coverage/report.txt
 
 # -- The gateway's container image (Containerfile, docs/deploy.md) --------------------------------
 # `make image` builds localhost/mcp-preconditions:dev with podman (installed from Debian with runc

@@ -1,8 +1,9 @@
-"""Root test configuration: fixture plugins for the real services the integration tests start."""
+"""Root test configuration: fixture plugins for the real services the integration tests start, and
+the two tiers (tests/fixtures/tiers.py: which tests are `interop`, and the processes each started)."""
 
 pytest_plugins: list[str] = ["tests.fixtures.redis", "tests.fixtures.flagd", "tests.fixtures.oidc",
                              "tests.fixtures.mcp_servers", "tests.fixtures.upstreams",
-                             "tests.fixtures.otlp", "tests.fixtures.cerbos",
+                             "tests.fixtures.otlp", "tests.fixtures.cerbos", "tests.fixtures.tiers",
                              # a plugin, not a conftest: an xdist controller collects nothing itself
                              "tests.reliability.report"]
 

@@ -1,46 +1,43 @@
 """Each server of a many-server gateway lives on its own (SPEC §12), through `gateway --config` in
-front of two real servers (tests/fixtures/gateway_upstream.py): one that crashes and stays down (or
-comes back hung) keeps its tools listed from its last good listing, its calls fail with a tool error
+front of two servers (tests/fixtures/gateway_upstream.py): one that crashes and stays down (or comes
+back hung) keeps its tools listed from its last good listing, its calls fail with a tool error
 within the call timeout while the other server's work, and once it is back its tools work again; a
 call that hangs is cut off at the call timeout and told to its server alone; `list_changed` from
 one server re-lists that server alone (as both servers' own logs show) and the clients see its new
 tool under its prefix.
+
+In-process (tests/fixtures/inprocess.py): the gateway wired from its gateway.toml in the test's event
+loop, its servers in memory (a crash ends one; a start that should fail exits at once or never
+answers its handshake), each wait on the event it needs (a start, a log line, a listing). The gateway
+listening on stdio stays with a real process (its own test cases, marked interop).
 """
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import mcp_types
 import pytest
 from mcp import Client
 
-from tests.fixtures.fleet import (
-    DEAD,
-    HUNG,
-    Entry,
-    base_url,
-    command,
-    fleet_http,
-    logging_upstream,
-    write_gateway_toml,
-)
-from tests.fixtures.gateway_upstream import read_log, tool_calls
-from tests.fixtures.upstreams import Listening
+from tests.fixtures.fleet import Entry, command, logging_upstream, write_gateway_toml
+from tests.fixtures.gateway_upstream import LoggingUpstream, read_log, tool_calls
+from tests.fixtures.inprocess import WAIT_SECONDS, InProcess, cli_gateway, until
+from tests.fixtures.memory_upstream import Exits, Hangs, MemoryServers, Serving, logging_env
 from tests.integration.test_fleet_requests import stdio_fleet
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 CALL_TIMEOUT = 20.0
-WAIT = 60.0  # liveness: servers starting, a restart with backoff, on a loaded machine
-HANDSHAKE_WAIT = 30.0 + WAIT  # a hung handshake is dropped after HANDSHAKE_SECONDS
+WAIT = WAIT_SECONDS  # every wait here is on an event: a start, a log line, a listing
+# Where a test waits for the gateway's own timeouts: a hung handshake is dropped after
+# max(call timeout, fleet.HANDSHAKE_SECONDS), both set this short for it (the constant has no seam
+# of its own yet: patched); an answer in this process takes milliseconds.
+SHORT = 3.0
 
 
 def policy(tmp: Path, timeout: float = CALL_TIMEOUT) -> Path:
@@ -49,36 +46,37 @@ def policy(tmp: Path, timeout: float = CALL_TIMEOUT) -> Path:
     return path
 
 
-def gated(go: Path, tried: Path, log: Path, otherwise: list[str]) -> Entry:
-    """The test upstream while the file `go` exists; once it is gone, a start adds a line to
-    `tried` and runs `otherwise` (a server that exits at once, or one that never answers
-    `initialize`)."""
-    script = ('if [ -e "$FLEET_GO" ]; then exec "$0" -m tests.fixtures.gateway_upstream stdio; fi; '
-              'echo started >> "$FLEET_TRIED"; exec "$@"')
-    return command(["sh", "-c", script, sys.executable, *otherwise],
-                   {"GATEWAY_UPSTREAM_LOG": str(log), "FLEET_GO": str(go), "FLEET_TRIED": str(tried)})
+class Gate:
+    """A server that is the logging upstream while `go` is set; once it is not, each start is
+    counted in `tried` and runs `otherwise` (a server that exits at once, or one that never
+    answers `initialize`)."""
+
+    def __init__(self, log: Path, otherwise: type[Exits]) -> None:
+        self.go = True
+        self.tried = 0
+        self._log = log
+        self._otherwise = otherwise
+
+    def __call__(self, env: Any, die: Any) -> Serving:
+        if self.go:
+            return LoggingUpstream({**env, **logging_env(self._log)}, die).build()
+        self.tried += 1
+        return self._otherwise()
 
 
-@contextmanager
-def fleet(tmp: Path, servers: dict[str, Entry], timeout: float = CALL_TIMEOUT) -> Iterator[Listening]:
-    """`gateway --config` over HTTP, once every server has listed its tools."""
+def memory(servers: MemoryServers, key: str, log: Path, **env: str) -> Entry:
+    """A `[servers.KEY]` entry: the logging upstream in memory, recording in `log`."""
+    return command(servers.logging_upstream(key, **logging_env(log, **env)))
+
+
+@asynccontextmanager
+async def fleet(tmp: Path, servers: dict[str, Entry], timeout: float = CALL_TIMEOUT
+                ) -> AsyncIterator[InProcess]:
+    """`gateway --config` over HTTP in-process, once every server has listed its tools."""
     config = write_gateway_toml(tmp / "gateway.toml", policy(tmp, timeout), servers)
-    with fleet_http(config) as gateway:
-        wait_readyz(gateway, lambda b: all(s["tools_loaded"] for s in b["servers"].values()),
-                    "servers never listed", WAIT)
+    async with cli_gateway(["--config", str(config), "--listen", "http://127.0.0.1:0"]) as gateway:
+        await gateway.until_ready(lambda b: all(s["tools_loaded"] for s in b["servers"].values()))
         yield gateway
-
-
-def readyz(gateway: Listening) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(base_url(gateway) + "/readyz", timeout=30).json()
-    return body
-
-
-def wait_readyz(gateway: Listening, condition: Any, what: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition(body := readyz(gateway)):
-        assert time.monotonic() < deadline, f"{what}: {body}"
-        time.sleep(0.2)
 
 
 async def call(client: Client, name: str, arguments: dict[str, Any] | None = None,
@@ -92,16 +90,10 @@ def done(name: str) -> list[dict[str, str]]:
     return [{"type": "text", "text": f"{name} done"}]
 
 
-async def retry_logged(gateway: Listening, key: str) -> str:
+async def retry_logged(gateway: InProcess, key: str) -> str:
     """The gateway's log line saying why a start of server `key` failed (it retries with backoff)."""
-    with anyio.fail_after(HANDSHAKE_WAIT):
-        while True:
-            lines = [line for line in gateway.output().splitlines()
-                     if line.startswith(f"mcp_preconditions.gateway: upstream {key} (")
-                     and line.endswith("(retrying with backoff)")]
-            if lines:
-                return lines[0]
-            await anyio.sleep(0.1)
+    return await gateway.logged(
+        rf"^mcp_preconditions\.gateway: upstream {key} \(.*\(retrying with backoff\)$")
 
 
 async def names(client: Client) -> list[str]:
@@ -111,29 +103,29 @@ async def names(client: Client) -> list[str]:
 # --- 4. a server down, hung, or slow --------------------------------------------------------------
 @pytest.mark.parametrize("then", ["exits", "hangs"])
 async def test_a_crashed_server_keeps_its_listing_fails_alone_and_works_once_back(
-        tmp_path: Path, then: str) -> None:
+        tmp_path: Path, then: str, monkeypatch: pytest.MonkeyPatch) -> None:
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
-    go, tried = tmp_path / "go", tmp_path / "tried"
-    go.touch()
-    servers = {"a": gated(go, tried, logs["a"], DEAD if then == "exits" else HUNG),
-               "b": logging_upstream(logs["b"])}
-    with fleet(tmp_path, servers) as gw:
-        async with Client(gw.url, mode="legacy") as client:
+    gate = Gate(logs["a"], Exits if then == "exits" else Hangs)
+    monkeypatch.setattr("mcp_preconditions.gateway.fleet.HANDSHAKE_SECONDS", SHORT)
+    memory_servers = MemoryServers()
+    with memory_servers.installed():
+        servers = {"a": command(memory_servers.add("a", gate)),
+                   "b": memory(memory_servers, "b", logs["b"])}
+        async with fleet(tmp_path, servers, timeout=SHORT) as gw, gw.client("legacy") as client:
             listed = await names(client)
             first = await call(client, "a__echo")
-            go.unlink()  # from now on a start of a fails (it exits, or hangs in its handshake)
-            crashed = await call(client, "a__crash", seconds=CALL_TIMEOUT)
-            with anyio.fail_after(WAIT):  # the gateway has started a again: a is down for sure
-                while not tried.exists():
-                    await anyio.sleep(0.05)
+            gate.go = False  # from now on a start of a fails (it exits, or hangs in its handshake)
+            crashed = await call(client, "a__crash")
+            # The gateway has started a again: a is down for sure.
+            await until(lambda: gate.tried > 0, "a was not started again")
             if then == "exits":  # seen as an exit, not waited on until the handshake times out
                 retried = await retry_logged(gw, "a")
-            down = readyz(gw)
+            down = await gw.readyz()
             while_down = await names(client)
-            a_down = await call(client, "a__echo", seconds=CALL_TIMEOUT)
+            a_down = await call(client, "a__echo")
             b_up = {name: await call(client, name) for name in ("b__echo", "b__slow")}
-            go.touch()
-            wait_readyz(gw, lambda b: b["down"] == [], "a never came back", HANDSHAKE_WAIT)
+            gate.go = True
+            await gw.until_ready(lambda b: b["down"] == [])
             back = await call(client, "a__echo")
             after = await names(client)
     if then == "exits":
@@ -153,19 +145,24 @@ async def test_a_crashed_server_keeps_its_listing_fails_alone_and_works_once_bac
 
 async def test_a_hung_call_is_cut_off_alone_while_the_other_server_answers(tmp_path: Path) -> None:
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
-    # The timeout bounds the other calls too: 10 s, so a loaded machine cannot cut them.
-    with fleet(tmp_path, {k: logging_upstream(log) for k, log in logs.items()}, timeout=10) as gw:
-        async with Client(gw.url, mode="legacy") as one, Client(gw.url, mode="legacy") as two:
+    memory_servers = MemoryServers()
+    with memory_servers.installed():
+        servers = {k: memory(memory_servers, k, log) for k, log in logs.items()}
+        # The timeout bounds the other calls too (in this process they take milliseconds).
+        async with fleet(tmp_path, servers, timeout=SHORT) as gw, \
+                gw.client("legacy") as one, gw.client("legacy") as two:
             hung: dict[str, Any] = {}
             async with anyio.create_task_group() as tg:
                 async def slow() -> None:
                     hung["result"] = await call(one, "a__slow", {"seconds": 600})
                 tg.start_soon(slow)
-                with anyio.fail_after(WAIT):
-                    while "slow" not in tool_calls(logs["a"]):
-                        await anyio.sleep(0.05)
+                await until(lambda: "slow" in tool_calls(logs["a"]), "a's slow call never came")
                 echoed = await call(two, "b__echo")
             again = await call(two, "a__echo")
+            # a is told its call was abandoned, in the background: its log says so once it has.
+            await until(lambda: "notifications/cancelled" in [e["method"] for e in
+                                                              read_log(logs["a"])],
+                        "a was not told of the abandoned call")
     assert hung["result"]["isError"] is True
     assert hung["result"]["content"][0]["text"].startswith("server a ")
     assert echoed["isError"] is False and again["isError"] is False
@@ -203,36 +200,42 @@ async def flipped(client: Client, changes: Changes, key: str) -> list[str]:
     before = changes.seen
     result = await call(client, f"{key}__flip", {})
     assert result["content"] == done("flip"), result
-    with anyio.fail_after(WAIT):
-        while changes.seen == before:
-            await anyio.sleep(0.05)
-    with anyio.fail_after(WAIT):  # the notification comes once the server is listed again
-        while f"{key}__extra0" not in (listed := await names(client)):
-            await anyio.sleep(0.1)
+    await until(lambda: changes.seen > before, f"no list_changed after {key}__flip")
+    listed = await names(client)  # the notification comes once the server is listed again
+    assert f"{key}__extra0" in listed, listed
     return listed
+
+
+INTEROP = pytest.mark.interop
 
 
 @pytest.mark.parametrize(("listener", "mode", "server"), [
     ("http", "legacy", "2025"), ("http", "auto", "2025"), ("http", "legacy", "2026"),
-    ("stdio", "legacy", "2025"), ("stdio", "auto", "2026")])
+    pytest.param("stdio", "legacy", "2025", marks=INTEROP),
+    pytest.param("stdio", "auto", "2026", marks=INTEROP)])
 async def test_list_changed_from_one_server_relists_it_alone(
         tmp_path: Path, listener: str, mode: str, server: str) -> None:
     """a's `flip` adds a tool and says its list changed: a alone is asked for its tools again, and
     the client sees a__extra0; then the same from b. `server`: the protocol version the servers
-    speak (a 2026-07-28 server says it on a listen stream)."""
+    speak (a 2026-07-28 server says it on a listen stream). Interop for `stdio`: a real gateway
+    process listening on its stdin and stdout, in front of real server processes."""
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
     env = {"GATEWAY_UPSTREAM_MODERN_ONLY": "1"} if server == "2026" else {}
-    servers = {key: logging_upstream(log, **env) for key, log in logs.items()}
     changes = Changes()
+    memory_servers = MemoryServers()
     async with AsyncExitStack() as stack:
         if listener == "http":
-            gw = stack.enter_context(fleet(tmp_path, servers))
-            target: Any = gw.url
+            stack.enter_context(memory_servers.installed())
+            servers = {key: memory(memory_servers, key, log, **env) for key, log in logs.items()}
+            gw = await stack.enter_async_context(fleet(tmp_path, servers))
+            client = await stack.enter_async_context(
+                gw.client(mode, message_handler=changes, cache=None))  # type: ignore[arg-type]
         else:
-            target = stdio_fleet(tmp_path, servers)
-        client = await stack.enter_async_context(
-            Client(target, mode=mode, message_handler=changes, cache=None))
-        with anyio.fail_after(WAIT):
+            servers = {key: logging_upstream(log, **env) for key, log in logs.items()}
+            client = await stack.enter_async_context(
+                Client(stdio_fleet(tmp_path, servers), mode=mode, message_handler=changes,
+                       cache=None))
+        with anyio.fail_after(WAIT):  # listed once both servers are (the stdio gateway: later)
             while not {"a__echo", "b__echo"} <= set(original := await names(client)):
                 await anyio.sleep(0.2)
         if mode == "auto":

@@ -1,6 +1,10 @@
 """Protocol-version bridging the other way round: an upstream that speaks 2026-07-28 only, in front
 of 2025-11-25 and 2026-07-28 clients. Nothing is lost: tools with their requirements, the upstream's
 exact results, prompts, resources, and tools/list_changed (heard on the gateway's listen stream).
+
+In-process (tests/fixtures/inprocess.py): the gateway wired from its command line in the test's event
+loop, the SDK's server in memory speaking 2026-07-28 only, the clients on its app over the streaming
+bridge.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
-from mcp import Client
 
-from tests.fixtures.gateway_upstream import ECHO_RESULT, NOTE, SECRET_REQUIREMENTS, gateway_stdio, read_log
+from tests.fixtures.gateway_upstream import ECHO_RESULT, NOTE, SECRET_REQUIREMENTS, read_log
+from tests.fixtures.inprocess import WAIT_SECONDS, logging_gateway
 from tests.integration.test_gateway_calls import RAW, VERSIONS, raw_call, raw_tools
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.fixture
@@ -33,8 +39,8 @@ async def test_a_2026_only_upstream_loses_nothing(tmp_path: Path, policy: Path, 
         if isinstance(message, mcp_types.ToolListChangedNotification):
             changed.set()
 
-    params = gateway_stdio(policy, log, GATEWAY_UPSTREAM_MODERN_ONLY="1")
-    async with Client(params, mode=VERSIONS[version], message_handler=handler) as client:
+    async with logging_gateway(policy, log, GATEWAY_UPSTREAM_MODERN_ONLY="1") as gw, \
+            gw.client(VERSIONS[version], message_handler=handler) as client:  # type: ignore[arg-type]
         assert client.protocol_version == version
         tools = await raw_tools(client)
         echo = await raw_call(client, "echo")
@@ -43,7 +49,7 @@ async def test_a_2026_only_upstream_loses_nothing(tmp_path: Path, policy: Path, 
             params=mcp_types.ReadResourceRequestParams(uri="test://note")), RAW)
         if version == "2025-11-25":
             await raw_call(client, "flip")
-            with anyio.fail_after(30):
+            with anyio.fail_after(WAIT_SECONDS):
                 await changed.wait()
             assert "extra0" in await raw_tools(client)
     # The gateway's own session is at 2026-07-28: its requests carry that envelope.
@@ -65,12 +71,12 @@ async def test_a_change_just_after_the_first_listing_is_heard(tmp_path: Path, po
     tools/list. A listen stream replays nothing: the gateway's is acknowledged before it lists, so
     it hears the change and lists `late` (it used to list first, miss it, and show the stale list
     until the server's next change)."""
-    params = gateway_stdio(policy, tmp_path / "log.jsonl", GATEWAY_UPSTREAM_MODERN_ONLY="1",
-                           GATEWAY_UPSTREAM_CHANGE_AFTER_LISTING="1")
-    async with Client(params, mode="legacy") as client:
+    async with logging_gateway(policy, tmp_path / "log.jsonl", GATEWAY_UPSTREAM_MODERN_ONLY="1",
+                               GATEWAY_UPSTREAM_CHANGE_AFTER_LISTING="1") as gw, \
+            gw.client("legacy") as client:
         tools: dict[str, Any] = {}
-        with anyio.move_on_after(30):
+        with anyio.move_on_after(WAIT_SECONDS):  # the re-listing that follows the change
             while "late" not in tools:
                 tools = await raw_tools(client)
-                await anyio.sleep(0.1)
+                await anyio.sleep(0.01)
     assert "late" in tools, sorted(tools)

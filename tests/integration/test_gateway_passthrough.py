@@ -2,6 +2,11 @@
 protocol versions, the upstream's sampling request answered by the client, progress, and
 tools/list_changed (which also makes the gateway reload the upstream's tools). A stdio upstream
 gets the gateway's environment minus the policy's own secrets.
+
+In-process (tests/fixtures/inprocess.py): the gateway wired from its command line in the test's event
+loop, its upstream in memory, the clients on its app over the streaming bridge (a stdio gateway's
+callers and records kept). The sampling request through a real stdio gateway stays interop: it is
+about the stdio listener putting a server's request to its one client.
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
-from tests.fixtures.gateway_upstream import NOTE, gateway_http, gateway_stdio, tool_calls
+from tests.fixtures.gateway_upstream import NOTE, gateway_stdio, tool_calls
+from tests.fixtures.inprocess import logging_gateway
 from tests.integration.test_gateway_calls import RAW, VERSIONS, raw_call, raw_tools
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+HTTP = ("--listen", "http://127.0.0.1:0")
 
 
 @pytest.fixture
@@ -29,7 +38,8 @@ def policy(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_prompts_and_resources_pass_through(tmp_path: Path, policy: Path, version: str) -> None:
-    async with Client(gateway_stdio(policy, tmp_path / "log.jsonl"), mode=VERSIONS[version]) as client:
+    async with logging_gateway(policy, tmp_path / "log.jsonl") as gw, \
+            gw.client(VERSIONS[version]) as client:  # type: ignore[arg-type]
         assert client.server_capabilities.prompts is not None
         assert client.server_capabilities.resources is not None
         prompts = await client.list_prompts()
@@ -43,9 +53,10 @@ async def test_prompts_and_resources_pass_through(tmp_path: Path, policy: Path, 
     assert note["contents"] == NOTE["contents"]
 
 
-@pytest.mark.parametrize("listener", ["stdio", "http"])
+@pytest.mark.parametrize("listener", [pytest.param("stdio", marks=pytest.mark.interop), "http"])
 async def test_the_upstreams_sampling_request_is_answered_by_the_client(
         tmp_path: Path, policy: Path, listener: str) -> None:
+    """Interop for `stdio`: a real gateway process puts the request to its stdio client."""
     asked: list[str] = []
 
     async def sampling(context: ClientRequestContext, params: mcp_types.CreateMessageRequestParams
@@ -55,11 +66,15 @@ async def test_the_upstreams_sampling_request_is_answered_by_the_client(
                                              content=mcp_types.TextContent(type="text", text="4"))
 
     log = tmp_path / "log.jsonl"
-    with contextlib.ExitStack() as stack:
-        target: Any = (gateway_stdio(policy, log) if listener == "stdio" else
-                       stack.enter_context(gateway_http(policy, log, wait="/readyz")).url + "/mcp")
-        async with Client(target, mode="legacy", sampling_callback=sampling) as client:
-            result = await raw_call(client, "ask")
+    async with contextlib.AsyncExitStack() as stack:
+        if listener == "stdio":
+            client = await stack.enter_async_context(
+                Client(gateway_stdio(policy, log), mode="legacy", sampling_callback=sampling))
+        else:
+            gw = await stack.enter_async_context(logging_gateway(policy, log, *HTTP))
+            client = await stack.enter_async_context(
+                gw.client("legacy", sampling_callback=sampling))
+        result = await raw_call(client, "ask")
     assert asked == ["2+2?"]
     assert result["content"] == [{"type": "text", "text": "4"}]
 
@@ -77,12 +92,11 @@ async def test_progress_reaches_the_caller_only(tmp_path: Path, policy: Path) ->
             others.append(message)
 
     log = tmp_path / "log.jsonl"
-    with gateway_http(policy, log, wait="/readyz") as gw:
-        async with Client(gw.url + "/mcp", mode="legacy", message_handler=bystander) as other, \
-                Client(gw.url + "/mcp", mode="legacy") as client:
-            await other.list_tools()
-            result = await client.call_tool("slow", {"seconds": 0.2}, progress_callback=progress)
-            await other.list_tools()
+    async with logging_gateway(policy, log, *HTTP) as gw, \
+            gw.client("legacy", message_handler=bystander) as other, gw.client("legacy") as client:
+        await other.list_tools()
+        result = await client.call_tool("slow", {"seconds": 0.2}, progress_callback=progress)
+        await other.list_tools()
     assert result.content == [mcp_types.TextContent(type="text", text="slow done")]
     assert seen == [(0.5, 1.0, "half way")]
     assert others == []  # another client's progress is not broadcast
@@ -96,10 +110,11 @@ async def test_tools_list_changed_reloads_and_reaches_a_2025_client(tmp_path: Pa
         if isinstance(message, mcp_types.ToolListChangedNotification):
             changed.set()
 
-    async with Client(gateway_stdio(policy, log), mode="legacy", message_handler=handler) as client:
+    async with logging_gateway(policy, log) as gw, \
+            gw.client("legacy", message_handler=handler) as client:
         await raw_tools(client)
         await raw_call(client, "flip")
-        with anyio.fail_after(30):
+        with anyio.fail_after(10):
             await changed.wait()
         tools = await raw_tools(client)
         extra = await raw_call(client, "extra0")
@@ -109,25 +124,28 @@ async def test_tools_list_changed_reloads_and_reaches_a_2025_client(tmp_path: Pa
 
 
 async def test_tools_list_changed_reaches_a_2026_listener(tmp_path: Path, policy: Path) -> None:
-    async with Client(gateway_stdio(policy, tmp_path / "log.jsonl"), mode="auto") as client:
+    async with logging_gateway(policy, tmp_path / "log.jsonl") as gw, gw.client("auto") as client:
         async with client.listen(tools_list_changed=True) as subscription:
             await raw_call(client, "flip")
-            with anyio.fail_after(30):
+            with anyio.fail_after(10):
                 event = await subscription.__anext__()
         tools = await raw_tools(client)
     assert type(event).__name__ == "ToolsListChanged"
     assert "extra0" in tools
 
 
-async def test_a_stdio_upstream_does_not_inherit_the_policys_secrets(tmp_path: Path) -> None:
+async def test_a_stdio_upstream_does_not_inherit_the_policys_secrets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text('[auth]\nissuer = "https://issuer.example"\naudience = "urn:x"\n'
                       '[auth.introspection]\nendpoint = "https://issuer.example/introspect"\n'
                       'client_id_env = "GW_TEST_CLIENT_ID"\nclient_secret_env = "GW_TEST_SECRET"\n'
                       '[state.redis]\nurl_env = "GW_TEST_REDIS_URL"\n', encoding="utf-8")
-    params = gateway_stdio(policy, tmp_path / "log.jsonl", GW_TEST_CLIENT_ID="id",
-                           GW_TEST_SECRET="secret", GW_TEST_REDIS_URL="redis://x", GW_TEST_OTHER="o")
-    async with Client(params, mode="legacy") as client:
+    for name, value in {"GW_TEST_CLIENT_ID": "id", "GW_TEST_SECRET": "secret",
+                        "GW_TEST_REDIS_URL": "redis://x", "GW_TEST_OTHER": "o"}.items():
+        monkeypatch.setenv(name, value)  # the gateway's environment: what it gives a command
+    async with logging_gateway(policy, tmp_path / "log.jsonl") as gw, \
+            gw.client("legacy") as client:
         names = (await raw_call(client, "env"))["structuredContent"]["names"]
     assert "GW_TEST_OTHER" in names and "PATH" in names
     assert not {"GW_TEST_CLIENT_ID", "GW_TEST_SECRET", "GW_TEST_REDIS_URL"} & set(names)

@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -49,8 +50,35 @@ SINGLE_KEY = "upstream"  # the one server of the single-upstream forms
 SERVICE_NAME = "mcp-preconditions-gateway"  # in traces, unless OTEL_SERVICE_NAME names another
 
 
+@dataclass
+class Prepared:
+    """A gateway wired as its command line says, not serving yet (`run_gateway` serves it; the
+    in-process tests serve its ASGI app themselves: tests/fixtures/inprocess.py)."""
+
+    gateway: Gateway
+    listen: tuple[str, int] | None  # None: stdio
+    metrics_at: tuple[str, int] | None  # --metrics-listen
+    tasks: list[Callable[[], Coroutine[Any, Any, None]]]  # the policy poller, the pages' listener
+    announce: str
+    pages: Pages | None
+    tracing: Any  # what to shut down at the end (None: tracing is off)
+
+
 def run_gateway(args: argparse.Namespace) -> int:
     """`gateway`: check the command line, load the policy, serve until the listener ends."""
+    prepared = prepare_gateway(args)
+    try:
+        return _serve(args, prepared.gateway, prepared.listen, prepared.metrics_at, prepared.tasks,
+                      prepared.announce, prepared.pages)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if prepared.tracing is not None:
+            prepared.tracing.shutdown()  # the spans still queued are exported now
+
+
+def prepare_gateway(args: argparse.Namespace) -> Prepared:
+    """Check the command line, load the policy and wire the gateway (InputError: bad input)."""
     from ..gateway import Gateway, replicas
     from ..telemetry import Metrics, configure_tracing
     from ..telemetry.gateway import GatewayTelemetry
@@ -91,13 +119,7 @@ def run_gateway(args: argparse.Namespace) -> int:
 
         tasks.append(pages_task(pages, wired.pages_sock, _limits(args)))
         print(f"{PROG}: pages on {wired.base_url}", file=sys.stderr, flush=True)
-    try:
-        return _serve(args, gateway, listen, metrics_at, tasks, announce, pages)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        if tracing is not None:
-            tracing.shutdown()  # the spans still queued are exported now
+    return Prepared(gateway, listen, metrics_at, tasks, announce, pages, tracing)
 
 
 def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] | None,

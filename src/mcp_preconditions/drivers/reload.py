@@ -68,11 +68,13 @@ class PolicyReloader:
 
     def __init__(self, guard: Guard, path: str | Path, *, interval: float = 1.0,
                  on_change: OnChange | None = None,
-                 settle: float = DEFAULT_SETTLE_SECONDS) -> None:
+                 settle: float = DEFAULT_SETTLE_SECONDS,
+                 clock: Callable[[], float] = time.time) -> None:
         self.guard = guard
         self.path = Path(path)
         self.interval = interval
         self.settle = settle
+        self._clock = clock  # the wall clock, like the file's ctime it is compared with
         self.last_error: str | None = None
         self._listeners: list[OnChange] = [on_change] if on_change is not None else []
         self._failure_listeners: list[OnFailure] = []
@@ -133,7 +135,7 @@ class PolicyReloader:
         seconds; None otherwise (a failure to read is recorded in last_error)."""
         try:
             before = os.stat(self.path)
-            if settle > 0 and (time.time() - before.st_ctime < settle or self._writer_has_it()):
+            if settle > 0 and (self._clock() - before.st_ctime < settle or self._writer_has_it()):
                 return None  # written moments ago, or still open for writing: perhaps unfinished
             data = read_bounded(self.path)
             after = os.stat(self.path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -37,13 +38,14 @@ class StateResolver:
 
     def __init__(self, values: Mapping[str, bool], callables: Mapping[str, StateCallable] | None = None,
                  source: StateSource | None = None, ttl_seconds: float = 1.0,
-                 call_timeout: float = 0.5, max_entries: int = 4096) -> None:
+                 call_timeout: float = 0.5, max_entries: int = 4096,
+                 timer: Callable[[], float] = time.monotonic) -> None:
         self.values = dict(values)
         self.callables = dict(callables or {})
         self.source = source
         self.call_timeout = call_timeout
         self._cache: TTLCache[str, bool] | None = (
-            TTLCache(maxsize=max_entries, ttl=ttl_seconds) if ttl_seconds > 0 else None)
+            TTLCache(maxsize=max_entries, ttl=ttl_seconds, timer=timer) if ttl_seconds > 0 else None)
         self._lock = threading.Lock()
 
     def validate(self, requirement: str) -> str | None:
