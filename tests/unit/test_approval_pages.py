@@ -91,7 +91,8 @@ class World:
         binding = bind(approval, "send_wire", arguments or {"amount": 5}, PEOPLE[caller],
                        self.guard.revision)
         assert isinstance(binding, Binding)
-        opened = asyncio.run(self.store.open(binding, approval == "mine", 600, 600))
+        opened = asyncio.run(self.store.ask(f"{approval}-question.0", binding, 600, 600)
+                             if approval == "mine" else self.store.open(binding, 600, 600))
         return opened.request.id  # type: ignore[union-attr]
 
     def post(self, request_id: str, token: str | None, body: object = None,
