@@ -23,6 +23,7 @@ from .resolver import (
     ASKS_THE_CALLER,
     NAMESPACE,
     NEEDS_AN_APPROVER,
+    PAGES_PATH,
     ApprovalResolver,
     approval_resolver,
     decided_by,
@@ -34,8 +35,8 @@ from .store import ApprovalStore, Changed, MemoryApprovalStore
 
 __all__ = [
     "ASKS_THE_CALLER", "MAX_ARGUMENTS_BYTES", "MAX_ENDED_PER_CALLER", "MAX_PENDING_PER_CALLER",
-    "METRIC", "NAMESPACE",
-    "NEEDS_AN_APPROVER", "RESULTS", "Answer", "ApprovalCall", "ApprovalNote", "ApprovalPlan",
+    "METRIC", "NAMESPACE", "NEEDS_AN_APPROVER", "PAGES_PATH", "RESULTS", "Answer", "ApprovalCall",
+    "ApprovalNote", "ApprovalPlan",
     "ApprovalRequest", "ApprovalResolver", "ApprovalRuling", "ApprovalStep", "ApprovalStore",
     "ApproverRuling", "Binding", "Changed", "CompiledApproval", "Evaluate", "Event",
     "HeldApproval", "MemoryApprovalStore", "Party", "Question", "Refusal", "Remedy", "State", "answer_of",

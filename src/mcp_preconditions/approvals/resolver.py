@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcp_preconditions.approvals")
 NAMESPACE = "approval"
+PAGES_PATH = "/approvals"  # where the gateway serves the approval pages (pages.py)
 # Who decides an approval, as `check`, `policy test` and the explorer show it: a person, per call.
 ASKS_THE_CALLER, NEEDS_AN_APPROVER = "asks_the_caller", "needs_an_approver"
 # Told each (approval name, result) an operation made: the approvals_total metric. No caller.
@@ -92,7 +93,7 @@ class ApprovalResolver:
             return None
         if not call.url_elicitation or self.pages_url is None or step.request is None:
             return UNDISCLOSED
-        url = f"{self.pages_url}/approvals/{step.request.id}"
+        url = f"{self.pages_url}{PAGES_PATH}/{step.request.id}"
         return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),))
 
     def validate(self, requirement: str) -> str | None:
