@@ -12,13 +12,13 @@ import base64
 import hashlib
 import html
 import json
-import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .binding import Party
 from .lifecycle import ApprovalRequest, State
+from .shown import escape, hidden, visible
 
 # A value shown in full up to this many characters (pretty-printed); a longer one is folded: its
 # start shown, the whole of it one click away (a call's arguments may be 64 KiB:
@@ -45,12 +45,6 @@ STYLE_HASH = "sha256-" + base64.b64encode(hashlib.sha256(_STYLE.encode()).digest
 CSP = (f"default-src 'none'; style-src '{STYLE_HASH}'; form-action 'self'; base-uri 'none'; "
        "frame-ancestors 'none'")
 
-# What a person could not see or could misread: controls, format characters (the bidirectional
-# overrides and isolates, zero-width ones), line and paragraph separators, spaces other than
-# U+0020, private-use, surrogate and unassigned code points.
-_HIDDEN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
-
-
 class ToolFacts(NamedTuple):
     """What the gateway knows of a tool a request names: its server and its description."""
 
@@ -66,33 +60,11 @@ class Shown(NamedTuple):
     complete: bool
 
 
-def _hidden(char: str) -> bool:
-    return char != " " and unicodedata.category(char) in _HIDDEN
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if code > 0xFFFF:  # as JSON writes it: a surrogate pair
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-    return f"\\u{code:04x}"
-
-
 def marked(text: str) -> str:
     """`text` as HTML: escaped, and every character a person could not see or could misread
     written as its JSON escape, marked (`<span class="esc">\\u202e</span>`)."""
-    out = []
-    for char in text:
-        if char != "\n" and _hidden(char):
-            out.append(f"<span class=\"esc\">{_escape(char)}</span>")
-        else:
-            out.append(html.escape(char))
-    return "".join(out)
-
-
-def visible(text: str) -> str:
-    """`text` with every hidden character written as its JSON escape (plain text, not HTML)."""
-    return "".join(_escape(c) if c != "\n" and _hidden(c) else c for c in text)
+    return "".join(f"<span class=\"esc\">{escape(c)}</span>" if hidden(c) else html.escape(c)
+                   for c in text)
 
 
 def pretty(value: Any) -> str:
