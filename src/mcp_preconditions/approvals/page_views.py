@@ -36,7 +36,7 @@ _STYLE = ("body{font-family:system-ui,sans-serif;max-width:52rem;margin:2rem aut
           "border-top:1px solid #d0d7de;padding:.3rem .4rem}th{font-family:monospace;width:12rem;"
           "word-break:break-all}summary{cursor:pointer;color:#0969da}"
           ".esc{background:#ffebe9;color:#82071e;border-radius:3px;font-weight:600}"
-          "code{word-break:break-all}"
+          "code{word-break:break-all}form{margin-top:1.2rem}"
           "button{font-size:1rem;padding:.45rem 1.2rem;"
           "margin-right:.6rem;border-radius:6px;border:1px solid #d0d7de;cursor:pointer}"
           "button[value=approve]{background:#1f883d;color:#fff}"
