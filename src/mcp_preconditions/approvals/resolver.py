@@ -93,7 +93,7 @@ class ApprovalResolver:
             return None
         if not call.url_elicitation or self.pages_url is None or step.request is None:
             return UNDISCLOSED
-        url = f"{self.pages_url}{PAGES_PATH}/{step.request.id}"
+        url = f"{self.pages_url}/approvals/{step.request.id}"
         return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),))
 
     def validate(self, requirement: str) -> str | None:
