@@ -44,18 +44,21 @@ class Sidecar:
     forwarding (a `credentials.HeldCredential`, an `approvals.HeldApproval`). `notes`: fields the
     decision record adds (`{"credential": {"kind", "cached"}}`): never a secret. `can_ask`: the
     adapter can ask the caller in flight (its client declared form elicitation: a `self`
-    approval's question); `answered`: the approval request this very call's caller just answered.
-    `finished`: told whether the call was allowed, once its Decision is made (an approval counts
-    `used` only for a call that runs)."""
+    approval's question); `answered`: the approval question this very call continues or just
+    answered, and `accepted` whether its caller's accept of it was kept (None: not answered yet;
+    approvals/plan.py). `finished`: told whether the call was allowed, once its Decision is made
+    (an approval counts `used` only for a call that runs)."""
 
-    __slots__ = ("answered", "can_ask", "finished", "held", "notes", "token")
+    __slots__ = ("accepted", "answered", "can_ask", "finished", "held", "notes", "token")
 
-    def __init__(self, *, can_ask: bool = False, answered: str | None = None) -> None:
+    def __init__(self, *, can_ask: bool = False, answered: str | None = None,
+                 accepted: bool | None = None) -> None:
         self.token: str | None = None
         self.held: dict[str, Any] = {}
         self.notes: dict[str, Any] = {}
         self.can_ask = can_ask
         self.answered = answered
+        self.accepted = accepted
         self.finished: list[Callable[[bool], None]] = []
 
     def __repr__(self) -> str:  # never the token

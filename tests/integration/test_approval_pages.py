@@ -2,15 +2,20 @@
 its callers and approvers with real tokens of the real oidc-provider: a denied call makes a request,
 listed to those who may decide it; a script's POST answers 200, 401, 403 (not an approver, or the
 caller), 404 and 409; the approved call runs once, as the upstream's log shows. In Debian's
-Chromium an approver opens the denial's `url` hint, signs in at the provider (authorization code
-with PKCE), sees the tool, the arguments and the caller, and approves; the caller's retry runs once.
-`SCREENSHOT=1` saves that page as docs/approvals-page.png.
+Chromium an approver opens the denial's `url` hint, is offered a sign-in (nothing is stored until
+they start it: the shared Redis gains no key from anonymous visits), signs in at the provider
+(authorization code with PKCE), sees the whole call (the tool, its server and description, every
+argument, a padded one folded but expandable, a bidirectional override escaped, the caller, who
+is signed in), and approves; the caller's retry runs once. The listing shows a signed-in person
+their own requests beside those they may decide. `SCREENSHOT=1` saves the page as
+docs/approvals-page.png.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +27,7 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Page
 
 from mcp_preconditions.envelope import AUTHORIZATION_META_KEY
 from tests.fixtures.credential_gateway import Gateway, call, gateway, policy_text
@@ -177,21 +182,35 @@ def test_an_approver_signs_in_sees_the_call_and_approves_in_chromium(
     assert tool_calls(upstream[1]).count("echo") == before + 1
 
 
-def approve_in(browser: Browser, gw: Gateway, url: str, oidc_server: OidcServer) -> None:
-    """Open the denial's `url` as tess, sign in, check what the page shows, approve."""
+def signed_in_page(browser: Browser, url: str, person: str, oidc_server: OidcServer) -> Page:
+    """`url` in a new browser context, signed in as `person`: the page offers a sign-in first."""
     context = browser.new_context(viewport={"width": 900, "height": 640})
     page = context.new_page()
     response = page.goto(url)
-    assert response is not None and response.url.startswith(oidc_server.issuer)  # signing in first
-    walk(page, "tess", url)
+    assert response is not None and response.url == url  # the gateway's own page: a sign-in link
+    with page.expect_navigation():
+        page.click("#sign-in")
+    assert page.url.startswith(oidc_server.issuer)  # signing in at the provider
+    walk(page, person, url)
+    return page
+
+
+def approve_in(browser: Browser, gw: Gateway, url: str, oidc_server: OidcServer) -> None:
+    """Open the denial's `url` as tess, sign in, check what the page shows, approve."""
+    page = signed_in_page(browser, url, "tess", oidc_server)
     errors: list[str] = []  # from here on: the gateway's own pages
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.reload()
     assert page.locator("h1").inner_text() == "Approve a call to up__echo?"
     assert page.locator("#tool").inner_text() == "up__echo"
+    assert page.locator("#server").inner_text() == "up"
+    assert page.locator("#description").inner_text() == "the echo tool"
     assert page.locator("#approval").inner_text() == "payout"
     assert page.locator("#caller").inner_text() == f"alice ({oidc_server.issuer})"
-    shown = json.loads(page.locator("#arguments").inner_text())
+    assert page.locator("#signed-in").inner_text() == f"tess ({oidc_server.issuer})"
+    rows = page.locator("#arguments tr")
+    shown = {json.loads(rows.nth(i).locator("th").inner_text()):
+             json.loads(rows.nth(i).locator("td").inner_text()) for i in range(rows.count())}
     assert shown == {"reference": "INV-2026-0042", "text": "<b>wire</b> 2,500 EUR to ACME GmbH"}
     assert page.locator("b").count() == 0  # the arguments are text, never markup
     if os.environ.get("SCREENSHOT") == "1":
@@ -202,7 +221,78 @@ def approve_in(browser: Browser, gw: Gateway, url: str, oidc_server: OidcServer)
         "The call to up__echo is approved: the caller can now make the call again, once.")
     # nothing refused by the page's CSP (its style is allowed by its hash)
     assert [e for e in errors if "Content Security Policy" in e] == []
-    context.close()
+    page.context.close()
+
+
+def test_the_page_shows_a_padded_scope_and_an_override_escaped_in_chromium(
+        gw: Gateway, tokens: dict[str, str], oidc_server: OidcServer) -> None:
+    """Issue 39.15 / 40.4: padding one value hid `z_scope: ALL-CUSTOMERS` past the 4,000
+    characters shown, and Approve was offered; a right-to-left override was rendered raw."""
+    arguments = {"amount": "100 EUR", "memo": "invoice " + " " * 6000 + "z_scope: ALL-CUSTOMERS",
+                 "to": "ACME \u202eHbmG\u202c", "z_scope": "ALL-CUSTOMERS"}
+    result = run(call_declaring(gw.url, tokens["alice"], "up__echo", arguments))
+    url = result.meta[AUTHORIZATION_META_KEY]["remediationHints"][0]["url"]
+    with chromium() as browser:
+        page = signed_in_page(browser, url, "tess", oidc_server)
+        table = page.locator("#arguments")
+        assert [json.loads(t) for t in table.locator("th").all_inner_texts()] == [
+            "amount", "memo", "to", "z_scope"]  # every key, the last one too
+        z_scope = table.locator("tr").nth(3).locator("td")
+        assert z_scope.is_visible() and json.loads(z_scope.inner_text()) == "ALL-CUSTOMERS"
+        memo = table.locator("tr").nth(1).locator("details")
+        hidden = memo.locator("pre")
+        assert not hidden.is_visible()  # folded...
+        memo.locator("summary").click()
+        assert hidden.is_visible()  # ...and whole, one click away
+        assert json.loads(hidden.inner_text()) == arguments["memo"]
+        to = table.locator("tr").nth(2).locator("td")
+        assert to.inner_text() == '"ACME \\u202eHbmG\\u202c"'  # escaped, never reordered
+        assert "\u202e" not in page.content()
+        assert [e.inner_text() for e in page.locator(".esc").all()] == ["\\u202e", "\\u202c"]
+        assert page.locator('button[value="approve"]').is_visible()
+        page.context.close()
+
+
+def test_anonymous_visits_store_nothing_until_a_sign_in_starts(
+        gw: Gateway, redis_server: RedisServer, oidc_server: OidcServer) -> None:
+    """Issue 39.11: each anonymous GET of an approvals page wrote a 600 s sign-in key to the
+    shared Redis."""
+    def sign_ins() -> int:
+        found = subprocess.run(["redis-cli", "-p", str(redis_server.port), "--scan", "--pattern",
+                                "mcp-preconditions:credentials:signin:*"],
+                               capture_output=True, text=True, check=True).stdout
+        return len(found.split())
+
+    before = sign_ins()
+    with httpx.Client(base_url=gw.base, timeout=30, follow_redirects=False) as http:
+        pages = [http.get(f"/approvals/request-{i}" if i % 2 else "/approvals",
+                          headers={"Accept": "text/html"}) for i in range(30)]
+        assert sign_ins() == before  # it was 30 more, each kept 600 s
+        for page in pages:
+            assert page.status_code == 200 and 'id="sign-in"' in page.text
+            assert "set-cookie" not in page.headers
+        started = http.get("/approvals/sign-in", params={"next": "/approvals"})
+        assert started.status_code == 303
+        assert started.headers["location"].startswith(oidc_server.issuer)
+    assert sign_ins() == before + 1  # the one sign-in started
+
+
+def test_the_listing_shows_a_person_their_own_requests_beside_those_they_decide(
+        gw: Gateway, tokens: dict[str, str], oidc_server: OidcServer) -> None:
+    """SPEC §15 (issue 40.1): trent, a treasurer, sees his own request waiting and alice's he may
+    decide, each with its arguments in short."""
+    denied(gw, tokens["trent"], {"text": "trent's own", "n": 1})
+    denied(gw, tokens["alice"], {"text": "alice's", "n": 2})
+    with chromium() as browser:
+        page = signed_in_page(browser, gw.base + "/approvals", "trent", oidc_server)
+        assert page.locator("#signed-in").inner_text() == f"Signed in as trent ({oidc_server.issuer})"
+        mine = page.locator("#mine li").all_inner_texts()
+        theirs = page.locator("#requests li").all_inner_texts()
+        assert any('"text":"trent\'s own"' in item for item in mine)
+        assert not any("trent's own" in item for item in theirs)
+        assert any('"text":"alice\'s"' in item and f"by alice ({oidc_server.issuer})" in item
+                   for item in theirs)
+        page.context.close()
 
 
 async def test_a_stdio_gateway_serves_the_approval_pages_on_pages_listen(

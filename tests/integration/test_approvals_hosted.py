@@ -11,6 +11,7 @@ or another call's, grants nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types
 import pytest
 from mcp import Client
@@ -240,3 +242,56 @@ async def test_the_interceptor_path_asks_with_an_input_round_too(subclass: bool)
     async with Client(server, mode=MODES["2026-07-28"], elicitation_callback=accept) as client:
         result = await client.call_tool("wipe", {"path": "/srv"})
     assert result.is_error is False and ran == [True] and len(asked) == 1
+
+
+@pytest.mark.parametrize("flavour", ["lowlevel", "mcpserver"])
+async def test_at_2025_11_25_two_identical_calls_each_answer_their_own_question(
+        tmp_path: Path, flavour: str) -> None:
+    """Issue 39.1: the first question accepted, the second declined: one run (it was two)."""
+    hosted = Hosted(tmp_path, flavour)
+    both = anyio.Event()
+
+    async def answer(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        hosted.asked.append(params)
+        mine = len(hosted.asked)
+        if mine == 2:
+            both.set()
+        await both.wait()
+        return ACCEPT if mine == 1 else mcp_types.ElicitResult(action="decline")
+
+    params = StdioServerParameters(command=sys.executable, args=hosted.argv(), env=server_env(),
+                                   cwd=ROOT)
+    with (tmp_path / "stderr.log").open("a", encoding="utf-8") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode=MODES["2025-11-25"],
+                          elicitation_callback=answer) as client:
+            results = await asyncio.gather(*(client.call_tool("wipe", {"path": "/"})
+                                             for _ in range(2)))
+    assert len(hosted.asked) == 2 and sorted(r.is_error for r in results) == [False, True]
+    assert hosted.runs() == ["wipe"]
+
+
+@pytest.mark.parametrize("flavour", ["lowlevel", "mcpserver", "fastmcp"])
+async def test_at_2026_07_28_concurrent_retries_of_one_round_run_it_once(
+        tmp_path: Path, flavour: str) -> None:
+    """Eight retries accepting one round at once: one run; a declined round runs nothing
+    whatever retries follow; two identical calls get two rounds."""
+    hosted = Hosted(tmp_path, flavour)
+    decline = mcp_types.ElicitResult(action="decline")
+    async with hosted.client("2026-07-28", "accept") as client:
+        async def retry(state: str, answer: mcp_types.ElicitResult) -> Any:
+            return await client.session.call_tool("wipe", {"path": "/"}, request_state=state,
+                                                  input_responses={INPUT_KEY: answer},
+                                                  allow_input_required=True)
+        state = (await _round(client, {"path": "/"})).request_state
+        assert state is not None
+        done = await asyncio.gather(*(retry(state, ACCEPT) for _ in range(8)))
+        assert hosted.runs() == ["wipe"]
+        assert sum(isinstance(r, mcp_types.CallToolResult) and not r.is_error for r in done) == 1
+        no = (await _round(client, {"path": "/"})).request_state
+        yes = (await _round(client, {"path": "/"})).request_state
+        assert no is not None and yes is not None and no != yes
+        refused = await retry(no, decline)
+        assert isinstance(refused, mcp_types.CallToolResult) and refused.is_error
+        await asyncio.gather(*(retry(no, ACCEPT) for _ in range(4)),
+                             *(retry(yes, ACCEPT) for _ in range(4)))
+    assert hosted.runs() == ["wipe", "wipe"]

@@ -1,6 +1,8 @@
 """Approvals in a real redis-server shared by two replicas (SPEC §15): many concurrent uses of one
-approval from both run it once; a request made on one is decided and used on the other; a server
-that is down or holds garbage fails closed (`error`); keys never hold a subject or an argument.
+approval from both run it once; a request made on one is decided and used on the other; a caller
+keeps at most 16 requests waiting and 16 ended (the oldest dropped, from either replica at once),
+and 10,000 declines leave no more behind; a server that is down or holds garbage fails closed
+(`error`); keys never hold a subject or an argument.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import pytest
 
 from mcp_preconditions import Identity, Principal
 from mcp_preconditions.approvals import (
-    MAX_WAITING_PER_CALLER,
+    MAX_ENDED_PER_CALLER,
+    MAX_PENDING_PER_CALLER,
     ApprovalCall,
     ApprovalPlan,
-    Busy,
     Changed,
     CompiledApproval,
     Party,
@@ -32,6 +34,7 @@ from tests.fixtures.redis import RedisServer
 pytestmark = pytest.mark.integration
 ALICE = Identity(Principal.from_claims({"iss": "https://idp", "sub": "alice-secret-subject"}))
 BOB = Party("https://idp", "bob")
+BOB_IDENTITY = Identity(Principal.from_claims({"iss": "https://idp", "sub": "bob"}))
 
 
 @pytest.fixture
@@ -67,17 +70,41 @@ async def test_keys_hold_no_subject_or_argument(replicas: list[RedisApprovalStor
                                                 redis_server: RedisServer) -> None:
     await plan_on(replicas[0]).decide(CALL)
     keys = await replicas[0].connection.call("KEYS", lambda r: r.keys(replicas[0].prefix + "*"))
-    assert len(keys) == 4  # the request, its binding, the caller's and the page's waiting lists
+    assert len(keys) == 4  # the request, its binding, the caller's requests, the page's waiting list
     assert not any(b"alice" in k or b"argument-secret" in k or b"prod" in k for k in keys)
 
 
-async def test_a_caller_with_too_many_waiting_requests_is_busy(replicas: list[RedisApprovalStore]) -> None:
-    plan = plan_on(replicas[0])
-    for i in range(MAX_WAITING_PER_CALLER):
-        await plan.decide(CALL._replace(arguments={"i": i}))
-    fresh = bind("deploy", "deploy_service", {"i": "more"}, ALICE, "r1")
-    assert not isinstance(fresh, str)
-    assert await replicas[1].open(fresh, False, 600, 600) == Busy(MAX_WAITING_PER_CALLER)
+async def test_a_caller_keeps_at_most_16_waiting_from_both_replicas_at_once(
+        replicas: list[RedisApprovalStore]) -> None:
+    """SPEC §14: the oldest are dropped (atomically: two replicas adding at once still leave 16),
+    and another caller is untouched (issue 39.10: the Redis store had no bound at all)."""
+    plans = [plan_on(s) for s in replicas]
+    await plans[0].decide(CALL._replace(identity=BOB_IDENTITY))
+    rulings = await asyncio.gather(*(plans[i % 2].decide(CALL._replace(arguments={"i": i}))
+                                     for i in range(40)))
+    assert all(not r.allowed and r.steps[0].remedy == "approver" for r in rulings)
+    assert sum(1 for r in rulings for e in r.events if e[1] is State.EXPIRED) == 40 - 16 + 1 - 1
+    mine = await replicas[1].pending_of(Party("https://idp", "alice-secret-subject"))
+    assert len(mine) == MAX_PENDING_PER_CALLER
+    assert len(await replicas[0].pending_of(BOB)) == 1
+    assert len(await replicas[1].waiting(1000)) == MAX_PENDING_PER_CALLER + 1
+
+
+async def test_declines_leave_a_bounded_few(replicas: list[RedisApprovalStore]) -> None:
+    """One caller declining a `self` question 10,000 times kept 10,000 keys for an hour; 300
+    declines (20 at a time) leave at most the bounds (the memory store's unit test does 10,000)."""
+    store = replicas[0]
+    plan = ApprovalPlan(("approval:confirm",), (CompiledApproval("confirm", None, 600, 120, store),))
+    asking = CALL._replace(can_ask=True)
+
+    async def one() -> None:
+        step = (await plan.decide(asking)).steps[0]
+        assert step.request is not None
+        await plan.answer(step.request.id, asking, "decline")
+    for _ in range(15):
+        await asyncio.gather(*(one() for _ in range(20)))
+    keys = await store.connection.call("KEYS", lambda r: r.keys(store.prefix + "*"))
+    assert len(keys) <= MAX_PENDING_PER_CALLER + MAX_ENDED_PER_CALLER + 1  # and the caller's set
 
 
 async def test_garbage_under_a_request_key_is_an_error(replicas: list[RedisApprovalStore]) -> None:
@@ -117,7 +144,7 @@ async def test_an_approval_outlives_its_requests_wait(redis_server: RedisServer)
     try:
         binding = bind("deploy", "t", {}, ALICE, "r1")
         assert not isinstance(binding, str)
-        opened = await store.open(binding, False, 10, 86_400)
+        opened = await store.open(binding, 10, 86_400)
         assert isinstance(opened, Changed)
         before = await connection.call("PTTL", lambda r: r.pttl(store._binding_key(binding)))
         assert before <= 70_000

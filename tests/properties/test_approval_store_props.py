@@ -1,9 +1,11 @@
 """The approval stores against a tiny reference model (SPEC §15), as a hypothesis state machine:
-requests for a handful of bindings (callers x arguments x revisions; approvers or `self`),
-decisions by approvers and by the caller, refusals, expiry by a controlled clock, uses (two at once,
-from two replicas, must use one approval once), releases. Changed arguments, another caller or a new
-revision are other bindings, never approved. Run on the memory store and on two Redis stores (two
-replicas, two connections) sharing a real redis-server.
+approvers' requests for a handful of bindings (callers x arguments x revisions) and `self`
+questions under IDs of their own, decisions by approvers and by the caller, refusals, expiry by a
+controlled clock, uses (two at once, from two replicas, must use one approval once), releases, and
+floods of one caller's requests (at most 16 waiting and 16 ended kept per caller, the oldest
+dropped: SPEC §14). Changed arguments, another caller or a new revision are other bindings, never
+approved; a question's ID is never another binding's. Run on the memory store and on two Redis
+stores (two replicas, two connections) sharing a real redis-server.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from hypothesis.stateful import (
 )
 
 from mcp_preconditions.approvals import Binding, Party
-from mcp_preconditions.approvals.store import Busy, Changed, MemoryApprovalStore
+from mcp_preconditions.approvals.bounds import MAX_ENDED_PER_CALLER, MAX_PENDING_PER_CALLER
+from mcp_preconditions.approvals.store import Changed, MemoryApprovalStore
 from mcp_preconditions.approvals.store_redis import RedisApprovalStore
 from mcp_preconditions.resolvers.state_redis import RedisStateSource
 from tests.fixtures.redis import RedisServer
@@ -39,18 +42,20 @@ WAIT, SELF_WAIT, LIFETIME = 100, 30, 60
 
 @dataclass
 class Ref:
-    """One request, obviously: its binding, who answers, state and when that state ends."""
+    """One request, obviously: its binding, who answers, state, when that state ends, when made."""
 
     binding: Binding
     self_approval: bool
     state: str
     ends: int
+    created: int
 
 
 class Reference:
     def __init__(self) -> None:
         self.requests: dict[str, Ref] = {}
         self.latest: dict[Binding, str] = {}
+        self.dropped: set[str] = set()
 
     def age(self, rid: str, now: int) -> list[str]:
         ref = self.requests[rid]
@@ -66,6 +71,28 @@ class Reference:
 
     def blocks(self, ref: Ref) -> bool:
         return ref.state in ("requested", "approved") or (ref.state == "refused" and not ref.self_approval)
+
+    def make(self, rid: str, ref: Ref, now: int) -> list[tuple[str, str]]:
+        """Keep a new request of `ref.binding.caller`, dropping that caller's oldest beyond the
+        bounds: of those waiting, all but the 15 newest; of those ended (not waiting, not an
+        approver's decision that holds), all but the 16 newest. What the drops count."""
+        mine = sorted(((r.created, i) for i, r in self.requests.items()
+                       if i not in self.dropped and r.binding.caller == ref.binding.caller))
+        waiting = [i for _, i in mine if self.peek(i, now) == "requested"]
+        holding = [i for _, i in mine if not self.requests[i].self_approval
+                   and self.peek(i, now) in ("approved", "refused")]
+        ended = [i for _, i in mine if i not in waiting and i not in holding]
+        drop = waiting[:max(0, len(waiting) - MAX_PENDING_PER_CALLER + 1)] + \
+            ended[:max(0, len(ended) - MAX_ENDED_PER_CALLER)]
+        events = []
+        for i in drop:
+            waited = i in waiting
+            events += [("deploy", "expired")] if waited or self.age(i, now) else []
+            self.dropped.add(i)
+            if self.latest.get(self.requests[i].binding) == i:
+                del self.latest[self.requests[i].binding]
+        self.requests[rid] = ref
+        return events
 
 
 class Clock:
@@ -88,6 +115,11 @@ class ApprovalMachine(RuleBasedStateMachine):
         self.ref = Reference()
         self.loop = asyncio.new_event_loop()
         self.stores, self.cleanup = self.make_stores(self.clock, self.loop)
+        self.flooded = 0
+        self.checked: set[str] = set()  # dropped requests read as gone once
+
+    def store(self, replica: int) -> Any:
+        return self.stores[replica % len(self.stores)]
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -104,13 +136,10 @@ class ApprovalMachine(RuleBasedStateMachine):
     def tick(self, seconds: int) -> None:
         self.clock.now += seconds
 
-    @rule(target=requests, b=st.integers(0, len(BINDINGS) - 1), self_approval=st.booleans(),
-          replica=st.integers(0, 1))
-    def open(self, b: int, self_approval: bool, replica: int) -> str:
+    @rule(target=requests, b=st.integers(0, len(BINDINGS) - 1), replica=st.integers(0, 1))
+    def open(self, b: int, replica: int) -> str:
         binding, now = BINDINGS[b], self.clock.now
-        answer: Changed | Busy = self.run(self.stores[replica % len(self.stores)].open(
-            binding, self_approval, SELF_WAIT if self_approval else WAIT, LIFETIME))
-        assert not isinstance(answer, Busy)
+        answer: Changed = self.run(self.store(replica).open(binding, WAIT, LIFETIME))
         made: list[str] = []
         found = self.ref.latest.get(binding)
         if found is not None:
@@ -119,20 +148,58 @@ class ApprovalMachine(RuleBasedStateMachine):
                 assert answer.request.id == found and list(answer.made) == made
                 return found
         assert answer.request.id not in self.ref.requests and list(answer.made) == [*made, "requested"]
-        self.ref.requests[answer.request.id] = Ref(binding, self_approval, "requested",
-                                                   now + (SELF_WAIT if self_approval else WAIT))
+        dropped = self.ref.make(answer.request.id, Ref(binding, False, "requested", now + WAIT, now), now)
+        assert [(n, s.value) for n, s in answer.dropped] == dropped
         self.ref.latest[binding] = answer.request.id
-        assert answer.request.binding == binding and answer.request.self_approval == self_approval
+        assert answer.request.binding == binding and not answer.request.self_approval
         return answer.request.id
+
+    @rule(target=requests, q=st.integers(0, 5), b=st.integers(0, len(BINDINGS) - 1),
+          replica=st.integers(0, 1))
+    def ask(self, q: int, b: int, replica: int) -> str:
+        """A `self` question under an ID of its own: the same ID is that question as it stands;
+        another binding's is refused; an unknown or dropped ID makes it anew."""
+        rid, binding, now = f"question.{q}", BINDINGS[b], self.clock.now
+        answer = self.run(self.store(replica).ask(rid, binding, SELF_WAIT, LIFETIME))
+        known = rid in self.ref.requests and rid not in self.ref.dropped
+        if known and self.ref.requests[rid].binding != binding:
+            assert answer == "unbound"
+            return rid
+        assert isinstance(answer, Changed) and answer.request.id == rid
+        if known:
+            assert list(answer.made) == self.ref.age(rid, now)
+            return rid
+        self.ref.dropped.discard(rid)
+        self.checked.discard(rid)
+        self.ref.requests.pop(rid, None)  # made anew
+        dropped = self.ref.make(rid, Ref(binding, True, "requested", now + SELF_WAIT, now), now)
+        assert list(answer.made) == ["requested"]
+        assert [(n, s.value) for n, s in answer.dropped] == dropped
+        return rid
+
+    @rule(caller=st.integers(0, 1), count=st.integers(14, 18))
+    def flood(self, caller: int, count: int) -> None:
+        """One caller makes many requests: their oldest are dropped, nobody else's."""
+        for _ in range(count):
+            self.clock.now += 1
+            self.flooded += 1
+            binding = Binding("deploy", "deploy_service", f'{{"n":{self.flooded}}}', PEOPLE[caller],
+                              "r1")
+            now = self.clock.now
+            answer: Changed = self.run(self.store(0).open(binding, WAIT, LIFETIME))
+            assert answer.request.id not in self.ref.requests and list(answer.made) == ["requested"]
+            dropped = self.ref.make(answer.request.id,
+                                    Ref(binding, False, "requested", now + WAIT, now), now)
+            assert [(n, s.value) for n, s in answer.dropped] == dropped
+            self.ref.latest[binding] = answer.request.id
 
     @rule(rid=requests, approve=st.booleans(), who=st.integers(0, len(PEOPLE)), replica=st.integers(0, 1))
     def decide(self, rid: str, approve: bool, who: int, replica: int) -> None:
         approver = PEOPLE[who] if who < len(PEOPLE) else None
-        answer = self.run(self.stores[replica % len(self.stores)].decide(
-            rid, "approve" if approve else "refuse", approver))
+        answer = self.run(self.store(replica).decide(rid, "approve" if approve else "refuse", approver))
         ref, now = self.ref.requests[rid], self.clock.now
         state = self.ref.peek(rid, now)
-        if state == "expired":
+        if rid in self.ref.dropped or state == "expired":
             assert answer == "unknown"
         elif state != "requested":
             assert answer == "decided"
@@ -148,7 +215,7 @@ class ApprovalMachine(RuleBasedStateMachine):
     def use(self, rid: str, b: int, same: bool, replica: int) -> None:
         ref = self.ref.requests[rid]
         binding = ref.binding if same else BINDINGS[b]
-        answer = self.run(self.stores[replica % len(self.stores)].use(rid, binding))
+        answer = self.run(self.store(replica).use(rid, binding))
         self.check_use(rid, binding, [answer])
 
     @rule(rid=requests)
@@ -157,15 +224,16 @@ class ApprovalMachine(RuleBasedStateMachine):
         binding = self.ref.requests[rid].binding
 
         async def both() -> list[Any]:
-            return list(await asyncio.gather(*(self.stores[i % len(self.stores)].use(rid, binding)
-                                               for i in (0, 1))))
+            return list(await asyncio.gather(*(self.store(i).use(rid, binding) for i in (0, 1))))
         self.check_use(rid, binding, self.run(both()))
 
     def check_use(self, rid: str, binding: Binding, answers: list[Any]) -> None:
         ref, now = self.ref.requests[rid], self.clock.now
         state = self.ref.peek(rid, now)
         wins = [a for a in answers if isinstance(a, Changed)]
-        if ref.binding != binding:
+        if rid in self.ref.dropped:
+            assert answers == ["unknown"] * len(answers)
+        elif ref.binding != binding:
             assert answers == ["unbound"] * len(answers)
         elif state != "approved":
             assert answers == ["not_approved"] * len(answers)
@@ -178,6 +246,9 @@ class ApprovalMachine(RuleBasedStateMachine):
     @rule(rid=requests)
     def release(self, rid: str) -> None:
         answer = self.run(self.stores[0].release(rid))
+        if rid in self.ref.dropped:
+            assert answer == "unknown"
+            return
         ref = self.ref.requests[rid]
         assert isinstance(answer, Changed) and answer.made == ()
         if ref.state == "used" and self.clock.now < ref.ends:
@@ -187,6 +258,9 @@ class ApprovalMachine(RuleBasedStateMachine):
     @rule(rid=requests)
     def expire(self, rid: str) -> None:
         answer = self.run(self.stores[-1].expire(rid))
+        if rid in self.ref.dropped:
+            assert answer == "unknown"
+            return
         made = self.ref.age(rid, self.clock.now)
         ref = self.ref.requests[rid]
         if ref.state == "requested":
@@ -195,20 +269,37 @@ class ApprovalMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_request_reads_as_the_reference_says(self) -> None:
-        if not self.ref.requests:
-            return
+        """Each kept request as the reference has it, and each dropped one gone (read once, when
+        it was just dropped: nothing brings a request back)."""
         now = self.clock.now
         for rid in self.ref.requests:
+            if rid in self.ref.dropped and rid in self.checked:
+                continue
             got = self.run(self.stores[-1].get(rid))
-            assert got is not None and got.state.value == self.ref.peek(rid, now), rid
+            if rid in self.ref.dropped:
+                assert got is None, rid
+                self.checked.add(rid)
+            else:
+                assert got is not None and got.state.value == self.ref.peek(rid, now), rid
 
     @invariant()
-    def the_waiting_list_is_the_references(self) -> None:
+    def the_waiting_lists_are_the_references(self) -> None:
         now = self.clock.now
-        expected = sorted((r.ends, rid) for rid, r in self.ref.requests.items()
-                          if self.ref.peek(rid, now) == "requested" and not r.self_approval)
-        got = self.run(self.stores[0].waiting())
-        assert sorted((int(r.expires_at), r.id) for r in got) == expected
+        waiting = {rid: r for rid, r in self.ref.requests.items() if rid not in self.ref.dropped
+                   and self.ref.peek(rid, now) == "requested" and not r.self_approval}
+        got = self.run(self.stores[0].waiting(1000))
+        assert sorted((int(r.expires_at), r.id) for r in got) == sorted(
+            (r.ends, rid) for rid, r in waiting.items())
+        pages: list[Any] = []  # in batches, each after the last: the same list
+        while batch := self.run(self.stores[-1].waiting(3, (pages[-1].expires_at, pages[-1].id)
+                                                        if pages else None)):
+            pages += batch
+        assert [r.id for r in pages] == [r.id for r in got]
+        for person in PEOPLE:
+            mine = self.run(self.stores[-1].pending_of(person))
+            assert sorted(r.id for r in mine) == sorted(
+                rid for rid, r in waiting.items() if r.binding.caller == person)
+            assert len(mine) <= MAX_PENDING_PER_CALLER
 
 
 def memory_stores(clock: Clock, loop: asyncio.AbstractEventLoop) -> Any:

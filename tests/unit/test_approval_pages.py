@@ -1,7 +1,10 @@
 """The approver pages' rules (SPEC §15) over a real Guard and memory store, with an authenticator and
 a sign-in double (the real sign-in runs in Chromium in tests/integration/test_approval_pages.py):
 the script API's status table, who sees which request, CSRF and origin on the page's form, the
-page's content escaped and bounded, and its headers.
+whole call on the page (every argument, folded never cut, hidden characters escaped; no Approve
+when it cannot be shown whole), the listing (every request, each one's arguments in short, the
+person's own beside those they decide), nothing stored for a visitor who has not started a
+sign-in, and the headers.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from mcp_preconditions import Guard, Identity, Principal, parse_policy
 from mcp_preconditions.approvals import MemoryApprovalStore, State, bind
 from mcp_preconditions.approvals.binding import Binding
 from mcp_preconditions.approvals.page_session import APPROVER_COOKIE
-from mcp_preconditions.approvals.page_views import SHOWN_CHARACTERS
+from mcp_preconditions.approvals.page_views import FOLDED_CHARACTERS, ToolFacts
 from mcp_preconditions.approvals.pages import ApprovalPages, approving_of
 from mcp_preconditions.credentials import Caller
 from mcp_preconditions.principal import Credentials
@@ -59,11 +62,16 @@ class Tokens:
 
 
 class SignInDouble:
-    """Where `begin` sends a browser, and who `finish_with_claims` signs in."""
+    """Where `begin` sends a browser (each begun sign-in is a flow the real one stores), and who
+    `finish_with_claims` signs in."""
 
     claims: Mapping[str, Any] = {"iss": ISSUER, "sub": "bob", "role": "treasury", "nonce": "n"}
 
+    def __init__(self) -> None:
+        self.begun: list[str] = []
+
     async def begin(self, return_to: str, redirect_uri: str, binding: str) -> str:
+        self.begun.append(return_to)
         return f"{ISSUER}/authorize?return_to={return_to}&redirect_uri={redirect_uri}"
 
     async def finish_with_claims(self, answer: Mapping[str, str], binding: str | None
@@ -81,17 +89,21 @@ class World:
                                (name, State(result))))
         # (no tool: the pages decide requests, and a reload may drop an approval a tool would need)
         self.guard = Guard(SOURCE, {}, live=live, entry_points=False)
+        self.tools: dict[str, ToolFacts] = {"send_wire": ToolFacts("bank", "Sends a wire transfer.")}
+        self.sign_in = SignInDouble()
         self.pages = ApprovalPages(approving_of(self.guard), Tokens(), BASE,
-                                   SignInDouble() if sign_in else None,  # type: ignore[arg-type]
-                                   b"k" * 32 if sign_in else None, clock=lambda: self.now)
+                                   self.sign_in if sign_in else None,  # type: ignore[arg-type]
+                                   b"k" * 32 if sign_in else None, describe=self.tools.get,
+                                   clock=lambda: self.now)
         self.client = TestClient(self.pages.app(), follow_redirects=False)
 
     def request(self, approval: str = "wire", caller: str = "alice",
-                arguments: dict[str, Any] | None = None) -> str:
-        binding = bind(approval, "send_wire", arguments or {"amount": 5}, PEOPLE[caller],
+                arguments: dict[str, Any] | None = None, tool: str = "send_wire") -> str:
+        binding = bind(approval, tool, arguments or {"amount": 5}, PEOPLE[caller],
                        self.guard.revision)
         assert isinstance(binding, Binding)
-        opened = asyncio.run(self.store.open(binding, approval == "mine", 600, 600))
+        opened = asyncio.run(self.store.ask(f"{approval}-question.0", binding, 600, 600)
+                             if approval == "mine" else self.store.open(binding, 600, 600))
         return opened.request.id  # type: ignore[union-attr]
 
     def post(self, request_id: str, token: str | None, body: object = None,
@@ -203,26 +215,40 @@ def test_a_listing_shows_only_what_this_approver_may_decide(world: World) -> Non
                             headers={"Authorization": "Bearer carol"}).status_code == 403
 
 
-def test_a_page_signs_the_approver_in_first(world: World) -> None:
+def test_a_page_offers_a_sign_in_and_stores_nothing_until_it_is_started(world: World) -> None:
+    """Issue 39.11: each anonymous GET of an approvals page began a sign-in (a 600 s record, in
+    Redis when shared). Now a visitor who is not signed in is shown a sign-in link, and only
+    following it begins one."""
     request_id = world.request()
-    answer = world.client.get(f"/approvals/{request_id}")
-    assert answer.status_code == 303
-    assert answer.headers["location"] == (f"{ISSUER}/authorize?return_to=/approvals/{request_id}"
-                                          f"&redirect_uri={BASE}/approvals/callback")
-    assert "mcp_preconditions_flow" in answer.cookies
+    for path in (f"/approvals/{request_id}", "/approvals", "/approvals/no-such-request"):
+        answer = world.client.get(path)
+        assert answer.status_code == 200 and "set-cookie" not in answer.headers
+        assert "send_wire" not in answer.text and "alice" not in answer.text  # nothing shown
+        assert f'href="/approvals/sign-in?next={path}"' in answer.text
+    assert world.sign_in.begun == []  # nothing stored for a visitor
+    start = world.client.get(f"/approvals/sign-in?next=/approvals/{request_id}")
+    assert start.status_code == 303 and world.sign_in.begun == [f"/approvals/{request_id}"]
+    assert start.headers["location"] == (f"{ISSUER}/authorize?return_to=/approvals/{request_id}"
+                                         f"&redirect_uri={BASE}/approvals/callback")
+    assert "mcp_preconditions_flow" in start.cookies
+    for elsewhere in ("https://evil.example/", "//evil.example", "/connections", "/approvals/a/b"):
+        refused = world.client.get("/approvals/sign-in", params={"next": elsewhere})
+        assert refused.status_code == 400 and "returns only to an approvals page" in refused.text
     back = world.client.get("/approvals/callback?code=c&state=s")
     assert (back.status_code, back.headers["location"]) == (303, "/approvals")
     world.client.cookies.set(APPROVER_COOKIE, back.cookies[APPROVER_COOKIE])
     assert world.client.get(f"/approvals/{request_id}").status_code == 200
+    assert world.client.get("/approvals/sign-in?next=/approvals").headers["location"] == "/approvals"
+    assert len(world.sign_in.begun) == 1  # signed in: no second flow
 
 
 def test_a_forged_or_expired_cookie_is_nobody(world: World) -> None:
     request_id = world.request()
     world.client.cookies.set(APPROVER_COOKIE, "Zm9yZ2Vk")
-    assert world.client.get(f"/approvals/{request_id}").status_code == 303
+    assert 'id="sign-in"' in world.client.get(f"/approvals/{request_id}").text
     world.signed_in(sub="bob", role="treasury")
     world.now += 901
-    assert world.client.get(f"/approvals/{request_id}").status_code == 303
+    assert 'id="sign-in"' in world.client.get(f"/approvals/{request_id}").text
 
 
 def page_form(world: World, request_id: str) -> str:
@@ -231,21 +257,51 @@ def page_form(world: World, request_id: str) -> str:
     return shown.text.split('name="csrf" value="')[1].split('"')[0]
 
 
-def test_the_page_shows_the_call_escaped_and_its_buttons(world: World) -> None:
-    request_id = world.request(arguments={"a_note": "<script>alert(1)</script>",
-                                          "blob": "x" * (2 * SHOWN_CHARACTERS)})
+def test_the_page_shows_the_whole_call_escaped_and_its_buttons(world: World) -> None:
+    """SPEC §15 (issue 39.15, 40.4): every key and value, a long one folded but whole (it was cut
+    at 4,000 characters, hiding what followed, and Approve was offered), hidden characters
+    escaped, the server and the tool's description, who asked, who is signed in."""
+    padding = "x" * (2 * FOLDED_CHARACTERS)
+    request_id = world.request(arguments={
+        "a_note": "<script>alert(1)</script>", "blob": padding + " z_scope: ALL-CUSTOMERS",
+        "memo": "pay \u202eSU 0001\u202c to acme", "n\u200bame": 1, "padding": "p" * 5000,
+        "z_scope": "ALL-CUSTOMERS"})
     world.signed_in(sub="bob", role="treasury")
     shown = world.client.get(f"/approvals/{request_id}")
     assert shown.status_code == 200
     text = shown.text
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert "alice (https://idp.example)" in text and "send_wire" in text and ">wire<" in text
-    assert "1970-01-01 00:26:40 UTC" in text  # expiry: created at 1000 s, 600 s to decide
-    assert "… (cut:" in text and "x" * (2 * SHOWN_CHARACTERS) not in text
+    assert padding + " z_scope: ALL-CUSTOMERS" in text  # whole, folded
+    assert "p" * 5000 in text and "(cut:" not in text
+    assert '<th>&quot;z_scope&quot;</th><td><pre>&quot;ALL-CUSTOMERS&quot;</pre></td>' in text
+    assert "\u202e" not in text and "\u202c" not in text and "\u200b" not in text  # never raw
+    assert '<span class="esc">\\u202e</span>SU 0001<span class="esc">\\u202c</span>' in text
+    assert '&quot;n<span class="esc">\\u200b</span>ame&quot;' in text
+    assert text.count("<details") == 2  # the two long values, folded
+    for shown_part in ('<dd id="server">bank</dd>', "Sends a wire transfer.",
+                       '<dd id="caller">alice (https://idp.example)</dd>',
+                       '<dd id="signed-in">bob (https://idp.example)</dd>',
+                       "1970-01-01 00:26:40 UTC"):  # expiry: created at 1000 s, 600 s to decide
+        assert shown_part in text
     assert 'value="approve"' in text and 'value="refuse"' in text
     assert shown.headers["content-security-policy"].startswith("default-src 'none'; style-src 'sha256-")
     assert "frame-ancestors 'none'" in shown.headers["content-security-policy"]
     assert shown.headers["referrer-policy"] == "same-origin"  # (no-referrer: a form posts Origin null)
+
+
+def test_a_page_that_cannot_show_the_whole_call_offers_no_approve(world: World) -> None:
+    """A tool no server lists now (its server and description unknown): Refuse only, and an
+    Approve posted anyway is refused; a script, which reads the whole call, still decides."""
+    request_id = world.request(tool="gone_tool")
+    world.signed_in(sub="bob", role="treasury")
+    shown = world.client.get(f"/approvals/{request_id}")
+    assert shown.status_code == 200 and 'value="approve"' not in shown.text
+    assert 'value="refuse"' in shown.text and "cannot show the whole call" in shown.text
+    token = shown.text.split('name="csrf" value="')[1].split('"')[0]
+    posted = world.client.post(f"/approvals/{request_id}", data={"csrf": token, "decision": "approve"})
+    assert posted.status_code == 409 and "cannot be approved here" in posted.text
+    assert world.state(request_id) is State.REQUESTED
+    assert world.post(request_id, "bob").status_code == 200
 
 
 def test_the_form_needs_its_csrf_token_and_origin(world: World) -> None:
@@ -269,14 +325,45 @@ def test_the_form_needs_its_csrf_token_and_origin(world: World) -> None:
     assert world.client.post(url, data={"csrf": token, "decision": "refuse"}).status_code == 403
 
 
-def test_a_signed_in_caller_cannot_approve_their_own_call(world: World) -> None:
+def test_a_signed_in_caller_sees_their_own_request_and_cannot_approve_it(world: World) -> None:
     request_id = world.request()
-    world.signed_in(sub="alice", role="treasury")
+    cookie = world.signed_in(sub="alice", role="treasury")
     answer = world.client.get(f"/approvals/{request_id}")
-    assert answer.status_code == 403 and "nobody approves their own call" in answer.text
+    assert answer.status_code == 200 and "This is your own request" in answer.text
+    assert 'value="approve"' not in answer.text and 'value="refuse"' not in answer.text
+    assert world.pages.sessions is not None
+    token = world.pages.sessions.csrf(cookie, request_id)
+    posted = world.client.post(f"/approvals/{request_id}", data={"csrf": token, "decision": "approve"})
+    assert posted.status_code == 403 and "nobody approves their own call" in posted.text
     listing = world.client.get("/approvals")
-    assert listing.status_code == 200 and request_id not in listing.text
-    assert "No request is waiting for you." in listing.text
+    assert listing.status_code == 200 and "No request is waiting for you." in listing.text
+    mine = listing.text.split('<ul id="mine">')[1]
+    assert f'href="/approvals/{request_id}"' in mine  # beside: her own, waiting
+    scripted = world.client.get("/approvals", headers={"Authorization": "Bearer alice"}).json()
+    assert scripted["requests"] == [] and [r["id"] for r in scripted["mine"]] == [request_id]
+
+
+def test_the_listing_shows_every_request_each_with_its_arguments_in_short(world: World) -> None:
+    """Every request an approver may decide (it stopped at 100), each one's arguments in short
+    with a fingerprint: two requests that differ only in their arguments look different."""
+    people = [f"p{i}" for i in range(12)]
+    for name in people:
+        PEOPLE[name] = person(name)
+    try:
+        ids = [world.request(caller=name, arguments={"amount": 5, "to": "x" * 200 + str(i)})
+               for name in people for i in range(15)]
+    finally:
+        for name in people:
+            del PEOPLE[name]
+    world.signed_in(sub="bob", role="treasury")
+    listing = world.client.get("/approvals").text
+    items = listing.split('<ul id="requests">')[1].split("</ul>")[0].split("<li>")[1:]
+    assert len(items) == len(ids) == 180 and all(f'href="/approvals/{i}"' in listing for i in ids)
+    assert '<code class="args">{&quot;amount&quot;:5,&quot;to&quot;:&quot;xxx' in items[0]
+    fingerprints = {item.split("</code> #")[1][:8] for item in items}
+    assert len(fingerprints) == 15  # each caller's 15 calls differ only past the short form
+    scripted = world.client.get("/approvals", headers={"Authorization": "Bearer bob"}).json()
+    assert len(scripted["requests"]) == 180
 
 
 def test_the_listing_page_links_each_request(world: World) -> None:
@@ -284,6 +371,7 @@ def test_the_listing_page_links_each_request(world: World) -> None:
     world.signed_in(sub="bob", role="treasury")
     listing = world.client.get("/approvals")
     assert f'href="/approvals/{request_id}"' in listing.text
+    assert '<p id="signed-in">Signed in as bob (https://idp.example)</p>' in listing.text
 
 
 def test_without_sign_in_the_page_says_so_and_scripts_still_work() -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from mcp_preconditions import Identity, Principal
 from mcp_preconditions.approvals import (
-    MAX_WAITING_PER_CALLER,
+    MAX_ENDED_PER_CALLER,
+    MAX_PENDING_PER_CALLER,
     ApprovalCall,
     ApprovalPlan,
     ApprovalRuling,
@@ -175,14 +176,37 @@ async def test_unbindable_arguments_are_refused(store: MemoryApprovalStore) -> N
                             "none", None)
 
 
-async def test_a_greedy_caller_is_bounded_and_others_still_ask(store: MemoryApprovalStore) -> None:
+async def test_a_greedy_caller_drops_their_own_oldest_and_others_still_ask(
+        store: MemoryApprovalStore, clock: Clock) -> None:
+    """SPEC §14: at most 16 requests waiting per caller, the oldest dropped (counted expired); one
+    caller never fills the store for anyone else (issue 39.10)."""
     plan = plan_of(store)
-    for i in range(MAX_WAITING_PER_CALLER):
-        assert (await plan.decide(call(arguments={"i": i}))).events == (("deploy", State.REQUESTED),)
-    busy = await plan.decide(call(arguments={"i": "one more"}))
-    assert only(busy) == (Status.UNSATISFIED, "approval 'deploy': this caller has 20 requests waiting "
-                          "for a decision already", "none", None)
+    first = []
+    for i in range(MAX_PENDING_PER_CALLER):
+        clock.now += 1
+        ruling = await plan.decide(call(arguments={"i": i}))
+        assert ruling.events == (("deploy", State.REQUESTED),)
+        first.append(ruling.steps[0].request)
+    clock.now += 1
+    more = await plan.decide(call(arguments={"i": "one more"}))
+    assert not more.allowed and more.steps[0].remedy == "approver"
+    assert more.events == (("deploy", State.REQUESTED), ("deploy", State.EXPIRED))
+    assert first[0] is not None and await store.get(first[0].id) is None  # the oldest: dropped
+    assert len(await store.waiting()) == MAX_PENDING_PER_CALLER
     assert (await plan.decide(call(identity=BOB))).events == (("deploy", State.REQUESTED),)
+    assert len(await store.waiting()) == MAX_PENDING_PER_CALLER + 1
+
+
+async def test_ten_thousand_declines_keep_a_bounded_few(store: MemoryApprovalStore) -> None:
+    """One caller declining a `self` question 10,000 times used to fill the memory store (10,000
+    requests kept for an hour) for everyone: now each caller keeps at most 16 ended ones."""
+    plan = plan_of(store, approvers=None)
+    for _ in range(10_000):
+        step = (await plan.decide(call(can_ask=True))).steps[0]
+        assert step.request is not None
+        await plan.answer(step.request.id, call(), "decline")
+    assert len(store._requests) <= MAX_PENDING_PER_CALLER + MAX_ENDED_PER_CALLER
+    assert (await plan_of(store).decide(call(identity=BOB))).events == (("deploy", State.REQUESTED),)
 
 
 async def test_a_failing_store_is_an_error(store: MemoryApprovalStore) -> None:
@@ -260,13 +284,14 @@ async def test_a_self_question_is_asked_and_answered_once(
         "message": "Approve one call of tool 'deploy_service' (approval 'deploy') with these "
                    'arguments?\n{\n  "env": "prod"\n}'}
     made = await plan.answer(step.request.id, call(), answer)
-    assert made == (("deploy", State.APPROVED if answer == "accept" else result),)
-    decided = await plan.decide(call(can_ask=True, answered=step.request.id))
+    assert made == ((("deploy", State.APPROVED if answer == "accept" else result),), answer == "accept")
+    decided = await plan.decide(call(can_ask=True, answered=step.request.id,
+                                     accepted=answer == "accept"))
     assert decided.allowed == (answer == "accept")
     assert only(decided)[1] == f"approval 'deploy': {reason} (request {step.request.id})" or \
         only(decided)[1] == f"approval 'deploy' {reason} (request {step.request.id})"
     assert only(decided)[3] is result
-    assert await plan.answer(step.request.id, call(), "accept") == ()  # answered once
+    assert await plan.answer(step.request.id, call(), "accept") == ((), False)  # answered once
 
 
 @pytest.mark.parametrize("other", [call(identity=BOB), call(arguments={"env": "staging"}),
@@ -275,10 +300,10 @@ async def test_only_the_call_asked_about_answers(store: MemoryApprovalStore, oth
     plan = plan_of(store, approvers=None)
     request = (await plan.decide(call(can_ask=True))).steps[0].request
     assert request is not None
-    assert await plan.answer(request.id, other, "accept") == ()
+    assert await plan.answer(request.id, other, "accept") == ((), False)
     got = await store.get(request.id)
     assert got is not None and got.state is State.REQUESTED
-    assert not (await plan.decide(other._replace(answered=request.id))).allowed
+    assert not (await plan.decide(other._replace(answered=request.id, accepted=True))).allowed
 
 
 async def test_a_self_decline_does_not_stop_the_next_question(store: MemoryApprovalStore) -> None:
@@ -289,3 +314,74 @@ async def test_a_self_decline_does_not_stop_the_next_question(store: MemoryAppro
     again = await plan.decide(call(can_ask=True))  # a new call (no answer with it) is asked again
     assert again.steps[0].remedy == "ask" and again.steps[0].request is not None
     assert again.steps[0].request.id != request.id
+
+
+async def test_an_accept_approves_only_the_call_that_asked(store: MemoryApprovalStore) -> None:
+    """Issue 39.1: two identical calls in flight; the first's question is accepted, the second's
+    declined. Before, both were asked about one request (any identical call could use what one
+    earned), and both ran. Now each call has its own question; only the accepted one runs."""
+    plan = plan_of(store, approvers=None)
+    one, two = [(await plan.decide(call(can_ask=True))).steps[0] for _ in range(2)]
+    assert one.request is not None and two.request is not None
+    assert one.request.id != two.request.id  # a question of its own
+    assert (await plan.answer(one.request.id, call(), "accept"))[1] is True
+    assert (await plan.answer(two.request.id, call(), "decline"))[1] is False
+    runs = [await plan.decide(call(can_ask=True, answered=rid, accepted=taken))
+            for rid, taken in ((two.request.id, False), (one.request.id, True))]
+    assert [r.allowed for r in runs] == [False, True]
+    assert only(runs[0])[1:] == (f"approval 'deploy': the caller declined (request "
+                                 f"{two.request.id})", "none", State.REFUSED)
+    # the accepted question serves nobody else: not a continuation, not a retry whose answer lost
+    for other in (call(can_ask=True, answered=one.request.id),
+                  call(can_ask=True, answered=one.request.id, accepted=False),
+                  call(can_ask=True, answered=one.request.id, accepted=True)):
+        assert not (await plan.decide(other)).allowed
+
+
+async def test_a_retry_continues_its_own_question_and_only_the_kept_accept_runs(
+        store: MemoryApprovalStore) -> None:
+    """2026-07-28: each retry of a round continues its question until it is answered; of several
+    retries answering it, the first answer is the question's, and only the retry whose accept was
+    kept runs; a later retry of an answered round is a new call, asked again."""
+    plan = plan_of(store, approvers=None)
+    asked = (await plan.decide(call(can_ask=True))).steps[0]
+    assert asked.request is not None
+    rid = asked.request.id
+    retries = [await plan.decide(call(can_ask=True, answered=rid)) for _ in range(3)]
+    assert {r.steps[0].question.request_id for r in retries if r.steps[0].question} == {rid}
+    assert all(r.events == () for r in retries)  # continuing: nothing new
+    kept = [(await plan.answer(rid, call(), "accept"))[1] for _ in range(3)]
+    assert kept == [True, False, False]
+    ruled = [await plan.decide(call(can_ask=True, answered=rid, accepted=k)) for k in kept]
+    assert [r.allowed for r in ruled] == [True, False, False]
+    replay = await plan.decide(call(can_ask=True, answered=rid))  # the round replayed: a new call
+    assert replay.steps[0].remedy == "ask" and replay.steps[0].request is not None
+    assert replay.steps[0].request.id != rid
+
+
+async def test_a_declined_question_never_runs_whatever_comes_after(store: MemoryApprovalStore) -> None:
+    plan = plan_of(store, approvers=None)
+    asked = (await plan.decide(call(can_ask=True))).steps[0]
+    assert asked.request is not None
+    rid = asked.request.id
+    assert await plan.answer(rid, call(), "decline") == ((("deploy", State.REFUSED),), False)
+    assert await plan.answer(rid, call(), "accept") == ((), False)
+    for accepted in (None, False, True):
+        assert not (await plan.decide(call(can_ask=True, answered=rid, accepted=accepted))).allowed
+    got = await store.get(rid)
+    assert got is not None and got.state is State.REFUSED
+
+
+async def test_two_self_approvals_are_asked_in_turn_on_one_call(store: MemoryApprovalStore) -> None:
+    plan = plan_of(store, approvers=None, names=("a", "b"))
+    first = await plan.decide(call(can_ask=True))
+    assert [s.remedy for s in first.steps] == ["ask", "ask"]
+    a, b = (s.request for s in first.steps)
+    assert a is not None and b is not None and a.id.rsplit(".", 1)[0] == b.id.rsplit(".", 1)[0]
+    assert (await plan.answer(a.id, call(), "accept"))[1]
+    second = await plan.decide(call(can_ask=True, answered=a.id, accepted=True))
+    assert not second.allowed and [s.remedy for s in second.steps] == [None, "ask"]
+    assert second.steps[1].question is not None and second.steps[1].question.request_id == b.id
+    assert (await plan.answer(b.id, call(), "accept"))[1]
+    third = await plan.decide(call(can_ask=True, answered=b.id, accepted=True))
+    assert third.allowed and third.events == (("a", State.USED), ("b", State.USED))

@@ -1,11 +1,10 @@
-"""The `self` question (SPEC §15): what the caller is shown (tool and arguments, shortened past a
-bound while the approval still covers every argument), a valid form-mode `elicitation/create`, and
-the answer read strictly: anything but an exact accept, decline or cancel is no answer (denied).
+"""The `self` question (SPEC §15): what the caller is shown (the tool and every argument, whole,
+hidden characters escaped), a valid form-mode `elicitation/create`, and the answer read strictly:
+anything but an exact accept, decline or cancel is no answer (denied).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import mcp_types
@@ -14,7 +13,6 @@ import pytest
 from mcp_preconditions.approvals import Question, answer_of, canonical_json
 from mcp_preconditions.approvals.question import (
     INPUT_KEY,
-    MESSAGE_CHARS,
     STATE_PREFIX,
     answering,
     input_answer,
@@ -29,12 +27,16 @@ def test_the_question_is_a_valid_form_elicitation() -> None:
         '{\n  "env": "prod",\n  "n": 2\n}')
 
 
-def test_large_arguments_are_shortened_in_the_message_only() -> None:
-    arguments = canonical_json({"blob": "x" * (2 * MESSAGE_CHARS)})
-    message = Question("rid", "d", "t", arguments, 1).message()
-    assert message.endswith("\n… (shortened: the approval covers every argument)")
-    assert len(message) < MESSAGE_CHARS + 200
-    assert json.loads(arguments)["blob"] == "x" * (2 * MESSAGE_CHARS)
+def test_every_argument_is_shown_whole_and_hidden_characters_escaped() -> None:
+    """The message used to stop at 4,000 characters: a padded value hid what followed (the same
+    attack as on the approval page, issue 39.15), and a bidirectional override was sent raw."""
+    arguments = canonical_json({"blob": "x" * 8000 + " z_scope: ALL-CUSTOMERS",
+                                "to": "ACME \u202eHbmG\u202c", "z_scope": "ALL-CUSTOMERS"})
+    message = Question("rid", "d", "t\u200b", arguments, 1).message()
+    assert "x" * 8000 + " z_scope: ALL-CUSTOMERS" in message and message.endswith(
+        '"z_scope": "ALL-CUSTOMERS"\n}')
+    assert '"to": "ACME \\u202eHbmG\\u202c"' in message and "\u202e" not in message
+    assert message.startswith("Approve one call of tool 't\\u200b' (approval 'd')")
 
 
 @pytest.mark.parametrize(("result", "answer"), [

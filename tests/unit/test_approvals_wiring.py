@@ -167,9 +167,10 @@ async def test_a_self_approval_is_asked_then_runs_once_on_accept() -> None:
     held = sidecar.held["approval:confirm"]
     assert not asked.allowed and held.question is not None
     assert held.question.tool == "wipe" and held.question.arguments == '{"path":"/"}'
-    await held.answer("accept")
+    assert await held.answer("accept") is True
     rerun = await guard.check("wipe", ALICE, {"path": "/"},
-                              sidecar=Sidecar(can_ask=True, answered=held.question.request_id))
+                              sidecar=Sidecar(can_ask=True, answered=held.question.request_id,
+                                              accepted=True))
     assert rerun.allowed
     assert counted.seen == [("confirm", "requested"), ("confirm", "approved"), ("confirm", "used")]
 
@@ -180,8 +181,8 @@ async def test_a_declined_question_denies_unavailable() -> None:
     await guard.check("wipe", ALICE, {}, sidecar=sidecar)
     held = sidecar.held["approval:confirm"]
     assert held.question is not None
-    await held.answer("decline")
-    again = Sidecar(can_ask=True, answered=held.question.request_id)
+    assert await held.answer("decline") is False
+    again = Sidecar(can_ask=True, answered=held.question.request_id, accepted=False)
     decision = await guard.check("wipe", ALICE, {}, sidecar=again)
     assert not decision.allowed and decision.notes is not None
     assert decision.notes["approval"]["result"] == "refused"

@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from mcp_preconditions.approvals import Party
 from mcp_preconditions.auth import Introspector
+from mcp_preconditions.credentials.caller import Caller, caller_of
 from mcp_preconditions.errors import AuthBackendError, TokenError
 from mcp_preconditions.policy.model import Introspection
+from mcp_preconditions.principal import Identity, Principal
 
 NOW = 1_800_000_000.0
 ENDPOINT = "https://issuer.test/token/introspection"
@@ -66,6 +69,19 @@ def test_without_audience_or_issuer_settings_those_claims_are_not_required() -> 
     doc = active(aud=None, iss=None)
     assert introspector(audiences=(), issuer=None).principal_from(doc).claims["client_id"] == \
         "mission-control"
+
+
+def test_an_answer_without_iss_is_the_configured_issuers_one_caller_whatever_the_token() -> None:
+    """SPEC §14: one person is one caller, (issuer, subject). An opaque token whose introspection
+    answer has no `iss` used to be ("", sub) while the same person's JWT was (issuer, sub): two
+    callers, so she could approve her own approval request (issue 39.2)."""
+    opaque = introspector().principal_from(active(iss=None, sub="alice"))
+    assert opaque.claims["iss"] == "https://issuer.test"
+    jwt = Principal.from_claims({"iss": "https://issuer.test", "sub": "alice"}, kind="jwt")
+    assert Party.of(Identity(opaque)) == Party.of(Identity(jwt)) == Party("https://issuer.test", "alice")
+    assert caller_of(opaque) == caller_of(jwt) == Caller("https://issuer.test", "alice")
+    # without a configured issuer there is nothing to take: the answer stays as it came
+    assert "iss" not in introspector(issuer=None).principal_from(active(iss=None)).claims
 
 
 def test_a_response_that_is_not_an_object_is_a_backend_error() -> None:

@@ -3,6 +3,7 @@
 
 binding.py (what an approval is bound to, RFC 8785), lifecycle.py (requested → approved | refused |
 expired; approved → used), store.py and store_redis.py (atomic, one process or every replica),
+bounds.py (how many requests one caller keeps),
 approvers.py (who may approve), question.py (the `self` question), plan.py (one call's approvals),
 resolver.py (the namespace), stage.py (the late stage), record.py (records and metrics), and the
 approver pages (pages.py, page_views.py, page_session.py; starlette, imported on their own by a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approver
 from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind, canonical_json
+from .bounds import MAX_ENDED_PER_CALLER, MAX_PENDING_PER_CALLER
 from .lifecycle import ApprovalRequest, Refusal, State
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep, CompiledApproval, Remedy
 from .question import Answer, Question, answer_of, asks_forms
@@ -21,6 +23,7 @@ from .resolver import (
     ASKS_THE_CALLER,
     NAMESPACE,
     NEEDS_AN_APPROVER,
+    PAGES_PATH,
     ApprovalResolver,
     approval_resolver,
     decided_by,
@@ -28,13 +31,14 @@ from .resolver import (
     refuse_without_pages,
 )
 from .stage import HeldApproval
-from .store import MAX_WAITING_PER_CALLER, ApprovalStore, Busy, Changed, MemoryApprovalStore
+from .store import ApprovalStore, Changed, MemoryApprovalStore
 
 __all__ = [
-    "ASKS_THE_CALLER", "MAX_ARGUMENTS_BYTES", "MAX_WAITING_PER_CALLER", "METRIC", "NAMESPACE",
-    "NEEDS_AN_APPROVER", "RESULTS", "Answer", "ApprovalCall", "ApprovalNote", "ApprovalPlan",
+    "ASKS_THE_CALLER", "MAX_ARGUMENTS_BYTES", "MAX_ENDED_PER_CALLER", "MAX_PENDING_PER_CALLER",
+    "METRIC", "NAMESPACE", "NEEDS_AN_APPROVER", "PAGES_PATH", "RESULTS", "Answer", "ApprovalCall",
+    "ApprovalNote", "ApprovalPlan",
     "ApprovalRequest", "ApprovalResolver", "ApprovalRuling", "ApprovalStep", "ApprovalStore",
-    "ApproverRuling", "Binding", "Busy", "Changed", "CompiledApproval", "Evaluate", "Event",
+    "ApproverRuling", "Binding", "Changed", "CompiledApproval", "Evaluate", "Event",
     "HeldApproval", "MemoryApprovalStore", "Party", "Question", "Refusal", "Remedy", "State", "answer_of",
     "approval_resolver", "approver_findings", "asks_forms", "bind", "canonical_json", "decided_by",
     "judge_approver", "needing_pages", "refuse_without_pages",

@@ -1,8 +1,13 @@
 """Deciding a tool's `approval:` requirements for one call, after every other requirement holds
-(SPEC §15). `ApprovalPlan.decide` finds or makes each approval's request for the call's binding and,
-when every one is approved, uses each once (atomically: two replicas racing use it once); `release`
+(SPEC §15). `ApprovalPlan.decide` finds or makes each approval's request for the call and, when
+every one is approved, uses each once (atomically: two replicas racing use it once); `release`
 undoes the uses of a call that was refused afterwards (a quota); `answer` takes a caller's answer
 to a `self` question. Every outcome is `transient`: a client never learns it.
+
+An approver's request answers for its binding (any identical call of the caller may use it once).
+A `self` question belongs to the one call that asked it: its ID is `THREAD.INDEX` (a random thread
+per asking call, the approval's index in the tool's order), so a concurrent identical call gets
+questions of its own, and only the call whose accept was taken uses it (`ApprovalCall.accepted`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from .binding import Binding, Party, bind
 from .lifecycle import ApprovalRequest, State
 from .question import Answer, Question
 from .record import ApprovalNote, Event, events_of
-from .store import ApprovalStore, Busy, Changed
+from .store import ApprovalStore, Changed, new_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +39,11 @@ class CompiledApproval:
 class ApprovalCall(NamedTuple):
     """The call as an approval sees it. `tool` is the name the caller used (the gateway's visible
     name); `can_ask`: the client can be asked in flight (it declared form elicitation, or speaks
-    2026-07-28 input rounds); `answered`: the request ID of a `self` question this very call
-    answered (see `ApprovalPlan.answer`), so its re-decision reads that answer instead of asking
-    again."""
+    2026-07-28 input rounds). `answered`: the `self` question (request ID) this call continues (a
+    2026-07-28 retry whose round asked it) or just answered; `accepted`: None while it was not
+    answered by this call yet, True when this call's accept of it was taken (only then does a
+    `self` approval run the call), False when its answer was anything else, or not taken (another
+    retry of the round answered first)."""
 
     tool: str
     arguments: Mapping[str, Any] | None
@@ -44,6 +51,7 @@ class ApprovalCall(NamedTuple):
     revision: str
     can_ask: bool = False
     answered: str | None = None
+    accepted: bool | None = None
 
 
 # What the caller can do about an unmet approval (the envelope's remediation, SPEC §15):
@@ -101,20 +109,47 @@ class ApprovalPlan:
         self.approvals = approvals
 
     async def decide(self, call: ApprovalCall) -> ApprovalRuling:
-        """Each approval's request for this call; when every one is approved, each is used once
-        (a use that fails, another call having used it first, gives back the ones used before)."""
+        """Each approval's request for this call; when every one is approved (and every `self`
+        one by this very call's accept), each is used once (a use that fails, another call having
+        used it first, gives back the ones used before)."""
         steps: list[ApprovalStep] = []
         events: list[Event] = []
-        for requirement, approval in zip(self.requirements, self.approvals, strict=True):
-            step, made = await _guarded(requirement, approval, self._prepare(requirement, approval, call))
+        thread = await self._thread(call)
+        for i, (requirement, approval) in enumerate(zip(self.requirements, self.approvals,
+                                                        strict=True)):
+            step, made = await _guarded(requirement, approval,
+                                        self._prepare(i, requirement, approval, call, thread))
             steps.append(step)
             events += made
-        if not all(s.note is not None and s.note.result is State.APPROVED for s in steps):
+        asks = any(a.approvers is None for a in self.approvals)
+        if (asks and call.accepted is not True) or not all(
+                s.outcome.ok and s.note is not None and s.note.result is State.APPROVED for s in steps):
             return ApprovalRuling(tuple(steps), tuple(events))
         return await self._use(steps, events)
 
-    async def _prepare(self, requirement: str, approval: CompiledApproval, call: ApprovalCall
-                       ) -> tuple[ApprovalStep, tuple[Event, ...]]:
+    async def _thread(self, call: ApprovalCall) -> str:
+        """The thread of `self` questions this call continues, else a new one. A question it
+        answered is its own; one a retry continues must still wait for its answer: a round whose
+        question was answered already (used, declined, expired, or accepted on another retry) or
+        that is another call's is a new call, asked again."""
+        named = _question(call.answered)
+        if named is None or named[1] >= len(self.approvals):
+            return new_id()
+        approval = self.approvals[named[1]]
+        binding = bind(approval.name, call.tool, call.arguments, call.identity, call.revision)
+        if approval.approvers is not None or isinstance(binding, str):
+            return new_id()
+        try:
+            found = await approval.store.get(str(call.answered))
+        except Exception:  # the store is down: each step says so (`error`)
+            return new_id()
+        if found is None or not found.self_approval or found.binding != binding or (
+                call.accepted is None and found.state is not State.REQUESTED):
+            return new_id()
+        return named[0]
+
+    async def _prepare(self, index: int, requirement: str, approval: CompiledApproval,
+                       call: ApprovalCall, thread: str) -> tuple[ApprovalStep, tuple[Event, ...]]:
         if call.identity.error:
             return ApprovalStep(requirement, Outcome(
                 requirement, Status.ERROR, "the caller could not be identified (authentication "
@@ -122,26 +157,24 @@ class ApprovalPlan:
         binding = bind(approval.name, call.tool, call.arguments, call.identity, call.revision)
         if isinstance(binding, str):
             return _none(requirement, f"approval '{approval.name}' cannot be asked for: {binding}"), ()
-        if approval.approvers is not None and binding.caller is None:
-            return _none(requirement, f"approval '{approval.name}' needs a verified caller: an "
-                                      "approval is bound to the caller's issuer and subject"), ()
-        if approval.approvers is None:
-            if call.answered is not None:
-                answered = await approval.store.get(call.answered)
-                if answered is not None and answered.binding == binding:
-                    return _step(requirement, approval, answered), ()
-            if not call.can_ask:
-                return ApprovalStep(requirement, _outcome(
-                    requirement, Status.UNSATISFIED, f"approval '{approval.name}' asks the caller "
-                    "to confirm, and this client cannot be asked (no elicitation)"),
-                    remedy="undisclosed"), ()
-        wait = approval.timeout_seconds if approval.approvers is None else approval.expires_seconds
-        opened = await approval.store.open(binding, approval.approvers is None, wait,
-                                           approval.expires_seconds)
-        if isinstance(opened, Busy):
-            return _none(requirement, f"approval '{approval.name}': this caller has {opened.waiting} "
-                                      "requests waiting for a decision already"), ()
-        return _step(requirement, approval, opened.request), events_of(approval.name, opened.made)
+        if approval.approvers is not None:
+            if binding.caller is None:
+                return _none(requirement, f"approval '{approval.name}' needs a verified caller: an "
+                                          "approval is bound to the caller's issuer and subject"), ()
+            opened = await approval.store.open(binding, approval.expires_seconds,
+                                               approval.expires_seconds)
+            return _step(requirement, approval, opened.request), _counted(approval, opened)
+        if not call.can_ask:
+            return ApprovalStep(requirement, _outcome(
+                requirement, Status.UNSATISFIED, f"approval '{approval.name}' asks the caller "
+                "to confirm, and this client cannot be asked (no elicitation)"),
+                remedy="undisclosed"), ()
+        asked = await approval.store.ask(f"{thread}.{index}", binding, approval.timeout_seconds,
+                                         approval.expires_seconds)
+        if not isinstance(asked, Changed):
+            return _none(requirement, f"approval '{approval.name}': its question belongs to "
+                                      "another call"), ()
+        return _asked(requirement, approval, asked.request, call), _counted(approval, asked)
 
     async def _use(self, steps: list[ApprovalStep], events: list[Event]) -> ApprovalRuling:
         used: list[int] = []
@@ -186,12 +219,13 @@ class ApprovalPlan:
         return _step(step.requirement, approval, after, released=True)
 
     async def answer(self, request_id: str, call: ApprovalCall, answer: Answer | None
-                     ) -> tuple[Event, ...]:
+                     ) -> tuple[tuple[Event, ...], bool]:
         """The caller's answer to a `self` question: accept approves it, decline or cancel refuses
         it, None (no answer in `timeout_seconds`, or garbage) lets it expire. Only the caller of the
-        very call it asked about answers: another call, caller or revision changes nothing. Then
-        decide the call again with `answered=request_id`: it runs once, or is denied for the answer.
-        A store that is down raises BackendError (the call is denied)."""
+        very call it asked about answers: another call, caller or revision changes nothing. The
+        first answer kept is the question's; the results it made, and whether this answer was an
+        accept that was kept (the call may then run: decide it again with `answered=request_id`
+        and `accepted` that). A store that is down raises BackendError (the call is denied)."""
         for approval in self.approvals:
             if approval.approvers is not None:
                 continue
@@ -204,8 +238,11 @@ class ApprovalPlan:
             changed = (await store.expire(request_id) if answer is None else
                        await store.decide(request_id, "approve" if answer == "accept" else "refuse",
                                           Party.of(call.identity)))
-            return events_of(approval.name, changed.made) if isinstance(changed, Changed) else ()
-        return ()
+            if not isinstance(changed, Changed):
+                return (), False
+            taken = answer == "accept" and State.APPROVED in changed.made
+            return events_of(approval.name, changed.made), taken
+        return (), False
 
 
 def _step(requirement: str, approval: CompiledApproval, request: ApprovalRequest | None,
@@ -239,6 +276,42 @@ def _step(requirement: str, approval: CompiledApproval, request: ApprovalRequest
            else "it expired before it was used")
     return ApprovalStep(requirement, _outcome(requirement, Status.UNSATISFIED, f"approval '{name}': "
                         f"{why} (request {request.id})"), note, "none", request)
+
+
+def _asked(requirement: str, approval: CompiledApproval, request: ApprovalRequest,
+           call: ApprovalCall) -> ApprovalStep:
+    """The step of a `self` question for the call that asked it: approved is satisfied when this
+    call's accept was taken (or it is an earlier question of the call, answered before); a
+    question already used is not; a question this call answered with anything but a kept accept
+    ends the call (it is not asked again)."""
+    name, state = approval.name, request.state
+    mine = request.id != call.answered or call.accepted is True
+    if state is State.APPROVED and not mine:
+        return ApprovalStep(requirement, _outcome(requirement, Status.UNSATISFIED, f"approval "
+                            f"'{name}' was given on another retry of this call, which runs it "
+                            f"(request {request.id})"), ApprovalNote(name, request.id, state),
+                            "none", request)
+    if state is State.USED:
+        return ApprovalStep(requirement, _outcome(requirement, Status.UNSATISFIED, f"approval "
+                            f"'{name}' was used already (request {request.id})"),
+                            ApprovalNote(name, request.id, state), "none", request)
+    if state is State.REQUESTED and call.accepted is False:
+        return ApprovalStep(requirement, _outcome(requirement, Status.UNSATISFIED, f"approval "
+                            f"'{name}': not asked, the caller did not accept this call (request "
+                            f"{request.id})"), ApprovalNote(name, request.id, state), "none", request)
+    return _step(requirement, approval, request)
+
+
+def _counted(approval: CompiledApproval, changed: Changed) -> tuple[Event, ...]:
+    return (*events_of(approval.name, changed.made), *changed.dropped)
+
+
+def _question(request_id: str | None) -> tuple[str, int] | None:
+    """A `self` question's (thread, index), from its ID `THREAD.INDEX`; None for anything else."""
+    thread, dot, index = (request_id or "").rpartition(".")
+    if not dot or not thread or not index.isdigit() or len(index) > 3:
+        return None
+    return thread, int(index)
 
 
 def _none(requirement: str, reason: str) -> ApprovalStep:

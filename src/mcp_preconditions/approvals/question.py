@@ -1,6 +1,7 @@
 """The question of a `self` approval (SPEC §15): what the caller is asked in flight, an
 `elicitation/create` in form mode at 2025-11-25 or an input round at 2026-07-28, showing the tool
-and its arguments; and the caller's answer, read strictly (anything but a clean accept denies).
+and every argument (whole, hidden characters escaped: shown.py); and the caller's answer, read
+strictly (anything but a clean accept denies).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# The message shows at most this much of the arguments (the request binds all of them).
-MESSAGE_CHARS = 4000
+from .shown import visible
+
 # A 2026-07-28 input round of our own (a gateway's, a hosted server's): its `requestState` names
 # the approval request, its one input request (`INPUT_KEY`) asks the question.
 STATE_PREFIX = "mcp-preconditions-approval:"
@@ -34,11 +35,11 @@ class Question:
     timeout_seconds: float
 
     def message(self) -> str:
+        """The question, with every argument (never shortened: what is not shown could hide what
+        runs), each character a person could not see written as its escape."""
         shown = json.dumps(json.loads(self.arguments), indent=2, ensure_ascii=False, sort_keys=True)
-        if len(shown) > MESSAGE_CHARS:
-            shown = shown[:MESSAGE_CHARS] + "\n… (shortened: the approval covers every argument)"
-        return (f"Approve one call of tool '{self.tool}' (approval '{self.approval}') with these "
-                f"arguments?\n{shown}")
+        return (f"Approve one call of tool '{visible(self.tool)}' (approval '{self.approval}') with "
+                f"these arguments?\n{visible(shown)}")
 
     def elicitation_params(self) -> dict[str, Any]:
         """The params of the `elicitation/create` request (form mode; accepting is the answer, so

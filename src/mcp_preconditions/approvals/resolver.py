@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcp_preconditions.approvals")
 NAMESPACE = "approval"
+PAGES_PATH = "/approvals"  # where the gateway serves the approval pages (pages.py)
 # Who decides an approval, as `check`, `policy test` and the explorer show it: a person, per call.
 ASKS_THE_CALLER, NEEDS_AN_APPROVER = "asks_the_caller", "needs_an_approver"
 # Told each (approval name, result) an operation made: the approvals_total metric. No caller.

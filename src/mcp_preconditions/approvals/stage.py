@@ -45,13 +45,17 @@ class HeldApproval:
         """The first `self` question to ask the caller before the call is decided again."""
         return next((s.question for s in self.ruling.steps if s.remedy == "ask"), None)
 
-    async def answer(self, answer: Answer | None) -> None:
+    async def answer(self, answer: Answer | None) -> bool:
         """The caller's answer to `question` (None: no answer in time, or garbage): recorded in
-        the store and counted. The adapter then decides the call again with
-        `Sidecar(answered=question.request_id)`. A store that is down raises BackendError."""
+        the store and counted; whether it was an accept that was kept. The adapter then decides
+        the call again with `Sidecar(answered=question.request_id, accepted=that)`: only the call
+        whose accept was kept runs. A store that is down raises BackendError."""
         question = self.question
-        if question is not None:
-            self._count(await self.plan.answer(question.request_id, self.call, answer))
+        if question is None:
+            return False
+        events, taken = await self.plan.answer(question.request_id, self.call, answer)
+        self._count(events)
+        return taken
 
     async def release(self, sidecar: Sidecar) -> None:
         """A later stage (a quota) refused the call: the approvals used for it are good again."""
@@ -88,7 +92,7 @@ class ApprovalStage:
 
     async def _decided(self, call: LateCall, sidecar: Sidecar) -> tuple[Outcome, ...]:
         asked = ApprovalCall(call.tool, call.arguments, call.identity, call.revision,
-                             sidecar.can_ask, sidecar.answered)
+                             sidecar.can_ask, sidecar.answered, sidecar.accepted)
         ruling = await self.plan.decide(asked)
         held = HeldApproval(self.plan, asked, ruling, self.resolver.count)
         for requirement in self.requirements:

@@ -13,15 +13,14 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from ..errors import BackendError
-from . import lifecycle
+from . import bounds, lifecycle
 from .binding import Binding, Party
 from .lifecycle import ApprovalRequest, Decision, Refusal, State
+from .record import Event
 
-# A caller may have this many requests waiting at once (per store): a greedy caller cannot fill the
-# store and lock everyone else out of asking.
-MAX_WAITING_PER_CALLER = 20
 # How long a request that ended (used, expired, refused) is kept, so a late page or POST says what
-# became of it, and a late call counts its expiry.
+# became of it, and a late call counts its expiry (each caller keeps at most
+# bounds.MAX_ENDED_PER_CALLER of them).
 KEEP_SECONDS = 3600.0
 
 
@@ -31,28 +30,31 @@ def new_id() -> str:
 
 
 class Changed(NamedTuple):
-    """A request after an operation, and the results the operation made (counted once each)."""
+    """A request after an operation, the results the operation made (counted once each), and
+    those of the caller's requests it dropped to make room (`bounds.crowded`), by approval."""
 
     request: ApprovalRequest
     made: tuple[State, ...]
-
-
-class Busy(NamedTuple):
-    """`open` made no request: the caller has `MAX_WAITING_PER_CALLER` waiting already."""
-
-    waiting: int
+    dropped: tuple[Event, ...] = ()
 
 
 class ApprovalStore(Protocol):
     """Approval requests, by ID and by binding. Every method is atomic and raises BackendError
-    when the store cannot answer (the guard makes that `error`: fail closed)."""
+    when the store cannot answer (the guard makes that `error`: fail closed). Making a request
+    drops the caller's oldest ones beyond `bounds` (reported in `Changed.dropped`)."""
 
     name: str
 
-    async def open(self, binding: Binding, self_approval: bool, wait: float, lifetime: float
-                   ) -> Changed | Busy:
-        """The request that answers for `binding` now (waiting, approved, or an approver's
-        refusal), else a new one, waiting `wait` seconds for a decision."""
+    async def open(self, binding: Binding, wait: float, lifetime: float) -> Changed:
+        """An approver's request: the one that answers for `binding` now (waiting, approved, or
+        refused), else a new one, waiting `wait` seconds for a decision."""
+        ...
+
+    async def ask(self, request_id: str, binding: Binding, wait: float, lifetime: float
+                  ) -> Changed | Refusal:
+        """A `self` question: the request `request_id` as it stands, else a new one under that ID
+        (the plan's question IDs name the call that asks: plan.py), waiting `wait` seconds for
+        the caller's answer; "unbound" when that ID is another call's."""
         ...
 
     async def decide(self, request_id: str, decision: Decision, approver: Party | None
@@ -68,17 +70,24 @@ class ApprovalStore(Protocol):
         """The request as of now (an outlived one shows as expired), or None when unknown."""
         ...
 
-    async def waiting(self, limit: int = 100) -> list[ApprovalRequest]:
-        """Requests waiting for an approver (not `self` ones), soonest to expire first."""
+    async def waiting(self, limit: int = 100, after: Cursor | None = None) -> list[ApprovalRequest]:
+        """Approvers' requests waiting for a decision (no `self` question), soonest to expire
+        first, those after `after` (the (expires_at, id) of the last one of a previous batch)."""
+        ...
+
+    async def pending_of(self, caller: Party) -> list[ApprovalRequest]:
+        """`caller`'s own approvers' requests waiting for a decision, soonest to expire first."""
         ...
 
 
+Cursor = tuple[float, str]
 Transition = Callable[[ApprovalRequest, float], "lifecycle.Step | Refusal"]
 
 
 class MemoryApprovalStore:
-    """Requests in this process, under one lock; at most `max_requests` kept (then BackendError:
-    a full store refuses new requests, it never drops a waiting one)."""
+    """Requests in this process, under one lock; at most `max_requests` kept: past it, those that
+    ended go first (oldest first), then BackendError (a full store refuses new requests, it never
+    drops another caller's waiting one)."""
 
     name = "memory"
 
@@ -88,11 +97,11 @@ class MemoryApprovalStore:
         self._max = max_requests
         self._keep = keep_seconds
         self._lock = threading.Lock()
-        self._requests: dict[str, ApprovalRequest] = {}
-        self._bindings: dict[str, str] = {}  # binding key -> the ID of its latest request
+        self._requests: dict[str, ApprovalRequest] = {}  # in the order they were made
+        self._bindings: dict[str, str] = {}  # an approver's binding key -> its latest request ID
+        self._callers: dict[Party | None, dict[str, None]] = {}  # each caller's request IDs
 
-    async def open(self, binding: Binding, self_approval: bool, wait: float, lifetime: float
-                   ) -> Changed | Busy:
+    async def open(self, binding: Binding, wait: float, lifetime: float) -> Changed:
         with self._lock:
             now = self._clock()
             made: tuple[State, ...] = ()
@@ -102,29 +111,60 @@ class MemoryApprovalStore:
                 self._requests[found.id] = found
                 if found.blocks:
                     return Changed(found, made)
-            waiting = self._waiting_for(binding, now)
-            if waiting >= MAX_WAITING_PER_CALLER:  # anonymous callers count as one
-                return Busy(waiting)
-            self._make_room(now)
-            fresh = lifecycle.requested(new_id(), binding, self_approval, now, wait, lifetime)
-            self._requests[fresh.id] = fresh
+            fresh = lifecycle.requested(new_id(), binding, False, now, wait, lifetime)
+            dropped = self._admit(fresh, now)
             self._bindings[binding.key] = fresh.id
-            return Changed(fresh, (*made, State.REQUESTED))
+            return Changed(fresh, (*made, State.REQUESTED), dropped)
 
-    def _waiting_for(self, binding: Binding, now: float) -> int:
-        return sum(1 for r in self._requests.values() if r.binding.caller == binding.caller
-                   and r.state is State.REQUESTED and now < r.expires_at)
+    async def ask(self, request_id: str, binding: Binding, wait: float, lifetime: float
+                  ) -> Changed | Refusal:
+        with self._lock:
+            now = self._clock()
+            found = self._requests.get(request_id)
+            if found is not None:
+                if not found.self_approval or found.binding != binding:
+                    return "unbound"
+                found, made = lifecycle.aged(found, now)
+                self._requests[found.id] = found
+                return Changed(found, made)
+            fresh = lifecycle.requested(request_id, binding, True, now, wait, lifetime)
+            return Changed(fresh, (State.REQUESTED,), self._admit(fresh, now))
+
+    def _admit(self, fresh: ApprovalRequest, now: float) -> tuple[Event, ...]:
+        """Keep `fresh`, dropping what its caller keeps beyond the bounds, and making room."""
+        mine = self._callers.setdefault(fresh.binding.caller, {})
+        events: list[Event] = []
+        for old in bounds.crowded((self._requests[i] for i in mine), now):
+            events += bounds.dropped(old, now)
+            self._forget(old)
+        self._make_room(now)
+        self._requests[fresh.id] = fresh
+        self._callers.setdefault(fresh.binding.caller, {})[fresh.id] = None
+        return tuple(events)
 
     def _make_room(self, now: float) -> None:
         if len(self._requests) < self._max:
             return
-        for request in list(self._requests.values()):
+        for request in list(self._requests.values()):  # outlived their keeping, then ended ones
             if request.expires_at + self._keep <= now:
-                del self._requests[request.id]
-                if self._bindings.get(request.binding.key) == request.id:
-                    del self._bindings[request.binding.key]
+                self._forget(request)
+        for request in list(self._requests.values()):
+            if len(self._requests) < self._max:
+                return
+            if not bounds.pending(request, now) and not bounds.standing(request, now):
+                self._forget(request)
         if len(self._requests) >= self._max:
             raise BackendError(f"the approval store is full ({self._max} requests kept)")
+
+    def _forget(self, request: ApprovalRequest) -> None:
+        del self._requests[request.id]
+        if self._bindings.get(request.binding.key) == request.id:
+            del self._bindings[request.binding.key]
+        mine = self._callers.get(request.binding.caller)
+        if mine is not None:
+            mine.pop(request.id, None)
+            if not mine:
+                del self._callers[request.binding.caller]
 
     async def decide(self, request_id: str, decision: Decision, approver: Party | None
                      ) -> Changed | Refusal:
@@ -155,9 +195,16 @@ class MemoryApprovalStore:
             request = self._requests.get(request_id)
             return None if request is None else lifecycle.aged(request, self._clock())[0]
 
-    async def waiting(self, limit: int = 100) -> list[ApprovalRequest]:
+    async def waiting(self, limit: int = 100, after: Cursor | None = None) -> list[ApprovalRequest]:
         with self._lock:
             now = self._clock()
-            found = [r for r in self._requests.values() if r.state is State.REQUESTED
-                     and not r.self_approval and now < r.expires_at]
+            found = [r for r in self._requests.values() if not r.self_approval
+                     and bounds.pending(r, now) and (after is None or (r.expires_at, r.id) > after)]
         return sorted(found, key=lambda r: (r.expires_at, r.id))[:limit]
+
+    async def pending_of(self, caller: Party) -> list[ApprovalRequest]:
+        with self._lock:
+            now = self._clock()
+            found = [self._requests[i] for i in self._callers.get(caller, {})]
+        return sorted((r for r in found if not r.self_approval and bounds.pending(r, now)),
+                      key=lambda r: (r.expires_at, r.id))

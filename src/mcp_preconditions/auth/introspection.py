@@ -2,7 +2,8 @@
 
 The client authenticates with `client_secret_basic`, its id and secret read from the environment
 variables the policy names. `active: false` is a bad token; an endpoint that is down, slow, or answers
-garbage is a backend error (the call fails closed).
+garbage is a backend error (the call fails closed). An answer without `iss` takes the configured
+issuer (`[auth] issuer`), so a person is the same caller whatever form their token takes.
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ class Introspector:
         check_times(claims, self._clock(), self._leeway)
         if self._issuer is not None and "iss" in claims:
             check_issuer(claims, self._issuer)
+        elif self._issuer is not None:
+            # An answer without `iss` is the configured issuer's: one person is one caller,
+            # (issuer, subject), whether their token is opaque or a JWT (SPEC §14). Without it the
+            # same person would be ("", sub) here and (issuer, sub) with a JWT: two callers, and
+            # one could approve the other's call.
+            claims["iss"] = self._issuer
         if self._audiences:
             if "aud" not in claims:
                 raise TokenError("introspection response has no 'aud' claim; the policy requires "

@@ -16,40 +16,47 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from ..approvals import needing_pages
+from ..approvals import PAGES_PATH, needing_pages
 from ..errors import InputError, PolicyError
 from ..policy.load import PolicySource
 from ..principal import Credentials, Identity
+from ._approvals import LaterPages
 from ._credentials import PAGES_KEY, Wired, own_url
 from ._credentials import pages as credential_pages
 from ._sockets import http_address, listening_socket
 
 if TYPE_CHECKING:
+    from ..approvals.pages import Describe
     from ..credentials import SignIn
-    from ..gateway.downstream.app import Pages, Receive, Scope, Send
+    from ..gateway.downstream.app import ASGIApp, Pages, Receive, Scope, Send
     from ..guard import Guard
 
 
 def pages(args: argparse.Namespace, wired: Wired, guard: Guard, source: PolicySource,
-          listen: tuple[str, int] | None) -> Pages | None:
+          listen: tuple[str, int] | None, describe: Describe | None = None) -> Pages | None:
     """Every page the gateway serves (None: it has none). Sets `wired.base_url` (where browsers
-    reach them) and, for a stdio gateway, `wired.pages_sock` (`--pages-listen`)."""
+    reach them) and, for a stdio gateway, `wired.pages_sock` (`--pages-listen`). A gateway that
+    serves pages serves the approval pages a reload adds (`_approvals.LaterPages`); `describe`
+    tells them what the gateway knows of a tool."""
     approvals = needing_pages(source) is not None
     flow = wired.resolver.connect if wired.resolver is not None else None
-    if flow is None and not approvals:  # (nothing below is imported then: starlette, cryptography)
+    served = listen is not None or args.pages_listen is not None
+    if flow is None and not approvals and not served:
         return None
-    from ..approvals.pages import PATHS, ApprovalPages, approving_of
     from ..gateway.downstream.app import Pages
 
     base_url = wired.base_url or args.public_url or own_url(args, listen)
     assert base_url is not None  # wire() and _approvals.pages_url refused a gateway without pages
     wired.base_url = base_url.rstrip("/")
-    sign_in, key = _sign_in(wired, source)
-    verifier = _Verifier(guard)
-    parts = [p for p in [credential_pages(wired, verifier, sign_in)] if p is not None]
-    if approvals:
-        parts.append(Pages(PATHS, ApprovalPages(approving_of(guard), verifier, wired.base_url,
-                                                sign_in, key).app()))
+    later = (PAGES_PATH,)
+    if flow is None and not approvals:  # (nothing below is imported then: starlette, cryptography)
+        return Pages(later, LaterPages(lambda: _approval_app(wired, guard, None, describe), guard))
+    signed = _sign_in(wired, source)
+    parts = [p for p in [credential_pages(wired, _Verifier(guard), signed[0])] if p is not None]
+
+    def build() -> ASGIApp:
+        return _approval_app(wired, guard, signed, describe)
+    parts.append(Pages(later, build() if approvals else LaterPages(build, guard)))
     if args.pages_listen is not None:
         wired.pages_sock = listening_socket(*http_address(args.pages_listen, "--pages-listen"),
                                             "--pages-listen")
@@ -65,6 +72,18 @@ def _cookie_rule(pages: Pages, base_url: str) -> Pages:
     from ..gateway.downstream.app import Pages
 
     return Pages(pages.paths, HostCookies(pages.app, urlsplit(base_url).scheme == "https"))
+
+
+def _approval_app(wired: Wired, guard: Guard, signed: tuple[SignIn | None, bytes | None] | None,
+                  describe: Describe | None) -> ASGIApp:
+    """The approval pages (`signed`: the sign-in the other pages use; None: made now, for a
+    policy a reload put in force)."""
+    from ..approvals.pages import ApprovalPages, approving_of
+
+    sign_in, key = signed if signed is not None else _sign_in(wired, guard.snapshot.source)
+    assert wired.base_url is not None
+    return ApprovalPages(approving_of(guard), _Verifier(guard), wired.base_url, sign_in, key,
+                         describe=describe).app()
 
 
 class _Verifier:

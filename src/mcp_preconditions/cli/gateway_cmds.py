@@ -105,12 +105,13 @@ def prepare_gateway(args: argparse.Namespace) -> Prepared:
     live = LiveSources(approvals_url=approvals.pages_url(args, source, listen))  # SPEC §15
     guard = Guard(source, resolvers=[*resolvers_from(args), *([wired.resolver] if wired.resolver
                                                              else [])], recorder=recorder, live=live)
-    pages = _pages.pages(args, wired, guard, source, listen)  # SPEC §14, §15; none: nothing
+    pages = _pages.pages(args, wired, guard, source, listen,  # SPEC §14, §15; none: nothing
+                         lambda tool: approvals.tool_facts(gateways[0], tool) if gateways else None)
     gateway = Gateway(guard, config.servers, _credentials(listen, claims),
                       environment=wired.environment(upstream_environment(source)),
                       telemetry=GatewayTelemetry(metrics))
     gateways.append(gateway)
-    tasks = _reloading(guard, gateway, options, metrics)
+    tasks = _reloading(guard, gateway, options, metrics, approvals.reload_check(args, listen))
     names = ", ".join(s.key for s in config.servers)
     announce = (f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, revision "
                 f"{guard.revision}, replica {options.replica()})")
@@ -272,18 +273,21 @@ def _positive(value: str | None, option: str, kind: Callable[[str], float]) -> f
     return number
 
 
-def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions, metrics: Metrics
+def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions, metrics: Metrics,
+               check: Callable[[PolicySource], None]
                ) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-    """The policy poller as a task for the gateway's task group (none when not watched). After a
-    swap the servers' tool names are checked against the new policy and clients list again;
-    every attempt counts in `policy_reloads_total`, a swap that leaves some server's policy
-    unusable (a near miss of one of its tools) as `unusable`."""
+    """The policy poller as a task for the gateway's task group (none when not watched). A new
+    policy this gateway cannot serve (`check`) is refused; after a swap the servers' tool names
+    are checked against the new policy and clients list again; every attempt counts in
+    `policy_reloads_total`, a swap that leaves some server's policy unusable (a near miss of one
+    of its tools) as `unusable`."""
     from ..gateway import replicas
     from ..telemetry import watch_policy
 
     reloader = replicas.reloader(guard, options)
     if reloader is None:
         return []
+    reloader.add_check(check)
 
     async def applied(_change: Any) -> Literal["success", "unusable"]:
         await gateway.policy_changed()

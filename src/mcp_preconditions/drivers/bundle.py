@@ -280,7 +280,7 @@ class BundleReloader(PolicyReloader):
                     self.last_error = None  # the server serves what is in force
                     self.etag = self.etag if bundle is None else bundle.etag
                     return None
-                self.guard.reload(bundle.source)
+                self._apply(bundle.source)
             except PreconditionsError as exc:
                 self._failed(str(exc), str(exc))
                 return None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FileReadError, PreconditionsError
 from ..files import read_bounded
-from ..policy.load import parse_policy, revision_of
+from ..policy.load import PolicySource, parse_policy, revision_of
 from .writers import open_for_writing
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ class PolicyChange:
 
 OnChange = Callable[[PolicyChange], Any]  # may return an awaitable (see PolicyReloader)
 OnFailure = Callable[[str], None]  # the problem, on every failed attempt (see add_failure_listener)
+# Whether the process can put a policy in force (see add_check): raises PreconditionsError if not.
+Check = Callable[[PolicySource], None]
 DEFAULT_SETTLE_SECONDS = 0.1
 
 
@@ -78,6 +80,7 @@ class PolicyReloader:
         self.last_error: str | None = None
         self._listeners: list[OnChange] = [on_change] if on_change is not None else []
         self._failure_listeners: list[OnFailure] = []
+        self._checks: list[Check] = []
         self._tried = guard.revision  # content hash of the last file tried, good or bad
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -99,6 +102,18 @@ class PolicyReloader:
         under the reloader's lock: keep it quick (a counter)."""
         self._failure_listeners.append(callback)
 
+    def add_check(self, check: Check) -> None:
+        """Run `check(source)` on every new policy before it is swapped in: one that raises
+        PreconditionsError (what this process cannot serve, e.g. approval pages a stdio gateway
+        has nowhere to show) refuses the reload like an invalid file: the old policy stays, the
+        reason is logged and the failure listeners told."""
+        self._checks.append(check)
+
+    def _apply(self, source: PolicySource) -> None:
+        for check in self._checks:
+            check(source)
+        self.guard.reload(source)
+
     # -- one check -------------------------------------------------------------------------------
     def reload(self, *, force: bool = False, settle: float = 0.0) -> PolicyChange | None:
         """Re-read the file; compile and swap when its content changed (or `force`). Returns the
@@ -116,7 +131,7 @@ class PolicyReloader:
                 return None
             old = self.guard.revision
             try:
-                self.guard.reload(parse_policy(data, str(self.path), self.path.parent))
+                self._apply(parse_policy(data, str(self.path), self.path.parent))
             except PreconditionsError as exc:
                 self._failed(revision, str(exc))
                 return None

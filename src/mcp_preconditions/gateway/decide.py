@@ -184,10 +184,11 @@ class Decide:
             refused = await self._guard.refuse(name, credentials, refusal, detail, echo=echo)
             return await self._refuse(ctx, server, refused, credentials, arguments)
         # What the decision leaves beside it: the caller's credential (§14), its approvals (§15).
-        sidecar = Sidecar(can_ask=name in self._guard.snapshot.approving and _can_ask(ctx))
+        answering = _answering(ctx)  # a 2026-07-28 retry carrying the answer to our question
+        sidecar = Sidecar(can_ask=name in self._guard.snapshot.approving and _can_ask(ctx),
+                          answered=answering)
         decision = await self._telemetry.decision(name, self._guard.check(
             name, credentials, arguments, sidecar=sidecar, echo=echo))
-        answering = _answering(ctx)  # a 2026-07-28 retry carrying the answer to our question
         if not decision.allowed and sidecar.can_ask:
             decision, sidecar, ask = await self._confirmed(ctx, name, credentials, arguments, echo,
                                                            decision, sidecar, answering)
@@ -223,10 +224,11 @@ class Decide:
         2025-11-25 each question is put to the client (`elicitation/create`, form mode, on this
         call's stream); at 2026-07-28 it is an input round of the gateway's own (returned:
         `input_required`, its `requestState` naming the approval request) and the retry carries
-        the answer (`answering`). The answer is kept, and the call decided again with it: accept
-        lets it run once; decline, cancel, no answer in `timeout_seconds` or a client error deny
-        it. A state grants nothing: an answer counts only for the very call (caller, tool,
-        arguments, revision) its request is bound to."""
+        the answer (`answering`). The answer is kept, and the call decided again with it: an
+        accept kept for this call's own question lets it run once; decline, cancel, no answer in
+        `timeout_seconds`, a client error, or an answer another retry gave first deny it. A state
+        grants nothing: an answer counts only for the very call (caller, tool, arguments,
+        revision) its question is bound to, and a concurrent identical call is asked its own."""
         for _ in range(len(self._policy().approvals) + 1):  # one question per approval at most
             held = next((h for h in sidecar.held.values() if isinstance(h, HeldApproval)), None)
             question = held.question if held is not None else None
@@ -235,12 +237,13 @@ class Decide:
             if ctx.modern and answering != question.request_id:  # not answered yet: the round
                 return decision, sidecar, question.input_round()
             try:
-                await held.answer(_input(ctx) if ctx.modern else await _elicited(ctx, question))
+                taken = await held.answer(_input(ctx) if ctx.modern else
+                                          await _elicited(ctx, question))
             except Exception as exc:  # the store is down: the call stays denied
                 log.warning("approval %s: the caller's answer was not kept: %s", question.approval,
                             type(exc).__name__)
                 break
-            sidecar = Sidecar(can_ask=True, answered=question.request_id)
+            sidecar = Sidecar(can_ask=True, answered=question.request_id, accepted=taken)
             decision = await self._telemetry.decision(name, self._guard.check(
                 name, credentials, arguments, sidecar=sidecar, echo=echo))
             if decision.allowed:

@@ -3,7 +3,8 @@ requirement is decided with a sidecar and its caller asked: at 2025-11-25 in fli
 (`elicitation/create`, form mode, through the SDK session of the call), at 2026-07-28 with an input
 round (the call's "denial" is the SDK's `InputRequiredResult`, sealed by the SDK's request-state
 boundary where the server has one; the retry's answer is kept and the call decided again with it).
-The state grants nothing: an answer counts only for the very call its request is bound to. What
+The state grants nothing: an answer counts only for the very call its question is bound to, and
+only the call whose accept was kept runs (a concurrent identical call is asked its own question). What
 the approvals left for the denial's remedy, or the round to return, is kept for the deciding task.
 """
 
@@ -86,7 +87,9 @@ async def confirmed(guard: Guard, tool: str, credentials: Credentials,
     """The call decided with its approvals: each `self` question asked (at most one per
     approval; at 2026-07-28 one per round, answered by `reply`), the final decision observed
     (counted) and its approvals kept for its denial (`held_for`) or its round (`input_round`)."""
-    sidecar = Sidecar(can_ask=can_ask(session))
+    modern = _modern(session)
+    sidecar = Sidecar(can_ask=can_ask(session),  # a retry continues the question its round asked
+                      answered=reply.request_id if reply is not None and modern else None)
     decision = await guard.check(tool, credentials, arguments, sidecar=sidecar, echo=echo)
     ask: Question | None = None
     for _ in range(len(guard.snapshot.source.policy.approvals)):
@@ -94,15 +97,15 @@ async def confirmed(guard: Guard, tool: str, credentials: Credentials,
         question = held.question if held is not None and sidecar.can_ask else None
         if decision.allowed or held is None or question is None:
             break
-        if _modern(session) and (reply is None or reply.request_id != question.request_id):
+        if modern and (reply is None or reply.request_id != question.request_id):
             ask = question  # not answered yet: the round asks it
             break
         try:
-            await held.answer(reply.answer if reply is not None and _modern(session)
-                              else await _elicited(session, question))
+            taken = await held.answer(reply.answer if reply is not None and modern
+                                      else await _elicited(session, question))
         except Exception:  # the store is down: the call stays denied
             break
-        sidecar = Sidecar(can_ask=True, answered=question.request_id)
+        sidecar = Sidecar(can_ask=True, answered=question.request_id, accepted=taken)
         decision = await guard.check(tool, credentials, arguments, sidecar=sidecar, echo=echo)
     if observe is not None:
         observe(decision)
