@@ -66,3 +66,40 @@ def test_the_pages_come_when_the_policy_in_force_needs_them() -> None:
     assert built == ["pages"]  # built once
     guard.reload(parse_policy(b"", "p.toml"))
     assert asyncio.run(status()) == 200  # (the pages follow the policy: none is listed now)
+
+
+def test_pages_a_reload_builds_follow_the_cookie_rule(monkeypatch: Any) -> None:
+    """A gateway that served no pages at start (no oauth server, no approvals) and whose public
+    URL is https: the approval pages a reload puts in force set `__Host-` Secure cookies too
+    (SPEC §14), as every page the gateway built at start does."""
+    import argparse
+
+    from mcp_preconditions.cli import _pages
+    from mcp_preconditions.cli._credentials import Wired
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"set-cookie", b"flow=1; HttpOnly; Path=/; SameSite=lax")]})
+        await send({"type": "http.response.body", "body": b"pages"})
+
+    monkeypatch.setattr(_pages, "_approval_app", lambda *a: app)
+    source = parse_policy(b"", "p.toml")
+    guard = Guard(source, {}, entry_points=False)
+    args = argparse.Namespace(pages_listen=None, public_url="https://gw.example")
+    found = _pages.pages(args, Wired(), guard, source, ("127.0.0.1", 8080))
+    assert found is not None
+    guard.reload(parse_policy(APPROVED, "p.toml"))
+
+    async def cookie() -> str:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+        await found.app({"type": "http", "path": "/approvals", "headers": []}, receive, send)
+        return dict(sent[0]["headers"])[b"set-cookie"].decode()
+
+    assert asyncio.run(cookie()).startswith("__Host-flow=1;")
+    assert "Secure" in asyncio.run(cookie())

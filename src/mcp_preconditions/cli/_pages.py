@@ -50,7 +50,9 @@ def pages(args: argparse.Namespace, wired: Wired, guard: Guard, source: PolicySo
     wired.base_url = base_url.rstrip("/")
     later = (PAGES_PATH,)
     if flow is None and not approvals:  # (nothing below is imported then: starlette, cryptography)
-        return Pages(later, LaterPages(lambda: _approval_app(wired, guard, None, describe), guard))
+        base = wired.base_url  # (the rule wraps the app a reload builds: no import before)
+        return Pages(later, LaterPages(
+            lambda: _cookies(_approval_app(wired, guard, None, describe), base), guard))
     signed = _sign_in(wired, source)
     parts = [p for p in [credential_pages(wired, _Verifier(guard), signed[0])] if p is not None]
 
@@ -66,12 +68,18 @@ def pages(args: argparse.Namespace, wired: Wired, guard: Guard, source: PolicySo
 def _cookie_rule(pages: Pages, base_url: str) -> Pages:
     """Every page's cookies by credentials/cookies.py's rule: on an https public URL, `__Host-`
     and Secure (behind a TLS proxy the listener itself speaks http)."""
+    from ..gateway.downstream.app import Pages
+
+    return Pages(pages.paths, _cookies(pages.app, base_url))
+
+
+def _cookies(app: ASGIApp, base_url: str) -> ASGIApp:
+    """`app` with its cookies by that rule."""
     from urllib.parse import urlsplit
 
     from ..credentials.cookies import HostCookies
-    from ..gateway.downstream.app import Pages
 
-    return Pages(pages.paths, HostCookies(pages.app, urlsplit(base_url).scheme == "https"))
+    return HostCookies(app, urlsplit(base_url).scheme == "https")
 
 
 def _approval_app(wired: Wired, guard: Guard, signed: tuple[SignIn | None, bytes | None] | None,
