@@ -99,7 +99,7 @@ def test_pages_a_reload_builds_follow_the_cookie_rule(monkeypatch: Any) -> None:
         async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": b""}
         await found.app({"type": "http", "path": "/approvals", "headers": []}, receive, send)
-        return dict(sent[0]["headers"])[b"set-cookie"].decode()
+        return str(dict(sent[0]["headers"])[b"set-cookie"].decode())
 
     assert asyncio.run(cookie()).startswith("__Host-flow=1;")
     assert "Secure" in asyncio.run(cookie())
