@@ -1,0 +1,182 @@
+"""Who may hold a connection to the gateway's HTTP listener, and for how long (SPEC §10, §14): at
+most `connections` connections, plus HEALTH_RESERVE that may ask only for a health check; a
+connection waiting for a request (just accepted, or kept alive after an answer) is closed unless
+that request's headers are in within 5 s, its body within `header_seconds` more; one address holds
+at most `waiting_per_address` waiting connections, and at the cap a new connection ends the one
+that has waited longest instead of being refused. Deadlines are kept by `sweep`, on `clock`.
+
+Why it is built this way: half-open connections (a client that connects and sends nothing, or half
+a request) cost an attacker nothing. Refusing new connections at the cap, as the listener once did,
+let 100 of them, reopened as they timed out, hold every slot (issue 39). A connection that has
+waited longest is the one least likely to be a caller about to send; a caller's own fresh
+connection is the youngest, and its request makes it busy, which is never ended for a newcomer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from ...telemetry.metrics import RefusalReason
+from .sessions import MAX_SESSIONS, SESSIONS_PER_PRINCIPAL, STREAMS_PER_PRINCIPAL
+
+# Connections beyond the cap that may still ask for a health check (a load balancer's probe, an
+# operator's curl); beyond these, a connection is refused as it is accepted (no fd held for long).
+HEALTH_RESERVE = 8
+WAITING_SECONDS = 5.0  # SPEC §14: a client that has sent no complete request within 5 s is closed
+SWEEP_SECONDS = 0.5  # how often deadlines are looked at: one is kept to within this much
+Admitted = Literal["in", "reserve", "refused"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What HTTP clients may hold: a connection waiting for a request has its headers within
+    `waiting_seconds` (at most `header_seconds`), then its body within `header_seconds`; at most
+    `connections` connections, and as many requests under way, at once (beyond that
+    HEALTH_RESERVE more connections may ask `/healthz` or `/readyz`, and anything else gets 503
+    and is closed); one address holds at most `waiting_per_address` connections waiting for a
+    request; at most `sessions` 2025-11-25 sessions, and per principal at most
+    `sessions_per_principal` of them and `streams_per_principal` long-lived streams (GET,
+    `subscriptions/listen`)."""
+
+    header_seconds: float = 10.0
+    connections: int = 1000
+    sessions: int = MAX_SESSIONS
+    sessions_per_principal: int = SESSIONS_PER_PRINCIPAL
+    streams_per_principal: int = STREAMS_PER_PRINCIPAL
+    waiting_seconds: float = WAITING_SECONDS
+    waiting_per_address: int = 32
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class Member(Protocol):
+    """A connection, as admission sees it: the address it came from, and how to end it."""
+
+    address: str | None
+
+    def expire(self) -> None:
+        """Close the connection now (a deadline passed, or a newcomer needs its slot)."""
+
+
+class Admission:
+    """The listener's connections and their deadlines. A connection is admitted (`admit`), then
+    alternates between waiting for a request (`waiting`) and serving one (`busy`, `done`), the
+    body of the one it serves perhaps still to come (`body_pending`); `gone` when it closed."""
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS,
+                 refused: Callable[[RefusalReason], None] = lambda _reason: None,
+                 clock: Callable[[], float] = time.monotonic, reserve: int = HEALTH_RESERVE) -> None:
+        self.limits = limits
+        self.refused = refused
+        self.clock = clock
+        self.reserve_size = reserve
+        self.head_seconds = min(limits.waiting_seconds, limits.header_seconds)
+        self.admitted: set[Member] = set()
+        self.reserve: set[Member] = set()
+        self.under_way = 0  # requests being served, every connection's
+        self._busy: set[Member] = set()
+        # Since when each connection has waited; insertion order is that order (re-inserted when
+        # it waits again), so the first entries are the oldest: a sweep stops at the first in time.
+        self._waiting: dict[Member, float] = {}
+        self._waiting_at: dict[str | None, dict[Member, None]] = {}
+        self._bodies: dict[Member, float] = {}
+
+    def admit(self, member: Member) -> Admitted:
+        """Whether `member`, just accepted, is in, in the health-check reserve, or refused (then
+        counted as `over_cap`; the caller answers 503 and closes it). Room is made first: by
+        ending its address's longest-waiting connection when that address is at its bound, and
+        at the cap by ending the longest-waiting connection of all."""
+        here = self._waiting_at.get(member.address)
+        if here is not None and len(here) >= self.limits.waiting_per_address:
+            self._evict(next(iter(here)))
+        if len(self.admitted) >= self.limits.connections:
+            oldest = next((m for m in self._waiting if m in self.admitted), None)
+            if oldest is not None:
+                self._evict(oldest)
+        if len(self.admitted) < self.limits.connections:
+            self.admitted.add(member)
+            admitted: Admitted = "in"
+        elif len(self.reserve) < self.reserve_size:
+            self.reserve.add(member)
+            admitted = "reserve"
+        else:
+            self.refused("over_cap")
+            return "refused"
+        self.waiting(member)
+        return admitted
+
+    def gated(self, member: Member) -> bool:
+        """Whether the request `member` starts may only be a health check: it is in the reserve,
+        or the cap of requests is under way."""
+        return member in self.reserve or self.under_way >= self.limits.connections
+
+    def waiting(self, member: Member) -> None:
+        """`member` waits for a request from now: its headers are due within `head_seconds`."""
+        self._not_waiting(member)
+        self._waiting[member] = self.clock()
+        self._waiting_at.setdefault(member.address, {})[member] = None
+
+    def busy(self, member: Member) -> None:
+        """A request's headers are in: it is served from now (no deadline while it is)."""
+        self._not_waiting(member)
+        if member not in self._busy:
+            self._busy.add(member)
+            self.under_way += 1
+
+    def body_pending(self, member: Member) -> None:
+        """The request served has more body to come: it is due within `header_seconds`."""
+        self._bodies[member] = self.clock()
+
+    def body_done(self, member: Member) -> None:
+        self._bodies.pop(member, None)
+
+    def done(self, member: Member) -> None:
+        """The request served on `member` has its answer."""
+        self._bodies.pop(member, None)
+        if member in self._busy:
+            self._busy.discard(member)
+            self.under_way -= 1
+
+    def gone(self, member: Member) -> None:
+        """`member` closed (or is closing): it holds nothing any more. Idempotent."""
+        self.done(member)
+        self._not_waiting(member)
+        self.admitted.discard(member)
+        self.reserve.discard(member)
+
+    def sweep(self) -> None:
+        """End every connection past its deadline: waiting for headers longer than
+        `head_seconds`, or for a body longer than `header_seconds`."""
+        now = self.clock()
+        for deadlines, seconds in ((self._waiting, self.head_seconds),
+                                   (self._bodies, self.limits.header_seconds)):
+            while deadlines:
+                member, since = next(iter(deadlines.items()))
+                if now - since < seconds:
+                    break
+                self._evict(member)
+
+    async def keep_time(self) -> None:
+        """Sweep every SWEEP_SECONDS, until cancelled (a task of the listener's)."""
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            self.sweep()
+
+    def _not_waiting(self, member: Member) -> None:
+        if self._waiting.pop(member, None) is not None:
+            here = self._waiting_at[member.address]
+            del here[member]
+            if not here:
+                del self._waiting_at[member.address]
+
+    def _evict(self, member: Member) -> None:
+        self.gone(member)
+        member.expire()
+
+
+__all__ = ["DEFAULT_LIMITS", "HEALTH_RESERVE", "Admission", "Admitted", "Limits", "Member"]
