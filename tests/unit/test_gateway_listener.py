@@ -399,7 +399,8 @@ async def test_over_the_cap_and_the_reserve_a_connection_is_answered_503_as_it_i
     assert not any(wire.closed for _, wire in reserve)
     _, wire = connect(app, admission)
     assert bytes(wire.written) == OVER_CAPACITY and wire.closed
-    assert OVER_CAPACITY.startswith(b"HTTP/1.1 503 ") and OVER_CAPACITY.endswith(b"\r\n\r\nService Unavailable")
+    assert OVER_CAPACITY.startswith(b"HTTP/1.1 503 ")
+    assert OVER_CAPACITY.endswith(b"\r\n\r\nService Unavailable")
     assert refused == ["over_cap"]
 
 

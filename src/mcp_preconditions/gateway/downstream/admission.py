@@ -116,10 +116,14 @@ class Admission:
         return member in self.reserve or self.under_way >= self.limits.connections
 
     def waiting(self, member: Member) -> None:
-        """`member` waits for a request from now: its headers are due within `head_seconds`."""
+        """`member` waits for a request from now: its headers are due within `head_seconds`. Its
+        address's longest-waiting connection ends if that address is over its bound now."""
         self._not_waiting(member)
         self._waiting[member] = self.clock()
-        self._waiting_at.setdefault(member.address, {})[member] = None
+        here = self._waiting_at.setdefault(member.address, {})
+        here[member] = None
+        if len(here) > self.limits.waiting_per_address:
+            self._evict(next(iter(here)))
 
     def busy(self, member: Member) -> None:
         """A request's headers are in: it is served from now (no deadline while it is)."""
