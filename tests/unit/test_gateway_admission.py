@@ -122,6 +122,20 @@ def test_one_address_holds_at_most_its_bound_of_waiting_connections_its_oldest_g
     assert refused == []
 
 
+def test_a_callers_kept_alive_connection_never_gives_way_to_fresh_ones_from_its_address() -> None:
+    clock = Clock()
+    bounds, _ = admission(clock, connections=1000, waiting_per_address=4)
+    kept = Peer("10.0.0.9")
+    bounds.admit(kept)
+    bounds.busy(kept)
+    bounds.done(kept)
+    bounds.waiting(kept)  # idle between two of its caller's requests
+    fresh = [Peer("10.0.0.9") for _ in range(10)]
+    for peer in fresh:
+        bounds.admit(peer)
+    assert not kept.ended and [p.ended for p in fresh] == [True] * 6 + [False] * 4
+
+
 def test_at_the_cap_a_newcomer_ends_the_longest_waiting_connection_never_a_busy_one() -> None:
     clock = Clock()
     bounds, refused = admission(clock, connections=3)
@@ -230,8 +244,9 @@ async def test_half_sent_headers_are_cut_off_at_the_deadline_and_a_trickled_body
 class Model:
     """What must hold, however connections come, wait, work and go."""
 
-    waiting: dict[int, tuple[str, float]] = field(default_factory=dict)  # id: (address, since)
+    waiting: dict[int, float] = field(default_factory=dict)  # id: since when
     busy: set[int] = field(default_factory=set)
+    served: set[int] = field(default_factory=set)  # have had a request: not fresh
     reserve: set[int] = field(default_factory=set)
 
 
@@ -247,43 +262,53 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.peers: dict[int, Peer] = {}
         self.model = Model()
 
-    def _live(self) -> list[int]:
-        return [i for i, p in self.peers.items() if not p.ended]
+    def _live(self, among: set[int] | dict[int, float] | None = None) -> list[int]:
+        return [i for i, p in self.peers.items() if not p.ended and (among is None or i in among)]
+
+    def _fresh(self, address: str | None = None) -> list[int]:
+        return [i for i in self._live(self.model.waiting) if i not in self.model.served
+                and (address is None or self.peers[i].address == address)]
 
     @rule(address=st.sampled_from(["a", "b", "c"]))
     def connect(self, address: str) -> None:
         peer = Peer(address)
-        busy_before = {i for i in self.model.busy if not self.peers[i].ended}
-        all_busy = len([i for i in self._live() if i not in self.model.reserve]) >= self.CAP and all(
-            i in busy_before for i in self._live() if i not in self.model.reserve)
+        busy = self._live(self.model.busy)
+        admitted = [i for i in self._live() if i not in self.model.reserve]
+        fresh_elsewhere = [i for i in self._fresh() if i not in self.model.reserve
+                           and self.peers[i].address != address]
+        kept = [i for i in self._live(self.model.waiting) if i in self.model.served]
         got = self.bounds.admit(peer)
         ident = len(self.peers)
         self.peers[ident] = peer
-        assert not any(self.peers[i].ended for i in busy_before), "a busy connection was ended"
+        assert not any(self.peers[i].ended for i in busy), "a busy connection was ended"
+        if any(self.peers[i].ended for i in kept):  # a kept-alive one ended only at the cap, with
+            assert len(admitted) >= self.CAP and not fresh_elsewhere  # no fresh one to end first
         if got == "refused":
-            assert all_busy, "refused while a waiting connection could have made room"
+            assert len(admitted) >= self.CAP and set(admitted) <= set(busy), \
+                "refused while a waiting connection could have made room"
             peer.ended = True
             return
         if got == "reserve":
             self.model.reserve.add(ident)
-        self.model.waiting[ident] = (address, self.clock.now)
+        self.model.waiting[ident] = self.clock.now
 
-    @precondition(lambda self: any(i in self.model.waiting for i in self._live()))
+    @precondition(lambda self: bool(self._live(self.model.waiting)))
     @rule(data=st.data())
     def request(self, data: st.DataObject) -> None:
-        ident = data.draw(st.sampled_from([i for i in self._live() if i in self.model.waiting]))
+        ident = data.draw(st.sampled_from(self._live(self.model.waiting)))
         self.bounds.busy(self.peers[ident])
         del self.model.waiting[ident]
         self.model.busy.add(ident)
+        self.model.served.add(ident)
 
-    @precondition(lambda self: any(i in self.model.busy for i in self._live()))
+    @precondition(lambda self: bool(self._live(self.model.busy)))
     @rule(data=st.data())
     def answered(self, data: st.DataObject) -> None:
-        ident = data.draw(st.sampled_from([i for i in self._live() if i in self.model.busy]))
+        ident = data.draw(st.sampled_from(self._live(self.model.busy)))
         self.bounds.done(self.peers[ident])
         self.bounds.waiting(self.peers[ident])
         self.model.busy.discard(ident)
-        self.model.waiting[ident] = (self.peers[ident].address or "", self.clock.now)
+        self.model.waiting[ident] = self.clock.now
 
     @precondition(lambda self: bool(self._live()))
     @rule(data=st.data())
@@ -295,19 +320,18 @@ class AdmissionMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([0.5, 2.0, 4.99, 5.0]))
     def time_passes(self, seconds: float) -> None:
         self.clock.now += seconds
+        before = set(self._live())
         self.bounds.sweep()
-        for ident, (_, since) in self.model.waiting.items():
-            if not self.peers[ident].ended:
-                assert self.clock.now - since < WAITING_SECONDS, "a connection waited past 5 s"
+        for ident in before:
+            overdue = ident in self.model.waiting and self.clock.now - self.model.waiting[ident] >= 5.0
+            assert self.peers[ident].ended is overdue, "ended other than at its deadline"
 
     @invariant()
     def bounded(self) -> None:
-        live = self._live()
-        assert len([i for i in live if i not in self.model.reserve]) <= self.CAP
+        assert len([i for i in self._live() if i not in self.model.reserve]) <= self.CAP
         for address in "abc":
-            waiting = [i for i in live if i in self.model.waiting and self.peers[i].address == address]
-            assert len(waiting) <= self.PER_ADDRESS
-        assert self.bounds.under_way == len([i for i in live if i in self.model.busy])
+            assert len(self._fresh(address)) <= self.PER_ADDRESS
+        assert self.bounds.under_way == len(self._live(self.model.busy))
 
 
 AdmissionMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)

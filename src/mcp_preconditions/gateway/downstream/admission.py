@@ -2,14 +2,16 @@
 most `connections` connections, plus HEALTH_RESERVE that may ask only for a health check; a
 connection waiting for a request (just accepted, or kept alive after an answer) is closed unless
 that request's headers are in within 5 s, its body within `header_seconds` more; one address holds
-at most `waiting_per_address` waiting connections, and at the cap a new connection ends the one
-that has waited longest instead of being refused. Deadlines are kept by `sweep`, on `clock`.
+at most `waiting_per_address` connections that have not had a request yet, and at the cap a new
+connection ends the one that has waited longest instead of being refused. Deadlines are kept by
+`sweep`, on `clock`.
 
 Why it is built this way: half-open connections (a client that connects and sends nothing, or half
 a request) cost an attacker nothing. Refusing new connections at the cap, as the listener once did,
 let 100 of them, reopened as they timed out, hold every slot (issue 39). A connection that has
 waited longest is the one least likely to be a caller about to send; a caller's own fresh
-connection is the youngest, and its request makes it busy, which is never ended for a newcomer.
+connection is the youngest, and its request makes it busy, which is never ended for a newcomer;
+its kept-alive connections, having had a request, do not count against its address.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ class Limits:
     `waiting_seconds` (at most `header_seconds`), then its body within `header_seconds`; at most
     `connections` connections, and as many requests under way, at once (beyond that
     HEALTH_RESERVE more connections may ask `/healthz` or `/readyz`, and anything else gets 503
-    and is closed); one address holds at most `waiting_per_address` connections waiting for a
-    request; at most `sessions` 2025-11-25 sessions, and per principal at most
+    and is closed); one address holds at most `waiting_per_address` connections that have not
+    had a request yet; at most `sessions` 2025-11-25 sessions, and per principal at most
     `sessions_per_principal` of them and `streams_per_principal` long-lived streams (GET,
     `subscriptions/listen`)."""
 
@@ -66,7 +68,10 @@ class Member(Protocol):
 class Admission:
     """The listener's connections and their deadlines. A connection is admitted (`admit`), then
     alternates between waiting for a request (`waiting`) and serving one (`busy`, `done`), the
-    body of the one it serves perhaps still to come (`body_pending`); `gone` when it closed."""
+    body of the one it serves perhaps still to come (`body_pending`); `gone` when it closed. A
+    connection is *fresh* until its first request's headers are in: the per-address bound counts
+    fresh connections only, so a caller's kept-alive connections never give way to half-open ones
+    from its own address."""
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS,
                  refused: Callable[[RefusalReason], None] = lambda _reason: None,
@@ -80,22 +85,24 @@ class Admission:
         self.reserve: set[Member] = set()
         self.under_way = 0  # requests being served, every connection's
         self._busy: set[Member] = set()
+        self._served: set[Member] = set()  # connections that have had a request (not fresh)
         # Since when each connection has waited; insertion order is that order (re-inserted when
         # it waits again), so the first entries are the oldest: a sweep stops at the first in time.
         self._waiting: dict[Member, float] = {}
-        self._waiting_at: dict[str | None, dict[Member, None]] = {}
+        self._fresh_at: dict[str | None, dict[Member, None]] = {}  # by address, oldest first
         self._bodies: dict[Member, float] = {}
 
     def admit(self, member: Member) -> Admitted:
         """Whether `member`, just accepted, is in, in the health-check reserve, or refused (then
         counted as `over_cap`; the caller answers 503 and closes it). Room is made first: by
-        ending its address's longest-waiting connection when that address is at its bound, and
-        at the cap by ending the longest-waiting connection of all."""
-        here = self._waiting_at.get(member.address)
+        ending its address's longest-waiting fresh connection when that address is at its bound,
+        and at the cap by ending the longest-waiting connection of all, a fresh one first."""
+        here = self._fresh_at.get(member.address)
         if here is not None and len(here) >= self.limits.waiting_per_address:
             self._evict(next(iter(here)))
         if len(self.admitted) >= self.limits.connections:
-            oldest = next((m for m in self._waiting if m in self.admitted), None)
+            waiting = [m for m in self._waiting if m in self.admitted]
+            oldest = next((m for m in waiting if m not in self._served), None) or next(iter(waiting), None)
             if oldest is not None:
                 self._evict(oldest)
         if len(self.admitted) < self.limits.connections:
@@ -116,18 +123,16 @@ class Admission:
         return member in self.reserve or self.under_way >= self.limits.connections
 
     def waiting(self, member: Member) -> None:
-        """`member` waits for a request from now: its headers are due within `head_seconds`. Its
-        address's longest-waiting connection ends if that address is over its bound now."""
+        """`member` waits for a request from now: its headers are due within `head_seconds`."""
         self._not_waiting(member)
         self._waiting[member] = self.clock()
-        here = self._waiting_at.setdefault(member.address, {})
-        here[member] = None
-        if len(here) > self.limits.waiting_per_address:
-            self._evict(next(iter(here)))
+        if member not in self._served:
+            self._fresh_at.setdefault(member.address, {})[member] = None
 
     def busy(self, member: Member) -> None:
         """A request's headers are in: it is served from now (no deadline while it is)."""
         self._not_waiting(member)
+        self._served.add(member)
         if member not in self._busy:
             self._busy.add(member)
             self.under_way += 1
@@ -150,6 +155,7 @@ class Admission:
         """`member` closed (or is closing): it holds nothing any more. Idempotent."""
         self.done(member)
         self._not_waiting(member)
+        self._served.discard(member)
         self.admitted.discard(member)
         self.reserve.discard(member)
 
@@ -172,11 +178,11 @@ class Admission:
             self.sweep()
 
     def _not_waiting(self, member: Member) -> None:
-        if self._waiting.pop(member, None) is not None:
-            here = self._waiting_at[member.address]
+        if self._waiting.pop(member, None) is not None and member not in self._served:
+            here = self._fresh_at[member.address]
             del here[member]
             if not here:
-                del self._waiting_at[member.address]
+                del self._fresh_at[member.address]
 
     def _evict(self, member: Member) -> None:
         self.gone(member)
