@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -65,7 +66,12 @@ class FastmcpVenv:
         listed = self.run("python", "-m", "pip", "list", "--format", "json",
                           "--disable-pip-version-check")
         assert listed.returncode == 0, listed.stderr
-        return {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+        return {normalized(p["name"]): p["version"] for p in json.loads(listed.stdout)}
+
+
+def normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares it (pip reports `prometheus_client`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def venv_env() -> dict[str, str]:
@@ -115,7 +121,7 @@ def test_fastmcp_alone_runs_gateway_serve_and_tools_and_pip_keeps_the_newest_uvi
     report = venv.run("python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                       "--report", "-", f"{wheel}[fastmcp]", timeout=600)
     assert report.returncode == 0, report.stderr
-    installed = {i["metadata"]["name"].lower() for i in json.loads(report.stdout)["install"]}
+    installed = {normalized(i["metadata"]["name"]) for i in json.loads(report.stdout)["install"]}
     assert installed == set(absent), installed  # nothing else replaced
     after = venv.versions()
     assert (after["uvicorn"], after["fastmcp"]) == (before["uvicorn"], before["fastmcp"])
