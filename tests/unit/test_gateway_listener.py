@@ -294,6 +294,29 @@ async def test_a_client_gone_mid_body_is_told_to_the_app_and_nothing_is_written(
     assert wire.written == b""
 
 
+async def test_every_receive_waiting_hears_the_client_go_and_one_cancelled_leaves_the_others() -> None:
+    heard: list[str] = []
+    waiting: list[asyncio.Task[None]] = []
+
+    async def listen(receive: Any) -> None:
+        heard.append((await receive())["type"])
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()  # the (empty) body
+        waiting.extend(asyncio.ensure_future(listen(receive)) for _ in range(3))
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+    connection, _ = connect(app)
+    connection.data_received(GET)
+    await settled(lambda: len(waiting) == 3)
+    await settled()
+    waiting[0].cancel()
+    await settled(lambda: waiting[0].done())
+    connection.connection_lost(None)
+    await settled(lambda: len(heard) == 2)
+    assert heard == ["http.disconnect", "http.disconnect"]
+
+
 @pytest.mark.parametrize(("failure", "written"), [
     ("raises", b"HTTP/1.1 500 Internal Server Error\r\n"),
     ("bad header", b"HTTP/1.1 500 Internal Server Error\r\n"),

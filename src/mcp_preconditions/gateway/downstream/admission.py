@@ -101,9 +101,9 @@ class Admission:
         if here is not None and len(here) >= self.limits.waiting_per_address:
             self._evict(next(iter(here)))
         if len(self.admitted) >= self.limits.connections:
-            admitted = self.admitted
-            oldest = next((m for m in self._waiting if m in admitted and m not in self._served),
-                          None) or next((m for m in self._waiting if m in admitted), None)
+            holders = self.admitted
+            oldest = next((m for m in self._waiting if m in holders and m not in self._served),
+                          None) or next((m for m in self._waiting if m in holders), None)
             if oldest is not None:
                 self._evict(oldest)
         if len(self.admitted) < self.limits.connections:

@@ -54,7 +54,7 @@ class Exchange:
         "_held",
         "_left",
         "_silent",
-        "_waiter",
+        "_waiters",
         "body",
         "complete",
         "finished",
@@ -77,7 +77,7 @@ class Exchange:
         self._delivered = False  # the app has read the end of the body
         self.gone = False  # the client went before the answer was sent
         self.started = self.finished = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # receives waiting (a watcher may be one)
         self._held: bytes | None = None
         self._chunked = False
         self._silent = self.head_only  # nothing goes after the head (HEAD, 1xx, 204, 304)
@@ -97,9 +97,10 @@ class Exchange:
         self._wake()
 
     def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- the app ---------------------------------------------------------------------------------
     async def run(self, app: Any) -> None:
@@ -144,8 +145,9 @@ class Exchange:
             if self._continue and not self.started:  # the client waits for a word to send it
                 self._continue = False
                 self._connection.write(CONTINUE)
-            self._waiter = self._connection.loop.create_future()
-            await self._waiter
+            waiter = self._connection.loop.create_future()
+            self._waiters.append(waiter)
+            await waiter
 
     async def send(self, message: dict[str, Any]) -> None:
         if self.gone:
