@@ -281,7 +281,7 @@ def test_100_half_open_connections_from_one_address_leave_a_verified_caller_answ
             held_on = attack.reopened
         metrics = httpx.get(gw.url + "/metrics", timeout=30).text
     assert [s["content"][0]["text"] for s in seen] == ["echo: hi"] * 20
-    assert held_on >= 100 - 32  # it kept reopening: at most 32 of one address's wait at once
+    assert held_on >= 100 - 50  # it kept reopening: one address holds at most half the cap fresh
     assert attack.answered == []  # ended without an answer, never refused with a 503
     assert 'mcp_preconditions_http_refused_total{reason="over_cap"} 0.0' in metrics
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mcp_preconditions.gateway.downstream.admission import (
+    GRACE_SECONDS,
     HEALTH_RESERVE,
     WAITING_SECONDS,
     Admission,
@@ -116,10 +117,26 @@ def test_one_address_holds_at_most_its_bound_of_waiting_connections_its_oldest_g
     for peer in [*mine, other]:
         bounds.admit(peer)
         clock.now += 0.1
+    clock.now += GRACE_SECONDS
     newcomer = Peer("10.0.0.9")
     assert bounds.admit(newcomer) == "in"
     assert [p.ended for p in mine] == [True, False, False, False] and not other.ended
     assert refused == []
+
+
+def test_a_burst_from_one_address_is_not_ended_in_its_first_second_up_to_half_the_cap() -> None:
+    """A load balancer in front: every connection from one address, a burst of them accepted before
+    any is read. None is ended for the address's bound until it has waited GRACE_SECONDS; beyond
+    half the cap the address's oldest goes even so (so one address never fills the cap)."""
+    clock = Clock()
+    bounds, _ = admission(clock, connections=100, waiting_per_address=4)
+    burst = [Peer("10.0.0.7") for _ in range(50)]
+    for peer in burst:
+        bounds.admit(peer)
+    assert not any(p.ended for p in burst)
+    flood = Peer("10.0.0.7")
+    bounds.admit(flood)
+    assert [p.ended for p in burst] == [True] + [False] * 49 and not flood.ended
 
 
 def test_a_callers_kept_alive_connection_never_gives_way_to_fresh_ones_from_its_address() -> None:
@@ -133,6 +150,7 @@ def test_a_callers_kept_alive_connection_never_gives_way_to_fresh_ones_from_its_
     fresh = [Peer("10.0.0.9") for _ in range(10)]
     for peer in fresh:
         bounds.admit(peer)
+        clock.now += GRACE_SECONDS
     assert not kept.ended and [p.ended for p in fresh] == [True] * 6 + [False] * 4
 
 
@@ -142,11 +160,27 @@ def test_at_the_cap_a_newcomer_ends_the_longest_waiting_connection_never_a_busy_
     busy, old, young = Peer("a"), Peer("b"), Peer("c")
     for peer in (busy, old, young):
         bounds.admit(peer)
-        clock.now += 1
+        clock.now += GRACE_SECONDS
     bounds.busy(busy)
     assert bounds.admit(Peer("d")) == "in"
     assert (busy.ended, old.ended, young.ended) == (False, True, False)
     assert refused == []
+
+
+def test_at_the_cap_a_fresh_connection_goes_before_a_kept_alive_one_and_none_in_its_first_second(
+        ) -> None:
+    clock = Clock()
+    bounds, refused = admission(clock, connections=2)
+    kept, fresh = Peer("a"), Peer("b")
+    bounds.admit(kept)
+    bounds.busy(kept)
+    bounds.done(kept)
+    bounds.waiting(kept)
+    bounds.admit(fresh)
+    assert bounds.admit(Peer("c")) == "reserve"  # both have waited less than a second
+    clock.now += GRACE_SECONDS
+    assert bounds.admit(Peer("d")) == "in"
+    assert (kept.ended, fresh.ended) == (False, True) and refused == []
 
 
 def test_with_every_connection_busy_the_reserve_then_503() -> None:
@@ -203,7 +237,7 @@ async def test_100_half_open_connections_reopened_as_they_time_out_leave_a_calle
         answered += wire.written.startswith(b"HTTP/1.1 200 ")
         caller.connection_lost(None)
     assert answered == 43 and refused == []
-    assert sum(not w.closed for _, w in attacker) <= bounds.limits.waiting_per_address
+    assert sum(not w.closed for _, w in attacker) <= bounds.ceiling < bounds.limits.connections
 
 
 def _ok_app() -> Any:
@@ -248,10 +282,12 @@ class Model:
     busy: set[int] = field(default_factory=set)
     served: set[int] = field(default_factory=set)  # have had a request: not fresh
     reserve: set[int] = field(default_factory=set)
+    gone: set[int] = field(default_factory=set)  # ended or closed, as seen so far
 
 
 class AdmissionMachine(RuleBasedStateMachine):
-    CAP, PER_ADDRESS = 6, 3
+    CAP, PER_ADDRESS = 8, 3
+    CEILING = max(PER_ADDRESS, CAP // 2)
 
     def __init__(self) -> None:
         super().__init__()
@@ -277,19 +313,28 @@ class AdmissionMachine(RuleBasedStateMachine):
         fresh_elsewhere = [i for i in self._fresh() if i not in self.model.reserve
                            and self.peers[i].address != address]
         kept = [i for i in self._live(self.model.waiting) if i in self.model.served]
+        aged = {i for i in self._live(self.model.waiting)
+                if self.clock.now - self.model.waiting[i] >= GRACE_SECONDS}
         got = self.bounds.admit(peer)
         ident = len(self.peers)
         self.peers[ident] = peer
-        assert not any(self.peers[i].ended for i in busy), "a busy connection was ended"
-        if any(self.peers[i].ended for i in kept):  # a kept-alive one ended only at the cap, with
-            assert len(admitted) >= self.CAP and not fresh_elsewhere  # no fresh one to end first
+        ended = {i for i in self.peers if self.peers[i].ended} - set(self.model.gone)
+        self.model.gone.update(ended)
+        assert not ended & set(busy), "a busy connection was ended"
+        assert ended <= aged or len(self._fresh(address)) >= self.CEILING - 1, \
+            "a connection was ended in its first second"
+        if ended & set(kept):  # a kept-alive one ended only at the cap, with no aged fresh one
+            assert len(admitted) >= self.CAP and not set(fresh_elsewhere) & aged
         if got == "refused":
-            assert len(admitted) >= self.CAP and set(admitted) <= set(busy), \
-                "refused while a waiting connection could have made room"
+            assert len(admitted) >= self.CAP and not (set(admitted) & aged - set(busy)), \
+                "refused while a connection that has waited could have made room"
             peer.ended = True
+            self.model.gone.add(ident)
             return
         if got == "reserve":
             self.model.reserve.add(ident)
+        waited = [i for i in self._fresh(address) if i in aged]
+        assert len(waited) < self.PER_ADDRESS, "an address holds more fresh connections that waited"
         self.model.waiting[ident] = self.clock.now
 
     @precondition(lambda self: bool(self._live(self.model.waiting)))
@@ -316,8 +361,9 @@ class AdmissionMachine(RuleBasedStateMachine):
         ident = data.draw(st.sampled_from(self._live()))
         self.bounds.gone(self.peers[ident])
         self.peers[ident].ended = True
+        self.model.gone.add(ident)
 
-    @rule(seconds=st.sampled_from([0.5, 2.0, 4.99, 5.0]))
+    @rule(seconds=st.sampled_from([0.5, 1.0, 2.0, 4.99, 5.0]))
     def time_passes(self, seconds: float) -> None:
         self.clock.now += seconds
         before = set(self._live())
@@ -325,12 +371,14 @@ class AdmissionMachine(RuleBasedStateMachine):
         for ident in before:
             overdue = ident in self.model.waiting and self.clock.now - self.model.waiting[ident] >= 5.0
             assert self.peers[ident].ended is overdue, "ended other than at its deadline"
+            if overdue:
+                self.model.gone.add(ident)
 
     @invariant()
     def bounded(self) -> None:
         assert len([i for i in self._live() if i not in self.model.reserve]) <= self.CAP
         for address in "abc":
-            assert len(self._fresh(address)) <= self.PER_ADDRESS
+            assert len(self._fresh(address)) <= self.CEILING
         assert self.bounds.under_way == len(self._live(self.model.busy))
 
 

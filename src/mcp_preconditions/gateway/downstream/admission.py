@@ -1,17 +1,20 @@
 """Who may hold a connection to the gateway's HTTP listener, and for how long (SPEC §10, §14): at
 most `connections` connections, plus HEALTH_RESERVE that may ask only for a health check; a
 connection waiting for a request (just accepted, or kept alive after an answer) is closed unless
-that request's headers are in within 5 s, its body within `header_seconds` more; one address holds
-at most `waiting_per_address` connections that have not had a request yet, and at the cap a new
-connection ends the one that has waited longest instead of being refused. Deadlines are kept by
-`sweep`, on `clock`.
+that request's headers are in within 5 s, its body within `header_seconds` more. A connection is
+*fresh* until its first request's headers are in. One address holds at most `waiting_per_address`
+fresh connections that have waited a second or more (a newcomer ends the longest-waiting one), and
+never more than half the cap of fresh ones; at the cap a newcomer ends the connection that has
+waited longest (a second or more: fresh first, then kept-alive) instead of being refused.
+Deadlines are kept by `sweep`, on `clock`.
 
 Why it is built this way: half-open connections (a client that connects and sends nothing, or half
 a request) cost an attacker nothing. Refusing new connections at the cap, as the listener once did,
-let 100 of them, reopened as they timed out, hold every slot (issue 39). A connection that has
-waited longest is the one least likely to be a caller about to send; a caller's own fresh
-connection is the youngest, and its request makes it busy, which is never ended for a newcomer;
-its kept-alive connections, having had a request, do not count against its address.
+let 100 of them, reopened as they timed out, hold every slot (issue 39). One address cannot reach
+the cap with fresh connections, so callers from elsewhere always get in; a connection serving a
+request is never ended, nor a caller's kept-alive connections for its address's bound. The second
+of grace is for proxies: every connection of a load balancer in front comes from one address, and a
+burst of them, each with its request already sent, may be accepted before any is read.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .sessions import MAX_SESSIONS, SESSIONS_PER_PRINCIPAL, STREAMS_PER_PRINCIPA
 HEALTH_RESERVE = 8
 WAITING_SECONDS = 5.0  # SPEC §14: a client that has sent no complete request within 5 s is closed
 SWEEP_SECONDS = 0.5  # how often deadlines are looked at: one is kept to within this much
+GRACE_SECONDS = 1.0  # a fresh connection younger than this is not ended to make room for another
 Admitted = Literal["in", "reserve", "refused"]
 
 
@@ -40,7 +44,8 @@ class Limits:
     `connections` connections, and as many requests under way, at once (beyond that
     HEALTH_RESERVE more connections may ask `/healthz` or `/readyz`, and anything else gets 503
     and is closed); one address holds at most `waiting_per_address` connections that have not
-    had a request yet; at most `sessions` 2025-11-25 sessions, and per principal at most
+    had a request yet and have waited GRACE_SECONDS, and at most half of `connections` such
+    fresh ones; at most `sessions` 2025-11-25 sessions, and per principal at most
     `sessions_per_principal` of them and `streams_per_principal` long-lived streams (GET,
     `subscriptions/listen`)."""
 
@@ -81,6 +86,7 @@ class Admission:
         self.clock = clock
         self.reserve_size = reserve
         self.head_seconds = min(limits.waiting_seconds, limits.header_seconds)
+        self.ceiling = max(limits.waiting_per_address, limits.connections // 2)  # fresh, per address
         self.admitted: set[Member] = set()
         self.reserve: set[Member] = set()
         self.under_way = 0  # requests being served, every connection's
@@ -94,16 +100,17 @@ class Admission:
 
     def admit(self, member: Member) -> Admitted:
         """Whether `member`, just accepted, is in, in the health-check reserve, or refused (then
-        counted as `over_cap`; the caller answers 503 and closes it). Room is made first: by
-        ending its address's longest-waiting fresh connection when that address is at its bound,
-        and at the cap by ending the longest-waiting connection of all, a fresh one first."""
+        counted as `over_cap`; the caller answers 503 and closes it). Room is made first (module
+        docstring): its address's longest-waiting fresh connections end while that address is at
+        its bound, and at the cap the connection of all that has waited longest."""
+        now = self.clock()
         here = self._fresh_at.get(member.address)
-        if here is not None and len(here) >= self.limits.waiting_per_address:
+        while here and (len(here) >= self.ceiling or (
+                len(here) >= self.limits.waiting_per_address
+                and now - self._waiting[next(iter(here))] >= GRACE_SECONDS)):
             self._evict(next(iter(here)))
         if len(self.admitted) >= self.limits.connections:
-            holders = self.admitted
-            oldest = next((m for m in self._waiting if m in holders and m not in self._served),
-                          None) or next((m for m in self._waiting if m in holders), None)
+            oldest = self._longest_waiting(now)
             if oldest is not None:
                 self._evict(oldest)
         if len(self.admitted) < self.limits.connections:
@@ -117,6 +124,18 @@ class Admission:
             return "refused"
         self.waiting(member)
         return admitted
+
+    def _longest_waiting(self, now: float) -> Member | None:
+        """The admitted connection to end for a newcomer at the cap: the one that has waited
+        longest, fresh before kept-alive, and only one that has waited GRACE_SECONDS."""
+        holders, served = self.admitted, self._served
+        for fresh in (True, False):
+            for member, since in self._waiting.items():
+                if now - since < GRACE_SECONDS:
+                    break  # (oldest first: the rest are younger still)
+                if member in holders and (member not in served) is fresh:
+                    return member
+        return None
 
     def gated(self, member: Member) -> bool:
         """Whether the request `member` starts may only be a health check: it is in the reserve,
@@ -190,4 +209,4 @@ class Admission:
         member.expire()
 
 
-__all__ = ["DEFAULT_LIMITS", "HEALTH_RESERVE", "Admission", "Admitted", "Limits", "Member"]
+__all__ = ["DEFAULT_LIMITS", "GRACE_SECONDS", "HEALTH_RESERVE", "Admission", "Admitted", "Limits", "Member"]
