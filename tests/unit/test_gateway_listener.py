@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -461,3 +463,13 @@ async def test_over_the_cap_anything_else_is_answered_503_and_closed(start: byte
     (b"GET /mcp HTTP/1.1\r\n", False), (b"G" * 256, False)])
 def test_what_counts_as_a_health_check(start: bytes, verdict: bool | None) -> None:
     assert health_check(start) is verdict
+
+
+def test_the_gateway_imports_no_uvicorn() -> None:
+    """The listener is the project's own (no private class of another library, SPEC §9): neither it
+    nor the `gateway` command loads uvicorn, so any uvicorn the user has installs beside it."""
+    code = ("import sys\nfrom mcp_preconditions.gateway.downstream import listener\n"
+            "from mcp_preconditions.cli import gateway_cmds\n"
+            "print(sorted(m for m in sys.modules if m.partition('.')[0] in ('uvicorn', 'h11')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "[]\n"
