@@ -153,9 +153,9 @@ image: image-base $(WHEELHOUSE)/.done
 # their newest), rebuilt only when pyproject.toml changes. It runs the tests of the surface the
 # extras' dependencies shape: the hosted adapters on the MCP SDK and fastmcp (in process, stdio, HTTP,
 # tool names, fail-closed), the SDK's client adapter, pydantic-ai and the OpenAI Agents SDK, the gateway
-# in front of SDK servers (bridging both protocol versions, live tool lists), uvicorn's private
-# classes under the gateway's listener, redis-py, and the wheel installed beside these very SDKs
-# without replacing one. The rest of the suite runs on the newest only.
+# in front of SDK servers (bridging both protocol versions, live tool lists), httptools' parser under
+# the gateway's listener, redis-py, and the wheel installed beside these very SDKs without replacing
+# one. The rest of the suite runs on the newest only.
 LOWEST        := .run/lowest
 LOWEST_EXTRAS := mcp,explore,fastmcp,redis,pydantic-ai,openai-agents
 LOWEST_TESTS  := tests/integration/test_mcp_inprocess.py tests/integration/test_mcp_stdio.py \

@@ -31,6 +31,9 @@ PRIMITIVES = ("asyncio/locks.py", "asyncio/mixins.py", "asyncio/queues.py", "cur
 # (layer, path fragments of its files): the first match wins, so the specific SDK modules come first.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The relay's own stages (issue 25), then the guard and what records a decision, then the rest.
+    ("HTTP/1.1 listener (http11, exchange, admission; llhttp through httptools)",
+     ("gateway/downstream/http11.py", "gateway/downstream/exchange.py",
+      "gateway/downstream/admission.py", "gateway/downstream/http_server.py", "httptools/")),
     ("relay: HTTP framing (http, streamable, sse, sessions)",
      ("gateway/downstream/app.py", "gateway/downstream/streamable.py", "gateway/downstream/wire.py",
       "gateway/downstream/sse.py", "gateway/downstream/sessions.py", "gateway/downstream/listener.py",

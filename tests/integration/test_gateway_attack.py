@@ -228,16 +228,16 @@ def test_half_sent_headers_and_bodies_are_cut_off_and_connections_are_capped(tmp
         assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
         held = [socket.create_connection((host, int(port)), timeout=30)
                 for _ in range(40 + HEALTH_RESERVE + 8)]
-        try:  # within the cap, and the health checks' reserve beyond it: held until their header
-            # deadline; beyond both: 503 and closed at once
+        try:  # more idle connections than the cap and the reserve, from one address: each is
+            # ended without an answer (for a newer one, or at its deadline), none refused with a
+            # 503, and the gateway answers meanwhile
+            health = httpx.get(gw.url + "/healthz", timeout=30).status_code
             got = [_read_all(sock) for sock in held]
         finally:
             for sock in held:
                 sock.close()
-    # (the 40th may be over the cap too, while the /healthz connection is still being closed)
-    assert got[:39 + HEALTH_RESERVE] == [b""] * (39 + HEALTH_RESERVE)
-    over = got[40 + HEALTH_RESERVE:]
-    assert len(over) == 8 and all(g.startswith(b"HTTP/1.1 503 ") for g in over), over
+    assert health == 200
+    assert got == [b""] * len(held)
     assert not tool_calls(log)
 
 

@@ -1,6 +1,8 @@
 """The extra each command needs (cli/_extras.py), read from the installed package's metadata: the
 commands that need one name an extra pyproject.toml has; with every extra installed, none is missing;
-a module missing while a command runs is blamed on its extra, never one of this package's own.
+with part of an extra installed, the line names exactly what is missing (issue 40: `[fastmcp]` alone
+was told "the 'mcp' extra" was missing while mcp was installed); a module missing while a command
+runs is blamed on its extra, never one of this package's own.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ import tomllib
 
 import pytest
 
-from mcp_preconditions.cli._extras import NEEDS, distributions, extra_behind, missing_extra
+from mcp_preconditions.cli import _extras
+from mcp_preconditions.cli._extras import NEEDS, distributions, extra_behind, missing, needs_line
 from tests.fixtures.mcp_servers import ROOT
 
 
@@ -21,8 +24,8 @@ def test_each_needed_extra_is_one_of_pyproject() -> None:
 
 
 def test_with_every_extra_installed_none_is_missing() -> None:
-    assert [c for c in NEEDS if missing_extra(c) is not None] == []
-    assert missing_extra("check") is None
+    assert [c for c in NEEDS if missing(c) is not None] == []
+    assert missing("check") is None
     assert distributions("no-such-extra") == []
 
 
@@ -36,3 +39,25 @@ def test_with_every_extra_installed_none_is_missing() -> None:
 def test_a_module_missing_at_run_time_is_blamed_on_the_extra(command: str, module: str,
                                                              extra: str | None) -> None:
     assert extra_behind(command, ModuleNotFoundError(f"No module named {module!r}", name=module)) == extra
+
+
+@pytest.mark.parametrize(("absent", "line"), [
+    (["mcp", "prometheus-client", "httptools", "orjson", "uvicorn"],
+     "needs the 'mcp' extra, which is not installed: install mcp-preconditions with [mcp] "
+     '(README.md, "Install")'),
+    (["httptools", "orjson"],
+     "needs httptools and orjson, which are not installed (the 'mcp' extra brings them): install "
+     'mcp-preconditions with [mcp] (README.md, "Install")'),
+    (["prometheus-client", "httptools", "orjson"],
+     "needs prometheus-client, httptools and orjson, which are not installed (the 'mcp' extra brings "
+     'them): install mcp-preconditions with [mcp] (README.md, "Install")'),
+    (["orjson"],
+     "needs orjson, which is not installed (the 'mcp' extra brings it): install mcp-preconditions "
+     'with [mcp] (README.md, "Install")'),
+])
+def test_a_partly_installed_extra_names_exactly_what_is_missing(
+        monkeypatch: pytest.MonkeyPatch, absent: list[str], line: str) -> None:
+    monkeypatch.setattr(_extras, "_installed", lambda name: name not in absent)
+    found = missing("gateway")
+    assert found is not None and needs_line(*found) == line
+    assert missing("check") is None

@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -25,7 +26,8 @@ from mcp_preconditions.decision_sinks import (
     write_held,
 )
 from mcp_preconditions.decisions import FanOutRecorder
-from mcp_preconditions.gateway.downstream.listener import _Coalescing
+from mcp_preconditions.gateway.downstream.admission import Admission
+from mcp_preconditions.gateway.downstream.http11 import Connection, Listener
 from mcp_preconditions.gateway.downstream.stdio import Output
 
 LOGGER = "mcp_preconditions.decisions"
@@ -40,20 +42,27 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [json.loads(r.getMessage())["tool"] for r in caplog.records if r.name == LOGGER]
 
 
-class Transport:
-    """What `_Coalescing` writes to, and what the log held when each write came."""
+class Transport(asyncio.Transport):
+    """What the gateway's HTTP connection writes to, and what the log held when each write came."""
 
     def __init__(self, caplog: pytest.LogCaptureFixture) -> None:
+        super().__init__()
         self.caplog = caplog
         self.writes: list[tuple[bytes, list[str]]] = []
 
-    def write(self, data: bytes) -> None:
-        self.writes.append((data, lines(self.caplog)))
+    def write(self, data: Any) -> None:
+        self.writes.append((bytes(data), lines(self.caplog)))
 
     def is_closing(self) -> bool:
         return False
 
     def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
         pass
 
 
@@ -82,13 +91,24 @@ def test_without_a_running_loop_the_line_is_written_at_once(caplog: pytest.LogCa
 async def test_no_byte_goes_to_an_http_client_before_the_records_made_so_far(
         caplog: pytest.LogCaptureFixture) -> None:
     recorder = LoggingAndSpanRecorder(held=True)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        recorder.record(decision("denied"))  # a denial: its answer is written in the same step
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"10")]})
+        await send({"type": "http.response.body", "body": b"the denial"})
+
     with caplog.at_level(logging.INFO, logger=LOGGER):
         transport = Transport(caplog)
-        coalescing = _Coalescing(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
-        recorder.record(decision("denied"))  # a denial: its answer is written in the same step
-        coalescing.write(b"HTTP/1.1 200 OK\r\n\r\n")
-        coalescing.write(b"the denial")
-        assert transport.writes == [(b"HTTP/1.1 200 OK\r\n\r\nthe denial", ["denied"])]
+        connection = Connection(Listener(app, Admission(), asyncio.get_running_loop()))
+        connection.connection_made(transport)
+        connection.data_received(b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in range(100):  # loop steps, not time: the app runs in a task of its own
+            if transport.writes:
+                break
+            await asyncio.sleep(0)
+        assert transport.writes == [
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nthe denial", ["denied"])]
 
 
 async def test_no_line_goes_to_a_stdio_client_before_the_records_made_so_far(
@@ -96,7 +116,7 @@ async def test_no_line_goes_to_a_stdio_client_before_the_records_made_so_far(
     recorder = LoggingAndSpanRecorder(held=True)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         transport = Transport(caplog)
-        output = Output(transport, 1)  # type: ignore[arg-type]
+        output = Output(transport, 1)
         recorder.record(decision("denied"))
         output.push({"jsonrpc": "2.0", "id": 1, "result": {}})
         ((data, seen),) = transport.writes

@@ -78,7 +78,7 @@ def test_the_lowest_pass_pins_every_package_of_its_extras() -> None:
     assert result.returncode == 0, result.stderr
     pins = dict(line.split("==") for line in result.stdout.splitlines() if not line.startswith("#"))
     assert {"mcp": "2.3", "fastmcp": "4.1", "pydantic-ai-slim": "2.68"}.items() <= pins.items()
-    # the uvicorn pinned is one the gateway listener's test admits (tests/unit/test_gateway_listener.py)
+    # the uvicorn pinned is one the mcp extra admits (serve --transport http runs on it)
     uvicorn = next(Requirement(r) for r in _extras()["mcp"] if r.startswith("uvicorn"))
     assert pins["uvicorn"] in uvicorn.specifier
     assert "no lower bound" not in result.stdout

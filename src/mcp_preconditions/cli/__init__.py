@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from .. import __version__
 from ..errors import PreconditionsError, UsageError
-from ._extras import extra_behind, missing_extra, needs_line
+from ._extras import extra_behind, missing, needs_line
 from ._output import BAD_INPUT, PROG, escape, fail
 
 __all__ = ["build_parser", "main"]
@@ -84,9 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else BAD_INPUT
     if sys.stdout is None and _needs_stdout(args):  # started with stdout closed (`>&-`)
         return fail("standard output is closed; there is nowhere to print the result")
-    extra = missing_extra(args.subcommand)
-    if extra is not None:
-        return fail(needs_line(extra), args.subcommand)
+    absent = missing(args.subcommand)
+    if absent is not None:
+        return fail(needs_line(*absent), args.subcommand)
     try:
         code: int = args.func(args)
         if sys.stdout is not None:
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # installed, but not importable: the same line
         if (extra := extra_behind(args.subcommand, exc)) is None:
             raise
-        return fail(needs_line(extra), args.subcommand)
+        return fail(needs_line(extra, [(exc.name or "").partition(".")[0]]), args.subcommand)
     except UsageError as exc:
         return fail(exc.lines(), args.subcommand)
     except PreconditionsError as exc:

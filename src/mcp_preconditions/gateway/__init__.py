@@ -7,7 +7,7 @@ library, each reached over stdio (a command the gateway supervises) or streamabl
 
 The path of one `tools/call` over HTTP, and back:
 
-    downstream/listener  uvicorn on httptools, slow and surplus connections bounded
+    downstream/listener  the gateway's own HTTP/1.1 on llhttp; slow and surplus connections bounded
     downstream/app       the bearer token checked (401), /healthz /readyz /metrics
     downstream/streamable  POST framed, the session found (`sessions`), a 2026-07-28 envelope
                          and its routing headers checked (`inbound`)
