@@ -290,9 +290,10 @@ class _Renewing(_Held):
         return SimpleNamespace(credential=self.renewed, outcome=None)
 
 
-async def test_a_renewed_call_whose_session_the_server_ended_is_sent_once_more() -> None:
+async def test_a_renewed_call_whose_session_the_server_ended_is_not_sent_a_third_time() -> None:
     """After a 401 with `WWW-Authenticate` the call goes again with the renewed credential; if the
-    server ended the session meanwhile (404: nothing ran), once more on a new one."""
+    server ended the session meanwhile (404: nothing ran), that was its second and last time
+    (SPEC §14: at most twice in all): it fails, and is not sent on a new session."""
     async with running() as (double, sessions):
         alice = as_("alice")
         await sessions.request(alice, "tools/call", {}, timeout=5)
@@ -307,11 +308,12 @@ async def test_a_renewed_call_whose_session_the_server_ended_is_sent_once_more()
         double.answer = ending  # type: ignore[method-assign]
         member: Any = _Member(_Upstream(sessions))
         held: Any = _Renewing(alice, Credential.bearer("renewed", "token-exchange"))
-        result = await _forward().send(None, member, "tools/call", {"name": "t"}, 5.0, held)
-    assert result == {"session": "s2", "auth": "Bearer renewed"}
+        with pytest.raises(RpcError) as failed:
+            await _forward().send(None, member, "tools/call", {"name": "t"}, 5.0, held)
+    assert failed.value.message == "server double closed the connection"
     sent = [(session, auth) for method, auth, session in double.seen if method == "tools/call"]
     assert sent == [("s1", "Bearer alice-token"), ("s1", "Bearer alice-token"),
-                    ("s1", "Bearer renewed"), ("s2", "Bearer renewed")]
+                    ("s1", "Bearer renewed")]
 
 
 def _end_the_next_session(double: Double) -> None:

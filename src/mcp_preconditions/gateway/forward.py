@@ -5,7 +5,8 @@ protocol versions (a 2026-07-28 client in front of a 2025-11-25 server, and the 
 A call to a server with `credentials` (SPEC §14) goes as its caller, with the credential its
 decision obtained (in the call's sidecar) and none of the static headers; a server that refuses it
 (401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the call ends as an
-unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error.
+unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error. A request is sent
+at most twice: the second time only after an answer that proves the first did not run.
 """
 
 from __future__ import annotations
@@ -114,18 +115,12 @@ class Forward:
                     return await upstream.request(method, sent, timeout=timeout,
                                                   on_progress=on_progress)
                 as_caller = held.sent_as or _sent_as(held)
-                try:  # as the caller (`_renewed`, inline: every call with a credential)
+                try:  # as the caller (inline: every call with a credential)
                     return await upstream.request_as(as_caller, method, sent, timeout=timeout,
                                                      on_progress=on_progress)
-                except UpstreamChallenged as exc:
-                    log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
-                             upstream.key, exc.status)
-                except UpstreamSessionGone:  # their session, ended by the server: it ran nothing
-                    log.info("server %s ended a caller's session: sending on a new one, once",
-                             upstream.key)
-                    return await _again(upstream, held, own, as_caller, method, sent, timeout,
-                                       on_progress)
-                return await _renewed(upstream, held, own, method, sent, timeout, on_progress)
+                except (UpstreamChallenged, UpstreamSessionGone) as exc:  # it did not run
+                    return await _once_more(upstream, held, own, exc, method, sent, timeout,
+                                            on_progress)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
             raise exc.rpc(member.key) from None
@@ -207,42 +202,29 @@ def _sent_as(held: HeldCredential) -> AsCaller:
     return sent
 
 
-async def _again(upstream: Upstream, held: HeldCredential, own: str | None, caller: AsCaller,
-                 method: str, params: Mapping[str, Any] | None, timeout: float,
-                 on_progress: ProgressHook | None) -> dict[str, Any]:
-    """The request as the caller once more, on a new session of theirs, after the server answered
-    404 for the one it went on (`Forward.send`): it ran nothing there, so this still runs it at
-    most once (SPEC §10). The server refusing the credential now renews it, as on the first try."""
-    try:
-        return await upstream.request_as(caller, method, params, timeout=timeout,
-                                         on_progress=on_progress)
-    except UpstreamChallenged as exc:
-        log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
-                 upstream.key, exc.status)
-    return await _renewed(upstream, held, own, method, params, timeout, on_progress)
-
-
-async def _renewed(upstream: Upstream, held: HeldCredential, own: str | None, method: str,
-                   params: Mapping[str, Any] | None, timeout: float,
-                   on_progress: ProgressHook | None) -> dict[str, Any]:
-    """The request as the caller again, after the server answered 401/403 with
-    `WWW-Authenticate` (`Forward.send`): an answer the server gave instead of running the call,
-    so sending it again once with a renewed credential still runs it at most once (SPEC §10,
-    §14); a second refusal, or no renewed credential, is CredentialRefused."""
-    renewed = await held.renew(own)
-    if renewed.credential is None:
-        raise CredentialRefused(renewed.outcome)
-    caller = AsCaller(held.owner, renewed.credential)
-    try:
-        try:
-            return await upstream.request_as(caller, method, params, timeout=timeout,
-                                             on_progress=on_progress)
-        except UpstreamSessionGone:  # as `Forward.send`: it ran nothing; a new session, once
-            log.info("server %s ended a caller's session: sending on a new one, once",
-                     upstream.key)
+async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
+                     answer: UpstreamError, method: str, params: Mapping[str, Any] | None,
+                     timeout: float, on_progress: ProgressHook | None) -> dict[str, Any]:
+    """The request as the caller a second and last time, after an `answer` that proves the first
+    did not run (`Forward.send`): a 404 for the caller's session (the server ended it: a new one
+    is opened) or a 401/403 with `WWW-Authenticate` (the credential refused: renewed first). Never
+    a third time, whatever this one is answered (SPEC §14): a second refusal of the credential is
+    CredentialRefused, a second lost session the server's failure; a renewal that gives no
+    credential ends the call as CredentialRefused, not sent again."""
+    caller = held.sent_as or _sent_as(held)
+    if isinstance(answer, UpstreamChallenged):
+        log.info("server %s refused a caller's credential (HTTP %d): renewing it, and sending "
+                 "once more", upstream.key, answer.status)
+        renewed = await held.renew(own)
+        if renewed.credential is None:
+            raise CredentialRefused(renewed.outcome)
+        caller = AsCaller(held.owner, renewed.credential)
+    else:  # their session, ended by the server
+        log.info("server %s ended a caller's session: sending on a new one, once", upstream.key)
+    try:  # the second and last time
         return await upstream.request_as(caller, method, params, timeout=timeout,
                                          on_progress=on_progress)
     except UpstreamChallenged:
         raise CredentialRefused(Outcome(
             held.requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "
-            "credential, renewed once", transient=True)) from None
+            "credential; the call was not sent a third time", transient=True)) from None
