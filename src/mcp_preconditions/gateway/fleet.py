@@ -147,17 +147,12 @@ class Fleet:
 
     def outdated(self, member: Member, method: str) -> None:
         """A `notifications/*/list_changed` from `member`, seen before anything the server sends
-        after it: its listing is stale until listed again (`changed`), and calls wait for that."""
+        after it: its listing is stale until listed again (`changed`). A request routed by its
+        prompts or resources waits for that (a bounded while: `Listings`); a tool call never
+        does: while a server re-lists its tools, its calls use its last good catalog, and the
+        other servers' calls are not its business (SPEC §14)."""
         for kind in _KINDS[method]:
             member.catalog.listings[kind].outdated()
-
-    async def fresh_tools(self) -> None:
-        """Every server's tools as they are since its last list_changed: a call decided on a
-        listing the server already said is gone could reach a tool it now lists twice."""
-        for member in self:
-            listing = member.catalog.listings["tools"]
-            if listing.stale:
-                await listing.fresh()
 
     async def changed(self, member: Member, method: str) -> None:
         """A `notifications/*/list_changed` from `member`: that server alone is listed again."""

@@ -161,8 +161,7 @@ class Gateway:
         return min(CONNECT_WAIT_SECONDS, self.policy().gateway.call_timeout_seconds)
 
     async def _list_tools(self, call: Call) -> dict[str, Any]:
-        fleet = self.fleet
-        await fleet.fresh_tools()
+        fleet = self.fleet  # (a server re-listing is shown by its last good catalog)
         if not all(m.catalog.listings["tools"].loaded for m in fleet):
             await fleet.first_listing(self._connect_wait())
         if not any(m.catalog.listings["tools"].loaded for m in fleet):
