@@ -7,8 +7,10 @@ own session (its static headers) still serves listing, pings and subscriptions (
 One caller's session is never used for another, and never closed while a request of its caller is
 on it: a caller who cannot be given a session is refused, never anyone else. Sessions share one
 pool of connections (a session is a header, not a connection), so a thousand callers cost a
-thousand small objects, not a thousand sockets. A session the server ended (404 for its id: it ran
-nothing) is lost, and the next request opens a new one (the forwarding sends the request once more).
+thousand small objects, not a thousand sockets; one caller's requests hold at most half of it
+(`Pool.share`), so another's are answered while theirs are held. A session the server ended (404
+for its id: it ran nothing) is lost, and the next request opens a new one (the forwarding sends
+the request once more).
 A session is in use while its peer has a request pending (the peer tracks its requests anyway); its
 idle time counts from the start of its last request.
 """
@@ -26,7 +28,7 @@ import anyio
 
 from ...credentials.credential import Credential
 from ..errors import UpstreamUnavailable
-from .client import DEFAULT_BOUNDS, Bounds, Pool
+from .client import DEFAULT_BOUNDS, MAX_CONNECTIONS, Bounds, Pool
 from .handshake import closed, initialize
 from .http import HttpLink
 from .peer import NotificationHook, Peer, ProgressHook, RequestHook
@@ -74,13 +76,14 @@ class CallerSessions:
     def __init__(self, url: str, label: str, on_request: RequestHook,
                  on_notification: NotificationHook, bounds: Bounds = DEFAULT_BOUNDS, *,
                  limit: int = MAX_SESSIONS, idle: float = IDLE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 connections: int = MAX_CONNECTIONS) -> None:
         self._url = url
         self._label = label
         self._on_request = on_request
         self._on_notification = on_notification
         self._bounds = bounds
-        self._pool = Pool(url, bounds=bounds)
+        self._pool = Pool(url, bounds=bounds, limit=connections)
         self.limit = limit
         self.idle = idle
         self._clock = clock
@@ -145,7 +148,7 @@ class CallerSessions:
     async def _open(self, caller: AsCaller, timeout: float) -> _Session:
         holder: list[Peer] = []
         link = HttpLink(self._url, caller.credential.headers(), lambda m: holder[0].received(m),
-                        self._label, self._bounds, pool=self._pool)
+                        self._label, self._bounds, pool=self._pool, owner=caller.owner)
         peer = Peer(link, self._label, self._on_request, self._on_notification)
         holder.append(peer)
         try:

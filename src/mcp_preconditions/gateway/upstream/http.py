@@ -9,7 +9,9 @@ CONNECT_FAILURES times in a row. A 401 or 403 with `WWW-Authenticate` is the ser
 credential a request carried (`UpstreamChallenged`): its body is never read as an answer.
 
 A request may carry headers of its own in place of the link's (a caller's credential, SPEC §14);
-links may share one pool of connections (every caller's session with one server).
+links may share one pool of connections (every caller's session with one server), where each
+request counts against its owner's share (`Pool.share`): the link's own (a caller's session), or
+the one a request names (a caller's request on the gateway's 2026-07-28 link).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from mcp_types.version import LATEST_MODERN_VERSION
@@ -61,7 +63,8 @@ class HttpLink:
     """One session (2025-11-25) or one series of self-contained requests (2026-07-28) with a server."""
 
     def __init__(self, url: str, headers: Mapping[str, str], received: Callable[[Any], None],
-                 label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None) -> None:
+                 label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None,
+                 owner: Hashable | None = None) -> None:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
@@ -70,6 +73,7 @@ class HttpLink:
         self._pool = pool if pool is not None else Pool(url, bounds=bounds)
         self.url = url
         self.bounds = bounds
+        self.owner = owner  # whose session this is (None: the gateway's own)
         self._headers = {**_BASE, **headers}
         self._received = received
         self._label = label
@@ -112,9 +116,11 @@ class HttpLink:
             headers.update(carrier({"_meta": meta}))
         return headers
 
-    async def _request(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
+    async def _request(self, method: str, headers: Mapping[str, str], body: bytes = b"",
+                       owner: Hashable | None = None) -> Response:
         try:
-            response = await self._pool.request(method, headers, body)
+            response = await self._pool.request(method, headers, body,
+                                                self.owner if owner is None else owner)
         except UpstreamUnavailable:
             self._refused += 1
             if self._refused >= CONNECT_FAILURES:
@@ -126,13 +132,15 @@ class HttpLink:
         return response
 
     async def send(self, message: Message, *, modern: bool = False,
-                   headers: Mapping[str, str] | None = None) -> None:
-        """POST one message (with `headers` in place of the link's own, when given). A request's
-        answer goes to `received` as soon as it arrives; an UpstreamError fails this request alone
-        (the session stays unless it is lost for real)."""
+                   headers: Mapping[str, str] | None = None, owner: Hashable | None = None
+                   ) -> None:
+        """POST one message (with `headers` in place of the link's own, when given; of `owner`'s,
+        when it is a caller's request on the gateway's link). A request's answer goes to
+        `received` as soon as it arrives; an UpstreamError fails this request alone (the session
+        stays unless it is lost for real)."""
         method = message.get("method")
         response = await self._request("POST", self._headers_of(message, modern, headers),
-                                       jsonrpc.dumps(message))
+                                       jsonrpc.dumps(message), owner)
         try:
             if method == "initialize" and "mcp-session-id" in response.headers:
                 self.session_id = _session_id(response.headers["mcp-session-id"])

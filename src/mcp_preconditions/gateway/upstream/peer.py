@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Protocol
 
 from .. import jsonrpc
@@ -39,10 +39,11 @@ class Link(Protocol):
     """A connection to a server that carries JSON-RPC messages both ways."""
 
     async def send(self, message: Message, *, modern: bool,
-                   headers: Mapping[str, str] | None = None) -> None:
-        """Deliver one message (an HTTP link: with `headers` in place of its own, when given); a
-        request's answer comes back through the session's `received`. Raises UpstreamError (or
-        OSError) when it cannot."""
+                   headers: Mapping[str, str] | None = None, owner: Hashable | None = None
+                   ) -> None:
+        """Deliver one message (an HTTP link: with `headers` in place of its own, when given, for
+        `owner`, a caller); a request's answer comes back through the session's `received`.
+        Raises UpstreamError (or OSError) when it cannot."""
         ...
 
     def abandon(self, request_id: jsonrpc.RequestId) -> bool:
@@ -83,11 +84,12 @@ class Peer:
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None,
                       on_progress: ProgressHook | None = None,
                       request_id: jsonrpc.RequestId | None = None,
-                      headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+                      headers: Mapping[str, str] | None = None,
+                      owner: Hashable | None = None) -> dict[str, Any]:
         """Send one request and wait for its result (the server's raw dict). RpcError: the server's
         own error; UpstreamTimeout, UpstreamClosed (the link is lost meanwhile) or whatever else
         the link failed this request with. `headers`: the request's own, in place of the link's
-        (a caller's credential)."""
+        (a caller's credential); `owner`: that caller, on a session that is not theirs alone."""
         if self.closed:
             raise UpstreamClosed("Connection closed")
         rid = self.next_id() if request_id is None else request_id
@@ -107,7 +109,8 @@ class Peer:
             async with asyncio.timeout(timeout):
                 sent = True
                 await self.link.send(jsonrpc.request(rid, method, out or None),
-                                     modern=self.envelope is not None, headers=headers)
+                                     modern=self.envelope is not None, headers=headers,
+                                     owner=owner)
                 return await future
         except TimeoutError:  # (the wait was cancelled: a future cancelled is not an answer)
             if not future.done() or future.cancelled():

@@ -345,7 +345,7 @@ class Upstream:
         if not isinstance(connected.link, HttpLink):  # (the config refuses credentials on stdio)
             raise UpstreamError("a stdio server takes no per-caller credentials")
         return connected.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                      headers=caller.credential.headers())
+                                      headers=caller.credential.headers(), owner=caller.owner)
 
     @property
     def modern(self) -> bool:
