@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -31,6 +31,7 @@ from mcp_preconditions.gateway.forward import Forward
 from mcp_preconditions.gateway.jsonrpc import RpcError
 from mcp_preconditions.gateway.rounds import Rounds
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions
+from mcp_preconditions.gateway.upstream.peer import OwnerHooks
 from mcp_preconditions.principal import Credentials
 from mcp_preconditions.telemetry.gateway import GatewayTelemetry
 
@@ -120,11 +121,11 @@ async def running(**options: Any) -> AsyncIterator[tuple[Double, CallerSessions]
     server = await asyncio.start_server(double.serve, "127.0.0.1", 0)
     double.port = server.sockets[0].getsockname()[1]
 
-    async def no_client(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def no_client(owner: Hashable, method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError(method)
 
-    sessions = CallerSessions(f"http://127.0.0.1:{double.port}/mcp", "double", no_client,
-                              lambda method, params: None, **options)
+    sessions = CallerSessions(f"http://127.0.0.1:{double.port}/mcp", "double",
+                              OwnerHooks(no_client, lambda owner, method, params: None), **options)
     try:
         yield double, sessions
     finally:
@@ -368,7 +369,7 @@ async def test_a_request_with_headers_of_its_own_carries_none_of_the_links() -> 
         holder: list[Peer] = []
         link = HttpLink(f"http://127.0.0.1:{double.port}/mcp",
                         {"Authorization": "Bearer static", "X-Tenant": "gw"},
-                        lambda m: holder[0].received(m), "double")
+                        lambda m, via: holder[0].received(m, via), "double")
         link.modern = True
         peer = Peer(link, "double", _no_request, lambda method, params: None, {})
         holder.append(peer)

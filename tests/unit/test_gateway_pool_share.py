@@ -10,6 +10,7 @@ made while it still holds them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ import anyio
 from mcp_preconditions.credentials import Credential
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions
 from mcp_preconditions.gateway.upstream.client import Pool
+from mcp_preconditions.gateway.upstream.peer import OwnerHooks
 from tests.fixtures.caller_gateway import as_caller, caller_gateway, secret
 from tests.fixtures.inprocess import served
 from tests.fixtures.wire_double import Post, Reply, WireDouble, result, wire_double
@@ -40,7 +42,7 @@ def holding(double: WireDouble, who: str, share: int) -> tuple[asyncio.Event, as
 
 async def test_one_callers_requests_hold_at_most_half_the_pool() -> None:
     async with wire_double() as double:
-        sessions = CallerSessions(double.url, "double", _no_request, lambda m, p: None,
+        sessions = CallerSessions(double.url, "double", NO_CLIENT,
                                   connections=4)
         alice = AsCaller("alice", Credential.bearer("alice", "per-subject"))
         bob = AsCaller("bob", Credential.bearer("bob", "per-subject"))
@@ -109,5 +111,8 @@ async def test_through_the_gateway_another_callers_call_is_answered_while_one_ho
         assert [p.authorization for p in crm.calls()].count(secret("crm", "alice")) == 120
 
 
-async def _no_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+async def _no_request(owner: Hashable, method: str, params: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError(method)
+
+
+NO_CLIENT = OwnerHooks(_no_request, lambda owner, method, params: None)

@@ -12,7 +12,7 @@ included) and renewals, against a small reference of the rule.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +25,7 @@ from mcp_preconditions.gateway.forward import CredentialRefused, Forward
 from mcp_preconditions.gateway.jsonrpc import RpcError
 from mcp_preconditions.gateway.rounds import Rounds
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions
+from mcp_preconditions.gateway.upstream.peer import OwnerHooks
 from mcp_preconditions.outcomes import Outcome, Status
 from mcp_preconditions.principal import Credentials
 from mcp_preconditions.telemetry.gateway import GatewayTelemetry
@@ -107,7 +108,7 @@ async def _run(calls: Sequence[str], handshakes: Sequence[str], renew_ok: bool
 
     async with wire_double() as double:
         double.script = script
-        sessions = CallerSessions(double.url, "double", _no_request, lambda m, p: None)
+        sessions = CallerSessions(double.url, "double", NO_CLIENT)
         try:
             member: Any = _Member(sessions)
             held: Any = _Held(renew_ok)
@@ -183,5 +184,8 @@ def test_every_combination_of_answers_sends_the_call_at_most_twice(
     assert ran == (1 if outcome == "ran" else 0)
 
 
-async def _no_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+async def _no_request(owner: Hashable, method: str, params: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError(method)
+
+
+NO_CLIENT = OwnerHooks(_no_request, lambda owner, method, params: None)

@@ -18,6 +18,7 @@ idle time counts from the start of its last request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -28,10 +29,11 @@ import anyio
 
 from ...credentials.credential import Credential
 from ..errors import UpstreamUnavailable
+from ..jsonrpc import RequestId
 from .client import DEFAULT_BOUNDS, MAX_CONNECTIONS, Bounds, Pool
 from .handshake import closed, initialize
 from .http import HttpLink
-from .peer import NotificationHook, Peer, ProgressHook, RequestHook
+from .peer import Dropped, OwnerHooks, Peer, ProgressHook
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -73,15 +75,18 @@ class _Session:
 class CallerSessions:
     """The callers' sessions with one server, for as long as the gateway's own session lasts."""
 
-    def __init__(self, url: str, label: str, on_request: RequestHook,
-                 on_notification: NotificationHook, bounds: Bounds = DEFAULT_BOUNDS, *,
-                 limit: int = MAX_SESSIONS, idle: float = IDLE_SECONDS,
+    def __init__(self, url: str, label: str, hooks: OwnerHooks, bounds: Bounds = DEFAULT_BOUNDS,
+                 *, limit: int = MAX_SESSIONS, idle: float = IDLE_SECONDS,
                  clock: Callable[[], float] = time.monotonic,
-                 connections: int = MAX_CONNECTIONS) -> None:
+                 connections: int = MAX_CONNECTIONS,
+                 dropped: Callable[[Dropped], None] | None = None) -> None:
         self._url = url
         self._label = label
-        self._on_request = on_request
-        self._on_notification = on_notification
+        self._hooks = hooks  # what the server sends on a caller's session: to that caller alone
+        self._dropped = dropped
+        # One sequence of request ids for every session on the shared connections: no two
+        # callers' requests on one connection ever carry the same id.
+        self._ids = itertools.count(1)
         self._bounds = bounds
         self._pool = Pool(url, bounds=bounds, limit=connections)
         self.limit = limit
@@ -147,9 +152,15 @@ class CallerSessions:
 
     async def _open(self, caller: AsCaller, timeout: float) -> _Session:
         holder: list[Peer] = []
-        link = HttpLink(self._url, caller.credential.headers(), lambda m: holder[0].received(m),
-                        self._label, self._bounds, pool=self._pool, owner=caller.owner)
-        peer = Peer(link, self._label, self._on_request, self._on_notification)
+
+        def received(message: Any, via: RequestId | None = None) -> None:
+            holder[0].received(message, via)
+        link = HttpLink(self._url, caller.credential.headers(), received, self._label,
+                        self._bounds, pool=self._pool, owner=caller.owner)
+        peer = Peer(link, self._label, _nobody, _nothing, owner=caller.owner, for_owner=self._hooks,
+                    ids=self._ids)
+        if self._dropped is not None:
+            peer.dropped = link.dropped = self._dropped
         holder.append(peer)
         try:
             await initialize(peer, link, timeout)
@@ -201,3 +212,11 @@ class CallerSessions:
             await asyncio.gather(*(closed(s.peer, s.link) for s in sessions), *self._closing,
                                  return_exceptions=True)
         self._pool.close()
+
+
+async def _nobody(method: str, _params: dict[str, Any]) -> dict[str, Any]:
+    raise AssertionError(f"a caller's session sends {method} to its caller (OwnerHooks)")
+
+
+def _nothing(_method: str, _params: dict[str, Any]) -> None:
+    raise AssertionError("a caller's session notifies its caller (OwnerHooks)")

@@ -4,9 +4,13 @@ of the stream not waited for), the session's GET stream for what the server send
 (2025-11-25), the routing and `Mcp-Param-*` headers of 2026-07-28, and DELETE when the gateway stops.
 
 What comes back on a request's POST must be that request's answer: anything else fails that request,
-not the session. The session is lost only for real: a 404 for its id, or connections refused
-CONNECT_FAILURES times in a row. A 401 or 403 with `WWW-Authenticate` is the server refusing the
-credential a request carried (`UpstreamChallenged`): its body is never read as an answer.
+not the session. An answer is handed on only on the POST (connection) of the request it answers,
+to this link's session, with that request's id; a second one, one with another id, and any on
+the GET stream are dropped and counted (`dropped`). What else comes on a request's stream is
+handed on with that request's id (`via`: whose it is). The session is lost only for real: a 404
+for its id, or connections refused CONNECT_FAILURES times in a row. A 401 or 403 with
+`WWW-Authenticate` is the server refusing the credential a request carried (`UpstreamChallenged`):
+its body is never read as an answer.
 
 A request may carry headers of its own in place of the link's (a caller's credential, SPEC §14);
 links may share one pool of connections (every caller's session with one server), where each
@@ -47,6 +51,7 @@ from ..inbound import (
 )
 from ..jsonrpc import Message
 from .client import DEFAULT_BOUNDS, Bounds, Pool, Response, field_problem
+from .peer import Dropped
 from .sse import Decoder, events
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -62,7 +67,8 @@ _BASE = {"accept": ACCEPT, "content-type": "application/json"}
 class HttpLink:
     """One session (2025-11-25) or one series of self-contained requests (2026-07-28) with a server."""
 
-    def __init__(self, url: str, headers: Mapping[str, str], received: Callable[[Any], None],
+    def __init__(self, url: str, headers: Mapping[str, str],
+                 received: Callable[[Any, jsonrpc.RequestId | None], None],
                  label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None,
                  owner: Hashable | None = None) -> None:
         for name, value in headers.items():
@@ -74,6 +80,7 @@ class HttpLink:
         self.url = url
         self.bounds = bounds
         self.owner = owner  # whose session this is (None: the gateway's own)
+        self.dropped: Callable[[Dropped], None] = _count_nothing
         self._headers = {**_BASE, **headers}
         self._received = received
         self._label = label
@@ -210,13 +217,16 @@ class HttpLink:
             what = jsonrpc.kind(one)
             if what in ("response", "error"):
                 if rid is None or answered or one.get("id") != rid:
-                    log.warning("upstream %s: an answer to a request it was not asked here: dropped",
-                                self._label)
+                    reason: Dropped = "duplicate" if answered and one.get("id") == rid \
+                        else "unmatched"
+                    log.warning("upstream %s: an answer to a request it was not asked here: "
+                                "dropped (%s)", self._label, reason)
+                    self.dropped(reason)
                     continue
                 if asked is not None and asked.get("method") == "tools/list" and what == "response":
                     self._absorb_tools(asked, one["result"])
                 answered = True
-            self._received(one)
+            self._received(one, rid)
         return answered
 
     # -- 2026-07-28: the Mcp-Param-* headers a server's tools declare ------------------------------
@@ -315,6 +325,10 @@ class HttpLink:
             response.close()
         if self._own_pool:
             self._pool.close()
+
+
+def _count_nothing(_reason: Dropped) -> None:
+    return None
 
 
 def _session_id(value: str) -> str:
