@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_preconditions.credentials import Credential
-from mcp_preconditions.gateway.forward import CredentialRefused, Forward
+from mcp_preconditions.gateway.errors import CredentialRefused
+from mcp_preconditions.gateway.forward import Forward
 from mcp_preconditions.gateway.jsonrpc import RpcError
 from mcp_preconditions.gateway.rounds import Rounds
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions

@@ -2,7 +2,8 @@
 binds a session to the identity that opened it, so a caller with a credential of their own gets a
 session of their own: opened on first use with that credential, closed after IDLE_SECONDS idle, at
 most MAX_SESSIONS per server (the least recently used idle one closed to make room). The gateway's
-own session (its static headers) still serves listing, pings and subscriptions (`session.py`).
+own session (its static headers) serves only its catalog and pings (`session.py`); everything else
+for a caller goes on theirs, and what the server sends on it goes to them alone (`OwnerHooks`).
 
 One caller's session is never used for another, and never closed while a request of its caller is
 on it: a caller who cannot be given a session is refused, never anyone else. Sessions share one
@@ -10,7 +11,8 @@ pool of connections (a session is a header, not a connection), so a thousand cal
 thousand small objects, not a thousand sockets; one caller's requests hold at most half of it
 (`Pool.share`), so another's are answered while theirs are held. A session the server ended (404
 for its id: it ran nothing) is lost, and the next request opens a new one (the forwarding sends
-the request once more).
+the request once more). A session that holds its caller's subscriptions is kept (`keep`: never
+swept or closed to make room), its GET stream open, on a pool of its own, for their updates.
 A session is in use while its peer has a request pending (the peer tracks its requests anyway); its
 idle time counts from the start of its last request.
 """
@@ -89,6 +91,8 @@ class CallerSessions:
         self._ids = itertools.count(1)
         self._bounds = bounds
         self._pool = Pool(url, bounds=bounds, limit=connections)
+        self._streams = Pool(url, bounds=bounds, limit=limit)  # GET streams: one per session
+        self._kept: set[Hashable] = set()  # callers whose sessions hold subscriptions
         self.limit = limit
         self.idle = idle
         self._clock = clock
@@ -156,7 +160,7 @@ class CallerSessions:
         def received(message: Any, via: RequestId | None = None) -> None:
             holder[0].received(message, via)
         link = HttpLink(self._url, caller.credential.headers(), received, self._label,
-                        self._bounds, pool=self._pool, owner=caller.owner)
+                        self._bounds, pool=self._pool, owner=caller.owner, streams=self._streams)
         peer = Peer(link, self._label, _nobody, _nothing, owner=caller.owner, for_owner=self._hooks,
                     ids=self._ids)
         if self._dropped is not None:
@@ -169,13 +173,28 @@ class CallerSessions:
             raise
         session = _Session(peer, link, self._clock())
         self._sessions[caller.owner] = session
+        if caller.owner in self._kept:
+            link.listen()
         return session
+
+    def keep(self, owner: Hashable, kept: bool) -> None:
+        """`owner`'s session holds subscriptions (`kept`): it is kept open, never swept or closed
+        to make room, and its GET stream (where the server sends their updates) is open; or no
+        longer holds any."""
+        if not kept:
+            self._kept.discard(owner)
+            return
+        self._kept.add(owner)
+        session = self._sessions.get(owner)
+        if session is not None and session.live:
+            session.link.listen()
 
     def _make_room(self) -> None:
         """Below the bound before one more is opened: the least recently used idle session
         closes; if every one is in use, this caller is refused (never another's closed)."""
         while len(self._sessions) + len(self._opening) >= self.limit:
-            idle = next((o for o, s in self._sessions.items() if not s.busy), None)
+            idle = next((o for o, s in self._sessions.items()
+                         if not s.busy and o not in self._kept), None)
             if idle is None:
                 raise UpstreamUnavailable(f"{self.limit} callers' sessions with it are in use")
             self._forget(idle, self._sessions[idle])
@@ -191,7 +210,7 @@ class CallerSessions:
         """Close the sessions idle for `idle` seconds or more; how many."""
         now = self._clock()
         old = [(o, s) for o, s in self._sessions.items()
-               if not s.busy and now - s.used >= self.idle]
+               if not s.busy and o not in self._kept and now - s.used >= self.idle]
         for owner, session in old:
             self._forget(owner, session)
         return len(old)
@@ -212,6 +231,7 @@ class CallerSessions:
             await asyncio.gather(*(closed(s.peer, s.link) for s in sessions), *self._closing,
                                  return_exceptions=True)
         self._pool.close()
+        self._streams.close()
 
 
 async def _nobody(method: str, _params: dict[str, Any]) -> dict[str, Any]:

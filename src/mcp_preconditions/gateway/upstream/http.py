@@ -15,7 +15,9 @@ its body is never read as an answer.
 A request may carry headers of its own in place of the link's (a caller's credential, SPEC §14);
 links may share one pool of connections (every caller's session with one server), where each
 request counts against its owner's share (`Pool.share`): the link's own (a caller's session), or
-the one a request names (a caller's request on the gateway's 2026-07-28 link).
+the one a request names (a caller's request on the gateway's 2026-07-28 link). What lasts (the GET
+stream, a `subscriptions/listen` request) goes on a pool of its own (`streams`), so streams never
+hold the connections requests need.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ ACCEPT = "application/json, text/event-stream"
 GET_RETRY_SECONDS = 1.0
 GET_ATTEMPTS = 3  # consecutive failed GET streams before the gateway stops asking for one
 CONNECT_FAILURES = 3  # consecutive refused connections before the session counts as lost
+MAX_STREAMS = 1000  # per server: long-lived streams (GET, listen) open at once, beside requests
 _SESSION_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII, as the transport requires
 _BASE = {"accept": ACCEPT, "content-type": "application/json"}
 
@@ -70,13 +73,16 @@ class HttpLink:
     def __init__(self, url: str, headers: Mapping[str, str],
                  received: Callable[[Any, jsonrpc.RequestId | None], None],
                  label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None,
-                 owner: Hashable | None = None) -> None:
+                 owner: Hashable | None = None, streams: Pool | None = None) -> None:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
                 raise ValueError(f"header {name!r}: {problem}")
         self._own_pool = pool is None  # a shared pool is closed by its owner
         self._pool = pool if pool is not None else Pool(url, bounds=bounds)
+        self._own_streams = streams is None
+        self._streams_pool = streams if streams is not None else Pool(url, bounds=bounds,
+                                                                      limit=MAX_STREAMS)
         self.url = url
         self.bounds = bounds
         self.owner = owner  # whose session this is (None: the gateway's own)
@@ -124,10 +130,11 @@ class HttpLink:
         return headers
 
     async def _request(self, method: str, headers: Mapping[str, str], body: bytes = b"",
-                       owner: Hashable | None = None) -> Response:
+                       owner: Hashable | None = None, lasting: bool = False) -> Response:
+        pool = self._streams_pool if lasting else self._pool
         try:
-            response = await self._pool.request(method, headers, body,
-                                                self.owner if owner is None else owner)
+            response = await pool.request(method, headers, body,
+                                          self.owner if owner is None else owner)
         except UpstreamUnavailable:
             self._refused += 1
             if self._refused >= CONNECT_FAILURES:
@@ -147,7 +154,8 @@ class HttpLink:
         stays unless it is lost for real)."""
         method = message.get("method")
         response = await self._request("POST", self._headers_of(message, modern, headers),
-                                       jsonrpc.dumps(message), owner)
+                                       jsonrpc.dumps(message), owner,
+                                       method == "subscriptions/listen")
         try:
             if method == "initialize" and "mcp-session-id" in response.headers:
                 self.session_id = _session_id(response.headers["mcp-session-id"])
@@ -284,7 +292,7 @@ class HttpLink:
                 headers = self._with_session()
                 headers["accept"] = "text/event-stream"
                 try:
-                    response = await self._request("GET", headers)
+                    response = await self._request("GET", headers, lasting=True)
                     settle()  # the server has answered: a 200 stream is open on its side too
                     try:
                         kind = response.headers.get("content-type", "").split(";", 1)[0]
@@ -325,6 +333,8 @@ class HttpLink:
             response.close()
         if self._own_pool:
             self._pool.close()
+        if self._own_streams:
+            self._streams_pool.close()
 
 
 def _count_nothing(_reason: Dropped) -> None:

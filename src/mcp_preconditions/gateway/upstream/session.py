@@ -330,9 +330,11 @@ class Upstream:
         finally:
             settled()
 
-    async def listen(self, notifications: dict[str, Any], acknowledged: Callable[[], None]) -> None:
+    async def listen(self, notifications: dict[str, Any], acknowledged: Callable[[], None],
+                     caller: AsCaller | None = None) -> None:
         """Hold a `subscriptions/listen` stream open until cancelled (or the session ends);
-        `acknowledged` is called when the server confirms it."""
+        `acknowledged` is called when the server confirms it. As `caller` (their credential;
+        what the stream carries is theirs alone), or the gateway's own."""
         connected = self.current
         if connected is None:
             raise UpstreamUnavailable(self.last_error or "not connected")
@@ -340,8 +342,10 @@ class Upstream:
         rid = f"listen-{self._listens}"
         connected.peer.acks[rid] = acknowledged
         try:
-            await connected.peer.request("subscriptions/listen", {"notifications": notifications},
-                                         timeout=None, request_id=rid)
+            await connected.peer.request(
+                "subscriptions/listen", {"notifications": notifications}, timeout=None,
+                request_id=rid, headers=caller.credential.headers() if caller is not None else None,
+                owner=caller.owner if caller is not None else None)
         finally:
             connected.peer.acks.pop(rid, None)
 
@@ -374,6 +378,13 @@ class Upstream:
             raise UpstreamError("a stdio server takes no per-caller credentials")
         return connected.peer.request(method, params, timeout=timeout, on_progress=on_progress,
                                       headers=caller.credential.headers(), owner=caller.owner)
+
+    def keep(self, owner: Hashable, kept: bool) -> None:
+        """`owner`'s session holds subscriptions of theirs, or no longer (`CallerSessions.keep`;
+        at 2026-07-28 there are no sessions: their listen streams are the subscriptions)."""
+        connected = self.current
+        if connected is not None and connected.callers is not None:
+            connected.callers.keep(owner, kept)
 
     @property
     def modern(self) -> bool:
