@@ -266,26 +266,35 @@ class Pool:
 
     async def _connection(self, owner: Hashable | None) -> _Connection:
         loop = asyncio.get_running_loop()
+        held = self._held
         while True:
-            if owner is None or self._held.get(owner, 0) < self.share:
+            if owner is None or held.get(owner, 0) < self.share:
                 now = loop.time()
                 while self._idle:
                     kept = self._idle.pop()
                     if kept.usable(now):
                         kept.idle_until = math.inf
-                        self._count(owner, 1)
-                        return self._hand(kept, owner)
+                        kept.held = True
+                        if owner is not None:  # (inline: every request of a caller's)
+                            held[owner] = held.get(owner, 0) + 1
+                            kept.owner = owner
+                        return kept
                     kept.close()
                 if self._open < self.limit:
                     self._open += 1
-                    self._count(owner, 1)  # before connecting: a share is never overdrawn
+                    if owner is not None:  # counted before connecting: never overdrawn
+                        held[owner] = held.get(owner, 0) + 1
                     try:
-                        return self._hand(await self._connect(loop), owner)
+                        connection = await self._connect(loop)
                     except BaseException:
                         self._open -= 1
-                        self._count(owner, -1)
+                        if owner is not None:
+                            self._give_back(owner)
                         self._wake()
                         raise
+                    connection.held = True
+                    connection.owner = owner
+                    return connection
             entry = (owner, loop.create_future())
             self._waiting.append(entry)
             try:
@@ -294,27 +303,21 @@ class Pool:
                 if entry in self._waiting:
                     self._waiting.remove(entry)
 
-    def _count(self, owner: Hashable | None, change: int) -> None:
-        if owner is not None:
-            left = self._held.get(owner, 0) + change
-            if left:
-                self._held[owner] = left
-            else:
-                del self._held[owner]
-
-    @staticmethod
-    def _hand(connection: _Connection, owner: Hashable | None) -> _Connection:
-        """`connection`, now held by a request of `owner`'s (counted by the caller)."""
-        connection.held = True
-        connection.owner = owner
-        return connection
+    def _give_back(self, owner: Hashable) -> None:
+        left = self._held[owner] - 1
+        if left:
+            self._held[owner] = left
+        else:
+            del self._held[owner]
 
     def _unheld(self, connection: _Connection) -> None:
         """`connection`'s exchange is over (kept, or closed): its owner holds one fewer."""
         if connection.held:
             connection.held = False
-            owner, connection.owner = connection.owner, None
-            self._count(owner, -1)
+            owner = connection.owner
+            if owner is not None:
+                connection.owner = None
+                self._give_back(owner)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
