@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import mcp_types
+import pytest
 from mcp import Client
 
 from tests.fixtures.caller_gateway import as_caller, caller_gateway, secret
@@ -54,8 +55,10 @@ class Inbox:
 
 
 @asynccontextmanager
-async def fleet() -> AsyncIterator[tuple[WireDouble, WireDouble, str]]:
-    async with wire_double() as crm, wire_double() as plain:
+async def fleet(modern: bool = False) -> AsyncIterator[tuple[WireDouble, WireDouble, str]]:
+    """crm (2026-07-28 only when `modern`: a caller's requests then go on the gateway's own
+    connection, with their credential, and what comes on their request's stream is theirs)."""
+    async with wire_double(modern=modern) as crm, wire_double() as plain:
         gateway = caller_gateway({"crm": crm.url, "plain": plain.url}, ["crm"])
         async with served(gateway) as url:
             yield crm, plain, url
@@ -83,9 +86,10 @@ async def marker(plain: WireDouble, name: str, *inboxes: Inbox) -> None:
         await inbox.until(name)
 
 
-async def test_a_notification_on_alices_session_reaches_her_alone() -> None:
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+async def test_a_notification_on_alices_session_reaches_her_alone(modern: bool) -> None:
     alice, bob = Inbox(), Inbox()
-    async with fleet() as (crm, plain, url), AsyncExitStack() as stack:
+    async with fleet(modern) as (crm, plain, url), AsyncExitStack() as stack:
         def on_her_stream(post: Post) -> Reply | None:
             if post.method != "tools/call":
                 return None

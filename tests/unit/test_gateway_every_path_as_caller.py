@@ -21,17 +21,21 @@ import mcp_types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 
 from tests.fixtures.caller_gateway import SERVICE, as_caller, caller_gateway, secret
 from tests.fixtures.inprocess import served
 from tests.fixtures.wire_double import WireDouble, wire_double
 
 GATEWAYS_OWN = {"initialize", "notifications/initialized", "tools/list", "ping"}
+# At 2026-07-28: its description, and its own listen stream for its catalog's changes.
+GATEWAYS_OWN_MODERN = {"initialize", "server/discover", "subscriptions/listen", "tools/list"}
 
 
 @asynccontextmanager
-async def fleet(servers: int) -> AsyncIterator[tuple[WireDouble, WireDouble, str]]:
-    async with wire_double() as crm, wire_double() as plain:
+async def fleet(servers: int, modern: bool = False
+                ) -> AsyncIterator[tuple[WireDouble, WireDouble, str]]:
+    async with wire_double(modern=modern) as crm, wire_double() as plain:
         crm.scheme, plain.scheme = "crm", "plain"
         urls = {"crm": crm.url, "plain": plain.url} if servers == 2 else {"crm": crm.url}
         async with served(caller_gateway(urls, ["crm"])) as url:
@@ -63,18 +67,25 @@ async def every_method(client: Client, uri: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("servers", [1, 2])
-async def test_every_request_for_a_caller_goes_as_them_on_their_session(servers: int) -> None:
-    async with fleet(servers) as (crm, _plain, url), as_caller(url, "alice") as alice:
+@pytest.mark.parametrize(("servers", "modern"), [(1, False), (2, False), (2, True)],
+                         ids=["one", "two", "two, crm at 2026-07-28"])
+async def test_every_request_for_a_caller_goes_as_them_on_their_session(servers: int,
+                                                                        modern: bool) -> None:
+    async with fleet(servers, modern) as (crm, _plain, url), as_caller(url, "alice") as alice:
         answered = await every_method(alice, "crm://crm-alice")
     mine = secret("crm", "alice")
     theirs = {p.method for p in crm.posts if p.authorization == mine and p.method is not None}
-    assert theirs - GATEWAYS_OWN == set(answered)  # every one of them as alice
-    session = session_of(crm, mine)
-    assert {p.session for p in crm.posts if p.authorization == mine and p.method != "initialize"} \
-        == {session}
+    expected = set(answered)
+    if modern:  # no sessions: a subscription is a listen stream of the caller's own
+        expected = expected - {"resources/subscribe", "resources/unsubscribe"} \
+            | {"subscriptions/listen"}
+    assert theirs - GATEWAYS_OWN == expected  # every one of them as alice
+    if not modern:
+        session = session_of(crm, mine)
+        assert {p.session for p in crm.posts
+                if p.authorization == mine and p.method != "initialize"} == {session}
     own = {p.method for p in crm.posts if p.authorization == SERVICE}
-    assert own <= GATEWAYS_OWN  # the gateway's own session: its catalog and pings, nothing else
+    assert own <= (GATEWAYS_OWN_MODERN if modern else GATEWAYS_OWN)  # its catalog and pings
     assert answered["resources/read"] == ["crm-alice"]  # the server's answer to alice
     assert answered["prompts/get"] == ["crm-alice"]
     assert answered["completion/complete"] == ["crm-alice"]
@@ -162,3 +173,30 @@ async def test_a_subscription_and_its_updates_are_the_callers() -> None:
         await bob_got.until("crm://bobs")
     assert alice_got.uris == ["crm://shared"]
     assert bob_got.uris == ["crm://bobs"]
+
+
+async def test_a_listen_stream_subscribes_as_its_caller() -> None:
+    """A 2026-07-28 client's listen stream naming a resource of a server with credentials: the
+    gateway subscribes as that caller, on their session; an update on alice's session reaches her
+    stream, never bob's (his own update, sent after it, is the first he gets)."""
+    async with fleet(2) as (crm, _plain, url), AsyncExitStack() as stack:
+        alice = await stack.enter_async_context(as_caller(url, "alice", mode="auto"))
+        bob = await stack.enter_async_context(as_caller(url, "bob", mode="auto"))
+        hers_listen = await stack.enter_async_context(
+            alice.listen(resource_subscriptions=["crm://shared"]))
+        his_listen = await stack.enter_async_context(
+            bob.listen(resource_subscriptions=["crm://shared", "crm://bobs"]))
+        subscribed = {(p.authorization, p.params.get("uri")) for p in crm.posts
+                      if p.method == "resources/subscribe"}
+        assert subscribed == {(secret("crm", "alice"), "crm://shared"),
+                              (secret("crm", "bob"), "crm://shared"),
+                              (secret("crm", "bob"), "crm://bobs")}
+        hers, his = session_of(crm, secret("crm", "alice")), session_of(crm, secret("crm", "bob"))
+        while not (crm.stream_open(hers) and crm.stream_open(his)):
+            await asyncio.sleep(0.01)
+        crm.push(hers, updated("crm://shared"))
+        assert isinstance(event := await anext(aiter(hers_listen)), ResourceUpdated)
+        assert event.uri == "crm://shared"
+        crm.push(his, updated("crm://bobs"))
+        assert isinstance(event := await anext(aiter(his_listen)), ResourceUpdated)
+        assert event.uri == "crm://bobs"

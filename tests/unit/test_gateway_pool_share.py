@@ -14,6 +14,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import anyio
+import pytest
 
 from mcp_preconditions.credentials import Credential
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions
@@ -90,11 +91,14 @@ async def _post(pool: Pool, who: str, rid: int) -> Any:
     return response
 
 
-async def test_through_the_gateway_another_callers_call_is_answered_while_one_holds_half() -> None:
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+async def test_through_the_gateway_another_callers_call_is_answered_while_one_holds_half(
+        modern: bool) -> None:
     """Alice's 120 slow calls to a server with per-caller credentials (the pool: 100 connections)
     reach it 50 at a time; bob's call is answered while those 50 are held (before, hers took all
-    100 and his waited for them)."""
-    async with wire_double() as crm:
+    100 and his waited for them). At 2026-07-28 (no sessions: callers' requests go on the
+    gateway's own connections, each with its credential) alike."""
+    async with wire_double(modern=modern) as crm:
         gateway = caller_gateway({"crm": crm.url}, ["crm"])
         release, full = holding(crm, secret("crm", "alice"), 50)
         async with served(gateway) as url, as_caller(url, "alice") as alice, \
