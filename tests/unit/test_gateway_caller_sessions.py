@@ -199,6 +199,24 @@ async def test_idle_sessions_are_swept_busy_ones_stay() -> None:
         await busy
 
 
+async def test_a_session_holding_subscriptions_is_kept_neither_swept_nor_closed_for_room() -> None:
+    """A caller's session with subscriptions of theirs (`keep`) stays open however idle, and is
+    never the one closed to make room (a newcomer is refused instead); once it holds none, it is
+    swept like any other."""
+    now = [0.0]
+    async with running(limit=1, idle=300.0, clock=lambda: now[0]) as (double, sessions):
+        await sessions.request(as_("a"), "tools/call", {}, timeout=5)
+        sessions.keep("a", True)
+        now[0] = 10_000.0
+        assert sessions.sweep() == 0
+        with pytest.raises(UpstreamUnavailable):
+            await sessions.request(as_("b"), "tools/call", {}, timeout=5)
+        sessions.keep("a", False)
+        assert sessions.sweep() == 1
+        await until(lambda: double.deleted != [])
+        assert double.deleted == ["s1"]
+
+
 async def test_a_session_the_server_ended_is_lost_and_the_next_request_opens_a_new_one() -> None:
     async with running() as (double, sessions):
         first = await sessions.request(as_("a"), "tools/call", {}, timeout=5)
