@@ -33,15 +33,7 @@ from .caller_sessions import AsCaller, CallerSessions
 from .client import DEFAULT_BOUNDS, Bounds
 from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed, handshake, initialize
 from .http import HttpLink
-from .peer import (
-    Dropped,
-    NotificationHook,
-    OwnerHooks,
-    Peer,
-    ProgressHook,
-    RequestHook,
-    describe,
-)
+from .peer import Dropped, NotificationHook, OwnerHooks, Peer, ProgressHook, RequestHook, describe
 from .stdio import StdioLink
 from .targets import HttpTarget, StdioTarget, Target
 
@@ -105,7 +97,8 @@ class Upstream:
                                          Awaitable[dict[str, Any]]] = _no_caller
         self.on_caller_notification: Callable[[Hashable, str, dict[str, Any]], None] = _ignored
         self.on_connect: Callable[[], Awaitable[None]] = _nothing
-        self._for_owner = OwnerHooks(self._caller_answer, self._caller_notified)
+        self._for_owner = OwnerHooks(lambda o, m, p: self.on_caller_request(o, m, p),
+                                     lambda o, m, p: self.on_caller_notification(o, m, p))
         self._errlog = errlog
         self.current: Connected | None = None
         self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
@@ -285,13 +278,6 @@ class Upstream:
 
     def _notified(self, method: str, params: dict[str, Any]) -> None:
         self.on_notification(method, params)
-
-    async def _caller_answer(self, owner: Hashable, method: str, params: dict[str, Any]
-                             ) -> dict[str, Any]:
-        return await self.on_caller_request(owner, method, params)
-
-    def _caller_notified(self, owner: Hashable, method: str, params: dict[str, Any]) -> None:
-        self.on_caller_notification(owner, method, params)
 
     def _dropped(self, reason: Dropped) -> None:
         """An answer the server sent that no request here waits for (peer.py): counted."""
