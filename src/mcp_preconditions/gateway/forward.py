@@ -3,13 +3,14 @@ the server and nothing else, progress goes back to the caller, and input rounds 
 protocol versions (a 2026-07-28 client in front of a 2025-11-25 server, and the reverse).
 
 A call to a server with `credentials` (SPEC §14) goes as its caller, with the credential its
-decision obtained (in the call's sidecar) and none of the static headers, and so does every other
+decision obtained (in the call's sidecar) and none of the static headers; so does every other
 request for a caller (its credential obtained here: `credentialed.py`), or it is refused and
-nothing is sent; what the server sends back on their session or their request's stream is theirs
-alone (`Downstream.in_flight` says whose a request is); a server that refuses it
-(401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the call ends as an
-unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error. A request is sent
-at most twice: the second time only after an answer that proves the first did not run.
+nothing is sent. Whose a request is goes with it (`Downstream.in_flight`): what the server sends
+back on their session or their request's stream is theirs alone. A server that refuses the
+credential (401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the request
+ends as an unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error. A
+request is sent at most twice: the second time only after an answer that proves the first did not
+run.
 """
 
 from __future__ import annotations
