@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 from unittest import mock
 
@@ -20,6 +21,7 @@ from mcp_preconditions.credentials import Credential
 from mcp_preconditions.gateway.errors import UpstreamUnavailable
 from mcp_preconditions.gateway.upstream import caller_sessions
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions, _Session
+from mcp_preconditions.gateway.upstream.peer import OwnerHooks
 
 LIMIT, IDLE = 3, 300.0
 OWNERS = st.sampled_from(["a", "b", "c", "d", "e"])
@@ -79,7 +81,8 @@ def test_sessions_follow_the_reference_model(ops: list[tuple[str, Any]]) -> None
         now = [0.0]
         gates: dict[str, list[asyncio.Event]] = {}  # each held request's gate, in order
         next_gate: dict[str, asyncio.Event] = {}
-        sessions = CallerSessions("http://127.0.0.1:1/mcp", "t", _ask, lambda m, p: None,
+        sessions = CallerSessions("http://127.0.0.1:1/mcp", "t",
+                                  OwnerHooks(_ask, lambda o, m, p: None),
                                   limit=LIMIT, idle=IDLE, clock=lambda: now[0])
         owners_of: dict[int, str] = {}
 
@@ -155,5 +158,5 @@ def test_sessions_follow_the_reference_model(ops: list[tuple[str, Any]]) -> None
     asyncio.run(scenario())
 
 
-async def _ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
+async def _ask(owner: Hashable, method: str, params: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError(method)

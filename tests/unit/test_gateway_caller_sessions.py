@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -31,6 +31,7 @@ from mcp_preconditions.gateway.forward import Forward
 from mcp_preconditions.gateway.jsonrpc import RpcError
 from mcp_preconditions.gateway.rounds import Rounds
 from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions
+from mcp_preconditions.gateway.upstream.peer import OwnerHooks
 from mcp_preconditions.principal import Credentials
 from mcp_preconditions.telemetry.gateway import GatewayTelemetry
 
@@ -120,11 +121,11 @@ async def running(**options: Any) -> AsyncIterator[tuple[Double, CallerSessions]
     server = await asyncio.start_server(double.serve, "127.0.0.1", 0)
     double.port = server.sockets[0].getsockname()[1]
 
-    async def no_client(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def no_client(owner: Hashable, method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError(method)
 
-    sessions = CallerSessions(f"http://127.0.0.1:{double.port}/mcp", "double", no_client,
-                              lambda method, params: None, **options)
+    sessions = CallerSessions(f"http://127.0.0.1:{double.port}/mcp", "double",
+                              OwnerHooks(no_client, lambda owner, method, params: None), **options)
     try:
         yield double, sessions
     finally:
@@ -196,6 +197,24 @@ async def test_idle_sessions_are_swept_busy_ones_stay() -> None:
         assert sessions.sweep() == 0  # in use: never closed under its caller
         double.hold.set()
         await busy
+
+
+async def test_a_session_holding_subscriptions_is_kept_neither_swept_nor_closed_for_room() -> None:
+    """A caller's session with subscriptions of theirs (`keep`) stays open however idle, and is
+    never the one closed to make room (a newcomer is refused instead); once it holds none, it is
+    swept like any other."""
+    now = [0.0]
+    async with running(limit=1, idle=300.0, clock=lambda: now[0]) as (double, sessions):
+        await sessions.request(as_("a"), "tools/call", {}, timeout=5)
+        sessions.keep("a", True)
+        now[0] = 10_000.0
+        assert sessions.sweep() == 0
+        with pytest.raises(UpstreamUnavailable):
+            await sessions.request(as_("b"), "tools/call", {}, timeout=5)
+        sessions.keep("a", False)
+        assert sessions.sweep() == 1
+        await until(lambda: double.deleted != [])
+        assert double.deleted == ["s1"]
 
 
 async def test_a_session_the_server_ended_is_lost_and_the_next_request_opens_a_new_one() -> None:
@@ -290,9 +309,10 @@ class _Renewing(_Held):
         return SimpleNamespace(credential=self.renewed, outcome=None)
 
 
-async def test_a_renewed_call_whose_session_the_server_ended_is_sent_once_more() -> None:
+async def test_a_renewed_call_whose_session_the_server_ended_is_not_sent_a_third_time() -> None:
     """After a 401 with `WWW-Authenticate` the call goes again with the renewed credential; if the
-    server ended the session meanwhile (404: nothing ran), once more on a new one."""
+    server ended the session meanwhile (404: nothing ran), that was its second and last time
+    (SPEC §14: at most twice in all): it fails, and is not sent on a new session."""
     async with running() as (double, sessions):
         alice = as_("alice")
         await sessions.request(alice, "tools/call", {}, timeout=5)
@@ -307,11 +327,12 @@ async def test_a_renewed_call_whose_session_the_server_ended_is_sent_once_more()
         double.answer = ending  # type: ignore[method-assign]
         member: Any = _Member(_Upstream(sessions))
         held: Any = _Renewing(alice, Credential.bearer("renewed", "token-exchange"))
-        result = await _forward().send(None, member, "tools/call", {"name": "t"}, 5.0, held)
-    assert result == {"session": "s2", "auth": "Bearer renewed"}
+        with pytest.raises(RpcError) as failed:
+            await _forward().send(None, member, "tools/call", {"name": "t"}, 5.0, held)
+    assert failed.value.message == "server double closed the connection"
     sent = [(session, auth) for method, auth, session in double.seen if method == "tools/call"]
     assert sent == [("s1", "Bearer alice-token"), ("s1", "Bearer alice-token"),
-                    ("s1", "Bearer renewed"), ("s2", "Bearer renewed")]
+                    ("s1", "Bearer renewed")]
 
 
 def _end_the_next_session(double: Double) -> None:
@@ -366,7 +387,7 @@ async def test_a_request_with_headers_of_its_own_carries_none_of_the_links() -> 
         holder: list[Peer] = []
         link = HttpLink(f"http://127.0.0.1:{double.port}/mcp",
                         {"Authorization": "Bearer static", "X-Tenant": "gw"},
-                        lambda m: holder[0].received(m), "double")
+                        lambda m, via: holder[0].received(m, via), "double")
         link.modern = True
         peer = Peer(link, "double", _no_request, lambda method, params: None, {})
         holder.append(peer)

@@ -201,7 +201,7 @@ async def test_the_first_answer_is_told_once_whatever_it_is(
         listening.close()
         await listening.wait_closed()
     calls: list[str] = []
-    link = HttpLink(f"http://127.0.0.1:{port}/mcp", {}, lambda _m: None, "raw")
+    link = HttpLink(f"http://127.0.0.1:{port}/mcp", {}, lambda _m, _via: None, "raw")
     link.session_id = "s-1"
     try:
         link.listen(lambda: calls.append("answered"))

@@ -90,7 +90,7 @@ async def test_each_stream_ends_its_request_the_same_way_whole_or_in_pieces(
         whole: bool) -> None:
     async with server(events, whole) as url:
         got: list[dict[str, Any]] = []
-        link = HttpLink(url, {}, got.append, "raw", BOUNDS)
+        link = HttpLink(url, {}, lambda m, via: got.append(m), "raw", BOUNDS)
         outcome = None
         try:
             async with asyncio.timeout(5):
@@ -105,7 +105,7 @@ async def test_each_stream_ends_its_request_the_same_way_whole_or_in_pieces(
 async def test_a_whole_answer_leaves_its_connection_for_the_next_request() -> None:
     async with server([event(ANSWER)], whole=True) as url:
         got: list[dict[str, Any]] = []
-        link = HttpLink(url, {}, got.append, "raw", BOUNDS)
+        link = HttpLink(url, {}, lambda m, via: got.append(m), "raw", BOUNDS)
         await link.send(CALL)
         await link.send(CALL)
         assert link._pool._open == 1 and len(link._pool._idle) == 1  # one connection, kept

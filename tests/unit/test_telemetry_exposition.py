@@ -24,7 +24,8 @@ SPEC_SERIES = {  # SPEC §13, as exposed (counters with `_total`, histograms wit
     "mcp_preconditions_upstream_seconds_sum", "mcp_preconditions_upstream_seconds_count",
     "mcp_preconditions_upstream_up", "mcp_preconditions_upstream_restarts_total",
     "mcp_preconditions_policy_info", "mcp_preconditions_policy_reloads_total",
-    "mcp_preconditions_quota_exhausted_total", "mcp_preconditions_http_refused_total"}
+    "mcp_preconditions_quota_exhausted_total", "mcp_preconditions_http_refused_total",
+    "mcp_preconditions_upstream_dropped_total"}  # (SPEC §14)
 
 
 def busy() -> Metrics:
@@ -39,6 +40,7 @@ def busy() -> Metrics:
     m.observe_upstream("s", 0.01)
     m.upstream_up("s", True)
     m.upstream_restarted("s")
+    m.upstream_dropped("s", "duplicate")
     m.policy_loaded("r1")
     m.policy_reload("success")
     m.policy_reload("failure")

@@ -23,6 +23,15 @@ from .resolver import NAMESPACE, CredentialResolver, requirement_for
 log = logging.getLogger("mcp_preconditions.credentials")
 
 
+def owner_of(identity: Identity, token: str | None) -> Hashable:
+    """Whose requests a caller's are, for a server's sessions and what comes back on them: the
+    caller (issuer and subject), never the token's bytes (a renewed token keeps its caller's
+    session); a caller without a subject by the sha256 of their token."""
+    caller = caller_of(identity.principal)
+    return caller if caller is not None else (
+        "token", hashlib.sha256((token or "").encode()).hexdigest())
+
+
 class HeldCredential:
     """A call's credential for one server (or the attempt that found none). One held at hand
     serves every call of its principal object while the credential is at hand (a cached
@@ -42,12 +51,7 @@ class HeldCredential:
         self.credential: Credential | None = obtained.credential  # (`obtained`'s, kept with it)
         # The verified principal the credential is held for (what a memo on it is bound to).
         self.principal: object = identity.principal
-        # Whose requests these are, for the server's sessions: the caller (issuer and subject),
-        # never the token's bytes (a renewed token keeps its caller's session); a caller without
-        # a subject by the sha256 of their token.
-        caller = caller_of(identity.principal)
-        self.owner: Hashable = caller if caller is not None else (
-            "token", hashlib.sha256((token or "").encode()).hexdigest())
+        self.owner: Hashable = owner_of(identity, token)  # whose requests (their sessions)
         self.sent_as: Any = None  # whom the gateway sends the request as (gateway/forward.py)
 
     @property

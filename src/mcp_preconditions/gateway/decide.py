@@ -28,8 +28,8 @@ from ..toolset import Views, advertise, refused, seen, shown_names
 from . import bridge, jsonrpc
 from .downstream.clients import Call
 from .downstream.listen import SUBSCRIPTION_ID_META_KEY
+from .errors import CredentialRefused
 from .fleet import UNUSABLE, Fleet, Member
-from .forward import CredentialRefused
 from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 from .route import visible
 
@@ -160,8 +160,7 @@ class Decide:
     async def call(self, ctx: Call, name: str, arguments: Any,
                    credentials: Credentials, forward: Forward) -> dict[str, Any]:
         version = ctx.version
-        fleet = self._fleet
-        await fleet.fresh_tools()
+        fleet = self._fleet  # (a server re-listing is read by its last good catalog: never waited for)
         if not all(m.catalog.listings["tools"].loaded for m in fleet):
             # Servers still starting: a name one server lists may collide with one another server
             # is about to list, and a collision is refused, never settled by who listed first.

@@ -5,6 +5,7 @@ time. None of them is ever "your request is invalid": a caller is never blamed f
 
 from __future__ import annotations
 
+from ..outcomes import Outcome
 from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 
 
@@ -70,3 +71,13 @@ class UpstreamTimeout(UpstreamError):
     code = REQUEST_TIMEOUT
     what = "timed out"
 
+
+class CredentialRefused(Exception):
+    """A caller's request to a server with credentials did not go: they have no credential for
+    it, or the server refused theirs and renewing it did not give one it accepts. Nothing ran;
+    the request ends as this unmet `credential:KEY` outcome (a call: `Guard.overrule`; any
+    other request: the AUTHORIZATION_DENIED refusal, `credentialed.py`)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.reason)
+        self.outcome = outcome

@@ -8,7 +8,7 @@ part of the effective list, decided after every other one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,10 +93,12 @@ class Fleet:
                                 connect_timeout=self._handshake_timeout, telemetry=telemetry,
                                 bounds=self._bounds)
             telemetry.connected(spec.key, False)  # down until its first session
-            catalog = Catalog(spec.key, self._fetcher(upstream), self._tools_changed,
-                              self._others_changed)
+            catalog = Catalog(spec.key, self._fetcher(upstream, spec.credentials is not None),
+                              self._tools_changed, self._others_changed)
             self.members[spec.key] = Member(spec, upstream, catalog, Subscriptions(upstream))
         self.routes = Routes(servers=tuple(self.members))
+        # Whether some server takes per-caller credentials (SPEC §14).
+        self.credentialed = any(m.credential is not None for m in self.members.values())
         self.invalid: dict[str, str] = {}  # visible tool name -> why its requirements are refused
         self._registered: frozenset[str] = frozenset()
         self._pending: set[str] = set()  # kinds whose list_changed the clients are owed
@@ -121,8 +123,13 @@ class Fleet:
     def __iter__(self) -> Iterator[Member]:
         return iter(self.members.values())
 
-    def _fetcher(self, upstream: Upstream) -> Callable[[str, str], Awaitable[list[dict[str, Any]]]]:
+    def _fetcher(self, upstream: Upstream, personal: bool
+                 ) -> Callable[[str, str], Awaitable[list[dict[str, Any]]]]:
+        """A listing on the gateway's own session. A server with credentials lists only its tools
+        there (the catalog); the rest is listed to each caller as themselves (`Listings`)."""
         async def fetch(method: str, field: str) -> list[dict[str, Any]]:
+            if personal and method != "tools/list":
+                raise RuntimeError(f"{method} of a server with credentials goes as each caller")
             return await upstream.list_all(method, field, self._policy().gateway.call_timeout_seconds)
         return fetch
 
@@ -147,17 +154,12 @@ class Fleet:
 
     def outdated(self, member: Member, method: str) -> None:
         """A `notifications/*/list_changed` from `member`, seen before anything the server sends
-        after it: its listing is stale until listed again (`changed`), and calls wait for that."""
+        after it: its listing is stale until listed again (`changed`). A request routed by its
+        prompts or resources waits for that (a bounded while: `Listings`); a tool call never
+        does: while a server re-lists its tools, its calls use its last good catalog, and the
+        other servers' calls are not its business (SPEC §14)."""
         for kind in _KINDS[method]:
             member.catalog.listings[kind].outdated()
-
-    async def fresh_tools(self) -> None:
-        """Every server's tools as they are since its last list_changed: a call decided on a
-        listing the server already said is gone could reach a tool it now lists twice."""
-        for member in self:
-            listing = member.catalog.listings["tools"]
-            if listing.stale:
-                await listing.fresh()
 
     async def changed(self, member: Member, method: str) -> None:
         """A `notifications/*/list_changed` from `member`: that server alone is listed again."""
@@ -206,25 +208,35 @@ class Fleet:
         graced.update((m.key, m.upstream.attempts) for m in starting)
 
     # -- keeping routes and the guard in step with the listings -----------------------------------
-    def _listing(self, member: Member) -> ServerListing:
+    def listing(self, member: Member, theirs: Mapping[str, list[dict[str, Any]]] | None = None
+                ) -> ServerListing:
+        """What `member` listed last, for the routes. A server with credentials lists its prompts,
+        resources and templates to each caller as themselves, never on the gateway's own session
+        (SPEC §14): those come from `theirs` (one caller's listings, by kind), else are unknown."""
         catalog = member.catalog
         resources = member.upstream.current.capabilities.get("resources") \
             if member.upstream.current is not None else None
         serves = frozenset() if not isinstance(resources, dict) else \
             frozenset({"resources", *(["subscribe"] if resources.get("subscribe") else [])})
+        if member.credential is None:
+            prompts, uris, templates = (catalog.names("prompts"), catalog.names("resources", "uri"),
+                                        catalog.names("templates", "uriTemplate"))
+        else:
+            theirs = theirs or {}
+            prompts, uris, templates = (_names(theirs.get("prompts"), "name"),
+                                        _names(theirs.get("resources"), "uri"),
+                                        _names(theirs.get("templates"), "uriTemplate"))
         return ServerListing(member.key, member.spec.prefix, catalog.names("tools"),
-                             catalog.duplicates, catalog.names("prompts"),
-                             catalog.names("resources", "uri"),
-                             catalog.names("templates", "uriTemplate"), serves)
+                             catalog.duplicates, prompts, uris, templates, serves)
 
     def _others_changed(self) -> None:
-        self.routes = build_routes(self._listing(m) for m in self)
+        self.routes = build_routes(self.listing(m) for m in self)
         self._pending.update(("prompts", "resources"))
 
     def _tools_changed(self) -> None:
         """A server's tools changed: routes rebuilt, every routable tool's own requirements
         registered with the guard (one swap), and the policy's names checked against them."""
-        self.routes = build_routes(self._listing(m) for m in self)
+        self.routes = build_routes(self.listing(m) for m in self)
         self._register()
         self.check_names()
         self._pending.add("tools")
@@ -302,6 +314,10 @@ class Fleet:
         self._register()
         self.check_names()
         self._pending.add("tools")
+
+
+def _names(items: list[dict[str, Any]] | None, field: str) -> list[str] | None:
+    return None if items is None else [i[field] for i in items if isinstance(i.get(field), str)]
 
 
 def _carried(spec: ServerSpec) -> tuple[str, ...]:

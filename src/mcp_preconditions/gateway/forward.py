@@ -3,9 +3,14 @@ the server and nothing else, progress goes back to the caller, and input rounds 
 protocol versions (a 2026-07-28 client in front of a 2025-11-25 server, and the reverse).
 
 A call to a server with `credentials` (SPEC §14) goes as its caller, with the credential its
-decision obtained (in the call's sidecar) and none of the static headers; a server that refuses it
-(401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the call ends as an
-unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error.
+decision obtained (in the call's sidecar) and none of the static headers; so does every other
+request for a caller (its credential obtained here: `credentialed.py`), or it is refused and
+nothing is sent. Whose a request is goes with it (`Downstream.in_flight`): what the server sends
+back on their session or their request's stream is theirs alone. A server that refuses the
+credential (401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the request
+ends as an unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error. A
+request is sent at most twice: the second time only after an answer that proves the first did not
+run.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from ..outcomes import Outcome, Status
 from ..principal import Credentials, Identity
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
+from .credentialed import CallerCredentials
 from .downstream.callers import Downstream
 from .downstream.clients import Call
-from .errors import UpstreamChallenged, UpstreamError, UpstreamSessionGone
+from .errors import CredentialRefused, UpstreamChallenged, UpstreamError, UpstreamSessionGone
 from .fleet import Member
-from .jsonrpc import INTERNAL_ERROR, RpcError
+from .jsonrpc import AUTHORIZATION_DENIED, INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
 from .schemas import input_required_methods, is_input_required
 from .upstream.caller_sessions import AsCaller
@@ -35,6 +41,9 @@ from .upstream.session import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
+# What the gateway sends a server with credentials on its own session, for no caller: its catalog
+# and pings (fleet.py, session.py). Every other request is a caller's, and goes as them.
+GATEWAYS_OWN = frozenset({"tools/list", "ping"})
 # A 2026-07-28 server's input rounds answered for a 2025-11-25 client (the SDK client's own cap is
 # 10); a state-only round is retried after a short pause.
 MAX_INPUT_ROUNDS = 8
@@ -43,22 +52,15 @@ STATE_ONLY_PAUSE = 0.05
 Authenticate = Callable[[Credentials], Awaitable[Identity]]
 
 
-class CredentialRefused(Exception):
-    """The server refused the caller's credential, and renewing it did not give one it accepts:
-    the call did not run, and ends as this unmet `credential:KEY` outcome (`Guard.overrule`)."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        super().__init__(outcome.reason)
-        self.outcome = outcome
-
-
 class Forward:
     """Sends client requests on to the servers, for one gateway."""
 
     def __init__(self, downstream: Downstream, rounds: Rounds, timeout: Callable[[], float],
                  credentials: Callable[[Call], Credentials],
-                 authenticate: Authenticate, telemetry: GatewayTelemetry) -> None:
+                 authenticate: Authenticate, telemetry: GatewayTelemetry,
+                 callers: CallerCredentials | None = None) -> None:
         self._downstream = downstream
+        self._callers = callers
         self._telemetry = telemetry
         self._rounds = rounds
         self._timeout = timeout
@@ -70,21 +72,40 @@ class Forward:
                        ) -> dict[str, Any]:
         """Forward one request to `member`, and carry the server's requests for client input
         between the two protocol versions (see `rounds.py` and `_answer_rounds`). `sidecar`: what
-        the call's decision left beside it (its caller's credential for this server)."""
+        the call's decision left beside it (its caller's credential for this server). A request
+        no decision went before, to a server with credentials, goes as its caller with the
+        credential obtained for it now, or is refused (RpcError AUTHORIZATION_DENIED)."""
+        if sidecar is None and member.credential is not None:
+            return await self._as_caller(ctx, member, method, params)
         timeout = self._timeout()
         upstream = member.upstream
-        held = _held(member, method, sidecar)
+        held = _held(member, sidecar)
         # The caller's own token, for renewing their credential (a held one keeps none).
         own = sidecar.token if held is not None and sidecar is not None else None
         if (ctx.modern and method in input_required_methods()
                 and not upstream.modern):
             return await self._in_rounds(ctx, member, method, params, timeout, held, own)
-        with self._downstream.in_flight(ctx, member.key):
+        with self._downstream.in_flight(ctx, member.key, held.owner if held is not None else None):
             result = await self.send(ctx, member, method, params, timeout, held, own)
             if not ctx.modern and is_input_required(result):
                 result = await self._answer_rounds(ctx, member, method, params, result, timeout,
                                                    held, own)
         return result
+
+    async def _as_caller(self, ctx: Call, member: Member, method: str,
+                         params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A request no decision went before, to a server with credentials: as its caller, with
+        the credential obtained for it now; RpcError AUTHORIZATION_DENIED when there is none, or
+        the server refused it and renewing it gave none it accepts (nothing ran)."""
+        requirement = member.credential
+        assert requirement is not None
+        if self._callers is None:  # (a gateway always has them; nothing goes as anyone else)
+            raise RpcError(AUTHORIZATION_DENIED, f"Request {method} was not sent")
+        try:
+            sidecar = await self._callers.sidecar(ctx, requirement)
+            return await self(ctx, member, method, params, sidecar)
+        except CredentialRefused as exc:  # none to be had, or refused twice: not sent
+            raise await self._callers.refusal(ctx, method, exc.outcome) from None
 
     async def send(self, ctx: Call | None, member: Member, method: str,
                    params: Mapping[str, Any] | None, timeout: float,
@@ -106,6 +127,10 @@ class Forward:
                     params["message"] = message
                 caller.notify("notifications/progress", params)  # dropped once it is answered
         upstream = member.upstream
+        if held is None and member.credential is not None and method not in GATEWAYS_OWN:
+            raise CredentialRefused(Outcome(member.credential, Status.UNSATISFIED, "sent for no "
+                                            "caller: the gateway's own session serves none",
+                                            transient=True))
         try:
             with self._telemetry.upstream(member.key, method,
                                           bridge.upstream_params(params, modern=upstream.modern),
@@ -114,18 +139,12 @@ class Forward:
                     return await upstream.request(method, sent, timeout=timeout,
                                                   on_progress=on_progress)
                 as_caller = held.sent_as or _sent_as(held)
-                try:  # as the caller (`_renewed`, inline: every call with a credential)
+                try:  # as the caller (inline: every call with a credential)
                     return await upstream.request_as(as_caller, method, sent, timeout=timeout,
                                                      on_progress=on_progress)
-                except UpstreamChallenged as exc:
-                    log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
-                             upstream.key, exc.status)
-                except UpstreamSessionGone:  # their session, ended by the server: it ran nothing
-                    log.info("server %s ended a caller's session: sending on a new one, once",
-                             upstream.key)
-                    return await _again(upstream, held, own, as_caller, method, sent, timeout,
-                                       on_progress)
-                return await _renewed(upstream, held, own, method, sent, timeout, on_progress)
+                except (UpstreamChallenged, UpstreamSessionGone) as exc:  # it did not run
+                    return await _once_more(upstream, held, own, exc, method, sent, timeout,
+                                            on_progress)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
             raise exc.rpc(member.key) from None
@@ -149,6 +168,7 @@ class Forward:
         p.pop("requestState", None)
 
         def spawn(call: PendingCall) -> None:
+            call.owner = held.owner if held is not None else None  # (its server's requests)
             member.upstream.spawn(lambda: call.run(
                 lambda: self.send(ctx, member, method, p, timeout, held, own)))
         return await self._rounds.start(ctx, caller, about, timeout, ctx.capabilities, spawn,
@@ -183,12 +203,12 @@ class Forward:
                        f"server {member.key} asked for input more than {MAX_INPUT_ROUNDS} times")
 
 
-def _held(member: Member, method: str, sidecar: Sidecar | None) -> HeldCredential | None:
-    """The caller's credential a call to `member` goes with: a `tools/call` to a server with
-    `credentials` goes only as its caller. Without one (a call no decision obtained one for) it
-    is refused here, never sent with the gateway's static headers."""
+def _held(member: Member, sidecar: Sidecar | None) -> HeldCredential | None:
+    """The caller's credential a request to `member` goes with: every request for a caller to a
+    server with `credentials` goes only as them. Without one it is refused here, never sent with
+    the gateway's static headers."""
     requirement = member.credential
-    if requirement is None or method != "tools/call":
+    if requirement is None:
         return None
     # `held_for(sidecar, member.key)`, with the member's requirement string: every such call.
     held = sidecar.held.get(requirement) if sidecar is not None else None
@@ -207,42 +227,29 @@ def _sent_as(held: HeldCredential) -> AsCaller:
     return sent
 
 
-async def _again(upstream: Upstream, held: HeldCredential, own: str | None, caller: AsCaller,
-                 method: str, params: Mapping[str, Any] | None, timeout: float,
-                 on_progress: ProgressHook | None) -> dict[str, Any]:
-    """The request as the caller once more, on a new session of theirs, after the server answered
-    404 for the one it went on (`Forward.send`): it ran nothing there, so this still runs it at
-    most once (SPEC §10). The server refusing the credential now renews it, as on the first try."""
-    try:
-        return await upstream.request_as(caller, method, params, timeout=timeout,
-                                         on_progress=on_progress)
-    except UpstreamChallenged as exc:
-        log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
-                 upstream.key, exc.status)
-    return await _renewed(upstream, held, own, method, params, timeout, on_progress)
-
-
-async def _renewed(upstream: Upstream, held: HeldCredential, own: str | None, method: str,
-                   params: Mapping[str, Any] | None, timeout: float,
-                   on_progress: ProgressHook | None) -> dict[str, Any]:
-    """The request as the caller again, after the server answered 401/403 with
-    `WWW-Authenticate` (`Forward.send`): an answer the server gave instead of running the call,
-    so sending it again once with a renewed credential still runs it at most once (SPEC §10,
-    §14); a second refusal, or no renewed credential, is CredentialRefused."""
-    renewed = await held.renew(own)
-    if renewed.credential is None:
-        raise CredentialRefused(renewed.outcome)
-    caller = AsCaller(held.owner, renewed.credential)
-    try:
-        try:
-            return await upstream.request_as(caller, method, params, timeout=timeout,
-                                             on_progress=on_progress)
-        except UpstreamSessionGone:  # as `Forward.send`: it ran nothing; a new session, once
-            log.info("server %s ended a caller's session: sending on a new one, once",
-                     upstream.key)
+async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
+                     answer: UpstreamError, method: str, params: Mapping[str, Any] | None,
+                     timeout: float, on_progress: ProgressHook | None) -> dict[str, Any]:
+    """The request as the caller a second and last time, after an `answer` that proves the first
+    did not run (`Forward.send`): a 404 for the caller's session (the server ended it: a new one
+    is opened) or a 401/403 with `WWW-Authenticate` (the credential refused: renewed first). Never
+    a third time, whatever this one is answered (SPEC §14): a second refusal of the credential is
+    CredentialRefused, a second lost session the server's failure; a renewal that gives no
+    credential ends the call as CredentialRefused, not sent again."""
+    caller = held.sent_as or _sent_as(held)
+    if isinstance(answer, UpstreamChallenged):
+        log.info("server %s refused a caller's credential (HTTP %d): renewing it, and sending "
+                 "once more", upstream.key, answer.status)
+        renewed = await held.renew(own)
+        if renewed.credential is None:
+            raise CredentialRefused(renewed.outcome)
+        caller = AsCaller(held.owner, renewed.credential)
+    else:  # their session, ended by the server
+        log.info("server %s ended a caller's session: sending on a new one, once", upstream.key)
+    try:  # the second and last time
         return await upstream.request_as(caller, method, params, timeout=timeout,
                                          on_progress=on_progress)
     except UpstreamChallenged:
         raise CredentialRefused(Outcome(
             held.requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "
-            "credential, renewed once", transient=True)) from None
+            "credential; the call was not sent a third time", transient=True)) from None

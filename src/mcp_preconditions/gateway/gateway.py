@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -21,8 +21,9 @@ from ..principal import Credentials
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge
 from .config import ServerSpec
+from .credentialed import CallerCredentials
 from .decide import Decide
-from .downstream.callers import Downstream
+from .downstream.callers import NOBODY, Downstream
 from .downstream.clients import Call
 from .fleet import Fleet, Member
 from .forward import Forward
@@ -38,7 +39,8 @@ SERVER_INFO = {"name": SERVER_NAME, "version": __version__}
 ROUTED = frozenset({"prompts/get", "resources/read", "resources/subscribe", "resources/unsubscribe",
                     "completion/complete"})
 LISTED = frozenset({"prompts/list", "resources/list", "resources/templates/list"})
-LIST_CHANGED = frozenset({"notifications/tools/list_changed", "notifications/prompts/list_changed",
+TOOLS_CHANGED = "notifications/tools/list_changed"
+LIST_CHANGED = frozenset({TOOLS_CHANGED, "notifications/prompts/list_changed",
                           "notifications/resources/list_changed"})
 # Requests the pipeline serves (the rest of the protocol is in `dispatch`).
 SERVED = frozenset({"tools/call", "tools/list", "logging/setLevel", *ROUTED, *LISTED})
@@ -64,11 +66,12 @@ class Gateway:
         env = dict(os.environ if environment is None else environment)
         self.fleet = Fleet(guard, servers, env, self.policy, self._list_changed, self.telemetry)
         self.downstream = Downstream(self.rounds, lambda: [m.subscriptions for m in self.fleet])
+        self.callers = CallerCredentials(guard, credentials)  # (SPEC §14: every path as the caller)
         self.forward = Forward(self.downstream, self.rounds,
                                lambda: self.policy().gateway.call_timeout_seconds, credentials,
-                               guard.authenticate, self.telemetry)
+                               guard.authenticate, self.telemetry, self.callers)
         self.decide = Decide(guard, self.fleet, self.policy, self._connect_wait, self.telemetry)
-        self.listings = Listings(self.fleet, self.forward, self._connect_wait)
+        self.listings = Listings(self.fleet, self.forward, self._connect_wait, self.callers)
         for member in self.fleet:
             self._attach(member)
 
@@ -100,24 +103,36 @@ class Gateway:
     # -- the servers' side -------------------------------------------------------------------------
     def _attach(self, member: Member) -> None:
         upstream = member.upstream
+        # What a server with credentials sends on the gateway's own session is for no caller
+        # (SPEC §14); what it sends on a caller's session or stream is that caller's alone.
+        own = NOBODY if member.credential is not None else None
 
         async def on_connect() -> None:
             await self.fleet.connected(member)
 
-        def on_notification(method: str, params: dict[str, Any]) -> None:
-            if method in LIST_CHANGED:  # that server alone is listed again; clients hear of it
-                self.fleet.outdated(member, method)  # (one re-list at a time, however many come)
+        def on_notification(method: str, params: dict[str, Any], owner: Hashable | None = own
+                            ) -> None:
+            if method in LIST_CHANGED and (own is None or method == TOOLS_CHANGED):
+                # That server alone is listed again (one re-list at a time, however many come);
+                # clients hear of it. A server with credentials lists the rest to each caller:
+                # its other changes are the caller's own news (or nobody's), as notified below.
+                self.fleet.outdated(member, method)
                 upstream.spawn_once(method, lambda: self.fleet.changed(member, method))
                 return
-            self.downstream.notify(member.key, method, params)
+            self.downstream.notify(member.key, method, params, owner)
 
-        async def on_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        async def on_request(method: str, params: dict[str, Any], owner: Hashable | None = own
+                             ) -> dict[str, Any]:
             return await self.downstream.ask(member.key, method, params,
-                                             self.policy().gateway.call_timeout_seconds)
+                                             self.policy().gateway.call_timeout_seconds, owner)
 
         upstream.on_connect = on_connect
         upstream.on_notification = on_notification
         upstream.on_request = on_request
+        upstream.on_caller_notification = lambda owner, method, params: on_notification(
+            method, params, owner)
+        upstream.on_caller_request = lambda owner, method, params: on_request(method, params,
+                                                                              owner)
 
     async def _list_changed(self, kind: str) -> None:
         """The clients hear that a list changed; for tools, only those whose own view changed."""
@@ -127,9 +142,11 @@ class Gateway:
             self.downstream.notify("", f"notifications/{kind}/list_changed", {})
 
     async def listen(self, call: Call) -> None:
-        """A 2026-07-28 `subscriptions/listen` stream, served until the client goes."""
+        """A 2026-07-28 `subscriptions/listen` stream, served until the client goes (whose it is,
+        when servers send callers what is theirs alone)."""
+        owner = await self.callers.owner(call) if self.fleet.credentialed else None
         async with self.decide.watching(call, self.credentials(call)):
-            await self.downstream.listen(call, self.listings.holder)
+            await self.downstream.listen(call, self.listings.holder, owner)
 
     # -- the clients' side -------------------------------------------------------------------------
     async def handle(self, call: Call) -> dict[str, Any]:
@@ -161,8 +178,7 @@ class Gateway:
         return min(CONNECT_WAIT_SECONDS, self.policy().gateway.call_timeout_seconds)
 
     async def _list_tools(self, call: Call) -> dict[str, Any]:
-        fleet = self.fleet
-        await fleet.fresh_tools()
+        fleet = self.fleet  # (a server re-listing is shown by its last good catalog)
         if not all(m.catalog.listings["tools"].loaded for m in fleet):
             await fleet.first_listing(self._connect_wait())
         if not any(m.catalog.listings["tools"].loaded for m in fleet):
@@ -180,8 +196,11 @@ class Gateway:
             if current is None or "logging" not in current.capabilities:
                 continue
             try:
-                await self.forward.send(call, member, "logging/setLevel", params,
-                                        self.policy().gateway.call_timeout_seconds)
+                if member.credential is not None:  # the caller's own session: their own level
+                    await self.forward(call, member, "logging/setLevel", call.params)
+                else:
+                    await self.forward.send(call, member, "logging/setLevel", params,
+                                            self.policy().gateway.call_timeout_seconds)
             except RpcError as exc:
                 log.warning("server %s: logging/setLevel: %s", member.key, exc.message)
         return {}

@@ -27,6 +27,10 @@ CONNECTION_CLOSED: Final = types.CONNECTION_CLOSED
 REQUEST_TIMEOUT: Final = types.REQUEST_TIMEOUT
 HEADER_MISMATCH: Final = types.HEADER_MISMATCH
 UNSUPPORTED_PROTOCOL_VERSION: Final = types.UNSUPPORTED_PROTOCOL_VERSION
+# A request the gateway refused for want of the caller's credential (SPEC §14: not a tool call, so
+# no tool result to carry the denial; `data` holds its unmet requirements and SEP-2643 envelope).
+# SPEC §14's number; the MCP SDK's REQUEST_TIMEOUT has it too, so a client reads `data` to tell.
+AUTHORIZATION_DENIED: Final = -32001
 # A 2025-11-25 request that ended without an answer (the client cancelled it) is still ended on its
 # HTTP stream, with this code (LSP's RequestCancelled, as the MCP SDK's transport does).
 REQUEST_CANCELLED: Final = -32800

@@ -1,23 +1,34 @@
 """Prompts, resources and completions across the servers (SPEC §12): listings merged from every
 server (prompts under their visible names, URIs unchanged), and each routed request sent to the one
 server that listed its name, URI or template. Whatever two servers claim is refused as ambiguous.
+
+A server with credentials is listed to each caller as themselves, never through the gateway's own
+session (SPEC §14): its prompts, resources and templates come from the caller's own listing, made
+when they list or when a request of theirs is routed; a caller without a credential for it does
+not see it, and a request that only it could take is refused with its `credential:KEY` refusal.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 
+from ..late import Sidecar
+from ..outcomes import Outcome
+from ..toolset import every_page
+from .credentialed import CallerCredentials
 from .downstream.callers import Downstream
 from .downstream.clients import Call
+from .errors import CredentialRefused
 from .fleet import Fleet, Member
 from .forward import Forward
 from .jsonrpc import INVALID_PARAMS, RpcError
-from .route import visible
+from .route import Routes, build_routes, visible
 from .subscriptions import Subscriptions
+from .upstream.caller_sessions import AsCaller
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -27,15 +38,21 @@ LIST_WAIT_SECONDS = 5.0
 _KINDS = {"prompts/list": ("prompts", "prompts", "name"),
           "resources/list": ("resources", "resources", "uri"),
           "resources/templates/list": ("templates", "resourceTemplates", "uriTemplate")}
+_LISTS = {kind: (method, field) for method, (kind, field, _) in _KINDS.items()}
+# One caller's listings of the servers with credentials: server key -> kind -> items.
+Theirs = dict[str, dict[str, list[dict[str, Any]]]]
+Unmet = list[Outcome]  # the `credential:KEY` outcomes of servers a caller has no credential for
 
 
 class Listings:
     """Merged listings and routed requests of one gateway."""
 
-    def __init__(self, fleet: Fleet, forward: Forward, connect_wait: Callable[[], float]) -> None:
+    def __init__(self, fleet: Fleet, forward: Forward, connect_wait: Callable[[], float],
+                 callers: CallerCredentials) -> None:
         self._fleet = fleet
         self._forward = forward
         self._connect_wait = connect_wait
+        self._callers = callers
 
     async def list(self, ctx: Call) -> dict[str, Any]:
         """`prompts/list`, `resources/list` or `resources/templates/list`: every server's items,
@@ -46,103 +63,202 @@ class Listings:
         fleet = self._fleet
         if not any(m.connected for m in fleet):
             await fleet.first_connection(self._connect_wait())
+        theirs: Theirs = {}
         with anyio.move_on_after(LIST_WAIT_SECONDS):
             async with anyio.create_task_group() as tg:
                 for member in self._able("prompts" if kind == "prompts" else "resources"):
-                    tg.start_soon(member.catalog.listings[kind].refresh)
-        routes = fleet.routes
+                    if member.credential is None:
+                        tg.start_soon(member.catalog.listings[kind].refresh)
+                    else:
+                        tg.start_soon(self._listed_as_caller, ctx, member, (kind,), theirs, [])
+        routes = self._routes(theirs)
         refused = routes.prompt_collisions if kind == "prompts" else routes.ambiguous
         items: list[dict[str, Any]] = []
         for member in fleet:
-            for item in member.catalog.listings[kind].items or ():
+            found = member.catalog.listings[kind].items if member.credential is None \
+                else theirs.get(member.key, {}).get(kind)
+            for item in found or ():
                 shown = visible(item, member.spec.prefix) if kind == "prompts" else item
                 if isinstance(shown.get(key), str) and shown[key] not in refused:
                     items.append(shown)
         return {field: items}
 
-    async def routed(self, ctx: Call, downstream: Downstream
-                     ) -> dict[str, Any]:
-        """A request for one prompt, resource or completion, sent to the server that has it."""
+    async def routed(self, ctx: Call, downstream: Downstream) -> dict[str, Any]:
+        """A request for one prompt, resource or completion, sent to the server that has it (as
+        the caller, to a server with credentials)."""
         params = dict(ctx.params or {})
         method = ctx.method
         if method == "prompts/get":
-            member, params["name"] = await self._prompt(params.get("name"))
+            member, params["name"] = await self._prompt(ctx, params.get("name"))
         elif method == "completion/complete":
-            member, params["ref"] = await self._completion(params.get("ref"))
+            member, params["ref"] = await self._completion(ctx, params.get("ref"))
         else:
-            member = await self._resource(params.get("uri"), method != "resources/read")
-        if method in ("resources/subscribe", "resources/unsubscribe"):
+            member = await self._resource(ctx, params.get("uri"), method != "resources/read")
+        if method not in ("resources/subscribe", "resources/unsubscribe"):
+            return await self._forward(ctx, member, method, params)
+        if member.credential is None:
             return await downstream.subscription(
                 ctx, member.subscriptions, lambda: self._forward(ctx, member, method, params))
-        return await self._forward(ctx, member, method, params)
+        sidecar, caller = await self._caller(ctx, member, method)
+        try:
+            return await downstream.subscription(
+                ctx, member.subscriptions,
+                lambda: self._forward(ctx, member, method, params, sidecar), caller)
+        except CredentialRefused as exc:  # refused by the server, renewed once: not sent
+            raise await self._callers.refusal(ctx, method, exc.outcome) from None
 
-    def holder(self, uri: str) -> Subscriptions | None:
-        """Whose subscriptions hold `uri` for a listen stream (None: no single server lists it)."""
-        owner = self._fleet.routes.resource(uri, subscription=True)
-        return self._fleet.members[owner].subscriptions if isinstance(owner, str) else None
+    async def holder(self, ctx: Call, uri: str) -> tuple[Subscriptions, AsCaller | None] | None:
+        """Whose subscriptions hold `uri` for `ctx`'s listen stream, and as whom (None: no single
+        server lists it for this caller). RpcError for a caller without the credential it needs."""
+        routes, _, unmet = await self._resource_routes(ctx)
+        owner = routes.resource(uri, subscription=True)
+        if not isinstance(owner, str):
+            if unmet and owner is None:
+                raise await self._callers.refusal(ctx, "resources/subscribe", *unmet)
+            return None
+        member = self._fleet.members[owner]
+        if member.credential is None:
+            return member.subscriptions, None
+        return member.subscriptions, (await self._caller(ctx, member, "resources/subscribe"))[1]
 
-    async def _prompt(self, name: Any) -> tuple[Member, str]:
+    async def _caller(self, ctx: Call, member: Member, method: str
+                      ) -> tuple[Sidecar, AsCaller]:
+        """`ctx`'s caller's credential for `member` (a sidecar, and whom it goes as), or their
+        refusal (RpcError)."""
+        assert member.credential is not None
+        try:
+            sidecar = await self._callers.sidecar(ctx, member.credential)
+        except CredentialRefused as exc:
+            raise await self._callers.refusal(ctx, method, exc.outcome) from None
+        held = sidecar.held[member.credential]
+        return sidecar, AsCaller(held.owner, held.credential)
+
+    # -- routing -----------------------------------------------------------------------------------
+    async def _prompt(self, ctx: Call, name: Any) -> tuple[Member, str]:
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
         only = next(iter(self._fleet))
         if len(self._fleet.members) == 1 and not only.spec.prefix:  # nothing to choose or strip:
             return only, name  # the server decides
         await self._current("prompts", "prompts")
-        routes = self._fleet.routes
+        theirs, unmet = await self._theirs(ctx, ("prompts",))
+        routes = self._routes(theirs)
         if name not in routes.prompts and name not in routes.prompt_collisions:
             await self._relist("prompts", "prompts")
-            routes = self._fleet.routes
+            routes = self._routes(theirs)
         if name in routes.prompt_collisions:
             raise RpcError(INVALID_PARAMS, f"Prompt {name!r} is listed by more than one server")
         target = routes.prompts.get(name)
         if target is None:
+            if unmet:
+                raise await self._callers.refusal(ctx, ctx.method, *unmet)
             raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name!r}")
         return self._fleet.members[target.server], target.name
 
-    async def _completion(self, ref: Any) -> tuple[Member, Any]:
+    async def _completion(self, ctx: Call, ref: Any) -> tuple[Member, Any]:
         if not isinstance(ref, dict):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
         if ref.get("type") == "ref/prompt":
-            member, name = await self._prompt(ref.get("name"))
+            member, name = await self._prompt(ctx, ref.get("name"))
             return member, {**ref, "name": name}
         uri = ref.get("uri")
         if len(self._fleet.members) == 1:  # URIs are never renamed: nothing to choose
             return next(iter(self._fleet)), ref
-        await self._current("resources", "resources", "templates")
-        owner = self._fleet.routes.template(uri) if isinstance(uri, str) else None
+        routes, theirs, unmet = await self._resource_routes(ctx)
+        owner = routes.template(uri) if isinstance(uri, str) else None
         if owner is None and isinstance(uri, str):
-            await self._relist_resources()
-            owner = self._fleet.routes.template(uri)
-        return self._owner(owner, uri), ref
+            await self._relist("resources", "resources", "templates")
+            owner = self._routes(theirs).template(uri)
+        return await self._owner(ctx, owner, uri, unmet), ref
 
-    async def _resource(self, uri: Any, subscription: bool) -> Member:
+    async def _resource(self, ctx: Call, uri: Any, subscription: bool) -> Member:
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "Invalid request parameters")
         if len(self._fleet.members) == 1:  # URIs are never renamed: the server decides
             return next(iter(self._fleet))
-        await self._current("resources", "resources", "templates")
-        owner = self._fleet.routes.resource(uri, subscription=subscription)
-        if owner is None:
-            await self._relist_resources()
-            owner = self._fleet.routes.resource(uri, subscription=subscription)
-        return self._owner(owner, uri)
+        routes, theirs, unmet = await self._resource_routes(ctx)
+        owner = routes.resource(uri, subscription=subscription)
+        if owner is None:  # a URI nobody lists: the shared listings asked for again (bounded);
+            await self._relist("resources", "resources", "templates")  # the caller's are new
+            owner = self._routes(theirs).resource(uri, subscription=subscription)
+        return await self._owner(ctx, owner, uri, unmet)
 
-    def _owner(self, owner: str | tuple[str, ...] | None, uri: Any) -> Member:
+    async def _owner(self, ctx: Call, owner: str | tuple[str, ...] | None, uri: Any,
+                     unmet: Unmet) -> Member:
         if isinstance(owner, tuple):
             raise RpcError(INVALID_PARAMS,
                            f"Resource {uri!r} is listed by more than one server ({', '.join(owner)})")
         if owner is None:
+            if unmet:  # a server this caller has no credential for may have it: theirs to fix
+                raise await self._callers.refusal(ctx, ctx.method, *unmet)
             raise RpcError(INVALID_PARAMS, f"No server lists the resource {uri!r}")
         return self._fleet.members[owner]
 
-    async def _relist_resources(self) -> None:
-        await self._relist("resources", "resources", "templates")
+    async def _resource_routes(self, ctx: Call) -> tuple[Routes, Theirs, Unmet]:
+        """The routes of resources for `ctx`'s caller: the servers without credentials by their
+        listings as of now (`_current`), those with credentials by the caller's own (`theirs`;
+        `unmet`: the `credential:KEY` outcomes of those they have none for)."""
+        await self._current("resources", "resources", "templates")
+        theirs, unmet = await self._theirs(ctx, ("resources", "templates"))
+        return self._routes(theirs), theirs, unmet
 
+    def _routes(self, theirs: Theirs) -> Routes:
+        fleet = self._fleet
+        if not fleet.credentialed:
+            return fleet.routes
+        return build_routes(fleet.listing(m, theirs.get(m.key)) for m in fleet)
+
+    async def _theirs(self, ctx: Call, kinds: tuple[str, ...]) -> tuple[Theirs, Unmet]:
+        """`ctx`'s caller's own listings (`kinds`) of every connected server with credentials
+        that serves them, listed as them now (a slow one waited for LIST_WAIT_SECONDS at most)."""
+        theirs: Theirs = {}
+        unmet: Unmet = []
+        if not self._fleet.credentialed:
+            return theirs, unmet
+        capability = "prompts" if kinds == ("prompts",) else "resources"
+        with anyio.move_on_after(LIST_WAIT_SECONDS):
+            async with anyio.create_task_group() as tg:
+                for member in self._able(capability):
+                    if member.credential is not None:
+                        tg.start_soon(self._listed_as_caller, ctx, member, kinds, theirs, unmet)
+        return theirs, unmet
+
+    async def _listed_as_caller(self, ctx: Call, member: Member, kinds: tuple[str, ...],
+                                into: Theirs, unmet: Unmet) -> None:
+        """`member`'s listings of `kinds` as `ctx`'s caller, all pages, into `into`; a caller
+        without a credential for it is noted in `unmet` (and sees none of it); a listing that
+        fails is left out (logged)."""
+        assert member.credential is not None
+        try:
+            sidecar = await self._callers.sidecar(ctx, member.credential)
+            listed: dict[str, list[dict[str, Any]]] = {}
+            for kind in kinds:
+                method, field = _LISTS[kind]
+                listed[kind] = await every_page(self._pages(ctx, member, method, sidecar),
+                                                method, field)
+        except CredentialRefused as exc:
+            unmet.append(exc.outcome)
+            return
+        except Exception as exc:  # down, slow, garbage: not listed for this caller now
+            log.warning("server %s: listing as a caller failed: %s", member.key,
+                        getattr(exc, "message", None) or type(exc).__name__)
+            return
+        into[member.key] = listed
+
+    def _pages(self, ctx: Call, member: Member, method: str, sidecar: Sidecar
+               ) -> Callable[[str | None], Awaitable[dict[str, Any]]]:
+        """One page of `method` at `member`, as the caller whose credential `sidecar` holds."""
+        def page(cursor: str | None) -> Awaitable[dict[str, Any]]:
+            return self._forward(ctx, member, method, {"cursor": cursor} if cursor else None,
+                                 sidecar)
+        return page
+
+    # -- the shared listings -------------------------------------------------------------------------
     async def _relist(self, capability: str, *kinds: str) -> None:
         """A name or URI nobody lists: each server's listings of those kinds are asked for again
         (bounded like unknown tool names: one listing at a time, at most once a second each)."""
         async with anyio.create_task_group() as tg:
-            for member in self._able(capability):
+            for member in self._shared(capability):
                 for kind in kinds:
                     tg.start_soon(member.catalog.listings[kind].refresh_for_unknown)
 
@@ -157,13 +273,17 @@ class Listings:
             await fleet.first_connection(self._connect_wait())
         with anyio.move_on_after(LIST_WAIT_SECONDS):
             async with anyio.create_task_group() as tg:
-                for member in self._able(capability):
+                for member in self._shared(capability):
                     for kind in kinds:
                         listing = member.catalog.listings[kind]
                         if listing.stale:
                             tg.start_soon(listing.fresh)
                         elif not listing.loaded:
                             tg.start_soon(listing.refresh_for_unknown)
+
+    def _shared(self, capability: str) -> Iterator[Member]:
+        """The servers listed on the gateway's own session (those without credentials)."""
+        return (m for m in self._able(capability) if m.credential is None)
 
     def _able(self, capability: str) -> Iterator[Member]:
         """The connected servers that declared `capability`."""

@@ -9,7 +9,7 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 import anyio
@@ -84,6 +84,7 @@ class PendingCall:
                  capabilities: Mapping[str, Any], server: str) -> None:
         self.token = _TOKEN_PREFIX + secrets.token_urlsafe(24)
         self.server = server  # the server the call went to: only its requests belong to it
+        self.owner: Hashable | None = None  # whose it is, when it went as a caller (SPEC §14)
         self.capabilities = capabilities  # what the client declared it can answer
         self.caller = caller
         self.about = about

@@ -20,7 +20,7 @@ from opentelemetry.trace import Span, Tracer
 
 from ..outcomes import Decision
 from .labels import UNLISTED, result_of
-from .metrics import Metrics, RefusalReason
+from .metrics import DropReason, Metrics, RefusalReason
 from .propagation import TRACEPARENT, header, incoming_context, upstream_params
 from .tracing import (
     call_attributes,
@@ -129,6 +129,11 @@ class GatewayTelemetry:
         """`server`'s session came up (True) or was lost, or was never up yet (False)."""
         if self.metrics is not None:
             self.metrics.upstream_up(server, up)
+
+    def dropped(self, server: str, reason: DropReason) -> None:
+        """An answer `server` sent that no request waited for: dropped, never delivered."""
+        if self.metrics is not None:
+            self.metrics.upstream_dropped(server, reason)
 
     def restarting(self, server: str) -> None:
         """Another attempt at `server` (a new process or connection) after a failure or a loss."""

@@ -32,6 +32,7 @@ from .tally import Tally
 PREFIX = "mcp_preconditions"
 DECISIONS, UNMET, QUOTA = f"{PREFIX}_decisions", f"{PREFIX}_unmet", f"{PREFIX}_quota_exhausted"
 RESTARTS, RELOADS = f"{PREFIX}_upstream_restarts", f"{PREFIX}_policy_reloads"
+DROPPED = f"{PREFIX}_upstream_dropped"
 REFUSED = f"{PREFIX}_http_refused"
 CREDENTIALS = f"{PREFIX}_credentials"
 APPROVALS = f"{PREFIX}_approvals"  # (`approvals.METRIC`: the Tally adds `_total`)
@@ -51,6 +52,10 @@ REFUSAL_REASONS: tuple[RefusalReason, ...] = ("token_missing", "token_invalid", 
 # How one attempt at a caller's credential for a server ended (SPEC §14; credentials.Obtained).
 CredentialResult = Literal["obtained", "cached", "refused", "error"]
 CREDENTIAL_RESULTS: tuple[CredentialResult, ...] = ("obtained", "cached", "refused", "error")
+# Why an answer a server sent was delivered to nobody (SPEC §14: a duplicate, a late answer to a
+# request given up, one to an id no request here sent).
+DropReason = Literal["duplicate", "late", "unmatched"]
+DROP_REASONS: tuple[DropReason, ...] = ("duplicate", "late", "unmatched")
 # What became of approval requests (SPEC §15; approvals.State).
 APPROVAL_RESULTS = ("requested", "approved", "refused", "expired", "used")
 
@@ -86,6 +91,9 @@ class Metrics:
              QUOTA: ("Calls refused because a quota had no unit left, by quota.", ("quota",)),
              RESTARTS: ("Upstream server restarts (a new process or connection after a failure).",
                         ("server",)),
+             DROPPED: ("Answers a server sent that went to nobody, by server and reason "
+                       "(duplicate; late: to a request given up; unmatched: to an id no request "
+                       "on that connection and session sent).", ("server", "reason")),
              RELOADS: ("Policy reloads, by result (success; failure: the old policy stays; "
                        "unusable: in force, but some server's calls are all refused).", ("result",)),
              REFUSED: ("HTTP requests refused before any decision, by reason (token_missing, "
@@ -204,9 +212,17 @@ class Metrics:
         self._upstream_up.labels(server).set(1 if up else 0)
         with self._tally.lock:
             self._tally.start(RESTARTS, [(server,)])
+            self._tally.start(DROPPED, [(server, r) for r in DROP_REASONS])
 
     def upstream_restarted(self, server: str) -> None:
         self._add(RESTARTS, (server,))
+
+    def upstream_dropped(self, server: str, reason: DropReason) -> None:
+        """One answer from `server` delivered to nobody (the gateway's peer.py and http.py)."""
+        if reason not in DROP_REASONS:
+            raise ValueError(f"upstream_dropped: reason must be one of {', '.join(DROP_REASONS)}, "
+                             f"got {reason!r}")
+        self._add(DROPPED, (server, reason))
 
     def policy_loaded(self, revision: str) -> None:
         """The policy revision now in force (at start and after each successful reload): only it

@@ -2,6 +2,11 @@
 (2025-11-25 connections directly, 2026-07-28 clients through `subscriptions/listen`), which
 resource URIs each client subscribed to, and who can answer a server's own requests (sampling,
 elicitation, roots): the one client whose calls to *that* server are in flight.
+
+What a server sends for one caller (on their own session, or on their request's stream: SPEC §14)
+goes to that caller's connections, listen streams and in-flight calls only, whoever else is
+connected; what a server with credentials sends on the gateway's own session goes to nobody
+(`NOBODY`: that session serves no caller).
 """
 
 from __future__ import annotations
@@ -9,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
+from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -19,6 +24,7 @@ from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcErro
 from ..rounds import PendingCall, Rounds
 from ..schemas import SERVER_REQUESTS, SERVER_RESULTS
 from ..subscriptions import Subscriptions
+from ..upstream.caller_sessions import AsCaller
 from .clients import LEVELS, Call, Client
 from .listen import Listeners
 
@@ -28,6 +34,10 @@ _CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elic
                "roots/list": "roots"}
 
 Exchange = Call | PendingCall
+# Where a listen stream's resource is held, and as whom (listings.py `Listings.holder`).
+Holder = Callable[[Call, str], Awaitable["tuple[Subscriptions, AsCaller | None] | None"]]
+# The owner of what a server with credentials sends on the gateway's own session: no client.
+NOBODY: Final = ("nobody",)
 
 
 def _owner(item: Exchange) -> int:
@@ -63,8 +73,9 @@ class Downstream:
         self._holders = holders  # every server's subscriptions
         self._connections: dict[int, Client] = {}  # handshake-era connections with a channel
         self._subscribed: dict[int, set[str]] = {}  # connection -> resource URIs it subscribed to
-        # Requests forwarded to a server, with the server's key; newest last.
-        self._active: list[tuple[Call, str]] = []
+        # Requests forwarded to a server, with the server's key and whose they are (a caller's
+        # owner key; None: on the gateway's own session); newest last.
+        self._active: list[tuple[Call, str, Hashable | None]] = []
         self._stdio: int | None = None  # the stdio listener's connection
 
     # -- bookkeeping -----------------------------------------------------------------------------
@@ -91,10 +102,14 @@ class Downstream:
                     await subscriptions.release_all(key)
 
     @contextlib.contextmanager
-    def in_flight(self, call: Call, server: str) -> Iterator[None]:
-        """A client request being forwarded to `server`: that server's requests meanwhile may be
-        this caller's (2026-07-28 calls that can take input rounds are tracked by `Rounds`)."""
-        entry = (call, server)
+    def in_flight(self, call: Call, server: str, owner: Hashable | None = None) -> Iterator[None]:
+        """A client request being forwarded to `server` (as the caller `owner`, or on the
+        gateway's own session): that server's requests meanwhile may be this caller's (2026-07-28
+        calls that can take input rounds are tracked by `Rounds`). A connection whose request
+        goes as a caller is that caller's: what the server sends them reaches it."""
+        entry = (call, server, owner)
+        if owner is not None and call.client is not None:
+            call.client.owner = owner
         self._active.append(entry)
         try:
             yield
@@ -102,11 +117,13 @@ class Downstream:
             self._active.remove(entry)
 
     async def subscription(self, call: Call, subscriptions: Subscriptions,
-                           forward: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+                           forward: Callable[[], Awaitable[dict[str, Any]]],
+                           caller: AsCaller | None = None) -> dict[str, Any]:
         """A 2025-11-25 client's `resources/subscribe` or `unsubscribe`: held upstream once per
-        URI for all clients. A 2025-11-25 upstream is sent the client's own request (`forward`),
-        except an unsubscribe while other clients still hold the URI; a 2026-07-28-only upstream,
-        which has no such method, gets a listen stream naming the URI."""
+        URI for all clients (on a server with credentials, once per URI and `caller`, as them).
+        A 2025-11-25 upstream is sent the client's own request (`forward`), except an unsubscribe
+        while other clients still hold the URI; a 2026-07-28-only upstream, which has no such
+        method, gets a listen stream naming the URI."""
         uri = (call.params or {}).get("uri")
         key = id(call.client) if call.client is not None else id(call)
         subscribe = call.method == "resources/subscribe"
@@ -114,12 +131,20 @@ class Downstream:
             return await forward()
         result: dict[str, Any] = {}
         if subscriptions.modern:
-            await (subscriptions.hold(uri, key) if subscribe else subscriptions.release(uri, key))
-        elif subscribe or not subscriptions.held_by_others(uri, key):
+            await (subscriptions.hold(uri, key, caller) if subscribe
+                   else subscriptions.release(uri, key, caller))
+        elif subscribe:
+            subscriptions.note(uri, key, True, caller)  # (first: a caller's session then listens)
+            try:
+                result = await forward()
+            except BaseException:
+                subscriptions.note(uri, key, False, caller)
+                raise
+        elif not subscriptions.held_by_others(uri, key, caller):
             result = await forward()
-            subscriptions.note(uri, key, subscribe)
+            subscriptions.note(uri, key, False, caller)
         else:
-            subscriptions.note(uri, key, False)
+            subscriptions.note(uri, key, False, caller)
         uris = self._subscribed.setdefault(key, set())
         if subscribe:
             uris.add(uri)
@@ -128,33 +153,36 @@ class Downstream:
         return result
 
     # -- from the upstream -----------------------------------------------------------------------
-    def _caller(self, server: str) -> tuple[Exchange | None, int]:
-        """The newest exchange with `server` in flight when they all belong to one client, and how
-        many clients have exchanges with it in flight."""
+    def _caller(self, server: str, owner: Hashable | None = None) -> tuple[Exchange | None, int]:
+        """The newest exchange with `server` in flight (of `owner`'s: a caller's, or None: on the
+        gateway's own session) when they all belong to one client, and how many clients have such
+        exchanges in flight."""
         owners: dict[int, Exchange] = {}
-        items: list[Exchange] = [*(call for call, s in self._active if s == server),
-                                 *(c for c in self._rounds.calls() if c.server == server)]
+        items: list[Exchange] = [*(call for call, s, o in self._active if s == server and o == owner),
+                                 *(c for c in self._rounds.calls()
+                                   if c.server == server and c.owner == owner)]
         for item in items:
             owners[_owner(item)] = item  # the newest of each client's
         if len(owners) != 1:
             return None, len(owners)
         return next(iter(owners.values())), 1
 
-    def log(self, server: str, params: dict[str, Any]) -> None:
+    def log(self, server: str, params: dict[str, Any], owner: Hashable | None = None) -> None:
         """A server's log message goes where a request from it would (see `ask`): to the one
         client whose calls to it are in flight, on that call's stream; else nowhere (a stdio
-        listener's one client aside). Another client's call never sees it."""
+        listener's one client aside, when it is `owner`'s). Another client's call never sees it."""
         level = params.get("level")
-        if level not in LEVELS:
+        if level not in LEVELS or owner is NOBODY:
             return
-        item, clients = self._caller(server)
+        item, clients = self._caller(server, owner)
         call = item.current if isinstance(item, PendingCall) else item
         if call is not None:
             if not self._quieter(call.client, level) and call.logs(level):
                 call.notify("notifications/message", params)
             return
         connection = self._connections.get(self._stdio) if self._stdio is not None else None
-        if clients == 0 and connection is not None and connection.standalone is not None:
+        if clients == 0 and connection is not None and connection.standalone is not None \
+                and (owner is None or connection.owner == owner):
             if not self._quieter(connection, level):
                 connection.standalone.push(jsonrpc.notification("notifications/message", params))
             return
@@ -178,28 +206,40 @@ class Downstream:
             levels.append(call.client.level)
         return min(levels, key=LEVELS.index, default=None)
 
-    def notify(self, server: str, method: str, params: dict[str, Any]) -> None:
-        """Pass a server's notification to every client that should see it."""
-        if method == "notifications/message":
-            self.log(server, params)
+    def notify(self, server: str, method: str, params: dict[str, Any],
+               owner: Hashable | None = None) -> None:
+        """Pass a server's notification to every client that should see it: of `owner`'s alone
+        when it came on a caller's session or stream (None: the gateway's own session, shared by
+        every client; NOBODY: no client)."""
+        if owner is NOBODY:
+            log.debug("upstream %s: %s on the gateway's own session: for no caller", server, method)
             return
-        self.listeners.publish(method, params)
+        if method == "notifications/message":
+            self.log(server, params, owner)
+            return
+        self.listeners.publish(method, params, owner)
         uri = params.get("uri") if method == "notifications/resources/updated" else None
         message = jsonrpc.notification(method, params)
         for key, client in list(self._connections.items()):
+            if owner is not None and client.owner != owner:
+                continue
             if uri is not None and uri not in self._subscribed.get(key, ()):
                 continue
             if client.standalone is not None:
                 client.standalone.push(message)
 
-    async def ask(self, server: str, method: str, params: dict[str, Any], timeout: float
-                  ) -> dict[str, Any]:
+    async def ask(self, server: str, method: str, params: dict[str, Any], timeout: float,
+                  owner: Hashable | None = None) -> dict[str, Any]:
         """Put a server's request to the client whose call caused it. The shared session to the
         server does not say which call that is, so it is only known when the calls of one client
-        alone are in flight to that server; otherwise the server gets an error, never a guess."""
+        alone are in flight to that server; otherwise the server gets an error, never a guess.
+        From a caller's session (`owner`), only that caller's calls are candidates; from the
+        gateway's own session of a server with credentials (NOBODY), none is."""
         if method not in _CAPABILITY:
             raise RpcError(METHOD_NOT_FOUND, "Method not found", method)
-        item, clients = self._caller(server)
+        if owner is NOBODY:
+            return _nobody_asked(method)
+        item, clients = self._caller(server, owner)
         if clients > 1:
             raise RpcError(INVALID_REQUEST, f"gateway: {method} not routed: calls of {clients} "
                            "clients are in flight and the upstream does not say whose call asks")
@@ -214,53 +254,66 @@ class Downstream:
                 else:
                     answer = await item.ask(method, params, timeout)
             else:
-                answer = await self._ask_anyone(method, params, timeout)
+                answer = await self._ask_anyone(method, params, timeout, owner)
             _valid(method, result=answer)
         except ValidationError as exc:  # a malformed question or answer reaches nobody
             raise RpcError(INTERNAL_ERROR, f"gateway: {exc.error_count()} validation error(s) "
                            f"in {method}") from None
         return answer
 
-    async def _ask_anyone(self, method: str, params: dict[str, Any], timeout: float
-                          ) -> dict[str, Any]:
+    async def _ask_anyone(self, method: str, params: dict[str, Any], timeout: float,
+                          owner: Hashable | None) -> dict[str, Any]:
         connection = self._connections.get(self._stdio) if self._stdio is not None else None
-        if connection is not None and connection.standalone is not None:
+        if connection is not None and connection.standalone is not None \
+                and (owner is None or connection.owner == owner):
             # No call in flight: a stdio listener has one client only. It is asked only what it
             # declared it can answer (a client that did not would answer an error).
             if _CAPABILITY[method] in connection.capabilities:
                 return await connection.ask(method, params, timeout, connection.standalone)
             if method != "roots/list":
                 raise RpcError(METHOD_NOT_FOUND, f"gateway: the client cannot answer {method}")
-        if method == "roots/list":
-            # Nobody to ask (a server asking as it starts, before any client; a client without
-            # roots): the gateway offers no roots of its own. An empty list never widens what a
-            # server may touch, where an error makes servers log a failure at every clean start.
-            return {"roots": []}
-        raise RpcError(INVALID_REQUEST, f"gateway: {method} not routed: no client call is in "
-                       "flight (over HTTP the gateway cannot tell which client it is for)")
+        return _nobody_asked(method)
 
     # -- 2026-07-28 listen streams ---------------------------------------------------------------
-    async def listen(self, call: Call, owner: Callable[[str], Subscriptions | None]) -> None:
+    async def listen(self, call: Call, owner: Holder, caller: Hashable | None = None) -> None:
         """Serve a listen stream until the client goes; the resources it asks about are held,
-        each at the server that lists it (`owner`), meanwhile."""
+        each at the server that lists it (`owner`: and as whom), meanwhile. `caller`: whose
+        stream it is (what a server sends a caller reaches their streams alone)."""
         notifications = (call.params or {}).get("notifications")
         uris = notifications.get("resourceSubscriptions") if isinstance(notifications, dict) else None
         uris = [u for u in uris if isinstance(u, str)] if isinstance(uris, list) else []
         held: list[Subscriptions] = []
         for uri in uris:
-            subscriptions = owner(uri)
-            if subscriptions is None:
+            try:
+                found = await owner(call, uri)
+            except RpcError as exc:  # no credential for the server that has it
+                log.info("resource subscription %s: %s", uri, exc.message)
+                continue
+            if found is None:
                 log.warning("resource subscription %s: no single server lists it", uri)
                 continue
+            subscriptions, as_caller = found
             try:
-                await subscriptions.hold(uri, id(call))
+                await subscriptions.hold(uri, id(call), as_caller)
                 held.append(subscriptions)
             except Exception as exc:  # the stream is still served; updates may just not come
                 log.warning("resource subscription %s failed: %s", uri, exc)
         try:
-            await self.listeners.serve(call)
+            await self.listeners.serve(call, caller)
         finally:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     for subscriptions in dict.fromkeys(held):
                         await asyncio.shield(subscriptions.release_all(id(call)))
+
+
+def _nobody_asked(method: str) -> dict[str, Any]:
+    """A server's request no client can answer (a server asking as it starts, before any client;
+    no call of the caller it asked for in flight; the gateway's own session of a server with
+    credentials): `roots/list` gets no roots (the gateway offers none of its own: an empty list
+    never widens what a server may touch, where an error makes servers log a failure at every
+    clean start); anything else an error, never a guess."""
+    if method == "roots/list":
+        return {"roots": []}
+    raise RpcError(INVALID_REQUEST, f"gateway: {method} not routed: no client call is in "
+                   "flight (over HTTP the gateway cannot tell which client it is for)")

@@ -6,7 +6,7 @@ request's own stream, a session's GET stream). Writes never wait: a sink buffers
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +44,9 @@ class Client:
         self.initialized = False
         self.modern = False  # a stdio connection whose first request carried the 2026 envelope
         self.level: str | None = None  # what `logging/setLevel` asked for
+        # Whose connection it is, once a request of it went to a server as its caller (SPEC §14):
+        # what servers send that caller reaches it (downstream/callers.py).
+        self.owner: Hashable | None = None
         self.closed = False
         self.on_close: list[Callable[[], None]] = []
         self._asked: dict[RequestId, asyncio.Future[dict[str, Any]]] = {}

@@ -1,12 +1,14 @@
 """`subscriptions/listen` for the gateway's 2026-07-28 clients: each listen request is a stream that
 is acknowledged first, then carries the change notifications it asked for (list changes, updates of
-the resources it names), each tagged with the request's id, until the client goes.
+the resources it names), each tagged with the request's id, until the client goes. What a server
+sends one caller reaches that caller's streams alone (`publish` with an owner).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Hashable
 from typing import Any
 
 from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError
@@ -26,11 +28,11 @@ class Listeners:
     """The open listen streams, and the notifications each one asked for."""
 
     def __init__(self) -> None:
-        self._streams: dict[int, tuple[Call, dict[str, Any], frozenset[str]]] = {}
+        self._streams: dict[int, tuple[Call, dict[str, Any], frozenset[str], Hashable | None]] = {}
 
-    async def serve(self, call: Call) -> None:
-        """Acknowledge the listen request `call`, then deliver what it asked for until it is
-        cancelled (the client closed the stream)."""
+    async def serve(self, call: Call, owner: Hashable | None = None) -> None:
+        """Acknowledge the listen request `call` (of `owner`'s: a caller), then deliver what it
+        asked for until it is cancelled (the client closed the stream)."""
         if call.id is None:
             raise RpcError(INVALID_REQUEST, "subscriptions/listen requires a request id")
         if len(self._streams) >= MAX_STREAMS:
@@ -43,7 +45,7 @@ class Listeners:
             honored["resourceSubscriptions"] = uris
         meta = {SUBSCRIPTION_ID_META_KEY: call.id}
         key = id(call)
-        self._streams[key] = (call, honored, frozenset(uris))
+        self._streams[key] = (call, honored, frozenset(uris), owner)
         try:
             call.notify("notifications/subscriptions/acknowledged",
                         {"_meta": meta, "notifications": honored})
@@ -51,13 +53,16 @@ class Listeners:
         finally:
             del self._streams[key]
 
-    def publish(self, method: str, params: dict[str, Any]) -> None:
-        """A change the servers reported: to every stream that asked for it."""
+    def publish(self, method: str, params: dict[str, Any], owner: Hashable | None = None) -> None:
+        """A change the servers reported: to every stream that asked for it (of `owner`'s alone,
+        when it came on a caller's session)."""
         flag = _FLAGS.get(method)
         uri = params.get("uri") if method == "notifications/resources/updated" else None
         if flag is None and uri is None:
             return
-        for call, honored, uris in list(self._streams.values()):
+        for call, honored, uris, whose in list(self._streams.values()):
+            if owner is not None and whose != owner:
+                continue
             if (flag is not None and honored.get(flag)) or (uri is not None and uri in uris):
                 meta = {SUBSCRIPTION_ID_META_KEY: call.id}
                 call.notify(method, {"uri": uri, "_meta": meta} if uri is not None else {"_meta": meta})

@@ -2,13 +2,17 @@
 binds a session to the identity that opened it, so a caller with a credential of their own gets a
 session of their own: opened on first use with that credential, closed after IDLE_SECONDS idle, at
 most MAX_SESSIONS per server (the least recently used idle one closed to make room). The gateway's
-own session (its static headers) still serves listing, pings and subscriptions (`session.py`).
+own session (its static headers) serves only its catalog and pings (`session.py`); everything else
+for a caller goes on theirs, and what the server sends on it goes to them alone (`OwnerHooks`).
 
 One caller's session is never used for another, and never closed while a request of its caller is
 on it: a caller who cannot be given a session is refused, never anyone else. Sessions share one
 pool of connections (a session is a header, not a connection), so a thousand callers cost a
-thousand small objects, not a thousand sockets. A session the server ended (404 for its id: it ran
-nothing) is lost, and the next request opens a new one (the forwarding sends the request once more).
+thousand small objects, not a thousand sockets; one caller's requests hold at most half of it
+(`Pool.share`), so another's are answered while theirs are held. A session the server ended (404
+for its id: it ran nothing) is lost, and the next request opens a new one (the forwarding sends
+the request once more). A session that holds its caller's subscriptions is kept (`keep`: never
+swept or closed to make room), its GET stream open, on a pool of its own, for their updates.
 A session is in use while its peer has a request pending (the peer tracks its requests anyway); its
 idle time counts from the start of its last request.
 """
@@ -16,6 +20,7 @@ idle time counts from the start of its last request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -26,10 +31,11 @@ import anyio
 
 from ...credentials.credential import Credential
 from ..errors import UpstreamUnavailable
-from .client import DEFAULT_BOUNDS, Bounds, Pool
+from ..jsonrpc import RequestId
+from .client import DEFAULT_BOUNDS, MAX_CONNECTIONS, Bounds, Pool
 from .handshake import closed, initialize
 from .http import HttpLink
-from .peer import NotificationHook, Peer, ProgressHook, RequestHook
+from .peer import Dropped, OwnerHooks, Peer, ProgressHook
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -71,16 +77,22 @@ class _Session:
 class CallerSessions:
     """The callers' sessions with one server, for as long as the gateway's own session lasts."""
 
-    def __init__(self, url: str, label: str, on_request: RequestHook,
-                 on_notification: NotificationHook, bounds: Bounds = DEFAULT_BOUNDS, *,
-                 limit: int = MAX_SESSIONS, idle: float = IDLE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, url: str, label: str, hooks: OwnerHooks, bounds: Bounds = DEFAULT_BOUNDS,
+                 *, limit: int = MAX_SESSIONS, idle: float = IDLE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic,
+                 connections: int = MAX_CONNECTIONS,
+                 dropped: Callable[[Dropped], None] | None = None) -> None:
         self._url = url
         self._label = label
-        self._on_request = on_request
-        self._on_notification = on_notification
+        self._hooks = hooks  # what the server sends on a caller's session: to that caller alone
+        self._dropped = dropped
+        # One sequence of request ids for every session on the shared connections: no two
+        # callers' requests on one connection ever carry the same id.
+        self._ids = itertools.count(1)
         self._bounds = bounds
-        self._pool = Pool(url, bounds=bounds)
+        self._pool = Pool(url, bounds=bounds, limit=connections)
+        self._streams = Pool(url, bounds=bounds, limit=limit)  # GET streams: one per session
+        self._kept: set[Hashable] = set()  # callers whose sessions hold subscriptions
         self.limit = limit
         self.idle = idle
         self._clock = clock
@@ -144,9 +156,15 @@ class CallerSessions:
 
     async def _open(self, caller: AsCaller, timeout: float) -> _Session:
         holder: list[Peer] = []
-        link = HttpLink(self._url, caller.credential.headers(), lambda m: holder[0].received(m),
-                        self._label, self._bounds, pool=self._pool)
-        peer = Peer(link, self._label, self._on_request, self._on_notification)
+
+        def received(message: Any, via: RequestId | None = None) -> None:
+            holder[0].received(message, via)
+        link = HttpLink(self._url, caller.credential.headers(), received, self._label,
+                        self._bounds, pool=self._pool, owner=caller.owner, streams=self._streams)
+        peer = Peer(link, self._label, _nobody, _nothing, owner=caller.owner, for_owner=self._hooks,
+                    ids=self._ids)
+        if self._dropped is not None:
+            peer.dropped = link.dropped = self._dropped
         holder.append(peer)
         try:
             await initialize(peer, link, timeout)
@@ -155,13 +173,28 @@ class CallerSessions:
             raise
         session = _Session(peer, link, self._clock())
         self._sessions[caller.owner] = session
+        if caller.owner in self._kept:
+            link.listen()
         return session
+
+    def keep(self, owner: Hashable, kept: bool) -> None:
+        """`owner`'s session holds subscriptions (`kept`): it is kept open, never swept or closed
+        to make room, and its GET stream (where the server sends their updates) is open; or no
+        longer holds any."""
+        if not kept:
+            self._kept.discard(owner)
+            return
+        self._kept.add(owner)
+        session = self._sessions.get(owner)
+        if session is not None and session.live:
+            session.link.listen()
 
     def _make_room(self) -> None:
         """Below the bound before one more is opened: the least recently used idle session
         closes; if every one is in use, this caller is refused (never another's closed)."""
         while len(self._sessions) + len(self._opening) >= self.limit:
-            idle = next((o for o, s in self._sessions.items() if not s.busy), None)
+            idle = next((o for o, s in self._sessions.items()
+                         if not s.busy and o not in self._kept), None)
             if idle is None:
                 raise UpstreamUnavailable(f"{self.limit} callers' sessions with it are in use")
             self._forget(idle, self._sessions[idle])
@@ -177,7 +210,7 @@ class CallerSessions:
         """Close the sessions idle for `idle` seconds or more; how many."""
         now = self._clock()
         old = [(o, s) for o, s in self._sessions.items()
-               if not s.busy and now - s.used >= self.idle]
+               if not s.busy and o not in self._kept and now - s.used >= self.idle]
         for owner, session in old:
             self._forget(owner, session)
         return len(old)
@@ -198,3 +231,12 @@ class CallerSessions:
             await asyncio.gather(*(closed(s.peer, s.link) for s in sessions), *self._closing,
                                  return_exceptions=True)
         self._pool.close()
+        self._streams.close()
+
+
+async def _nobody(method: str, _params: dict[str, Any]) -> dict[str, Any]:
+    raise AssertionError(f"a caller's session sends {method} to its caller (OwnerHooks)")
+
+
+def _nothing(_method: str, _params: dict[str, Any]) -> None:
+    raise AssertionError("a caller's session notifies its caller (OwnerHooks)")

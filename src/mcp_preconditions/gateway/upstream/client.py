@@ -3,11 +3,12 @@
 one non-negative integer, Transfer-Encoding with Content-Length, bad chunk framing or any byte the
 gateway did not ask for fails that request and closes its connection, which is never reused.
 
-Keep-alive connections in a pool capped per server; one write per request, and a request that may
-have been written is never sent again. A kept connection is used only while the server keeps it
-(its `Keep-Alive: timeout`, else IDLE_SECONDS, under the servers' usual five); one the server closed
-is seen before anything is written on it. Bodies are bounded (`Bounds`) and read in bounded pieces:
-whole, or as a stream whose reading pauses while its reader is behind.
+Keep-alive connections in a pool capped per server, of which one caller's requests hold at most
+half (`Pool.share`: one greedy caller never holds every connection); one write per request, and a
+request that may have been written is never sent again. A kept connection is used only while the
+server keeps it (its `Keep-Alive: timeout`, else IDLE_SECONDS, under the servers' usual five); one
+the server closed is seen before anything is written on it. Bodies are bounded (`Bounds`) and read
+in bounded pieces: whole, or as a stream whose reading pauses while its reader is behind.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 import re
 import ssl
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 import httptools
 
@@ -64,6 +65,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_until = math.inf  # when a kept connection is retired unused
+        self.held = False  # handed to a request, until its exchange is over (or it closes)
+        self.owner: Hashable | None = None  # whose request holds it (None: the gateway's own)
         self._parser = httptools.HttpResponseParser(self)
         self._head: asyncio.Future[Response] | None = None  # an exchange waiting for its head
         self._response: Response | None = None  # the response being read
@@ -211,7 +214,9 @@ def _until_close(response: Response) -> bool:
 
 
 class Pool:
-    """Keep-alive connections to one origin, at most `limit` open at once."""
+    """Keep-alive connections to one origin, at most `limit` open at once, of which one owner's
+    requests hold at most `share` (half: SPEC §14, a server's pooled connections). A request over
+    either bound waits, first come first served among those that may go."""
 
     def __init__(self, url: str, *, bounds: Bounds = DEFAULT_BOUNDS, limit: int = MAX_CONNECTIONS,
                  tls: ssl.SSLContext | None = None) -> None:
@@ -224,10 +229,13 @@ class Pool:
         self.authority = parts.netloc.rsplit("@", 1)[-1] if not default else self.host
         self.bounds = bounds
         self.limit = limit
+        self.share = max(1, limit // 2)
         self._tls = tls if tls is not None or not https else _client_tls()
         self._idle: list[_Connection] = []
         self._open = 0
-        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._held: dict[Hashable, int] = {}  # connections each owner's requests hold now
+        self._waiting: collections.deque[tuple[Hashable | None, asyncio.Future[None]]] = \
+            collections.deque()
 
     def encode(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> bytes:
         """The request's bytes; ValueError for a header that cannot be written safely."""
@@ -242,40 +250,74 @@ class Pool:
         lines.append("\r\n")
         return "".join(lines).encode("latin-1") + body
 
-    async def request(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
-        """Send one request; its response once the head has arrived. Raises ValueError (a header
-        refused: nothing is sent), UpstreamUnavailable (no connection could be made: nothing was
-        sent), and once it may have been sent UpstreamProtocolError or UpstreamClosed; it is
-        never sent again."""
+    async def request(self, method: str, headers: Mapping[str, str], body: bytes = b"",
+                      owner: Hashable | None = None) -> Response:
+        """Send one request (of `owner`'s: a caller; None: the gateway's own); its response once
+        the head has arrived. Raises ValueError (a header refused: nothing is sent),
+        UpstreamUnavailable (no connection could be made: nothing was sent), and once it may have
+        been sent UpstreamProtocolError or UpstreamClosed; it is never sent again."""
         data = self.encode(method, headers, body)
-        connection = await self._connection()
+        connection = await self._connection(owner)
         return await connection.exchange(data)
 
-    async def _connection(self) -> _Connection:
+    def held_by(self, owner: Hashable) -> int:
+        """How many connections `owner`'s requests hold now."""
+        return self._held.get(owner, 0)
+
+    async def _connection(self, owner: Hashable | None) -> _Connection:
         loop = asyncio.get_running_loop()
+        held = self._held
         while True:
-            now = loop.time()
-            while self._idle:
-                kept = self._idle.pop()
-                if kept.usable(now):
-                    kept.idle_until = math.inf
-                    return kept
-                kept.close()
-            if self._open < self.limit:
-                self._open += 1
-                try:
-                    return await self._connect(loop)
-                except BaseException:
-                    self._open -= 1
-                    self._wake_one()
-                    raise
-            waiter = loop.create_future()
-            self._waiting.append(waiter)
+            if owner is None or held.get(owner, 0) < self.share:
+                now = loop.time()
+                while self._idle:
+                    kept = self._idle.pop()
+                    if kept.usable(now):
+                        kept.idle_until = math.inf
+                        kept.held = True
+                        if owner is not None:  # (inline: every request of a caller's)
+                            held[owner] = held.get(owner, 0) + 1
+                            kept.owner = owner
+                        return kept
+                    kept.close()
+                if self._open < self.limit:
+                    self._open += 1
+                    if owner is not None:  # counted before connecting: never overdrawn
+                        held[owner] = held.get(owner, 0) + 1
+                    try:
+                        connection = await self._connect(loop)
+                    except BaseException:
+                        self._open -= 1
+                        if owner is not None:
+                            self._give_back(owner)
+                        self._wake()
+                        raise
+                    connection.held = True
+                    connection.owner = owner
+                    return connection
+            entry = (owner, loop.create_future())
+            self._waiting.append(entry)
             try:
-                await waiter
+                await entry[1]
             finally:
-                if waiter in self._waiting:
-                    self._waiting.remove(waiter)
+                if entry in self._waiting:
+                    self._waiting.remove(entry)
+
+    def _give_back(self, owner: Hashable) -> None:
+        left = self._held[owner] - 1
+        if left:
+            self._held[owner] = left
+        else:
+            del self._held[owner]
+
+    def _unheld(self, connection: _Connection) -> None:
+        """`connection`'s exchange is over (kept, or closed): its owner holds one fewer."""
+        if connection.held:
+            connection.held = False
+            owner = connection.owner
+            if owner is not None:
+                connection.owner = None
+                self._give_back(owner)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
@@ -290,6 +332,7 @@ class Pool:
 
     def release(self, connection: _Connection, keep_alive: str | None) -> None:
         """A connection whose exchange is over: kept for the next request while the server keeps it."""
+        self._unheld(connection)
         seconds = IDLE_SECONDS
         if keep_alive is not None and (said := _KEEP_ALIVE.search(keep_alive)) is not None:
             seconds = min(seconds, int(said[1]) - 1.0)  # a second early: the server's clock ran first
@@ -298,21 +341,34 @@ class Pool:
             return
         connection.idle_until = asyncio.get_running_loop().time() + seconds
         self._idle.append(connection)
-        self._wake_one()
+        self._wake()
 
     def forget(self, connection: _Connection) -> None:
         """A connection closed (by either side)."""
+        self._unheld(connection)
         if connection in self._idle:
             self._idle.remove(connection)
         self._open -= 1
-        self._wake_one()
+        self._wake()
 
-    def _wake_one(self) -> None:
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+    def _wake(self) -> None:
+        """Wake the waiting requests that may go now, in the order they came, as many as there
+        is room for: a request whose owner holds its share already waits on (it is not in the
+        way of anyone else's)."""
+        room = len(self._idle) + self.limit - self._open
+        woken: dict[Hashable, int] = {}
+        for owner, waiter in self._waiting:
+            if room <= 0:
                 return
+            if waiter.done():
+                continue
+            if owner is not None:
+                holds = self._held.get(owner, 0) + woken.get(owner, 0)
+                if holds >= self.share:
+                    continue
+                woken[owner] = woken.get(owner, 0) + 1
+            waiter.set_result(None)
+            room -= 1
 
     def close(self) -> None:
         for connection in list(self._idle):
@@ -326,4 +382,4 @@ def _client_tls() -> ssl.SSLContext:
     return client_context()
 
 
-__all__ = ["DEFAULT_BOUNDS", "Bounds", "Pool", "Response", "field_problem"]
+__all__ = ["DEFAULT_BOUNDS", "MAX_CONNECTIONS", "Bounds", "Pool", "Response", "field_problem"]

@@ -4,12 +4,20 @@ of the stream not waited for), the session's GET stream for what the server send
 (2025-11-25), the routing and `Mcp-Param-*` headers of 2026-07-28, and DELETE when the gateway stops.
 
 What comes back on a request's POST must be that request's answer: anything else fails that request,
-not the session. The session is lost only for real: a 404 for its id, or connections refused
-CONNECT_FAILURES times in a row. A 401 or 403 with `WWW-Authenticate` is the server refusing the
-credential a request carried (`UpstreamChallenged`): its body is never read as an answer.
+not the session. An answer is handed on only on the POST (connection) of the request it answers,
+to this link's session, with that request's id; a second one, one with another id, and any on
+the GET stream are dropped and counted (`dropped`). What else comes on a request's stream is
+handed on with that request's id (`via`: whose it is). The session is lost only for real: a 404
+for its id, or connections refused CONNECT_FAILURES times in a row. A 401 or 403 with
+`WWW-Authenticate` is the server refusing the credential a request carried (`UpstreamChallenged`):
+its body is never read as an answer.
 
 A request may carry headers of its own in place of the link's (a caller's credential, SPEC §14);
-links may share one pool of connections (every caller's session with one server).
+links may share one pool of connections (every caller's session with one server), where each
+request counts against its owner's share (`Pool.share`): the link's own (a caller's session), or
+the one a request names (a caller's request on the gateway's 2026-07-28 link). What lasts (the GET
+stream, a `subscriptions/listen` request) goes on a pool of its own (`streams`), so streams never
+hold the connections requests need.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from mcp_types.version import LATEST_MODERN_VERSION
@@ -45,6 +53,7 @@ from ..inbound import (
 )
 from ..jsonrpc import Message
 from .client import DEFAULT_BOUNDS, Bounds, Pool, Response, field_problem
+from .peer import Dropped
 from .sse import Decoder, events
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -53,6 +62,7 @@ ACCEPT = "application/json, text/event-stream"
 GET_RETRY_SECONDS = 1.0
 GET_ATTEMPTS = 3  # consecutive failed GET streams before the gateway stops asking for one
 CONNECT_FAILURES = 3  # consecutive refused connections before the session counts as lost
+MAX_STREAMS = 1000  # per server: long-lived streams (GET, listen) open at once, beside requests
 _SESSION_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII, as the transport requires
 _BASE = {"accept": ACCEPT, "content-type": "application/json"}
 
@@ -60,16 +70,23 @@ _BASE = {"accept": ACCEPT, "content-type": "application/json"}
 class HttpLink:
     """One session (2025-11-25) or one series of self-contained requests (2026-07-28) with a server."""
 
-    def __init__(self, url: str, headers: Mapping[str, str], received: Callable[[Any], None],
-                 label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None) -> None:
+    def __init__(self, url: str, headers: Mapping[str, str],
+                 received: Callable[[Any, jsonrpc.RequestId | None], None],
+                 label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None,
+                 owner: Hashable | None = None, streams: Pool | None = None) -> None:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
                 raise ValueError(f"header {name!r}: {problem}")
         self._own_pool = pool is None  # a shared pool is closed by its owner
         self._pool = pool if pool is not None else Pool(url, bounds=bounds)
+        self._own_streams = streams is None
+        self._streams_pool = streams if streams is not None else Pool(url, bounds=bounds,
+                                                                      limit=MAX_STREAMS)
         self.url = url
         self.bounds = bounds
+        self.owner = owner  # whose session this is (None: the gateway's own)
+        self.dropped: Callable[[Dropped], None] = _count_nothing
         self._headers = {**_BASE, **headers}
         self._received = received
         self._label = label
@@ -112,9 +129,12 @@ class HttpLink:
             headers.update(carrier({"_meta": meta}))
         return headers
 
-    async def _request(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
+    async def _request(self, method: str, headers: Mapping[str, str], body: bytes = b"",
+                       owner: Hashable | None = None, lasting: bool = False) -> Response:
+        pool = self._streams_pool if lasting else self._pool
         try:
-            response = await self._pool.request(method, headers, body)
+            response = await pool.request(method, headers, body,
+                                          self.owner if owner is None else owner)
         except UpstreamUnavailable:
             self._refused += 1
             if self._refused >= CONNECT_FAILURES:
@@ -126,13 +146,16 @@ class HttpLink:
         return response
 
     async def send(self, message: Message, *, modern: bool = False,
-                   headers: Mapping[str, str] | None = None) -> None:
-        """POST one message (with `headers` in place of the link's own, when given). A request's
-        answer goes to `received` as soon as it arrives; an UpstreamError fails this request alone
-        (the session stays unless it is lost for real)."""
+                   headers: Mapping[str, str] | None = None, owner: Hashable | None = None
+                   ) -> None:
+        """POST one message (with `headers` in place of the link's own, when given; of `owner`'s,
+        when it is a caller's request on the gateway's link). A request's answer goes to
+        `received` as soon as it arrives; an UpstreamError fails this request alone (the session
+        stays unless it is lost for real)."""
         method = message.get("method")
         response = await self._request("POST", self._headers_of(message, modern, headers),
-                                       jsonrpc.dumps(message))
+                                       jsonrpc.dumps(message), owner,
+                                       method == "subscriptions/listen")
         try:
             if method == "initialize" and "mcp-session-id" in response.headers:
                 self.session_id = _session_id(response.headers["mcp-session-id"])
@@ -202,13 +225,16 @@ class HttpLink:
             what = jsonrpc.kind(one)
             if what in ("response", "error"):
                 if rid is None or answered or one.get("id") != rid:
-                    log.warning("upstream %s: an answer to a request it was not asked here: dropped",
-                                self._label)
+                    reason: Dropped = "duplicate" if answered and one.get("id") == rid \
+                        else "unmatched"
+                    log.warning("upstream %s: an answer to a request it was not asked here: "
+                                "dropped (%s)", self._label, reason)
+                    self.dropped(reason)
                     continue
                 if asked is not None and asked.get("method") == "tools/list" and what == "response":
                     self._absorb_tools(asked, one["result"])
                 answered = True
-            self._received(one)
+            self._received(one, rid)
         return answered
 
     # -- 2026-07-28: the Mcp-Param-* headers a server's tools declare ------------------------------
@@ -266,7 +292,7 @@ class HttpLink:
                 headers = self._with_session()
                 headers["accept"] = "text/event-stream"
                 try:
-                    response = await self._request("GET", headers)
+                    response = await self._request("GET", headers, lasting=True)
                     settle()  # the server has answered: a 200 stream is open on its side too
                     try:
                         kind = response.headers.get("content-type", "").split(";", 1)[0]
@@ -307,6 +333,12 @@ class HttpLink:
             response.close()
         if self._own_pool:
             self._pool.close()
+        if self._own_streams:
+            self._streams_pool.close()
+
+
+def _count_nothing(_reason: Dropped) -> None:
+    return None
 
 
 def _session_id(value: str) -> str:

@@ -3,15 +3,23 @@ request ids and their answers, timeouts and cancellation told to the server, pro
 the server's own requests (at most MAX_SERVING at once) and notifications handed to the gateway.
 What the link or the server fails with is an UpstreamError (`errors.py`); a server's own JSON-RPC
 error is an RpcError. A notification the server does not accept within NOTIFY_SECONDS is given up.
+
+An answer is delivered only to the request that sent it: matched by its id on this session (an
+HTTP link hands on only the answer to the request whose POST carried it); a second answer, a late
+one (a request given up) and one to an id nobody here sent are dropped and counted (`dropped`).
+What the server sends on a caller's session, or on a caller's request's stream, is that caller's:
+it goes to the `OwnerHooks` with their owner, never to the gateway's own hooks (SPEC §14).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
 
+from ...telemetry.metrics import DropReason
 from .. import jsonrpc
 from ..errors import UpstreamClosed, UpstreamError, UpstreamTimeout
 from ..jsonrpc import METHOD_NOT_FOUND, Message, RpcError
@@ -29,6 +37,16 @@ RequestHook = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 NotificationHook = Callable[[str, dict[str, Any]], None]
 # Progress of one request (its caller is told at once, before the request's answer).
 ProgressHook = Callable[[float, float | None, str | None], None]
+# Why an answer from the server was dropped (the label of upstream_dropped_total{reason}).
+Dropped = DropReason
+
+
+class OwnerHooks(NamedTuple):
+    """Where what a server sends for one caller goes: its requests (sampling, elicitation, roots)
+    and notifications, with whose they are (the caller's owner key, as their session's)."""
+
+    request: Callable[[Hashable, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+    notification: Callable[[Hashable, str, dict[str, Any]], None]
 # Notifications that are this session's own business, never the clients': progress reaches its
 # caller through the request's hook, cancellations and acknowledgements are answered here.
 _SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged",
@@ -39,10 +57,11 @@ class Link(Protocol):
     """A connection to a server that carries JSON-RPC messages both ways."""
 
     async def send(self, message: Message, *, modern: bool,
-                   headers: Mapping[str, str] | None = None) -> None:
-        """Deliver one message (an HTTP link: with `headers` in place of its own, when given); a
-        request's answer comes back through the session's `received`. Raises UpstreamError (or
-        OSError) when it cannot."""
+                   headers: Mapping[str, str] | None = None, owner: Hashable | None = None
+                   ) -> None:
+        """Deliver one message (an HTTP link: with `headers` in place of its own, when given, for
+        `owner`, a caller); a request's answer comes back through the session's `received`.
+        Raises UpstreamError (or OSError) when it cannot."""
         ...
 
     def abandon(self, request_id: jsonrpc.RequestId) -> bool:
@@ -53,16 +72,28 @@ class Link(Protocol):
 
 class Peer:
     """One JSON-RPC session over one link. `envelope` (2026-07-28 servers) is stamped into every
-    request's `_meta`; `received` takes every message the link reads."""
+    request's `_meta`; `received` takes every message the link reads. `owner`: whose session it
+    is (a caller's: everything the server sends on it goes to `for_owner`), None for the gateway's
+    own, where a caller's request (2026-07-28: no sessions) names its owner and what comes on its
+    stream goes to `for_owner` likewise. `ids`: where request ids come from (sessions that share
+    connections share one, so no two callers' requests on one connection have one id)."""
 
     def __init__(self, link: Link, label: str, on_request: RequestHook,
-                 on_notification: NotificationHook, envelope: dict[str, Any] | None = None) -> None:
+                 on_notification: NotificationHook, envelope: dict[str, Any] | None = None, *,
+                 owner: Hashable | None = None, for_owner: OwnerHooks | None = None,
+                 ids: Iterator[int] | None = None) -> None:
         self.link = link
         self.label = label
         self.envelope = envelope
+        self.owner = owner
         self._on_request = on_request
         self._on_notification = on_notification
-        self._next = 0
+        self._for_owner = for_owner
+        self._ids = ids if ids is not None else itertools.count(1)
+        self._next = 0  # the last id this session sent
+        # A caller's requests on a session that is not theirs alone (2026-07-28), by request id.
+        self._owners: dict[jsonrpc.RequestId, Hashable] = {}
+        self.dropped: Callable[[Dropped], None] = _count_nothing
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[dict[str, Any]]] = {}
         self._progress: dict[jsonrpc.RequestId, ProgressHook] = {}
         self._serving: dict[jsonrpc.RequestId, asyncio.Task[None]] = {}
@@ -77,17 +108,18 @@ class Peer:
 
     # -- out ---------------------------------------------------------------------------------------
     def next_id(self) -> int:
-        self._next += 1
-        return self._next
+        self._next = rid = next(self._ids)
+        return rid
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None,
                       on_progress: ProgressHook | None = None,
                       request_id: jsonrpc.RequestId | None = None,
-                      headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+                      headers: Mapping[str, str] | None = None,
+                      owner: Hashable | None = None) -> dict[str, Any]:
         """Send one request and wait for its result (the server's raw dict). RpcError: the server's
         own error; UpstreamTimeout, UpstreamClosed (the link is lost meanwhile) or whatever else
         the link failed this request with. `headers`: the request's own, in place of the link's
-        (a caller's credential)."""
+        (a caller's credential); `owner`: that caller, on a session that is not theirs alone."""
         if self.closed:
             raise UpstreamClosed("Connection closed")
         rid = self.next_id() if request_id is None else request_id
@@ -102,12 +134,15 @@ class Peer:
             out["_meta"] = meta
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
+        if owner is not None:
+            self._owners[rid] = owner
         sent = False
         try:
             async with asyncio.timeout(timeout):
                 sent = True
                 await self.link.send(jsonrpc.request(rid, method, out or None),
-                                     modern=self.envelope is not None, headers=headers)
+                                     modern=self.envelope is not None, headers=headers,
+                                     owner=owner)
                 return await future
         except TimeoutError:  # (the wait was cancelled: a future cancelled is not an answer)
             if not future.done() or future.cancelled():
@@ -122,6 +157,8 @@ class Peer:
         finally:
             self._pending.pop(rid, None)
             self._progress.pop(rid, None)
+            if owner is not None:
+                self._owners.pop(rid, None)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         """Send a notification; one the server does not accept in NOTIFY_SECONDS is given up
@@ -158,19 +195,24 @@ class Peer:
             task.cancel()
 
     # -- in ----------------------------------------------------------------------------------------
-    def received(self, message: Any) -> None:
-        """One message from the server, handled in the order it came."""
+    def received(self, message: Any, via: jsonrpc.RequestId | None = None) -> None:
+        """One message from the server, handled in the order it came; `via`: the request whose
+        stream carried it (an HTTP link), whose caller it belongs to."""
         what = jsonrpc.kind(message)
         if what in ("response", "error"):
-            future = self._pending.get(message.get("id"))
+            rid = message.get("id")
+            future = self._pending.get(rid)
             if future is None or future.done():
-                return  # a late answer to a request given up
+                self._drop(rid, future)
+                return
             if what == "response":
                 future.set_result(message["result"])
             else:
                 future.set_exception(RpcError.of(message["error"]))
-        elif what == "notification":
-            self._notification(message["method"], message.get("params") or {})
+            return
+        owner = self.owner if via is None or not self._owners else self._owners.get(via, self.owner)
+        if what == "notification":
+            self._notification(message["method"], message.get("params") or {}, owner)
         elif what == "request":
             rid = message["id"]
             if len(self._serving) >= MAX_SERVING or rid in self._serving:
@@ -178,12 +220,26 @@ class Peer:
                             "its id is)", self.label, message["method"], len(self._serving))
                 return
             task = asyncio.get_running_loop().create_task(
-                self._serve(rid, message["method"], message.get("params") or {}))
+                self._serve(rid, message["method"], message.get("params") or {}, owner))
             self._serving[rid] = task
         else:
             log.warning("upstream %s: unreadable message: not a JSON-RPC 2.0 message", self.label)
 
-    def _notification(self, method: str, params: dict[str, Any]) -> None:
+    def _drop(self, rid: Any, future: asyncio.Future[dict[str, Any]] | None) -> None:
+        """An answer nothing here waits for: a second one (duplicate), one to a request given up
+        or answered on its own stream meanwhile (late: an id this session sent), or one to an id
+        it never sent (unmatched). Counted, never delivered to anyone."""
+        if future is not None:
+            reason: Dropped = "duplicate"
+        elif (isinstance(rid, int) and not isinstance(rid, bool) and 0 < rid <= self._next) \
+                or (isinstance(rid, str) and rid.startswith("listen-")):
+            reason = "late"
+        else:
+            reason = "unmatched"
+        log.debug("upstream %s: an answer dropped (%s)", self.label, reason)
+        self.dropped(reason)
+
+    def _notification(self, method: str, params: dict[str, Any], owner: Hashable | None) -> None:
         if method == "notifications/progress":
             hook = self._progress.get(params.get("progressToken"))  # type: ignore[arg-type]
             progress, total, text = params.get("progress"), params.get("total"), params.get("message")
@@ -200,16 +256,26 @@ class Peer:
             task = self._serving.get(params.get("requestId"))  # type: ignore[arg-type]
             if task is not None:
                 task.cancel()
-        if method not in _SESSION_ONLY:
+        if method in _SESSION_ONLY:
+            return
+        if owner is None:
             self._on_notification(method, params)
+        elif self._for_owner is not None:  # a caller's: to them alone (never the gateway's hook)
+            self._for_owner.notification(owner, method, params)
 
-    async def _serve(self, rid: jsonrpc.RequestId, method: str, params: dict[str, Any]) -> None:
-        """Answer one request of the server's (sampling, elicitation, roots; ping here)."""
+    async def _serve(self, rid: jsonrpc.RequestId, method: str, params: dict[str, Any],
+                     owner: Hashable | None) -> None:
+        """Answer one request of the server's (sampling, elicitation, roots; ping here): the
+        gateway's hook answers it, or, on a caller's session or stream, the caller's."""
         try:
             if method == "ping":
                 answer = jsonrpc.response(rid, {})
-            else:
+            elif owner is None:
                 answer = jsonrpc.response(rid, await self._on_request(method, params))
+            elif self._for_owner is not None:
+                answer = jsonrpc.response(rid, await self._for_owner.request(owner, method, params))
+            else:
+                raise unknown_method(method)
         except RpcError as exc:
             answer = jsonrpc.error(rid, exc)
         except asyncio.CancelledError:
@@ -219,6 +285,10 @@ class Peer:
         finally:
             self._serving.pop(rid, None)
         await self._post(answer, f"the answer to {method}")
+
+
+def _count_nothing(_reason: Dropped) -> None:
+    return None
 
 
 def unknown_method(method: str) -> RpcError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -28,12 +28,12 @@ from mcp_types.version import LATEST_MODERN_VERSION
 from ...telemetry.gateway import GatewayTelemetry
 from ...toolset import every_page
 from ..errors import UpstreamError, UpstreamProtocolError, UpstreamRefused, UpstreamUnavailable
-from ..jsonrpc import RpcError
+from ..jsonrpc import RequestId, RpcError
 from .caller_sessions import AsCaller, CallerSessions
 from .client import DEFAULT_BOUNDS, Bounds
 from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed, handshake, initialize
 from .http import HttpLink
-from .peer import NotificationHook, Peer, ProgressHook, RequestHook, describe
+from .peer import Dropped, NotificationHook, OwnerHooks, Peer, ProgressHook, RequestHook, describe
 from .stdio import StdioLink
 from .targets import HttpTarget, StdioTarget, Target
 
@@ -88,10 +88,17 @@ class Upstream:
         # dropped and started again with backoff, like one that exits.
         self._connect_timeout = connect_timeout
         self._bounds = bounds  # what an HTTP server's responses may hold (read at each connection)
-        # Set by the gateway that serves this upstream's clients.
+        # Set by the gateway that serves this upstream's clients: what the server sends on the
+        # gateway's own session, and what it sends for one caller (on their session, or on their
+        # request's stream), with whose it is.
         self.on_request: RequestHook = _no_client
         self.on_notification: NotificationHook = _ignore
+        self.on_caller_request: Callable[[Hashable, str, dict[str, Any]],
+                                         Awaitable[dict[str, Any]]] = _no_caller
+        self.on_caller_notification: Callable[[Hashable, str, dict[str, Any]], None] = _ignored
         self.on_connect: Callable[[], Awaitable[None]] = _nothing
+        self._for_owner = OwnerHooks(lambda o, m, p: self.on_caller_request(o, m, p),
+                                     lambda o, m, p: self.on_caller_notification(o, m, p))
         self._errlog = errlog
         self.current: Connected | None = None
         self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
@@ -219,8 +226,8 @@ class Upstream:
             raise
         callers = None
         if isinstance(link, HttpLink):
-            callers = CallerSessions(link.url, self.label, self._answer, self._notified,
-                                     link.bounds)
+            callers = CallerSessions(link.url, self.label, self._for_owner, link.bounds,
+                                     dropped=self._dropped)
         return Connected(peer, link, init["protocolVersion"], _dict(init.get("capabilities")),
                          _dict(init.get("serverInfo")) or None, _text(init.get("instructions")),
                          callers)
@@ -247,8 +254,8 @@ class Upstream:
                     CLIENT_CAPABILITIES_META_KEY: CLIENT_CAPABILITIES} if modern else None
         holder: list[Peer] = []
 
-        def received(message: Any) -> None:
-            holder[0].received(message)
+        def received(message: Any, via: RequestId | None = None) -> None:
+            holder[0].received(message, via)
 
         target = self.target
         bounds = self._bounds() if self._bounds is not None else DEFAULT_BOUNDS
@@ -259,7 +266,10 @@ class Upstream:
         else:
             link = HttpLink(target.url, target.headers, received, self.label, bounds)
             link.modern = modern
-        peer = Peer(link, self.label, self._answer, self._notified, envelope)
+            link.dropped = self._dropped
+        peer = Peer(link, self.label, self._answer, self._notified, envelope,
+                    for_owner=self._for_owner)
+        peer.dropped = self._dropped
         holder.append(peer)
         return peer, link
 
@@ -268,6 +278,10 @@ class Upstream:
 
     def _notified(self, method: str, params: dict[str, Any]) -> None:
         self.on_notification(method, params)
+
+    def _dropped(self, reason: Dropped) -> None:
+        """An answer the server sent that no request here waits for (peer.py): counted."""
+        self.telemetry.dropped(self.key, reason)
 
     async def _listening(self, tg: TaskGroup, connected: Connected) -> None:
         """Open the listen stream, and wait until the server acknowledges it (or refuses it, or
@@ -302,9 +316,11 @@ class Upstream:
         finally:
             settled()
 
-    async def listen(self, notifications: dict[str, Any], acknowledged: Callable[[], None]) -> None:
+    async def listen(self, notifications: dict[str, Any], acknowledged: Callable[[], None],
+                     caller: AsCaller | None = None) -> None:
         """Hold a `subscriptions/listen` stream open until cancelled (or the session ends);
-        `acknowledged` is called when the server confirms it."""
+        `acknowledged` is called when the server confirms it. As `caller` (their credential;
+        what the stream carries is theirs alone), or the gateway's own."""
         connected = self.current
         if connected is None:
             raise UpstreamUnavailable(self.last_error or "not connected")
@@ -312,8 +328,10 @@ class Upstream:
         rid = f"listen-{self._listens}"
         connected.peer.acks[rid] = acknowledged
         try:
-            await connected.peer.request("subscriptions/listen", {"notifications": notifications},
-                                         timeout=None, request_id=rid)
+            await connected.peer.request(
+                "subscriptions/listen", {"notifications": notifications}, timeout=None,
+                request_id=rid, headers=caller.credential.headers() if caller is not None else None,
+                owner=caller.owner if caller is not None else None)
         finally:
             connected.peer.acks.pop(rid, None)
 
@@ -345,7 +363,14 @@ class Upstream:
         if not isinstance(connected.link, HttpLink):  # (the config refuses credentials on stdio)
             raise UpstreamError("a stdio server takes no per-caller credentials")
         return connected.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                      headers=caller.credential.headers())
+                                      headers=caller.credential.headers(), owner=caller.owner)
+
+    def keep(self, owner: Hashable, kept: bool) -> None:
+        """`owner`'s session holds subscriptions of theirs, or no longer (`CallerSessions.keep`;
+        at 2026-07-28 there are no sessions: their listen streams are the subscriptions)."""
+        connected = self.current
+        if connected is not None and connected.callers is not None:
+            connected.callers.keep(owner, kept)
 
     @property
     def modern(self) -> bool:
@@ -416,6 +441,14 @@ async def _no_client(method: str, _params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ignore(_method: str, _params: dict[str, Any]) -> None:
+    return None
+
+
+async def _no_caller(_owner: Hashable, method: str, _params: dict[str, Any]) -> dict[str, Any]:
+    raise RpcError(-32600, f"no client can answer {method}")
+
+
+def _ignored(_owner: Hashable, _method: str, _params: dict[str, Any]) -> None:
     return None
 
 

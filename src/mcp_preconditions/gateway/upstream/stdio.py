@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import IO, Any
 
 from .. import jsonrpc
@@ -112,8 +112,10 @@ class StdioLink:
         return cls(transport, pipes)
 
     async def send(self, message: Message, *, modern: bool = False,
-                   headers: Mapping[str, str] | None = None) -> None:
-        if headers is not None:  # a process has one identity: the gateway's (config refuses more)
+                   headers: Mapping[str, str] | None = None, owner: Hashable | None = None
+                   ) -> None:
+        if headers is not None or owner is not None:  # a process has one identity: the
+            # gateway's (the config refuses credentials on a stdio server)
             raise UpstreamError("a stdio server takes no per-caller credentials")
         if self._stdin.is_closing():
             raise ConnectionError("the server's stdin is closed")
