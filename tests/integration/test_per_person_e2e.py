@@ -230,6 +230,49 @@ def test_what_the_server_sends_on_alices_session_reaches_alice_only(
     assert not [m for m in heard["bob"] if "resources/updated" in json.dumps(m)], heard["bob"]
 
 
+@pytest.mark.parametrize("version", MODES)
+@pytest.mark.parametrize("server", KINDS)
+def test_what_the_server_asks_on_a_callers_call_reaches_that_caller_only(
+        gw: Gateway, tokens: dict[str, str], server: str, version: str) -> None:
+    """Sampling and elicitation asked on alice's call (and on bob's), one at a time and at once:
+    each person's client is asked only "for" themselves; alone, each call is answered (at once, a
+    gateway that cannot tell whose call asks refuses to ask anyone: the call fails, nobody leaks)."""
+    asked: dict[str, list[str]] = {"alice": [], "bob": []}
+
+    def hooks(who: str) -> dict[str, Any]:
+        async def sampling(_ctx: Any, params: Any) -> mcp_types.CreateMessageResult:
+            asked[who].append(json.dumps(params.model_dump(mode="json")))
+            return mcp_types.CreateMessageResult(role="assistant", model=f"model-of-{who}",
+                                                 content=mcp_types.TextContent(type="text", text="ok"))
+
+        async def elicitation(_ctx: Any, params: Any) -> mcp_types.ElicitResult:
+            asked[who].append(json.dumps(params.model_dump(mode="json")))
+            return mcp_types.ElicitResult(action="accept", content={})
+        return {"sampling_callback": sampling, "elicitation_callback": elicitation}
+
+    async def row() -> list[str]:
+        found = []
+        async with http_client(gw, tokens["alice"], version, **hooks("alice")) as alice, \
+                http_client(gw, tokens["bob"], version, **hooks("bob")) as bob:
+            clients = {"alice": alice, "bob": bob}
+            for kind in ("sampling", "elicitation"):
+                for who, client in clients.items():  # alone: asked, and answered
+                    said = _text(await client.call_tool(f"{server}__ask", {"kind": kind}))
+                    if f"{who} answered" not in said:
+                        found.append(f"{who}'s {kind} alone: {said}")
+                await asyncio.gather(*(c.call_tool(f"{server}__ask", {"kind": kind})  # at once:
+                                       for c in clients.values()), return_exceptions=True)  # (refused)
+        for who, questions in asked.items():
+            found += [f"{who} was asked {q}" for q in questions if f"for {who}" not in q]
+        return found
+    found = asyncio.run(row())
+    assert not found, "\n".join(found)
+
+
+def _text(result: Any) -> str:
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
 # -- over stdio: one caller -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def stdio_config(oidc_server: OidcServer, servers: dict[str, SubjectServer],
