@@ -10,8 +10,9 @@ versions, alice, bob and carol each ask through the MCP SDK's client: each gets 
 the server saw each request as its caller, never as the gateway's service account; a caller
 without a credential gets the refusal of `credential:KEY`, and nothing reaches the server. A log
 message and a resource update sent on alice's session reach alice, never bob who holds the same
-resource. Over stdio (one caller, `--claims`) the same: alice's requests go as alice, carol's are
-refused and nothing of hers is sent.
+resource; a sampling or elicitation asked on a caller's call reaches that caller's client only.
+Over stdio (one caller, `--claims`) the same: alice's requests go as alice, carol's are refused and
+nothing of hers is sent.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def gw(oidc_server: OidcServer, redis_server: RedisServer, servers: dict[str, Su
 
 # -- one method, as the SDK's client asks it --------------------------------------------------------
 async def ask(client: Client, server: str, method: str) -> str:
-    """The answer to `method` on `server`'s things, as JSON text (an error: its code and data)."""
+    """The answer to `method` on `server`'s things, as JSON text (an error: its code and data);
+    `resources/subscribe` is a subscription and its unsubscription."""
     uri, prompt = f"{server}://mine", f"{server}__brief"
     try:
         if method == "tools/call":
@@ -137,8 +139,9 @@ async def ask(client: Client, server: str, method: str) -> str:
         elif method == "completion/complete":
             found = await client.complete(mcp_types.PromptReference(type="ref/prompt", name=prompt),
                                           {"name": "topic", "value": "t"})
-        else:
-            found = await client.subscribe_resource(uri)
+        else:  # and let go again: nothing of theirs is left to release after they leave
+            await client.subscribe_resource(uri)
+            found = await client.unsubscribe_resource(uri)
     except MCPError as exc:
         return json.dumps({"error": exc.error.code, "data": exc.error.data})
     return json.dumps(found, default=lambda m: m.model_dump(mode="json", by_alias=True))

@@ -208,6 +208,9 @@ class PerPersonSurface(RuleBasedStateMachine):
             assert not found, found
 
 
+# Thirty examples of up to ten steps run in well under a minute in front of a gateway that holds the
+# boundary. In front of one that does not, the first failure found is shrunk and reported (the rows
+# of test_per_person_surface.py name each regression on their own).
 PerPersonSurface.TestCase.settings = settings(
     max_examples=30, stateful_step_count=10, deadline=None, report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
