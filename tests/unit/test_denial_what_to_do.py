@@ -143,8 +143,8 @@ async def test_an_unanswered_or_declined_question_says_so(answer: Answer | None,
     await guard.check("wipe", BOB, {}, sidecar=asked)
     held = asked.held["approval:confirm"]
     assert isinstance(held, HeldApproval) and held.question is not None
-    await held.answer(answer)
-    again = Sidecar(can_ask=True, answered=held.question.request_id)
+    taken = await held.answer(answer)  # (an accept that was kept: never for these answers)
+    again = Sidecar(can_ask=True, answered=held.question.request_id, accepted=taken)
     decision = await guard.check("wipe", BOB, {}, sidecar=again)
     recipient = recipient_of(decision, guard.snapshot.registry, url_elicitation=True,
                              identity=lambda: guard.authenticate(BOB), arguments={}, held=again.held)
