@@ -39,6 +39,7 @@ log = logging.getLogger("mcp_preconditions.gateway")
 MAX_WAITING = 256
 MAX_WAITING_PER_CALLER = 16
 MAX_OFFERED = 32  # answers kept for questions not asked yet, per call
+_TOKEN_PREFIX = "mcp-preconditions-gateway:"  # a call's id (its round states name it, signed)
 # Questions a server sends together arrive one by one: a round is returned once none has come
 # for GATHER_QUIET seconds (at most GATHER_MAX after the first), so it holds all of them.
 GATHER_QUIET = 0.05
@@ -120,7 +121,7 @@ class PendingCall:
 
     def __init__(self, rounds: Rounds, caller: str, about: str, timeout: float,
                  capabilities: Mapping[str, Any], server: str) -> None:
-        self.id = secrets.token_urlsafe(18)
+        self.token = _TOKEN_PREFIX + secrets.token_urlsafe(24)
         self.server = server  # the server the call went to: only its requests belong to it
         self.capabilities = capabilities  # what the client declared it can answer
         self.caller = caller
@@ -312,11 +313,11 @@ class Rounds:
         return sum(1 for call in self._calls.values() if call.waiting)
 
     def forget(self, call: PendingCall) -> None:
-        self._calls.pop(call.id, None)
+        self._calls.pop(call.token, None)
 
     def seal(self, call: PendingCall) -> str:
         """The state of `call`'s current round, good for a call timeout."""
-        return self._sealer.issue(Round(call.id, call.round), call.timeout,
+        return self._sealer.issue(Round(call.token, call.round), call.timeout,
                                   (call.caller, call.about, call.server))
 
     async def start(self, ctx: Call, caller: str, about: str,
@@ -327,7 +328,7 @@ class Rounds:
         self._bound(caller)
         call = PendingCall(self, caller, about, timeout, capabilities, server)
         call.answer((ctx.params or {}).get("inputResponses"))
-        self._calls[call.id] = call
+        self._calls[call.token] = call
         try:
             spawn(call)
         except BaseException:
