@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 EXTRAS := mcp,explore,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
 
-.PHONY: all install install-core node services demo test check lint typecheck pytest pytest-lowest bench bench-peers clean conformance
+.PHONY: all install install-core node services demo test check lint typecheck pytest pytest-lowest bench bench-peers clean
 
 all: test
 
@@ -57,6 +57,7 @@ demo: install-core
 # of tests/fixtures/conformance_server.py (alone, and as the gateway's stdio and HTTP upstream).
 # `make test` runs the same (tests/integration/test_conformance.py); docs/gateway-conformance.md's
 # table is written by `$(PY) -m tests.fixtures.conformance --doc docs/gateway-conformance.md`.
+.PHONY: conformance
 conformance: $(VENV)/.all node
 	$(PY) -m tests.fixtures.conformance
 

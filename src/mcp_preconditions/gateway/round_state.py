@@ -1,9 +1,9 @@
-"""The `requestState` the gateway issues for an input round it bridges (rounds.py), and the keys it
-gives the questions in a round. A state names one call and one round of it, expires, and is signed
-(HMAC-SHA256 under a key of this gateway's own) over what it is bound to as well: the caller's
-principal, the request as the client named it (the tool's visible name and arguments) and the
-server. A state altered, expired, from another round, or presented by anyone else for anything
-else fails its check, and what failed is never told (one message for all).
+"""The `requestState` the gateway issues for an input round it bridges (rounds.py), the keys it gives
+the questions in a round, and what answers a question. A state names one call and one round of it,
+expires, and is signed (HMAC-SHA256 under a key of this gateway's own) over what it is bound to as
+well: the caller's principal, the request as the client named it (the tool's visible name and
+arguments) and the server. A state altered, expired, from another round, or presented by anyone else
+for anything else fails its check, and what failed is never told (one message for all).
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ import hmac
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from .schemas import SERVER_RESULTS
 
 _KEY_BYTES = 32
 _MAX_STATE = 512  # a state the gateway issued is ~150 bytes; anything longer is not one
@@ -37,9 +43,9 @@ class Sealer:
     """Issues and checks one gateway's round states (the key lives in memory only: a state is
     good on the gateway whose call waits for it, nowhere else)."""
 
-    def __init__(self, clock: Callable[[], float], key: bytes | None = None) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None, key: bytes | None = None) -> None:
         self._key = key if key is not None else secrets.token_bytes(_KEY_BYTES)
-        self._clock = clock
+        self._clock = clock if clock is not None else time.monotonic
 
     def issue(self, round_: Round, lifetime: float, bound: tuple[str, str, str]) -> str:
         """A state for `round_`, good for `lifetime` seconds, bound to (caller, request, server)."""
@@ -109,3 +115,20 @@ def _fields(params: Mapping[str, Any]) -> str:
         if isinstance(properties, Mapping) else []
     joined = "_".join(n for n in names if n)[:_MAX_KEY - len("user_")].rstrip("_")
     return joined or "input"
+
+
+@cache
+def _answers(method: str) -> TypeAdapter[Any]:
+    return TypeAdapter(SERVER_RESULTS[method])
+
+
+def answers_question(method: str, answer: Any) -> bool:
+    """Whether `answer` is a well-formed answer to a `method` question (the spec's result model;
+    anything else leaves the question open, to be asked again)."""
+    if not isinstance(answer, Mapping):
+        return False
+    try:
+        _answers(method).validate_python(answer, by_name=False)
+    except ValidationError:
+        return False
+    return True

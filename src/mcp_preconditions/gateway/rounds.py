@@ -17,20 +17,16 @@ import hashlib
 import json
 import logging
 import secrets
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from functools import cache
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 import anyio
-from pydantic import TypeAdapter, ValidationError
 
 from ..principal import Credentials, Identity
 from .downstream.clients import Call
 from .inbound import MISSING_REQUIRED_CLIENT_CAPABILITY
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_TIMEOUT, RpcError
-from .round_state import Round, Sealer, question_key
-from .schemas import SERVER_RESULTS
+from .round_state import Round, Sealer, answers_question, question_key
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -84,23 +80,6 @@ def binding(method: str, params: Mapping[str, Any] | None) -> str:
     return json.dumps(about, sort_keys=True, default=str)
 
 
-@cache
-def _answers(method: str) -> TypeAdapter[Any]:
-    return TypeAdapter(SERVER_RESULTS[method])
-
-
-def _answers_it(method: str, answer: Any) -> bool:
-    """Whether `answer` is a well-formed answer to a `method` question (anything else leaves the
-    question open, to be asked again)."""
-    if not isinstance(answer, Mapping):
-        return False
-    try:
-        _answers(method).validate_python(answer, by_name=False)
-    except ValidationError:
-        return False
-    return True
-
-
 class _Ask:
     """One request from the upstream, waiting for the client's answer."""
 
@@ -123,6 +102,7 @@ class PendingCall:
                  capabilities: Mapping[str, Any], server: str) -> None:
         self.token = _TOKEN_PREFIX + secrets.token_urlsafe(24)
         self.server = server  # the server the call went to: only its requests belong to it
+        self.owner: Hashable | None = None  # whose it is, when it went as a caller (SPEC §14)
         self.capabilities = capabilities  # what the client declared it can answer
         self.caller = caller
         self.about = about
@@ -164,7 +144,7 @@ class PendingCall:
             raise RpcError(METHOD_NOT_FOUND, f"gateway: the calling client cannot answer {method}")
         key = question_key(method, params, self._asks.__contains__)
         offered = self._offered.pop(key, None)
-        if offered is not None and _answers_it(method, offered):
+        if offered is not None and answers_question(method, offered):
             return dict(offered)
         if self._rounds.waiting() >= MAX_WAITING:
             raise RpcError(INTERNAL_ERROR, "gateway: too many calls wait for client input")
@@ -239,7 +219,7 @@ class PendingCall:
         for key, response in responses.items():
             ask = self._asks.get(key) if isinstance(key, str) else None
             if ask is not None:
-                if _answers_it(ask.method, response):
+                if answers_question(ask.method, response):
                     ask.settle(dict(response))
             elif isinstance(key, str) and len(self._offered) < MAX_OFFERED:
                 self._offered[key] = response
@@ -302,7 +282,7 @@ class PendingCall:
 class Rounds:
     """The calls of 2026-07-28 clients that are forwarded to a 2025-11-25 upstream."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self._calls: dict[str, PendingCall] = {}
         self._sealer = Sealer(clock)
 
