@@ -1,17 +1,18 @@
 """What the conformance suite's 2026-07-28 server scenarios ask of the gateway in front of a 2025-11-25
 server, checked one by one in process (a `Gateway` object served on 127.0.0.1, the faithful
-conformance server of tests/fixtures/conformance_server.py behind it over stdio, raw 2026-07-28
-requests): input rounds keyed by what the server asks, every question out at once in one round, a
-state per round that serves its caller alone and refuses tampering, a first call that carries its
-answers, "resource not found" as 2026-07-28 says it, header values read without their optional
-whitespace, and a call that needs a capability the client never declared.
+conformance server of tests/fixtures/conformance_server.py behind it over streamable HTTP, served in
+the same event loop; raw 2026-07-28 requests): input rounds keyed by what the server asks, every
+question out at once in one round, a state per round that serves its caller alone and refuses
+tampering, a first call that carries its answers, "resource not found" as 2026-07-28 says it,
+header values read without their optional whitespace, and a call that needs a capability the client
+never declared.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import sys
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import uvicorn
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -27,6 +29,7 @@ from mcp_preconditions.gateway import Gateway, ServerSpec
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
+from tests.fixtures import conformance_server
 from tests.fixtures.inprocess import served
 
 pytestmark = pytest.mark.integration
@@ -87,12 +90,38 @@ class Bridge:
 
 
 @asynccontextmanager
+async def asgi_served(app: Any) -> AsyncIterator[str]:
+    """Serve `app` on a free port of 127.0.0.1 in this event loop until the block ends (as
+    tests/fixtures/inprocess.py's `asgi_served` on main); yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            with anyio.fail_after(30):
+                while not server.started:  # uvicorn has no event for it
+                    await anyio.sleep(0.005)
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+            server.should_exit = server.force_exit = True
+    finally:
+        sock.close()
+
+
+@asynccontextmanager
 async def bridge() -> AsyncIterator[Bridge]:
     caller = [ALICE]
     guard = Guard(parse_policy(b"# every tool open\n", "gateway.toml"))
-    spec = ServerSpec("conformance", "", command=sys.executable,
-                      args=("-m", "tests.fixtures.conformance_server", "stdio"))
-    gateway = Gateway(guard, [spec], lambda _call: caller[0])
+    async with asgi_served(conformance_server.http_app()) as upstream:
+        spec = ServerSpec("conformance", "", url=upstream + "/mcp")
+        gateway = Gateway(guard, [spec], lambda _call: caller[0])
+        async with bridged(gateway, caller) as ready:
+            yield ready
+
+
+@asynccontextmanager
+async def bridged(gateway: Gateway, caller: list[Credentials]) -> AsyncIterator[Bridge]:
     async with served(gateway) as url, httpx.AsyncClient(timeout=30, headers={
             "accept": "application/json, text/event-stream"}) as http:
         ready = Bridge(http, url, caller)
