@@ -52,6 +52,15 @@ services:
 demo: install-core
 	$(VENV)/bin/mcp-preconditions demo
 
+# The MCP conformance suite (npm, pinned in package.json) on the gateway, each leg at each frozen
+# requirement set, the suite's own `Total: N passed, M failed` line for each: as a server, in front
+# of tests/fixtures/conformance_server.py (alone, and as the gateway's stdio and HTTP upstream).
+# `make test` runs the same (tests/integration/test_conformance.py); docs/gateway-conformance.md's
+# table is written by `$(PY) -m tests.fixtures.conformance --doc docs/gateway-conformance.md`.
+.PHONY: conformance
+conformance: $(VENV)/.all node
+	$(PY) -m tests.fixtures.conformance
+
 lint: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests bench examples .ci
 

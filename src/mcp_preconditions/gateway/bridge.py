@@ -15,6 +15,7 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .jsonrpc import INVALID_PARAMS, RpcError
 from .schemas import cacheable_methods, is_input_required, version_module
 
 # Per-request `_meta` keys of the 2026-07-28 envelope: the gateway's own upstream session stamps
@@ -24,6 +25,8 @@ _ENVELOPE_META = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY,
                             CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, "progressToken"})
 # Result fields that exist only at 2026-07-28 (completion marker and cache hints).
 _MODERN_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")
+# "Resource not found" as 2025-11-25 servers say it; 2026-07-28 says -32602 (SEP-2164).
+LEGACY_RESOURCE_NOT_FOUND = -32002
 
 
 def is_modern(version: str) -> bool:
@@ -70,6 +73,19 @@ def downstream_result(method: str, result: Mapping[str, Any], version: str) -> d
         for key in _MODERN_RESULT_FIELDS:
             out.pop(key, None)
     return out
+
+
+def downstream_error(error: RpcError, params: Mapping[str, Any] | None, version: str) -> RpcError:
+    """A server's error to a `resources/read` shaped for a client at `version`: at 2026-07-28 a
+    resource that does not exist is -32602 with its URI in `data` (SEP-2164), where 2025-11-25
+    servers answered -32002. Any other error is the server's own, as it sent it."""
+    if error.code != LEGACY_RESOURCE_NOT_FOUND or not is_modern(version):
+        return error
+    data = dict(error.data) if isinstance(error.data, Mapping) else {}
+    uri = (params or {}).get("uri")
+    if isinstance(uri, str):
+        data.setdefault("uri", uri)
+    return RpcError(INVALID_PARAMS, error.message, data or None)
 
 
 def downstream_capabilities(upstream: Mapping[str, Any], version: str) -> dict[str, Any]:

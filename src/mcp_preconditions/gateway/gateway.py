@@ -165,7 +165,10 @@ class Gateway:
         if method == "tools/list":
             result = await self._list_tools(call)
         elif method in ROUTED:
-            result = await self.listings.routed(call, self.downstream)
+            try:
+                result = await self.listings.routed(call, self.downstream)
+            except RpcError as exc:  # (an older server's codes, as the client's version has them)
+                raise bridge.downstream_error(exc, call.params, call.version) from None
         elif method in LISTED:
             result = await self.listings.list(call)
         else:

@@ -273,6 +273,18 @@ def _mismatch(message: str) -> InboundLadderRejection:
 
 
 # -- the routing headers and the envelope ----------------------------------------------------------
+_OWS = b" \t"
+
+
+def without_ows(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]] | None:
+    """Raw (name, value) header pairs with the optional whitespace around each value removed, as
+    RFC 9110 §5.5 reads a field value (the checks below take values already read so, as an HTTP
+    server hands them on); None when no value has any."""
+    if not any(v[:1] in (b" ", b"\t") or v[-1:] in (b" ", b"\t") for _, v in raw):
+        return None
+    return [(name, value.strip(_OWS)) for name, value in raw]
+
+
 def find_duplicated_routing_header(headers: Iterable[tuple[str, str]]) -> str | None:
     """The routing header given more than once among raw (name, value) pairs, if any: readers of
     the first and of the last copy would disagree."""

@@ -25,6 +25,7 @@ from ..inbound import (
     InboundLadderRejection,
     find_duplicated_routing_header,
     unsupported_protocol_version_rejection,
+    without_ows,
 )
 from ..jsonrpc import (
     HEADER_MISMATCH,
@@ -219,11 +220,7 @@ class Streamable:
             return
         rid = message["id"]
         try:
-            _once(scope["headers"])
-            version = envelope(message, headers)
-            mismatch = self.dispatch.param_refusal(message, scope["headers"])
-            if mismatch is not None:
-                raise mismatch
+            version = self._checked(message, headers, scope["headers"])
         except RpcError as exc:
             await rpc_error(send, _STATUS.get(exc.code, 200), exc, rid=rid)
             return
@@ -242,6 +239,29 @@ class Streamable:
             return
         error = answer.get("error")
         await reply.finish(answer, _STATUS.get(error["code"], 200) if error else 200)
+
+    def _checked(self, message: dict[str, Any], headers: dict[str, str],
+                 raw: list[tuple[bytes, bytes]]) -> str:
+        """The request's version once its envelope and headers pass their checks (RpcError when
+        they do not). A field value is read without the optional whitespace around it (RFC 9110
+        §5.5): a request refused for a header is checked again with its values so read, and one
+        without such whitespace pays nothing for it."""
+        try:
+            return self._envelope(message, headers, raw)
+        except RpcError as exc:
+            trimmed = without_ows(raw) if exc.code == HEADER_MISMATCH else None
+            if trimmed is None:
+                raise
+        return self._envelope(message, read_headers(trimmed), trimmed)
+
+    def _envelope(self, message: dict[str, Any], headers: dict[str, str],
+                  raw: list[tuple[bytes, bytes]]) -> str:
+        _once(raw)
+        version = envelope(message, headers)
+        mismatch = self.dispatch.param_refusal(message, raw)
+        if mismatch is not None:
+            raise mismatch
+        return version
 
     async def _watched(self, call: Call, receive: Receive, owner: Owner | None
                        ) -> dict[str, Any] | None:
