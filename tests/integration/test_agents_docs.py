@@ -3,6 +3,10 @@ started from the repository root (it launches the real guarded server with `mcp-
 or, for the bearer-token examples, reaches `serve --transport http` at $MCP_URL with a token from a
 real OIDC provider in $MCP_TOKEN), its output compared with the text block the document says it
 prints.
+
+Interop: what these check is the documents' scripts as a user runs them, each a fresh interpreter
+that launches `mcp-preconditions serve` itself (or reaches one over a socket with the provider's
+token); run in this process they would no longer be the scripts the document shows.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pytest
 from tests.fixtures.mcp_servers import ROOT, ServeProcess, server_env
 from tests.fixtures.oidc import OidcServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 DOC = ROOT / "docs" / "agents.md"
 EXAMPLE = re.compile(r"```python\n(.*?)```\n\nIt prints:\n\n```text\n(.*?)```", re.DOTALL)

@@ -1,11 +1,17 @@
 """pydantic-ai's real Agent and MCPToolset, driven by a FunctionModel (no language model), against the
-guarded mission-control server over stdio: what the model is offered follows SEP-2487's strict rule,
-and denials teach the knowledge, never a requirement that ended as `error`.
+guarded mission-control server (`serve --transport stdio`, the observer): what the model is offered
+follows SEP-2487's strict rule, and denials teach the knowledge, never a requirement that ended as
+`error`.
+
+In-process (tests/fixtures/hosted.py): `serve` wired from its command line, reached in memory by
+fastmcp's client under the toolset. Interop, marked: the first test's `child` row, a real `serve`
+child over fastmcp's stdio transport (what an agent launches; the lowest pass runs it on the oldest
+pydantic-ai and fastmcp).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,9 +32,14 @@ from pydantic_ai.tools import ToolDefinition
 
 from mcp_preconditions.client import FilterMode, Knowledge
 from mcp_preconditions.integrations.pydantic_ai import mcp_toolset
+from tests.fixtures.hosted import redis_down, serving
 from tests.fixtures.mcp_servers import CLI, MISSION_POLICY, ROOT, server_env
-from tests.fixtures.redis import RedisServer
-from tests.integration.test_agents_servers import ALL_TOOLS, STATE_KEY, redis_down_policy, serve_args
+from tests.integration.test_agents_servers import (
+    ALL_TOOLS,
+    STATE_KEY,
+    redis_down_policy,
+    serve_args,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -60,14 +71,24 @@ class Script:
         return [t.name for t in self.offered[step]]
 
 
-def transport(policy: Path = MISSION_POLICY) -> StdioTransport:
-    return StdioTransport(command=CLI[0], args=serve_args(policy), env=server_env(), cwd=str(ROOT))
+def child_transport(policy: Path = MISSION_POLICY) -> StdioTransport:
+    """A real `serve` child over fastmcp's stdio transport."""
+    return StdioTransport(command=CLI[0], args=[*CLI[1:], "serve", *serve_args(policy)],
+                          env=server_env(), cwd=str(ROOT))
 
 
 async def run(script: Script, knowledge: Knowledge, runs: int = 1, mode: str = "hide",
-              policy: Path = MISSION_POLICY, **options: Any) -> None:
-    """`runs` runs of one agent over one connection to the guarded server."""
-    toolset = mcp_toolset(transport(policy), knowledge, mode, **options)
+              policy: Path = MISSION_POLICY, child: bool = False, **options: Any) -> None:
+    """`runs` runs of one agent over one connection to the guarded server (in this process, or
+    a `child`)."""
+    if child:
+        await _runs(mcp_toolset(child_transport(policy), knowledge, mode, **options), script, runs)
+        return
+    async with serving(*serve_args(policy)) as served:
+        await _runs(mcp_toolset(served.server, knowledge, mode, **options), script, runs)
+
+
+async def _runs(toolset: Any, script: Script, runs: int) -> None:
     agent = Agent(FunctionModel(script), toolsets=[toolset])
     async with agent:
         for _ in range(runs):
@@ -79,9 +100,12 @@ def without(*names: str) -> list[str]:
     return [n for n in ALL_TOOLS if n not in names]
 
 
-async def test_the_model_is_never_offered_a_tool_the_knowledge_says_will_fail() -> None:
+@pytest.mark.parametrize("child", [False, pytest.param(True, marks=pytest.mark.interop)],
+                         ids=["in-process", "child"])
+async def test_the_model_is_never_offered_a_tool_the_knowledge_says_will_fail(child: bool) -> None:
+    """The `child` row: a real `serve` child over fastmcp's stdio transport."""
     script = Script(calls=["get_weather"])
-    await run(script, KNOWS_TWO_FAIL)
+    await run(script, KNOWS_TWO_FAIL, child=child)
     assert len(script.offered) == 2  # the step that called get_weather, and the final one
     assert all(script.names(step) == without("schedule_maintenance", "stream_telemetry_v2")
                for step in range(2))
@@ -131,14 +155,14 @@ async def test_after_a_denial_the_next_run_hides_the_tool(tmp_path: Path, denial
 
 
 @pytest.mark.parametrize("denial", ["result", "jsonrpc"])
-async def test_a_backend_error_is_not_learned(tmp_path: Path, redis_factory: Callable[[], RedisServer],
-                                             denial: str) -> None:
-    policy = redis_down_policy(tmp_path, redis_factory, extra=f'[guard]\ndenial = "{denial}"\n')
+async def test_a_backend_error_is_not_learned(tmp_path: Path, denial: str) -> None:
     knowledge = Knowledge(satisfied=["auth:oauth2"])
     # Both are denied in the same step: fuel_status because Redis is down (`error`),
     # stream_telemetry_v2 because its flag is off (unsatisfied, learned).
     script = Script(calls=["fuel_status", "stream_telemetry_v2"])
-    await run(script, knowledge, runs=2, policy=policy)
+    with redis_down() as url:
+        policy = redis_down_policy(tmp_path, url, extra=f'[guard]\ndenial = "{denial}"\n')
+        await run(script, knowledge, runs=2, policy=policy)
     assert knowledge.learned() == {"feature:telemetry.v2"}
     assert STATE_KEY not in knowledge.learned()
     assert script.names(-1) == without("stream_telemetry_v2")  # fuel_status is still offered

@@ -1,11 +1,20 @@
 """SPEC §15's table, held by one parametrized test on both paths (issue 33): the same listed server
-(tests/fixtures/listed_server.py) guarded in its own process by `guard_server`
-(tests/fixtures/guarded_listed.py) and behind a real `mcp-preconditions gateway` process, reached
-through the MCP SDK's client at both protocol versions, over stdio (the caller given by --claims)
-and streamable HTTP (real OIDC tokens that lack `mission:write`). Every denial's SEP-2643 envelope
-matches its row on every path; over HTTP a call that only lacks scopes is the 403 challenge and a
-call without a token the 401 (no envelope); a retry that echoes a context ID is decided afresh and
-recorded with the echo.
+(tests/fixtures/listed_server.py) guarded by `guard_server` as tests/fixtures/guarded_listed.py runs
+it, and behind `mcp-preconditions gateway`, reached through the MCP SDK's client at both protocol
+versions, as a stdio server (the caller given by --claims) and over streamable HTTP (tokens that lack
+`mission:write`). Every denial's SEP-2643 envelope matches its row on every path; over HTTP a call
+that only lacks scopes is the 403 challenge and a call without a token the 401 (no envelope); a
+retry that echoes a context ID is decided afresh and recorded with the echo.
+
+In-process: the hosted server reached in memory (stdio) or through its streamable HTTP app (the SDK's
+auth verifying tokens signed in this process, in `InsufficientScopeChallenge`) over the streaming
+bridge, a fresh server per stdio connection (as a process per launch); the gateway over HTTP wired
+from its command line (tests/fixtures/inprocess.py) with the listed server in memory
+(tests/fixtures/memory_upstream.py). Interop, marked: the gateway's stdio rows, a real gateway child
+in front of a real listed server child, launched by the SDK's stdio client: a stdio-wired gateway
+served over the in-process bridge would still see each call's HTTP headers and answer the scope row's
+403, which its stdio listener never does (a call there has no headers). The provider's own tokens are
+test_mcp_http's and the gateway's interop files'.
 
 | unmet | envelope (stdio) | over HTTP |
 |---|---|---|
@@ -22,6 +31,7 @@ recorded with the echo.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -35,22 +45,29 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.auth.settings import AuthSettings
 from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions.denials import SCOPE_DETAILS_TYPE
 from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, CONTEXT_ID_META_KEY, AuthorizationDenial
+from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations.client_mcp import denial_of
+from mcp_preconditions.integrations.mcp_sdk import guard_server
+from mcp_preconditions.integrations.step_up import InsufficientScopeChallenge
+from mcp_preconditions.policy.load import load_policy
+from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
 from mcp_preconditions.wire import META_KEY
-from tests.fixtures.gateway_upstream import started
+from tests.fixtures.asgi_bridge import AsgiBridge
+from tests.fixtures.hosted import ISSUER
+from tests.fixtures.inprocess import BASE_URL, LogLines, cli_gateway
+from tests.fixtures.listed_server import build
 from tests.fixtures.mcp_servers import CLI, MODES, ROOT, VERSIONS, request_meta, server_env
-from tests.fixtures.oidc import AUDIENCE, OidcServer
-from tests.fixtures.ports import free_port
-from tests.fixtures.signoff_resolver import PAGES
+from tests.fixtures.memory_upstream import MemoryServers
+from tests.fixtures.signoff_resolver import PAGES, Signoffs
 
 pytestmark = pytest.mark.integration
 
-PATHS, TRANSPORTS = ("hosted", "gateway"), ("stdio", "http")
-CLIENT = "mission-control"  # the OIDC provider's client: its tokens' subject
+CLIENT = "mission-control"  # the issuer's client: its tokens' subject
 CLAIMS = {"sub": CLIENT, "scope": "mission:read"}
 RESOLVER = f"{ROOT / 'tests' / 'fixtures' / 'signoff_resolver.py'}:Signoffs"
 DECISIONS = "mcp_preconditions.decisions: "
@@ -108,7 +125,7 @@ class Served:
     version: str
     connect: Callable[..., Any]
     log: Callable[[], str]
-    ran: Path
+    ran: Callable[[], list[str]]  # the names of the calls the listed server ran
     url: str | None = None
     answers: list[tuple[int, str | None]] | None = None  # over HTTP: each response's status, challenge
 
@@ -126,67 +143,138 @@ def _declared(url_elicitation: bool) -> dict[str, Any]:
     return {"elicitation_callback": _elicit} if url_elicitation else {}
 
 
-def _files(tmp_path: Path, oidc: OidcServer) -> tuple[Path, Path, Path, Path]:
-    policy, listing = tmp_path / "policy.toml", tmp_path / "tools.json"
-    claims, ran = tmp_path / "claims.json", tmp_path / "ran.log"
-    policy.write_text(POLICY + f'[auth]\nissuer = "{oidc.issuer}"\naudience = "{AUDIENCE}"\n'
-                      f'jwks_uri = "{oidc.jwks_uri}"\n', encoding="utf-8")
-    listing.write_text(json.dumps(TOOLS), encoding="utf-8")
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    """The policy (verifying the issuer's tokens) and the stdio caller's claims."""
+    policy, claims = tmp_path / "policy.toml", tmp_path / "claims.json"
+    policy.write_text(POLICY + "[auth]\n" + ISSUER.auth_lines(), encoding="utf-8")
     claims.write_text(json.dumps(CLAIMS), encoding="utf-8")
-    return policy, listing, claims, ran
-
-
-def _command(path: str, policy: Path, listing: Path, ran: Path, *options: str) -> list[str]:
-    if path == "hosted":
-        return [sys.executable, "-m", "tests.fixtures.guarded_listed", str(policy), str(listing),
-                str(ran), *options]
-    return [*CLI, "gateway", "--policy", str(policy), "--resolver", RESOLVER, *options, "--",
-            sys.executable, "-m", "tests.fixtures.listed_server", str(listing), str(ran)]
+    return policy, claims
 
 
 @contextmanager
-def serving(path: str, transport: str, version: str, tmp_path: Path,
-            oidc: OidcServer) -> Iterator[Served]:
-    policy, listing, claims, ran = _files(tmp_path, oidc)
-    if transport == "stdio":
-        errors = tmp_path / "stderr.log"
+def decisions_logged() -> Iterator[LogLines]:
+    """The hosted server's decision records (`log_decisions()` shows them on its stderr), kept."""
+    log, logger = LogLines(), logging.getLogger("mcp_preconditions.decisions")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(log)
+    try:
+        yield log
+    finally:
+        logger.removeHandler(log)
+        logger.setLevel(level)
 
+
+def _hosted(policy: Path, ran: list[str], caller: Credentials | None) -> tuple[Any, Any]:
+    """tests/fixtures/guarded_listed.py's server: the listed server guarded by `guard_server`,
+    the caller fixed (stdio) or None (over HTTP: the SDK's auth)."""
+    server = build(TOOLS, ran.append)
+    guard = Guard(load_policy(policy), resolvers=[Signoffs()])
+    fixed = caller
+    return server, guard_server(server, guard,
+                                credentials=None if fixed is None else (lambda _request: fixed))
+
+
+def _gateway_argv(policy: Path, upstream: list[str], *options: str) -> list[str]:
+    return ["--policy", str(policy), "--resolver", RESOLVER, *options, "--", *upstream]
+
+
+@asynccontextmanager
+async def _gateway_child(tmp_path: Path, version: str, url_elicitation: bool, anonymous: bool
+                         ) -> AsyncIterator[Client]:
+    """A real gateway child on stdio in front of a real listed server child (its calls in
+    RAN.log, its stderr in stderr.log)."""
+    policy, claims = _files(tmp_path)
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(TOOLS), encoding="utf-8")
+    upstream = [sys.executable, "-m", "tests.fixtures.listed_server", str(listing),
+                str(tmp_path / "ran.log")]
+    command = [*CLI, "gateway", *_gateway_argv(policy, upstream,
+                                               *([] if anonymous else ["--claims", str(claims)]))]
+    params = StdioServerParameters(command=command[0], args=command[1:], env=server_env(), cwd=ROOT)
+    with (tmp_path / "stderr.log").open("a", encoding="utf-8") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode=MODES[version],
+                          **_declared(url_elicitation)) as client:
+            yield client
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+@asynccontextmanager
+async def serving(path: str, transport: str, version: str, tmp_path: Path) -> AsyncIterator[Served]:
+    if (path, transport) == ("gateway", "stdio"):
         @asynccontextmanager
-        async def connect(url_elicitation: bool = True, anonymous: bool = False) -> AsyncIterator[Client]:
-            command = _command(path, policy, listing, ran,
-                               *([] if anonymous else ["--claims", str(claims)]))
-            params = StdioServerParameters(command=command[0], args=command[1:], env=server_env(),
-                                           cwd=ROOT)
-            with errors.open("a", encoding="utf-8") as errlog:
-                async with Client(stdio_client(params, errlog=errlog), mode=MODES[version],
-                                  **_declared(url_elicitation)) as client:
-                    yield client
+        async def child(url_elicitation: bool = True, anonymous: bool = False) -> AsyncIterator[Client]:
+            async with _gateway_child(tmp_path, version, url_elicitation, anonymous) as client:
+                yield client
 
-        yield Served(path, transport, version, connect, lambda: errors.read_text(encoding="utf-8"), ran)
+        yield Served(path, transport, version, child, lambda: _read(tmp_path / "stderr.log"),
+                     lambda: _read(tmp_path / "ran.log").split())
         return
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    options = (["--http", str(port), oidc.issuer, AUDIENCE] if path == "hosted"
-               else ["--listen", base])
-    probe = f"{base}/mcp" if path == "hosted" else f"{base}/healthz"
-    token = oidc.token(CLIENT, scope="mission:read")
-    with started(_command(path, policy, listing, ran, *options), server_env(), f"{base}/mcp",
-                 probe) as process:
+    policy, _ = _files(tmp_path)
+    ran: list[str] = []
+    if transport == "http":
+        async with _over_http(path, version, policy, ran) as served:
+            yield served
+        return
 
-        answers: list[tuple[int, str | None]] = []
+    @asynccontextmanager
+    async def connect(url_elicitation: bool = True, anonymous: bool = False) -> AsyncIterator[Client]:
+        caller = ANONYMOUS if anonymous else Credentials(principal=Principal.from_claims(CLAIMS))
+        server, _ = _hosted(policy, ran, caller)
+        async with Client(server, mode=MODES[version], **_declared(url_elicitation)) as client:
+            yield client
 
-        async def seen(response: httpx2.Response) -> None:
-            answers.append((response.status_code, response.headers.get("www-authenticate")))
+    with decisions_logged() as log:
+        yield Served(path, transport, version, connect, lambda: "\n".join(log.lines), lambda: ran)
+
+
+@asynccontextmanager
+async def _over_http(path: str, version: str, policy: Path, ran: list[str]) -> AsyncIterator[Served]:
+    answers: list[tuple[int, str | None]] = []
+
+    async def seen(response: httpx2.Response) -> None:
+        answers.append((response.status_code, response.headers.get("www-authenticate")))
+
+    async with _http_app(path, policy, ran) as (bridge, lines):
+        token = ISSUER.token(CLIENT, scope="mission:read")
 
         @asynccontextmanager
-        async def connect(url_elicitation: bool = True, anonymous: bool = False) -> AsyncIterator[Client]:
-            http = httpx2.AsyncClient(headers={} if anonymous else {"Authorization": f"Bearer {token}"},
-                                      timeout=httpx2.Timeout(30.0), event_hooks={"response": [seen]})
-            async with Client(streamable_http_client(f"{base}/mcp", http_client=http),
+        async def connect(url_elicitation: bool = True, anonymous: bool = False
+                          ) -> AsyncIterator[Client]:
+            http = bridge.httpx2(headers={} if anonymous else {"Authorization": f"Bearer {token}"},
+                                 event_hooks={"response": [seen]})
+            async with Client(streamable_http_client(f"{BASE_URL}/mcp", http_client=http),
                               mode=MODES[version], **_declared(url_elicitation)) as client:
                 yield client
 
-        yield Served(path, transport, version, connect, process.output, ran, f"{base}/mcp", answers)
+        yield Served(path, "http", version, connect, lambda: "\n".join(lines), lambda: ran,
+                     f"{BASE_URL}/mcp", answers)
+
+
+@asynccontextmanager
+async def _http_app(path: str, policy: Path, ran: list[str]
+                    ) -> AsyncIterator[tuple[AsgiBridge, list[str]]]:
+    """The path's HTTP app on a bridge, and the lines it logs (its decision records among them)."""
+    if path == "gateway":
+        servers = MemoryServers()
+        upstream = servers.add("listed", lambda _env, _die: build(TOOLS, ran.append))
+        argv = _gateway_argv(policy, upstream, "--listen", "http://127.0.0.1:0")
+        with servers.installed():
+            async with cli_gateway(argv) as gw:
+                await gw.until_ready()
+                yield gw.bridge, gw.log.lines
+        return
+    server, pre = _hosted(policy, ran, None)
+    app = server.streamable_http_app(
+        token_verifier=ISSUER.verifier(),
+        auth=AuthSettings(issuer_url=ISSUER.issuer, resource_server_url=f"{BASE_URL}/mcp",
+                          validate_token_resource=False))
+    with decisions_logged() as log:
+        async with AsgiBridge(InsufficientScopeChallenge(app, pre), base_url=BASE_URL) as bridge:
+            yield bridge, log.lines
 
 
 def envelope(result: mcp_types.CallToolResult) -> dict[str, Any] | None:
@@ -267,11 +355,12 @@ async def the_echo(served: Served, client: Client) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(("path", "transport"), [
+    ("hosted", "stdio"), ("hosted", "http"),
+    pytest.param("gateway", "stdio", marks=pytest.mark.interop), ("gateway", "http")])
 async def test_every_denial_has_its_envelope_on_both_paths(
-        path: str, transport: str, version: str, tmp_path: Path, oidc_server: OidcServer) -> None:
-    with serving(path, transport, version, tmp_path, oidc_server) as served:
+        path: str, transport: str, version: str, tmp_path: Path) -> None:
+    async with serving(path, transport, version, tmp_path) as served:
         async with served.connect() as client:
             await the_table(served, client)
             await quotas_and_allowed_calls(client)
@@ -288,4 +377,4 @@ async def test_every_denial_has_its_envelope_on_both_paths(
                     pass
             status, challenge = served.answers[-1]
             assert status == 401 and challenge is not None and challenge.startswith("Bearer ")
-    assert sorted(served.ran.read_text(encoding="utf-8").split()) == ["metered", "open", "open"]
+    assert sorted(served.ran()) == ["metered", "open", "open"]

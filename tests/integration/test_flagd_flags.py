@@ -2,6 +2,9 @@
 
 Covers the evaluation context (subject, selected claims, tool), missing / disabled / non-boolean
 flags, file edits picked up while running, a broken file failing closed, and global-state isolation.
+
+In-process: the provider reads its file in this process; a test that edits it waits until the guard's
+answer changes (the provider's own watcher notices the file), within WAIT_SECONDS.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from mcp_preconditions import (
 )
 from mcp_preconditions.resolvers.feature_openfeature import OpenFeatureFlagSource
 from tests.fixtures.flagd import FlagFile, boolean_flag, eventually_async, string_flag
+from tests.fixtures.inprocess import WAIT_SECONDS
 
 pytestmark = pytest.mark.integration
 ALICE = Identity(principal=Principal.from_claims({"sub": "alice", "role": "commander",
@@ -55,6 +59,12 @@ def guard_for(flag_file: FlagFile, tools: dict[str, Any] | None = None, extra: s
 async def outcome(guard: Guard, tool: str = "launch", who: Identity = ALICE) -> tuple[Status, str]:
     decision: Decision = await guard.check_identity(tool, who)
     return decision.outcomes[0].status, decision.outcomes[0].reason
+
+
+async def becomes(guard: Guard, expected: tuple[Status, str]) -> None:
+    """Until the guard's outcome is `expected` (the provider noticed the file), WAIT_SECONDS at
+    most; the last outcome seen is what the assertion shows."""
+    assert await eventually_async(lambda: outcome(guard), expected, WAIT_SECONDS) == expected
 
 
 async def test_a_true_flag_satisfies_and_a_false_one_does_not(flag_file: FlagFile) -> None:
@@ -127,11 +137,9 @@ async def test_file_edits_are_picked_up_while_running(flag_file: FlagFile) -> No
     guard = guard_for(flag_file)
     assert (await outcome(guard))[0] is Status.UNSATISFIED
     flag_file.write({"launch_window.open": boolean_flag(True)})
-    assert await eventually_async(lambda: outcome(guard), (
-        Status.SATISFIED, "flag 'launch_window.open' is true (openfeature)"))
+    await becomes(guard, (Status.SATISFIED, "flag 'launch_window.open' is true (openfeature)"))
     flag_file.write({})
-    assert await eventually_async(lambda: outcome(guard), (
-        Status.UNSATISFIED, "flag 'launch_window.open' is not defined (openfeature)"))
+    await becomes(guard, (Status.UNSATISFIED, "flag 'launch_window.open' is not defined (openfeature)"))
 
 
 async def test_a_broken_flag_file_fails_closed_then_recovers(flag_file: FlagFile) -> None:
@@ -139,12 +147,10 @@ async def test_a_broken_flag_file_fails_closed_then_recovers(flag_file: FlagFile
     guard = guard_for(flag_file)
     assert (await outcome(guard))[0] is Status.SATISFIED
     flag_file.write_text("{ this is not json")
-    assert await eventually_async(lambda: outcome(guard), (
-        Status.ERROR, "resolver 'feature' raised BackendError: flag provider is error"))
+    await becomes(guard, (Status.ERROR, "resolver 'feature' raised BackendError: flag provider is error"))
     assert not (await guard.check_identity("launch", ALICE)).allowed
     flag_file.write({"launch_window.open": boolean_flag(True)})
-    assert await eventually_async(lambda: outcome(guard), (
-        Status.SATISFIED, "flag 'launch_window.open' is true (openfeature)"))
+    await becomes(guard, (Status.SATISFIED, "flag 'launch_window.open' is true (openfeature)"))
 
 
 def test_a_missing_flag_file_refuses_to_start(tmp_path: Path) -> None:

@@ -1,6 +1,13 @@
-"""Streamable HTTP on 127.0.0.1 with real access tokens from the OIDC provider: `serve` verifying
-bearer tokens itself, the MCP SDK's and fastmcp's own auth feeding the guard, per-principal list
-filtering with targeted list_changed, and the 403 `insufficient_scope` step-up (by default).
+"""Streamable HTTP with verified access tokens: `serve` verifying bearer tokens itself, the MCP SDK's
+and fastmcp's own auth feeding the guard, per-principal list filtering with targeted list_changed,
+and the 403 `insufficient_scope` step-up (by default).
+
+In-process (tests/fixtures/hosted.py): `serve --transport http` wired from its command line, its app
+called through the streaming bridge by the SDK's client, tokens signed in this process; fastmcp's app
+on a real socket of this loop (uvicorn, tests/fixtures/inprocess.py asgi_served). Interop, marked:
+mission control's launch through a real `serve` process on 127.0.0.1 with the real OIDC provider's
+token, at both versions (the provider's JWKS fetched, the SDK's HTTP transport over a socket; the
+lowest pass runs it on the oldest SDK and uvicorn).
 """
 
 from __future__ import annotations
@@ -11,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import jwt
 import mcp_types
 import pytest
@@ -31,16 +37,16 @@ from mcp_preconditions.integrations.client_mcp import authorization_denial_of
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.policy.load import load_policy
 from mcp_preconditions.wire import META_KEY
+from tests.fixtures.asgi_bridge import AsgiBridge
+from tests.fixtures.hosted import ISSUER, Serving, local_policy, serving
+from tests.fixtures.inprocess import BASE_URL, WAIT_SECONDS, asgi_served
 from tests.fixtures.mcp_servers import (
     MISSION_POLICY,
     MODES,
     VERSIONS,
     ServeProcess,
     bearer,
-    oidc_policy,
     raw_tools,
-    run_asgi,
-    serve_http,
 )
 from tests.fixtures.oidc import AUDIENCE, OidcServer
 
@@ -64,13 +70,24 @@ def text_of(result: Any) -> str:
     return " ".join(c.text for c in result.content)
 
 
+@asynccontextmanager
+async def http_serve(tmp_path: Path, *args: str, extra: str = "") -> AsyncIterator[Serving]:
+    """`serve --transport http ARGS` in this process on mission control's policy, verifying
+    `ISSUER`'s tokens."""
+    async with serving("--policy", str(local_policy(tmp_path, extra)), "--transport", "http",
+                       *args) as served:
+        yield served
+
+
+def observer_token() -> str:
+    """The observer's token (mission:read only; no mission_control role)."""
+    return ISSUER.token("observer", scope="mission:read")
+
+
 # --- serve: the guard verifies the bearer token itself ([auth] in the policy) -----------------------
-@pytest.mark.parametrize("version", VERSIONS)
-async def test_serve_verifies_a_real_token_and_lets_mission_control_launch(
-        mission_http: ServeProcess, oidc_server: OidcServer, version: str) -> None:
-    async with connect(mission_http.url, oidc_server.token(), version) as client:
-        wire = {t["name"]: t for t in await raw_tools(client.session)}
-        launched = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
+async def mission_control_launches(client: Client) -> None:
+    wire = {t["name"]: t for t in await raw_tools(client.session)}
+    launched = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
     # Listed less the policy's confidential `state:weather.clear` (enforced, never named).
     assert wire["launch_rocket"]["execution"]["requirements"] == LAUNCH_LISTED
     assert wire["launch_rocket"]["_meta"][META_KEY] == LAUNCH_LISTED
@@ -80,22 +97,40 @@ async def test_serve_verifies_a_real_token_and_lets_mission_control_launch(
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-async def test_serve_denies_anonymous_and_forged_callers(
+async def test_serve_verifies_a_token_and_lets_mission_control_launch(tmp_path: Path, version: str
+                                                                       ) -> None:
+    async with http_serve(tmp_path) as served, served.client(version, ISSUER.token()) as client:
+        assert client.protocol_version == version
+        await mission_control_launches(client)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_serve_process_verifies_a_real_providers_token_over_a_socket(
         mission_http: ServeProcess, oidc_server: OidcServer, version: str) -> None:
-    forged = oidc_server.token()[:-4] + "AAAA"  # signature no longer matches
-    for token in (None, forged):
-        async with connect(mission_http.url, token, version) as client:
-            denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
-            weather = await client.call_tool("get_weather", {})
-        assert denied.is_error is True
-        assert denied.structured_content == {"error": "unmet_requirements", "tool": "launch_rocket",
-                                             "unmet": ANONYMOUS_LAUNCH, "withheld": 0}
-        assert weather.is_error is False
+    """A real `serve` process on 127.0.0.1 and the real OIDC provider: its JWKS fetched by `serve`,
+    the SDK's HTTP transport over a socket, uvicorn serving."""
+    async with connect(mission_http.url, oidc_server.token(), version) as client:
+        await mission_control_launches(client)
 
 
-async def test_a_missing_scope_is_named_for_a_step_up(mission_http: ServeProcess,
-                                                      oidc_server: OidcServer) -> None:
-    async with connect(mission_http.url, oidc_server.token("observer", scope="mission:read")) as client:
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_serve_denies_anonymous_and_forged_callers(tmp_path: Path, version: str) -> None:
+    forged = ISSUER.forged(ISSUER.token())  # signature no longer matches
+    async with http_serve(tmp_path) as served:
+        for token in (None, forged):
+            async with served.client(version, token) as client:
+                denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
+                weather = await client.call_tool("get_weather", {})
+            assert denied.is_error is True
+            assert denied.structured_content == {"error": "unmet_requirements",
+                                                 "tool": "launch_rocket",
+                                                 "unmet": ANONYMOUS_LAUNCH, "withheld": 0}
+            assert weather.is_error is False
+
+
+async def test_a_missing_scope_is_named_for_a_step_up(tmp_path: Path) -> None:
+    async with http_serve(tmp_path) as served, served.client(token=observer_token()) as client:
         denied = await client.call_tool("abort_launch", {})
     assert denied.structured_content == {
         "error": "unmet_requirements", "tool": "abort_launch",
@@ -108,16 +143,13 @@ async def test_a_missing_scope_is_named_for_a_step_up(mission_http: ServeProcess
 
 
 # --- the 403 step-up (SPEC §15: by default over HTTP) -----------------------------------------------
-def post_call(url: str, token: str, tool: str) -> httpx.Response:
-    return httpx.post(url, timeout=30, headers={
-        "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-              "params": {"name": tool, "arguments": {}}})
-
-
-def test_a_call_only_lacking_scopes_is_answered_403_insufficient_scope(
-        mission_http: ServeProcess, oidc_server: OidcServer) -> None:
-    response = post_call(mission_http.url, oidc_server.token(scope="mission:read"), "abort_launch")
+async def test_a_call_only_lacking_scopes_is_answered_403_insufficient_scope(tmp_path: Path) -> None:
+    async with http_serve(tmp_path) as served, served.http() as http:
+        response = await http.post("/mcp", headers={
+            "Authorization": f"Bearer {ISSUER.token(scope='mission:read')}",
+            "Accept": "application/json, text/event-stream"},
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                  "params": {"name": "abort_launch", "arguments": {}}})
     assert response.status_code == 403
     assert response.headers["www-authenticate"] == (
         'Bearer error="insufficient_scope", scope="mission:write", '
@@ -126,10 +158,9 @@ def test_a_call_only_lacking_scopes_is_answered_403_insufficient_scope(
                                "error_description": "the call needs more scopes"}
 
 
-async def test_other_denials_stay_tool_results_with_their_envelope(
-        mission_http: ServeProcess, oidc_server: OidcServer) -> None:
+async def test_other_denials_stay_tool_results_with_their_envelope(tmp_path: Path) -> None:
     # The observer also lacks the capability: more scopes alone would not help, so no 403.
-    async with connect(mission_http.url, oidc_server.token("observer", scope="mission:read")) as client:
+    async with http_serve(tmp_path) as served, served.client(token=observer_token()) as client:
         denied = await client.call_tool("abort_launch", {})
         allowed = await client.call_tool("read_telemetry", {})
     assert denied.is_error is True
@@ -139,11 +170,11 @@ async def test_other_denials_stay_tool_results_with_their_envelope(
     assert envelope.authorization_details == ({"type": SCOPE_DETAILS_TYPE, "scopes": ["mission:write"]},)
 
 
-async def test_no_step_up_answers_in_band_with_an_authorization_remediation_hint(
-        oidc_server: OidcServer, tmp_path: Path) -> None:
-    with serve_http(oidc_policy(tmp_path, oidc_server), "--no-step-up") as srv:
-        async with connect(srv.url, oidc_server.token(scope="mission:read")) as client:
-            denied = await client.call_tool("abort_launch", {})
+async def test_no_step_up_answers_in_band_with_an_authorization_remediation_hint(tmp_path: Path
+                                                                                 ) -> None:
+    async with http_serve(tmp_path, "--no-step-up") as served, \
+            served.client(token=ISSUER.token(scope="mission:read")) as client:
+        denied = await client.call_tool("abort_launch", {})
     assert denied.structured_content == {"error": "unmet_requirements", "tool": "abort_launch",
                                          "unmet": ["auth:scope:mission:write"], "withheld": 0}
     envelope = authorization_denial_of(denied)
@@ -165,24 +196,26 @@ class Inbox:
             self.event.set()
 
 
-async def test_a_reload_notifies_only_the_sessions_whose_tools_changed(
-        oidc_server: OidcServer, tmp_path: Path) -> None:
-    policy = oidc_policy(tmp_path, oidc_server, extra="\n[guard]\nlist_filtering = true\n")
-    with serve_http(policy, "--refresh-seconds", "0.1") as srv:
+async def test_a_reload_notifies_only_the_sessions_whose_tools_changed(tmp_path: Path) -> None:
+    """The reload is `serve`'s own reloader's (on the edited file), and no periodic re-check runs
+    (--refresh-seconds 0): only the reload can have told a session."""
+    async with http_serve(tmp_path, "--refresh-seconds", "0",
+                          extra="\n[guard]\nlist_filtering = true\n") as served:
         control, observer = Inbox(), Inbox()
-        async with connect(srv.url, oidc_server.token(), message_handler=control) as c1, \
-                connect(srv.url, oidc_server.token("observer", scope="mission:read"),
-                        message_handler=observer) as c2:
+        async with served.client(token=ISSUER.token(), message_handler=control) as c1, \
+                served.client(token=observer_token(), message_handler=observer) as c2:
             assert [t["name"] for t in await raw_tools(c1.session)] == [
                 "launch_rocket", "abort_launch", "read_telemetry", "get_weather"]
             assert [t["name"] for t in await raw_tools(c2.session)] == ["read_telemetry", "get_weather"]
             # Telemetry now needs the mission_control role: only the observer's list changes.
+            policy = served.reloader.path
             text = policy.read_text(encoding="utf-8")
             policy.write_text(text.replace('capabilities = ["telemetry.read"]\nwhen = ["auth:oauth2"]',
                                            'capabilities = ["telemetry.read"]\n'
                                            'when = ["auth:claim:role:mission_control"]'),
                               encoding="utf-8")
-            with anyio.fail_after(20):
+            assert served.reloader.reload() is not None
+            with anyio.fail_after(WAIT_SECONDS):
                 await observer.event.wait()
             assert [t["name"] for t in await raw_tools(c2.session)] == ["get_weather"]
             assert len(await raw_tools(c1.session)) == 4
@@ -190,31 +223,30 @@ async def test_a_reload_notifies_only_the_sessions_whose_tools_changed(
 
 
 # --- the principal comes from the MCP SDK's own auth, or from fastmcp's -----------------------------
-class JwksTokenVerifier:
-    """An MCP SDK TokenVerifier for the OIDC provider's JWTs (as a server author might write)."""
-
-    def __init__(self, oidc: OidcServer) -> None:
-        self.oidc = oidc
-        self.keys = jwt.PyJWKClient(oidc.jwks_uri)
+class LocalTokenVerifier:
+    """An MCP SDK TokenVerifier for the issuer's JWTs (as a server author might write)."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            key = await anyio.to_thread.run_sync(self.keys.get_signing_key_from_jwt, token)
-            claims = jwt.decode(token, key, algorithms=["RS256", "ES256"], audience=AUDIENCE,
-                                issuer=self.oidc.issuer)
+            claims = jwt.decode(token, ISSUER.key.public_pem(), algorithms=["RS256"],
+                                audience=AUDIENCE, issuer=ISSUER.issuer)
         except jwt.PyJWTError:
             return None
         return AccessToken(token=token, client_id=claims["client_id"], scopes=claims["scope"].split(),
                            expires_at=claims["exp"], subject=claims.get("sub"), claims=claims)
 
 
-async def test_the_guard_reads_the_principal_from_the_mcp_sdk_auth(oidc_server: OidcServer) -> None:
-    server = build_server(Guard(load_policy(MISSION_POLICY)), token_verifier=JwksTokenVerifier(
-        oidc_server), auth=AuthSettings(issuer_url=oidc_server.issuer, resource_server_url=None))
-    async with run_asgi(server.streamable_http_app()) as base:
-        async with connect(f"{base}/mcp", oidc_server.token()) as client:
+async def test_the_guard_reads_the_principal_from_the_mcp_sdk_auth() -> None:
+    server = build_server(Guard(load_policy(MISSION_POLICY)), token_verifier=LocalTokenVerifier(),
+                          auth=AuthSettings(issuer_url=ISSUER.issuer, resource_server_url=None))
+    async with AsgiBridge(server.streamable_http_app(), base_url=BASE_URL) as bridge:
+        def connected(token: str) -> Client:
+            http = bridge.httpx2(headers={"Authorization": f"Bearer {token}"})
+            return Client(streamable_http_client(f"{BASE_URL}/mcp", http_client=http), mode="legacy")
+
+        async with connected(ISSUER.token()) as client:
             launched = await client.call_tool("launch_rocket", {"vehicle": "Ariane"})
-        async with connect(f"{base}/mcp", oidc_server.token("observer", scope="mission:read")) as client:
+        async with connected(observer_token()) as client:
             denied = await client.call_tool("launch_rocket", {"vehicle": "Ariane"})
     assert launched.is_error is False
     assert denied.structured_content is not None
@@ -222,9 +254,10 @@ async def test_the_guard_reads_the_principal_from_the_mcp_sdk_auth(oidc_server: 
                                                   "capability:rocket.launch"]
 
 
-async def test_the_guard_reads_the_principal_from_fastmcp_auth(oidc_server: OidcServer) -> None:
+async def test_the_guard_reads_the_principal_from_fastmcp_auth() -> None:
+    """fastmcp's app served by uvicorn on a socket of this loop (its HTTP stack whole)."""
     app: FastMCP[Any] = FastMCP("fast", auth=JWTVerifier(
-        jwks_uri=oidc_server.jwks_uri, issuer=oidc_server.issuer, audience=AUDIENCE))
+        public_key=ISSUER.key.public_pem(), issuer=ISSUER.issuer, audience=AUDIENCE))
     pre = guard_fastmcp(app, Guard(load_policy(MISSION_POLICY)))
     ran: list[str] = []
 
@@ -234,12 +267,11 @@ async def test_the_guard_reads_the_principal_from_fastmcp_auth(oidc_server: Oidc
         ran.append("refuel")
         return "refuelled"
 
-    async with run_asgi(app.http_app()) as base:
+    async with asgi_served(app.http_app()) as base:
         for version in VERSIONS:
-            async with connect(f"{base}/mcp", oidc_server.token(), version) as client:
+            async with connect(f"{base}/mcp", ISSUER.token(), version) as client:
                 assert (await client.call_tool("refuel", {})).is_error is False
-            async with connect(f"{base}/mcp", oidc_server.token("observer", scope="mission:read"),
-                               version) as client:
+            async with connect(f"{base}/mcp", observer_token(), version) as client:
                 denied = await client.call_tool("refuel", {})
                 assert denied.structured_content is not None
                 assert denied.structured_content["unmet"] == ["auth:claim:tenant:acme",

@@ -1,6 +1,12 @@
-"""`mcp-preconditions serve --transport stdio` as a subprocess, driven by the MCP SDK's client on both
-protocol versions; the caller comes from --claims or a real token in $MCP_PRECONDITIONS_TOKEN.
-Bad `serve` input exits 2 with a message naming the problem.
+"""`mcp-preconditions serve --transport stdio`, driven by the MCP SDK's client on both protocol
+versions; the caller comes from --claims or a verified token in $MCP_PRECONDITIONS_TOKEN. Bad `serve`
+input exits 2 with a message naming the problem.
+
+In-process (tests/fixtures/hosted.py): `serve` wired from its command line in the test's loop, its
+client in memory, tokens signed in this process. Interop, marked: the listing and the calls through a
+real `serve` child over the SDK's stdio transport at both versions (the `child` rows: the stdio
+framing and a desktop client's launch are what they check, and the lowest pass keeps them on the
+oldest SDK), and a near-miss policy's exit before a child's first answer.
 """
 
 from __future__ import annotations
@@ -18,20 +24,20 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions.cli import main
+from mcp_preconditions.cli.server_cmds import TOKEN_ENV
 from mcp_preconditions.examples_server import LAUNCH_REQUIREMENTS
 from mcp_preconditions.resolvers.base import load_entry_point_resolvers
 from mcp_preconditions.wire import META_KEY
+from tests.fixtures.hosted import ISSUER, local_policy, serving
 from tests.fixtures.mcp_servers import (
     CLI,
     MISSION_POLICY,
     MODES,
     ROOT,
     VERSIONS,
-    oidc_policy,
     raw_tools,
     server_env,
 )
-from tests.fixtures.oidc import OidcServer
 
 pytestmark = pytest.mark.integration
 
@@ -42,10 +48,18 @@ CLAIMS = ROOT / "examples" / "claims" / "mission-control.json"
 
 @asynccontextmanager
 async def stdio(policy: Path, *args: str, version: str = "2025-11-25",
-                env: dict[str, str] | None = None) -> AsyncIterator[Client]:
+                child: bool = True) -> AsyncIterator[Client]:
+    """A client of `serve --transport stdio ARGS`: a real child over the SDK's stdio transport,
+    or (`child=False`) the same command wired in this process and reached in memory."""
+    if not child:
+        async with serving("--policy", str(policy), *args) as served, \
+                served.client(version) as client:
+            assert client.protocol_version == version
+            yield client
+        return
     params = StdioServerParameters(command=CLI[0], args=[*CLI[1:], "serve", "--policy", str(policy),
                                                          "--transport", "stdio", *args],
-                                   env=env or server_env(), cwd=ROOT)
+                                   env=server_env(), cwd=ROOT)
     async with Client(params, mode=MODES[version]) as client:
         assert client.protocol_version == version
         yield client
@@ -55,9 +69,14 @@ def text_of(result: Any) -> str:
     return " ".join(c.text for c in result.content)
 
 
+@pytest.mark.parametrize("child", [False, pytest.param(True, marks=pytest.mark.interop)],
+                         ids=["in-process", "child"])
 @pytest.mark.parametrize("version", VERSIONS)
-async def test_stdio_serve_puts_requirements_on_the_wire_and_guards_calls(version: str) -> None:
-    async with stdio(MISSION_POLICY, version=version) as client:
+async def test_stdio_serve_puts_requirements_on_the_wire_and_guards_calls(version: str, child: bool
+                                                                          ) -> None:
+    """The `child` rows: a real `serve` child over the SDK's stdio transport, what a desktop client
+    launches (its stdio framing; the lowest pass runs them on the oldest SDK)."""
+    async with stdio(MISSION_POLICY, version=version, child=child) as client:
         wire = {t["name"]: t for t in await raw_tools(client.session)}
         weather = await client.call_tool("get_weather", {})
         denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
@@ -75,7 +94,7 @@ async def test_stdio_serve_puts_requirements_on_the_wire_and_guards_calls(versio
 
 
 async def test_stdio_caller_from_claims() -> None:
-    async with stdio(MISSION_POLICY, "--claims", str(CLAIMS)) as client:
+    async with stdio(MISSION_POLICY, "--claims", str(CLAIMS), child=False) as client:
         launched = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
         maintenance = await client.call_tool("schedule_maintenance", {"day": "Tuesday"})
     assert text_of(launched) == "Falcon 9 has cleared the tower."
@@ -85,14 +104,14 @@ async def test_stdio_caller_from_claims() -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_stdio_caller_from_a_verified_token_in_the_environment(
-        oidc_server: OidcServer, tmp_path: Path, version: str) -> None:
-    policy = oidc_policy(tmp_path, oidc_server)
-    env = server_env(MCP_PRECONDITIONS_TOKEN=oidc_server.token())
-    async with stdio(policy, version=version, env=env) as client:
+        tmp_path: Path, version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = local_policy(tmp_path)
+    monkeypatch.setenv(TOKEN_ENV, ISSUER.token())
+    async with stdio(policy, version=version, child=False) as client:
         launched = await client.call_tool("launch_rocket", {"vehicle": "Soyuz"})
     assert text_of(launched) == "Soyuz has cleared the tower."
-    env = server_env(MCP_PRECONDITIONS_TOKEN="not-a-jwt")
-    async with stdio(policy, version=version, env=env) as client:
+    monkeypatch.setenv(TOKEN_ENV, "not-a-jwt")
+    async with stdio(policy, version=version, child=False) as client:
         denied = await client.call_tool("launch_rocket", {"vehicle": "Soyuz"})
     assert denied.structured_content is not None
     assert denied.structured_content["unmet"][0] == "auth:oauth2"
@@ -144,27 +163,43 @@ def test_serve_refuses_a_policy_with_a_bad_requirement(tmp_path: Path,
         f"(expected NAMESPACE:..., known namespaces: {known})\n")
 
 
-@pytest.mark.parametrize(("near", "shown"), [("launch-rocket", "launch-rocket"),
-                                             ("abort_lanuch", "abort_lanuch"),
-                                             ("Fuel_Status", "Fuel_Status"),
-                                             ("get_w\u0435ather", "get_w\\u0435ather")])
-async def test_serve_refuses_to_start_on_a_near_miss_policy_name(tmp_path: Path, near: str,
-                                                                 shown: str) -> None:
-    """A real subprocess: `serve` exits 2 naming both names before it serves anything; an SDK
-    client that launches it gets no session."""
-    policy = tmp_path / "near.toml"
+NEAR_MISSES = [("launch-rocket", "launch-rocket", "launch_rocket"),
+               ("abort_lanuch", "abort_lanuch", "abort_launch"),
+               ("Fuel_Status", "Fuel_Status", "fuel_status"),
+               ("get_w\u0435ather", "get_w\\u0435ather", "get_weather")]
+
+
+def near_miss_policy(directory: Path, near: str) -> Path:
+    policy = directory / "near.toml"
     policy.write_text(f'[tools.{json.dumps(near)}]\nrequirements = ["env:production"]\n',
                       encoding="utf-8")
+    return policy
+
+
+def near_miss_line(policy: Path, shown: str, tool: str) -> str:
+    return (f'mcp-preconditions: error: {policy}: tools."{shown}": names no tool, but nearly matches '
+            f'the tool "{tool}" (names are compared exactly; a typo here would leave that tool less '
+            f"guarded than the policy says)\n")
+
+
+@pytest.mark.parametrize(("near", "shown", "tool"), NEAR_MISSES)
+def test_serve_refuses_to_start_on_a_near_miss_policy_name(
+        tmp_path: Path, near: str, shown: str, tool: str, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = near_miss_policy(tmp_path, near)
+    assert main(["serve", "--policy", str(policy)]) == 2
+    assert capsys.readouterr() == ("", near_miss_line(policy, shown, tool))
+
+
+@pytest.mark.interop
+async def test_a_near_miss_serve_child_exits_before_a_client_gets_a_session(tmp_path: Path) -> None:
+    """A real subprocess: `serve` exits 2 naming both names before it serves anything; an SDK
+    client that launches it gets no session (what a desktop client sees)."""
+    near, shown, tool = NEAR_MISSES[0]
+    policy = near_miss_policy(tmp_path, near)
     done = subprocess.run([*CLI, "serve", "--policy", str(policy)], env=server_env(), cwd=ROOT,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
                           check=False)
-    tool = {"launch-rocket": "launch_rocket", "abort_lanuch": "abort_launch",
-            "Fuel_Status": "fuel_status"}.get(near, "get_weather")
-    assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (
-        f'mcp-preconditions: error: {policy}: tools."{shown}": names no tool, but nearly matches '
-        f'the tool "{tool}" (names are compared exactly; a typo here would leave that tool less '
-        f"guarded than the policy says)\n")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", near_miss_line(policy, shown, tool))
     with pytest.RaisesGroup(pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="Connection closed"))):
         async with stdio(policy):
             pass

@@ -2,6 +2,10 @@
 `credentials=` hook names the local caller from its environment over stdio (there is no HTTP
 request there), and whose `log_decisions()` line makes its decision records appear on stderr.
 Started by the MCP SDK's stdio client, as a desktop client starts it.
+
+Interop: the example's promise is its process's (the caller read from the environment a desktop
+client starts it with, the records on that process's stderr through `log_decisions()`): run in this
+process, neither its environment nor its stderr would be its own.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_preconditions.integrations.client_mcp import denial_of
 from tests.fixtures.mcp_servers import ROOT, server_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 DECISIONS = "mcp_preconditions.decisions: "
 

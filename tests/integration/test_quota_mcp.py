@@ -1,7 +1,10 @@
-"""Quotas through a real MCP server (GuardedMCPServer over streamable HTTP, and in-process) and the
+"""Quotas through a real MCP server (GuardedMCPServer over streamable HTTP, and in memory) and the
 SDK's own client: 20 concurrent calls of one subject with `calls = 3` run the tool exactly 3 times;
 calls denied for another requirement take nothing; every refusal says when the quota refills, marks
 it transient, and the filtering client keeps offering the tool.
+
+In-process: the HTTP apps called through the streaming bridge (tests/fixtures/asgi_bridge.py), the
+20 calls concurrent requests on it.
 """
 
 from __future__ import annotations
@@ -11,13 +14,16 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcp_preconditions import Credentials, Guard, Knowledge, Principal, parse_policy
 from mcp_preconditions.client import TRANSIENT_META_KEY
 from mcp_preconditions.integrations.client_mcp import RequirementsClient
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
-from tests.fixtures.mcp_servers import MODES, VERSIONS, denial_payload, run_asgi
+from tests.fixtures.asgi_bridge import AsgiBridge
+from tests.fixtures.inprocess import BASE_URL
+from tests.fixtures.mcp_servers import MODES, VERSIONS, denial_payload
 
 pytestmark = pytest.mark.integration
 
@@ -59,18 +65,26 @@ def refusals(results: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def over_http(bridge: AsgiBridge, version: str) -> Client:
+    """The SDK's client on the app's `/mcp` over streamable HTTP."""
+    return Client(streamable_http_client(f"{BASE_URL}/mcp", http_client=bridge.httpx2()),
+                  mode=MODES[version])
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_twenty_concurrent_calls_run_the_tool_three_times_over_http(version: str) -> None:
     shared = guard()
     ran: list[str] = []
-    async with run_asgi(server(shared, OBSERVER, ran).streamable_http_app()) as observer, \
-            run_asgi(server(shared, OPERATOR, ran).streamable_http_app()) as operator:
-        async with Client(f"{observer}/mcp", mode=MODES[version]) as client:
+    async with AsgiBridge(server(shared, OBSERVER, ran).streamable_http_app(),
+                          base_url=BASE_URL) as observer, \
+            AsgiBridge(server(shared, OPERATOR, ran).streamable_http_app(),
+                       base_url=BASE_URL) as operator:
+        async with over_http(observer, version) as client:
             for _ in range(10):  # denied for the role: no unit taken
                 denied = await client.call_tool("launch", {})
                 assert denial_payload(denied)["unmet"] == ["auth:claim:role:mission_control"]
                 assert "retry_after_seconds" not in denial_payload(denied)
-        async with Client(f"{operator}/mcp", mode=MODES[version]) as client:
+        async with over_http(operator, version) as client:
             results = await asyncio.gather(*(client.call_tool("launch", {}) for _ in range(20)))
     assert ran == ["mission_control"] * 3
     refused = refusals(results)

@@ -4,6 +4,10 @@ The policy and its flag file are copied next to each other, with only the Redis 
 test's server; everything else is exactly what ships, but for the tests that expect Redis to answer:
 their timeouts are raised for two loaded cores (the shipped 0.25 s read and 0.5 s lookup deny a call
 whose read is slow only because of the load). The test of a stopped Redis keeps the shipped ones.
+
+Interop: Redis is the component under test (the shipped policy's live facts, a paused server within
+the shipped timeouts), so a real redis-server runs; the guard is in this process, the flagd file
+provider too.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import pytest
 from mcp_preconditions import Guard, Identity, Principal, load_policy
 from tests.fixtures.redis import RedisServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 ALICE = Identity(principal=Principal.from_claims({"sub": "alice", "role": "mission_control",
                                                  "scope": "mission:write"}))

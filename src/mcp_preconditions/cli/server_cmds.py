@@ -12,21 +12,24 @@ import math
 import os
 import socket
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..drivers.bundle import DEFAULT_FILE_POLL_SECONDS, poll_interval, poll_seconds
 from ..drivers.reload import PolicyReloader
+from ..errors import InputError
 from ..files import read_claims
 from ..guard import Guard
 from ..policy.load import load_policy
 from ..principal import ANONYMOUS, Credentials, Principal
-from ._output import PROG, fail
+from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
 from ._sockets import http_address, listening_socket
 
-if TYPE_CHECKING:  # the telemetry needs the mcp extra, imported when `serve` runs
+if TYPE_CHECKING:  # the server and its telemetry need the mcp extra, imported when `serve` runs
+    from ..integrations.mcp_sdk import GuardedMCPServer
     from ..telemetry import Metrics, MetricsListener, Tracing
 
 TOKEN_ENV = "MCP_PRECONDITIONS_TOKEN"
@@ -53,19 +56,54 @@ def _stdio_credentials(args: argparse.Namespace) -> Credentials:
     return Credentials(token=token) if token else ANONYMOUS
 
 
+@dataclass
+class PreparedServe:
+    """`serve` wired as its command line says, not serving yet (`run_serve` serves it; the
+    in-process tests serve it themselves: tests/fixtures/hosted.py)."""
+
+    server: GuardedMCPServer
+    metrics: Metrics
+    metrics_at: tuple[str, int] | None  # --metrics-listen
+    reloader: PolicyReloader  # watches the policy file when `watch` is not None
+    watch: float | None  # seconds between looks at the policy file (None: not watched)
+    tracing: Tracing | None  # what to shut down at the end (None: tracing is off)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """`serve`: the guarded mission-control server on stdio or streamable HTTP."""
+    from ..telemetry import MetricsListener
+
+    prepared = prepare_serve(args)
+    sock: socket.socket | None = None
+    listener: MetricsListener | None = None
+    try:
+        if args.transport == "http":
+            sock = listening_socket(args.host, args.port, "--host/--port")
+        if prepared.metrics_at is not None:
+            listener = MetricsListener(prepared.metrics, *prepared.metrics_at)
+            print(f"{PROG}: metrics on {listener.url}", file=sys.stderr, flush=True)
+        anyio.run(_serve, prepared, args, sock)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _close(sock, listener, prepared.tracing)
+    return 0
+
+
+def prepare_serve(args: argparse.Namespace) -> PreparedServe:
+    """Check the command line, load the policy and wire the server (InputError: bad input)."""
     from ..examples_server import build_server
-    from ..telemetry import Metrics, MetricsListener, configure_tracing
+    from ..telemetry import Metrics, configure_tracing, watch_policy
 
     if args.transport == "http" and args.claims is not None:
-        return fail("--claims is for --transport stdio only; over HTTP each call's bearer token "
-                    "decides who is calling")
+        raise InputError("--claims is for --transport stdio only; over HTTP each call's bearer "
+                         "token decides who is calling")
     if args.transport == "stdio" and args.no_step_up:
-        return fail("--no-step-up is for --transport http only: the 403 challenge is an HTTP answer")
+        raise InputError("--no-step-up is for --transport http only: the 403 challenge is an HTTP "
+                         "answer")
     if not 0 <= args.refresh_seconds < math.inf:  # NaN fails this too
-        return fail(f"--refresh-seconds must be a finite number, 0 or more, got "
-                    f"{args.refresh_seconds:g}")
+        raise InputError(f"--refresh-seconds must be a finite number, 0 or more, got "
+                         f"{args.refresh_seconds:g}")
     metrics_at = (http_address(args.metrics_listen, "--metrics-listen")
                   if args.metrics_listen is not None else None)
     watch = poll_interval(args.policy, poll_seconds(args.policy_poll_seconds))
@@ -84,20 +122,12 @@ def run_serve(args: argparse.Namespace) -> int:
     server.know_tools()  # a policy name that nearly matches a tool: exit 2 now, naming both
     if metrics_at is not None:  # counted for a listener of its own (stdio: nobody else could ask)
         server.preconditions.enable_metrics(metrics)
-    sock: socket.socket | None = None
-    listener: MetricsListener | None = None
-    try:
-        if args.transport == "http":
-            sock = listening_socket(args.host, args.port, "--host/--port")
-        if metrics_at is not None:
-            listener = MetricsListener(metrics, *metrics_at)
-            print(f"{PROG}: metrics on {listener.url}", file=sys.stderr, flush=True)
-        anyio.run(_serve, server, args, sock, metrics, watch)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        _close(sock, listener, tracing)
-    return 0
+    preconditions = server.preconditions
+    # Reloads and live-fact changes reach connected sessions as list_changed.
+    reloader = PolicyReloader(guard, args.policy, interval=watch or 1.0,
+                              on_change=lambda _change: preconditions.refresh())
+    watch_policy(metrics, reloader)
+    return PreparedServe(server, metrics, metrics_at, reloader, watch, tracing)
 
 
 def _close(sock: socket.socket | None, listener: MetricsListener | None, tracing: Tracing | None
@@ -110,43 +140,47 @@ def _close(sock: socket.socket | None, listener: MetricsListener | None, tracing
         tracing.shutdown()  # the spans still queued are exported now
 
 
-async def _serve(server: Any, args: argparse.Namespace, sock: socket.socket | None,
-                 metrics: Metrics, watch: float | None) -> None:
-    """Serve until the transport ends, watching the policy file every `watch` seconds (None: not
-    watched) and, with --refresh-seconds, re-checking connected sessions: reloads and live-fact
-    changes reach them as list_changed."""
-    from ..telemetry import watch_policy
-
-    preconditions = server.preconditions
-    reloader = PolicyReloader(server.guard, args.policy, interval=watch or 1.0,
-                              on_change=lambda _change: preconditions.refresh())
-    watch_policy(metrics, reloader)
+async def _serve(prepared: PreparedServe, args: argparse.Namespace, sock: socket.socket | None
+                 ) -> None:
+    """Serve until the transport ends, watching the policy file (unless it is not watched) and,
+    with --refresh-seconds, re-checking connected sessions."""
+    server = prepared.server
     async with anyio.create_task_group() as tg:
-        if watch is not None:
-            reloader.start()
+        if prepared.watch is not None:
+            prepared.reloader.start()
         if args.refresh_seconds > 0:
-            tg.start_soon(preconditions.watch, args.refresh_seconds)
+            tg.start_soon(server.preconditions.watch, args.refresh_seconds)
         if sock is None:
             await server.run_stdio_async()
         else:
-            await _serve_http(server, args, sock)
-        reloader.stop()
+            await _serve_http(prepared, args, sock)
+        prepared.reloader.stop()
         tg.cancel_scope.cancel()
 
 
-async def _serve_http(server: Any, args: argparse.Namespace, sock: socket.socket) -> None:
-    import uvicorn
-
+def http_app(prepared: PreparedServe, args: argparse.Namespace, url: str) -> Any:
+    """The ASGI app `serve --transport http` serves at `url` (its /mcp): the server's streamable
+    HTTP app, in the 403 step-up (unless --no-step-up) and the 401 sign-in challenge."""
     from ..integrations.step_up import InsufficientScopeChallenge, SignInChallenge
 
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
+    server = prepared.server
     app: Any = server.streamable_http_app(host=args.host)
     if not args.no_step_up:  # SPEC §15: a call more scopes alone would allow is the 403 challenge
         app = InsufficientScopeChallenge(app, server.preconditions)
     # SPEC §15: a call that only lacks a token is the 401 challenge, at every protocol version.
-    app = SignInChallenge(app, server.preconditions, f"http://{shown}:{port}/mcp")
-    print(f"{PROG}: serving {server.name} on http://{shown}:{port}/mcp "
+    return SignInChallenge(app, server.preconditions, url)
+
+
+async def _serve_http(prepared: PreparedServe, args: argparse.Namespace, sock: socket.socket
+                      ) -> None:
+    import uvicorn
+
+    server = prepared.server
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/mcp"
+    app = http_app(prepared, args, url)
+    print(f"{PROG}: serving {server.name} on {url} "
           f"(policy {args.policy}, revision {server.guard.revision})", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])
@@ -187,4 +221,4 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.set_defaults(func=run_serve)
 
 
-__all__ = ["register", "run_serve"]
+__all__ = ["PreparedServe", "http_app", "prepare_serve", "register", "run_serve"]
