@@ -20,7 +20,6 @@ the command's `_serve`, which no in-process harness runs.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import socket
 import time
@@ -50,6 +49,7 @@ from tests.fixtures.gateway_upstream import (
     upstream_http,
 )
 from tests.fixtures.inprocess import InProcess, asgi_served, cli_gateway, until
+from tests.fixtures.main_levels import restored_logging  # noqa: F401 (a fixture)
 from tests.fixtures.memory_upstream import MemoryServers, logging_env
 from tests.fixtures.ports import free_port
 from tests.fixtures.prometheus import Prometheus, Step, prometheus, scripted_calls
@@ -90,6 +90,7 @@ COUNTED = {("alpha", tool, result): n for (tool, result), n in SEEN.items() if t
 COUNTED |= {("beta", tool, result): n for (tool, result), n in SEEN.items() if tool.startswith("beta")}
 DECISIONS, UP = "mcp_preconditions_decisions_total", "mcp_preconditions_upstream_up"
 RESTARTS, RELOADS = "mcp_preconditions_upstream_restarts_total", "mcp_preconditions_policy_reloads_total"
+RANDOM_NAMES = 200  # in-process; the interop test's real Prometheus sees 1,000
 WAIT_SECONDS = 10.0  # the safety net of the interop tests' waits (events decide)
 
 
@@ -191,7 +192,7 @@ async def call(gw: InProcess, tool: str) -> dict[str, Any]:
 async def test_each_servers_calls_are_counted_exactly_and_random_names_add_no_series(
         tmp_path: Path) -> None:
     rng = random.Random(2424)
-    names = [random_name(rng) for _ in range(1000)]
+    names = [random_name(rng) for _ in range(RANDOM_NAMES)]
     async with two_servers(tmp_path) as (gw, _servers, _beta):
         seen = await script(gw, SCRIPT)
         first = await scrape(gw)
@@ -213,7 +214,7 @@ async def test_each_servers_calls_are_counted_exactly_and_random_names_add_no_se
         ("allowed",): 2, ("denied",): 0, ("error",): 0}
     assert first.series() == after.series() > 40
     assert after.nonzero(DECISIONS, "server", "tool", result="unlisted") == {
-        ("(none)", "(unlisted)"): 1000}  # no server lists them: one series
+        ("(none)", "(unlisted)"): RANDOM_NAMES}  # no server lists them: one series
     assert "staging" not in after.text  # the confidential requirement is never named
 
 
@@ -295,20 +296,7 @@ def test_a_bad_metrics_listen_is_one_line(value: str, message: str, tmp_path: Pa
     assert capsys.readouterr().err == f"mcp-preconditions: error: {message}\n"
 
 
-@pytest.fixture
-def _logging_levels() -> Iterator[None]:
-    """The levels `gateway` sets for the whole process, given back (main() runs in this one)."""
-    names = ("mcp_preconditions", "mcp_preconditions.decisions", "mcp_preconditions.policy",
-             "mcp_preconditions.approvals")
-    levels = {name: logging.getLogger(name).level for name in names}
-    flags = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing, logging._srcfile)
-    yield
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
-    logging.logThreads, logging.logProcesses, logging.logMultiprocessing, logging._srcfile = flags
-
-
-@pytest.mark.usefixtures("_logging_levels")
+@pytest.mark.usefixtures("restored_logging")
 def test_a_metrics_port_in_use_is_one_line(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The command in this process: it binds its listeners before anything starts, and the second
