@@ -2,6 +2,9 @@
 `guard_server`, fastmcp through `guard_fastmcp`): `metrics=True` counts every decision under the
 server's name with bounded labels, `/metrics` is on each one's HTTP app, and a traced call has its
 decision span under the server span with the call's attributes.
+
+In-process: each flavour in the test's event loop, its client in memory, its HTTP app on a socket of
+this loop. The traces stay interop (a process per flavour): see that test.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from tests.fixtures.mcp_servers import FLAVOURS, ROOT, Flavour, run_asgi, server
 from tests.fixtures.otlp import OtlpReceiver
 from tests.fixtures.traced_flavour import PARENT, TRACE, UNKNOWN
 
-pytestmark = pytest.mark.integration
+ASYNC = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.fixture(params=list(FLAVOURS))
@@ -36,6 +39,7 @@ def counted(metrics: Metrics, tool: str, result: str) -> float | None:
         "mcp_preconditions_decisions_total", {"server": "small", "tool": tool, "result": result})
 
 
+@ASYNC
 async def test_each_flavour_counts_its_decisions(flavour_name: str) -> None:
     flavour: Flavour = FLAVOURS[flavour_name](small_guard(), metrics=True)
     async with Client(flavour.target) as client:
@@ -68,6 +72,7 @@ def http_app(flavour: Flavour) -> Any:
     return flavour.target.streamable_http_app(custom_starlette_routes=[metrics_route(metrics)])
 
 
+@ASYNC
 async def test_each_flavour_serves_metrics_over_http(flavour_name: str) -> None:
     flavour: Flavour = FLAVOURS[flavour_name](small_guard(), metrics=True)
     async with Client(flavour.target) as client:
@@ -80,7 +85,12 @@ async def test_each_flavour_serves_metrics_over_http(flavour_name: str) -> None:
     assert "secret.door" not in page.text
 
 
+@pytest.mark.interop
 def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpReceiver) -> None:
+    """Interop: a hosted server's spans are the SDK's server span and ours, from the process's
+    global tracer provider, which is set once per process and which a test process must not
+    install: each flavour runs in a process of its own (tests/fixtures/traced_flavour.py), set up
+    from OTEL_* as an operator's is, exporting over OTLP/HTTP to the test's receiver."""
     env = server_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.endpoint)
     done = subprocess.run([sys.executable, "-m", "tests.fixtures.traced_flavour", flavour_name],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -107,8 +117,6 @@ def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpRec
         unlisted = decisions["decide (unlisted)"]
         assert by_id[unlisted.parent_span_id].name == "tools/call (unlisted)"
         assert by_id[unlisted.parent_span_id].attributes["gen_ai.tool.name"] == "(unlisted)"
-
-
 
 
 def test_the_http_traceparent_wrapper_costs_in_process_calls_nothing() -> None:
