@@ -1,5 +1,9 @@
 """`mcp-preconditions demo` end to end (a real stdio server process and a real MCP client), and the
 example server staying true to its sources: examples/mission-control-tools.json and the policy.
+
+The demo run is the interop tier's: starting the server as a subprocess and driving it over stdio is
+what the command shows its user (the same run collected as JSON, its server in memory, is
+tests/integration/test_demo_json.py's). The example server's checks run in-process.
 """
 
 from __future__ import annotations
@@ -14,14 +18,14 @@ from mcp_preconditions.examples_server import build_server, default_policy
 from mcp_preconditions.guard import Guard
 from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools, server_env
 
-pytestmark = pytest.mark.integration
-
 SOURCE_TOOLS = json.loads((ROOT / "examples" / "mission-control-tools.json").read_text("utf-8"))["tools"]
 
 
+@pytest.mark.interop
 def test_demo_shows_listing_verdicts_an_allowed_and_a_denied_call() -> None:
+    """Interop: the command as a user runs it, its server a real stdio subprocess."""
     done = subprocess.run([*CLI, "demo"], cwd=ROOT, env=server_env(), capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=10, check=False)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "1. tools/list with execution.requirements" in out
