@@ -377,7 +377,7 @@ def processes(tmp: Path) -> Iterator[tuple[Process, Prometheus]]:
         policy, servers = files(tmp, beta.url)
         with gateway_http(policy, tmp / "alpha.jsonl", "--servers", str(servers)) as gw, \
                 prometheus({"gw": gw.url + "/metrics"}, [ALERTS]) as prom:
-            eventually(lambda: httpx.get(gw.url + "/readyz", timeout=30).json()["status"], "ready",
+            eventually(lambda: httpx.get(gw.url + "/readyz", timeout=10).json()["status"], "ready",
                        gw.output)
             yield gw, prom
 
@@ -420,7 +420,7 @@ def test_prometheus_counts_each_servers_calls_exactly_and_random_names_add_no_se
         after = prom.values(series)
         unlisted = nonzero(prom, 'mcp_preconditions_decisions_total{result="unlisted"}', "server",
                            "tool")
-        text = httpx.get(gw.url + "/metrics", timeout=30).text
+        text = httpx.get(gw.url + "/metrics", timeout=10).text
     assert seen == SEEN  # what the client saw ...
     assert counts == COUNTED  # ... is what Prometheus counted, per server and tool
     assert unmet == {("(withheld)",): 2, ("auth:claim:role:admin",): 1, ("quota:q",): 3}
@@ -456,7 +456,7 @@ async def test_a_stdio_gateway_serves_its_metrics_on_their_own_listener(tmp_path
                 for _ in range(times):
                     result = await client.call_tool(tool, arguments)
                     seen[(tool, "denied" if result.is_error else "allowed")] += 1
-            async with httpx.AsyncClient(timeout=30) as http:
+            async with httpx.AsyncClient(timeout=10) as http:
                 page = Scraped((await http.get(url)).text)
                 elsewhere = (await http.get(url.removesuffix("/metrics") + "/mcp")).status_code
         await beta.stop()

@@ -77,7 +77,7 @@ async def test_each_flavour_serves_metrics_over_http(flavour_name: str) -> None:
     flavour: Flavour = FLAVOURS[flavour_name](small_guard(), metrics=True)
     async with Client(flavour.target) as client:
         await client.call_tool("closed_door", {})
-    async with run_asgi(http_app(flavour)) as base, httpx.AsyncClient(timeout=30) as http:
+    async with run_asgi(http_app(flavour)) as base, httpx.AsyncClient(timeout=10) as http:
         page = await http.get(f"{base}/metrics")
     assert page.status_code == 200
     assert ('mcp_preconditions_decisions_total{result="denied",server="small",tool="closed_door"} '
@@ -93,7 +93,7 @@ def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpRec
     from OTEL_* as an operator's is, exporting over OTLP/HTTP to the test's receiver."""
     env = server_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.endpoint)
     done = subprocess.run([sys.executable, "-m", "tests.fixtures.traced_flavour", flavour_name],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=10)
     assert done.returncode == 0, done.stderr
     decided_unknown = flavour_name != "fastmcp"  # fastmcp refuses an unknown name undecided
     spans = otlp_receiver.wait_for(TRACE, {"decide open_door", "decide closed_door"} | (

@@ -55,11 +55,11 @@ def otel_env(receiver: OtlpReceiver) -> dict[str, str]:
 async def launch(url: str) -> None:
     """Two anonymous launches: one continuing HEADER_TRACE from the HTTP header, one continuing
     META_TRACE from `_meta.traceparent`."""
-    header = httpx2.AsyncClient(headers={"traceparent": traceparent(HEADER_TRACE)}, timeout=30)
+    header = httpx2.AsyncClient(headers={"traceparent": traceparent(HEADER_TRACE)}, timeout=10)
     async with Client(streamable_http_client(url, http_client=header)) as client:
         denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
         assert denied.is_error
-    async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30))) as client:
+    async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=10))) as client:
         denied = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"},
                                         meta=request_meta({"traceparent": traceparent(META_TRACE)}))
         assert denied.is_error
