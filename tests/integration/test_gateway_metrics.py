@@ -19,7 +19,6 @@ the command's `_serve`, which no in-process harness runs.
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 import time
@@ -32,7 +31,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from anyio.abc import TaskStatus
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -48,35 +46,19 @@ from tests.fixtures.gateway_upstream import (
     upstream_env,
     upstream_http,
 )
-from tests.fixtures.inprocess import InProcess, asgi_served, cli_gateway, until
+from tests.fixtures.inprocess import InProcess, cli_gateway, until
 from tests.fixtures.main_levels import restored_logging  # noqa: F401 (a fixture)
 from tests.fixtures.memory_upstream import MemoryServers, logging_env
 from tests.fixtures.ports import free_port
 from tests.fixtures.prometheus import Prometheus, Step, prometheus, scripted_calls
 from tests.fixtures.scraped import Scraped
-from tests.integration.test_gateway_faults import http_upstream_app
+from tests.fixtures.two_servers import POLICY, Beta, files, two_servers
 from tests.integration.test_metrics_prometheus import _call_names, random_name
 
 ASYNC = pytest.mark.asyncio(loop_scope="module")
 INTEROP = pytest.mark.interop
 
 ALERTS = ROOT / "examples" / "prometheus" / "alerts.yml"
-POLICY = """
-environment = ["production"]
-confidential = ["env:staging"]
-[quotas.q]
-calls = 2
-per_seconds = 3600
-by = "global"
-[tools.alpha__echo]
-requirements = ["env:production"]
-[tools.alpha__slow]
-requirements = ["env:staging"]
-[tools.beta__echo]
-requirements = ["quota:q"]
-[tools.beta__env]
-requirements = ["env:production"]
-"""
 SCRIPT: list[Step] = [
     ("alpha__echo", {}, None, 3),               # allowed
     ("alpha__slow", {"seconds": 0}, None, 2),   # denied: env:staging, confidential
@@ -99,61 +81,7 @@ def _no_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)  # the gateway's own, here
 
 
-def files(tmp: Path, beta_url: str, alpha: list[str] | None = None) -> tuple[Path, Path]:
-    """The policy and a desktop-style servers file: `alpha` over stdio (`alpha`: its command line,
-    the logging upstream's process by default), `beta` at `beta_url`."""
-    alpha = alpha or UPSTREAM_STDIO
-    policy, servers = tmp / "policy.toml", tmp / "servers.json"
-    policy.write_text(POLICY, encoding="utf-8")
-    servers.write_text(json.dumps({"mcpServers": {
-        "alpha": {"command": alpha[0], "args": alpha[1:]},
-        "beta": {"url": beta_url}}}), encoding="utf-8")
-    return policy, servers
-
-
 # -- in-process --------------------------------------------------------------------------------------
-class Beta:
-    """`beta`: the logging upstream over streamable HTTP on a port of 127.0.0.1, in this loop,
-    started (`await tg.start(beta.serve)`) and stopped (`await beta.stop()`) as a process is."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.log = tmp / "beta.jsonl"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self._stop = anyio.Event()
-        self._stopped = anyio.Event()
-
-    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        self._stop, self._stopped = anyio.Event(), anyio.Event()
-        try:
-            async with asgi_served(http_upstream_app(self.log), self.port):
-                task_status.started()
-                await self._stop.wait()
-        finally:
-            self._stopped.set()
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._stopped.wait()
-
-
-@asynccontextmanager
-async def two_servers(tmp: Path, *options: str) -> AsyncIterator[tuple[InProcess, MemoryServers, Beta]]:
-    """`gateway --servers S --listen http://...` in-process in front of `alpha` (in memory) and
-    `beta` (up before the gateway starts), both connected and listed."""
-    servers, beta = MemoryServers(), Beta(tmp)
-    with servers.installed():
-        alpha = servers.logging_upstream("alpha", **logging_env(tmp / "alpha.jsonl"))
-        policy, listing = files(tmp, beta.url, alpha)
-        async with anyio.create_task_group() as tg:
-            await tg.start(beta.serve)
-            async with cli_gateway(["--policy", str(policy), "--servers", str(listing), "--listen",
-                                    "http://127.0.0.1:0", *options]) as gw:
-                await gw.until_ready()
-                yield gw, servers, beta
-            await beta.stop()
-
-
 async def scrape(gw: InProcess) -> Scraped:
     async with gw.http() as http:
         page = await http.get("/metrics")

@@ -17,13 +17,11 @@ test_traces_otlp.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -32,12 +30,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from mcp_preconditions.cli import main
 from mcp_preconditions.telemetry import gateway as telemetry_gateway
 from tests.fixtures.gateway_upstream import UPSTREAM_STDIO, read_log
-from tests.fixtures.inprocess import InProcess, cli_gateway, until
+from tests.fixtures.inprocess import InProcess, until
 from tests.fixtures.main_levels import restored_logging  # noqa: F401 (a fixture)
 from tests.fixtures.mcp_servers import request_meta
-from tests.fixtures.memory_upstream import MemoryServers, logging_env
 from tests.fixtures.otlp import ReceivedSpan
-from tests.integration.test_gateway_metrics import Beta, files
+from tests.fixtures.two_servers import two_servers
 
 ASYNC = pytest.mark.asyncio(loop_scope="module")
 
@@ -106,22 +103,6 @@ def traced(monkeypatch: pytest.MonkeyPatch) -> Iterator[Spans]:
     provider.shutdown()
 
 
-@asynccontextmanager
-async def two_servers(tmp: Path) -> AsyncIterator[InProcess]:
-    """`beta`, and the gateway in front of it and `alpha` (in memory), both servers listed."""
-    servers, beta = MemoryServers(), Beta(tmp)
-    with servers.installed():
-        alpha = servers.logging_upstream("alpha", **logging_env(tmp / "alpha.jsonl"))
-        policy, listing = files(tmp, beta.url, alpha)
-        async with anyio.create_task_group() as tg:
-            await tg.start(beta.serve)
-            async with cli_gateway(["--policy", str(policy), "--servers", str(listing), "--listen",
-                                    "http://127.0.0.1:0"]) as gw:
-                await gw.until_ready()
-                yield gw
-            await beta.stop()
-
-
 async def calls(gw: InProcess) -> dict[str, bool]:
     """One call per trace: three from an HTTP client sending a `traceparent` header, one with
     `_meta.traceparent` (how 2026-07-28 clients send it). What each said: is_error."""
@@ -167,7 +148,7 @@ def expected_spans(key: str) -> set[str]:
 @ASYNC
 async def test_one_trace_runs_from_the_client_through_the_gateway_into_each_server(
         tmp_path: Path, traced: Spans) -> None:
-    async with two_servers(tmp_path) as gw:
+    async with two_servers(tmp_path) as (gw, _servers, _beta):
         said = await calls(gw)
         # Every span the assertions read: a parent span ends after its children.
         traces = {key: await traced.wait_for(trace, expected_spans(key))
@@ -212,7 +193,7 @@ async def test_one_trace_runs_from_the_client_through_the_gateway_into_each_serv
 @ASYNC
 async def test_without_a_tracer_the_clients_context_is_passed_on_and_no_span_is_made(
         tmp_path: Path) -> None:
-    async with two_servers(tmp_path) as gw:
+    async with two_servers(tmp_path) as (gw, _servers, _beta):
         said = await calls(gw)
         tracing = gw.gateway.telemetry.tracing
     assert said == {"alpha": False, "beta": False, "meta": False, "denied": True}
@@ -234,7 +215,7 @@ async def probes(gw: InProcess, count: int) -> list[bool]:
 @ASYNC
 async def test_a_name_no_server_lists_is_unlisted_in_every_span(
         tmp_path: Path, traced: Spans) -> None:
-    async with two_servers(tmp_path) as gw:
+    async with two_servers(tmp_path) as (gw, _servers, _beta):
         assert await probes(gw, 20) == [True] * 20
         await until(lambda: sum(s.name == "tools/call (unlisted)"
                                 for s in traced.of(UNLISTED_TRACE)) == 20, "20 server spans")
