@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 import httpx
+import mcp_types
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -377,9 +378,9 @@ async def test_a_stdio_gateway_serves_its_metrics_on_their_own_listener(tmp_path
     seen: Counter[tuple[str, str]] = Counter()
     async with anyio.create_task_group() as tg:
         await tg.start(beta.serve)
-        async with Client(params, mode="legacy") as client:
-            for tool in ("alpha__echo", "beta__env"):  # both servers listed before the script runs
-                await _until_listed(client, tool)
+        told = Told()
+        async with Client(params, mode="legacy", message_handler=told) as client:
+            await told.until_listed(client, {"alpha__echo", "beta__env"})  # both servers listed
             for tool, arguments, _token, times in SCRIPT:
                 for _ in range(times):
                     result = await client.call_tool(tool, arguments)
@@ -393,7 +394,20 @@ async def test_a_stdio_gateway_serves_its_metrics_on_their_own_listener(tmp_path
     assert elsewhere == 404
 
 
-async def _until_listed(client: Client, tool: str) -> None:
-    with anyio.fail_after(WAIT_SECONDS):
-        while tool not in {t.name for t in (await client.list_tools()).tools}:
-            await anyio.sleep(0.05)  # a look at the process's listing again
+class Told:
+    """A client's message handler: each `tools/list_changed` wakes `until_listed`."""
+
+    def __init__(self) -> None:
+        self._changed = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._changed.set()
+
+    async def until_listed(self, client: Client, tools: set[str]) -> None:
+        """Until the client's listing holds `tools`, listing again each time it is told of a
+        change (a server listed after the first listing was shown)."""
+        with anyio.fail_after(WAIT_SECONDS):
+            while not tools <= {t.name for t in (await client.list_tools()).tools}:
+                await self._changed.wait()
+                self._changed = anyio.Event()
