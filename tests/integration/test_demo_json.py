@@ -1,23 +1,47 @@
-"""`mcp-preconditions demo --format json`: the same real stdio run as the narrative, as one JSON
-document (the listing, both verdict rounds, the allowed and the denied call, what the client learned)."""
+"""`mcp-preconditions demo --format json`: the same run as the narrative, as one JSON document (the
+listing, both verdict rounds, the allowed and the denied call, what the client learned).
+
+In the test's own process: `main(["demo", "--format", "json"])`, with the server the demo starts
+(`serve --transport stdio --claims C ...`, its command line read from what the demo asks for) guarded
+in this process and reached in memory (the SDK's client takes a server object where the demo hands
+it a stdio transport). The demo as a user runs it, the server a real stdio process, is the interop
+tier's: tests/integration/test_mcp_demo.py.
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
+from typing import Any
 
+import mcp.client.stdio
 import pytest
+from mcp.client.stdio import StdioServerParameters
 
-from tests.fixtures.mcp_servers import CLI, ROOT, server_env
+from mcp_preconditions.cli import build_parser, main
+from mcp_preconditions.examples_server import build_server
+from mcp_preconditions.files import read_claims
+from mcp_preconditions.guard import Guard
+from mcp_preconditions.policy.load import load_policy
+from mcp_preconditions.principal import Credentials, Principal
 
-pytestmark = pytest.mark.integration
+
+def demo_server(params: StdioServerParameters, errlog: Any = None) -> Any:
+    """What the demo's `serve` command line serves over stdio, as a server object: the embedded
+    policy, the caller its `--claims` name, nothing refreshed."""
+    argv = list(params.args)
+    args = build_parser().parse_args(argv[argv.index("serve"):])
+    assert (args.transport, args.refresh_seconds) == ("stdio", 0)
+    caller = Credentials(principal=Principal.from_claims(read_claims(args.claims)))
+    return build_server(Guard(load_policy(args.policy)), credentials=lambda _request: caller)
 
 
-def test_demo_as_json() -> None:
-    done = subprocess.run([*CLI, "demo", "--format", "json"], cwd=ROOT, env=server_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert (done.returncode, done.stderr) == (0, ""), done.stderr
-    run = json.loads(done.stdout)
+def test_demo_as_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
+    monkeypatch.setattr(mcp.client.stdio, "stdio_client", demo_server)
+    status = main(["demo", "--format", "json"])
+    done = capsys.readouterr()
+    assert (status, done.err) == (0, ""), done.err
+    run = json.loads(done.out)
     assert set(run) == {"server", "caller", "knowledge", "tools", "verdicts", "allowed_call",
                         "denied_call", "learned", "verdicts_after"}
     assert run["server"]["policy"] == "mission-control.toml"

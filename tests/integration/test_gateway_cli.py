@@ -1,12 +1,20 @@
-"""`mcp-preconditions gateway` command-line errors: one line each, exit 2, nothing started."""
+"""`mcp-preconditions gateway` command-line errors: one line each, exit 2, nothing started.
+
+`main(argv)` in the test's own process, its stderr captured: each error is found before anything
+starts. One row runs the real command as a process (the interop tier): the exit status and the one
+line a shell sees, no traceback.
+"""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from mcp_preconditions.cli import main
+from tests.fixtures.gateway_upstream import CLI, ROOT, upstream_env
+from tests.fixtures.main_levels import restored_logging  # noqa: F401 (a fixture)
 
 ERRORS = [
     ([], "no upstream: give --upstream-url URL or a command after --"),
@@ -31,6 +39,7 @@ ERRORS = [
 ]
 
 
+@pytest.mark.usefixtures("restored_logging")
 @pytest.mark.parametrize(("args", "message"), ERRORS)
 def test_bad_command_lines_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 args: list[str], message: str) -> None:
@@ -40,6 +49,7 @@ def test_bad_command_lines_exit_2_with_one_line(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().err == f"mcp-preconditions: error: {message}\n"
 
 
+@pytest.mark.usefixtures("restored_logging")
 def test_a_bad_policy_is_named_before_anything_starts(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     policy = tmp_path / "policy.toml"
@@ -48,3 +58,18 @@ def test_a_bad_policy_is_named_before_anything_starts(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith(f"mcp-preconditions: error: {policy}: ")
     assert "gateway.unlisted_tools" in err
+
+
+@pytest.mark.interop
+def test_the_real_command_exits_2_with_one_line(tmp_path: Path) -> None:
+    """Interop: the command as a shell runs it, a process whose exit status and stderr are the
+    user's whole view of a mistake."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("", encoding="utf-8")
+    done = subprocess.run([*CLI, "gateway", "--policy", str(policy), "--listen",
+                           "tcp://127.0.0.1:8000", "--", "ls"], capture_output=True, text=True,
+                          env=upstream_env(tmp_path / "u.jsonl"), cwd=ROOT, timeout=10,
+                          stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("mcp-preconditions: error: --listen: expected 'stdio' or "
+                           "'http://HOST:PORT', got 'tcp://127.0.0.1:8000'\n")

@@ -1,7 +1,13 @@
 """Over stdio a desktop client shows the gateway's stderr to its user, who is the caller (issue 29):
 the decision records there name no confidential requirement (counted in `withheld`, as the denial
 counts them) and no reason or label the caller may not see; the operator's whole record goes to
-the file `--decision-log` names. A real stdio gateway process driven by the MCP SDK's client.
+the file `--decision-log` names.
+
+In-process (tests/fixtures/inprocess.py): a gateway wired for stdio from its command line in the
+test's event loop, its upstream in memory, its records read as its logger writes them. One test
+stays interop: a real stdio gateway process driven by the MCP SDK's client, because what a desktop
+client shows its user is that process's whole stderr (its logging as the command sets it up, and
+every other line it writes), which only the process has.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from mcp_preconditions.cli import main
 from tests.fixtures.gateway_upstream import UPSTREAM_STDIO, gateway_stdio, tool_calls
+from tests.fixtures.inprocess import logging_gateway
+from tests.fixtures.main_levels import restored_logging  # noqa: F401 (a fixture)
 from tests.integration.test_gateway_calls import raw_call
 from tests.integration.test_gateway_confidential import CONFIDENTIAL, files, named
-
-pytestmark = pytest.mark.integration
 
 PREFIX = "mcp_preconditions.decisions: "
 
@@ -30,14 +36,34 @@ async def _calls(params: StdioServerParameters, err: Any) -> dict[str, dict[str,
         return {name: await raw_call(client, name) for name in ("echo", "secret", "env")}
 
 
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_stdio_records_name_no_confidential_requirement_and_the_decision_log_has_them_all(
+        tmp_path: Path) -> None:
+    policy, claims, log = files(tmp_path, "result")
+    decisions = tmp_path / "decisions.jsonl"
+    async with logging_gateway(policy, log, "--claims", str(claims), "--decision-log",
+                               str(decisions)) as gw:
+        async with gw.client() as client:
+            seen = {name: await raw_call(client, name) for name in ("echo", "secret", "env")}
+        await gw.logged(r'mcp_preconditions\.decisions: .*"tool": "env"')
+        shown = gw.output()
+    check(shown, seen, decisions, log)
+
+
+@pytest.mark.interop
 def test_stderr_names_no_confidential_requirement_and_the_decision_log_has_them_all(
         tmp_path: Path) -> None:
+    """Interop: a stdio gateway process's whole stderr, as a desktop client shows it."""
     policy, claims, log = files(tmp_path, "result")
     decisions, stderr = tmp_path / "decisions.jsonl", tmp_path / "gateway.err"
     params = gateway_stdio(policy, log, "--claims", str(claims), "--decision-log", str(decisions))
     with stderr.open("wb") as err:
         seen = anyio.run(_calls, params, err)
-    shown = stderr.read_text(encoding="utf-8")
+    check(stderr.read_text(encoding="utf-8"), seen, decisions, log)
+
+
+def check(shown: str, seen: dict[str, dict[str, Any]], decisions: Path, log: Path) -> None:
+    """What the caller saw, what the stdio records said (`shown`), and the operator's file."""
     records = [json.loads(line[len(PREFIX):]) for line in shown.splitlines()
                if line.startswith(PREFIX)]
     operator = [json.loads(line) for line in decisions.read_text(encoding="utf-8").splitlines()]
@@ -58,6 +84,7 @@ def test_stderr_names_no_confidential_requirement_and_the_decision_log_has_them_
     assert tool_calls(log) == ["env"]
 
 
+@pytest.mark.usefixtures("restored_logging")
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--decision-log", "{tmp}/no/such/dir/decisions.jsonl",
      "--decision-log: cannot open '{tmp}/no/such/dir/decisions.jsonl' for appending: No such file "

@@ -1,29 +1,39 @@
 """`mcp-preconditions demo` end to end (a real stdio server process and a real MCP client), and the
 example server staying true to its sources: examples/mission-control-tools.json and the policy.
+
+The demo run is the interop tier's: starting the server as a subprocess and driving it over stdio is
+what the command shows its user (the command itself runs in this process, `main(["demo"])`; the same
+run collected as JSON, its server in memory, is tests/integration/test_demo_json.py's). The example
+server's checks run in-process.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 
 import pytest
 from mcp import Client
 
+from mcp_preconditions.cli import main
 from mcp_preconditions.examples_server import build_server, default_policy
 from mcp_preconditions.guard import Guard
-from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools, server_env
-
-pytestmark = pytest.mark.integration
+from tests.fixtures.mcp_servers import ROOT, raw_tools
 
 SOURCE_TOOLS = json.loads((ROOT / "examples" / "mission-control-tools.json").read_text("utf-8"))["tools"]
 
 
-def test_demo_shows_listing_verdicts_an_allowed_and_a_denied_call() -> None:
-    done = subprocess.run([*CLI, "demo"], cwd=ROOT, env=server_env(), capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+@pytest.mark.interop
+def test_demo_shows_listing_verdicts_an_allowed_and_a_denied_call(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Interop: the demo's server is a real stdio subprocess, which the command starts (with this
+    process's environment, less the label, token and OpenTelemetry overrides of the test run)."""
+    for variable in [v for v in os.environ if v.startswith("OTEL_") or v in (
+            "MCP_PRECONDITIONS_ENVIRONMENT", "MCP_PRECONDITIONS_TOKEN")]:
+        monkeypatch.delenv(variable)
+    status = main(["demo"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
     assert "1. tools/list with execution.requirements" in out
     # state:weather.clear is enforced but confidential in the policy: never listed (SPEC §3).
     assert ("   launch_rocket         auth:oauth2, auth:claim:role:mission_control, "
@@ -39,7 +49,7 @@ def test_demo_shows_listing_verdicts_an_allowed_and_a_denied_call() -> None:
     assert ("   fuel_status           WILL FAIL  unsatisfiable: state:range.safety_officer_on_duty"
             "  -> hidden\n") in out
     assert out.rstrip().endswith("shown to the model: 5 of 7 tools")
-    assert done.stderr == ""
+    assert err == ""
 
 
 async def test_the_example_server_matches_examples_mission_control_tools() -> None:

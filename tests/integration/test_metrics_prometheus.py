@@ -1,19 +1,20 @@
-"""A real Prometheus scrapes `serve --transport http` during a scripted run of allowed and denied
-calls; PromQL through its HTTP API gives the exact count per tool and result. A caller sending
-1,000 random tool names adds no series. `--metrics-listen` serves a stdio server's metrics.
+"""`serve --transport http` counts a scripted run of allowed and denied calls exactly, per tool and
+result, on its `/metrics` page (read with prometheus_client's own parser: tests/fixtures/scraped.py).
+A caller sending 1,000 random tool names adds no series. `--metrics-listen` serves a stdio server's
+metrics, and moves them off the HTTP listener; a bad or taken address is one line and exit 2.
 
-The harness (tests/fixtures/prometheus.py: `prometheus`, `scripted_calls`, `decision_counts`) takes
-any MCP URL and metrics URL: a gateway's too.
+The suite's one real Prometheus scrape is a gateway's (tests/integration/test_gateway_metrics.py).
+`serve` still runs as a process here: it is wired in-process once `prepare_serve` lands (branch
+b41hosted, tests/fixtures/hosted.py); the bad addresses go through `main()` in this process.
 """
 
 from __future__ import annotations
 
 import random
 import re
+import socket
 import string
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import anyio
@@ -24,6 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_preconditions.cli import main
+from tests.fixtures.main_levels import restored_logging  # noqa: F401 (a fixture)
 from tests.fixtures.mcp_servers import (
     CLI,
     MISSION_POLICY,
@@ -34,7 +36,8 @@ from tests.fixtures.mcp_servers import (
     server_env,
 )
 from tests.fixtures.oidc import OidcServer
-from tests.fixtures.prometheus import Step, decision_counts, metrics_url, prometheus, scripted_calls
+from tests.fixtures.prometheus import Step, metrics_url, scripted_calls
+from tests.fixtures.scraped import Scraped
 
 pytestmark = pytest.mark.integration
 
@@ -61,21 +64,29 @@ def random_name(rng: random.Random) -> str:
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
 
 
-def test_prometheus_counts_each_tools_allowed_and_denied_calls_exactly(
+def scrape(url: str) -> Scraped:
+    page = httpx.get(metrics_url(url), timeout=10)
+    assert page.status_code == 200, page.text
+    return Scraped(page.text)
+
+
+DECISIONS = "mcp_preconditions_decisions_total"
+
+
+def test_serve_counts_each_tools_allowed_and_denied_calls_exactly(
         oidc_server: OidcServer, tmp_path: Path) -> None:
-    with serve_http(oidc_policy(tmp_path, oidc_server)) as server, \
-            prometheus({"mission": metrics_url(server.url)}) as prom:
+    with serve_http(oidc_policy(tmp_path, oidc_server)) as server:
         seen = anyio.run(scripted_calls, server.url, script(oidc_server.token()))
-        prom.scraped_after(time.time(), "mission")
-        counts = decision_counts(prom, "mission")
-        zero = prom.values('mcp_preconditions_decisions_total{tool="read_telemetry"}', "result")
-        unmet = prom.values("mcp_preconditions_unmet_total", "requirement")
-        revision = prom.values("mcp_preconditions_policy_info == 1", "revision")
+        page = scrape(server.url)
         announced = re.search(r"revision (\w+)", server.output())
+    counts = page.nonzero(DECISIONS, "tool", "result")
+    zero = page.values(DECISIONS, "result", tool="read_telemetry")
+    unmet = page.values("mcp_preconditions_unmet_total", "requirement")
+    revision = page.nonzero("mcp_preconditions_policy_info", "revision")
     assert announced is not None
     assert list(revision) == [(announced.group(1),)]
     assert seen == EXPECTED  # what the clients saw ...
-    assert counts == EXPECTED  # ... is what Prometheus counted
+    assert counts == EXPECTED  # ... is what was counted
     assert zero == {("allowed",): 0, ("denied",): 0, ("error",): 0}  # listed, never called
     assert unmet[("auth:oauth2",)] == 7  # the anonymous calls: 4 launches, 2 aborts, 1 fuel check
     assert unmet[("capability:rocket.launch",)] == 4
@@ -96,22 +107,16 @@ async def _call_names(url: str, names: list[str]) -> None:
 def test_a_thousand_random_tool_names_add_no_series(tmp_path: Path) -> None:
     rng = random.Random(24)
     names = [random_name(rng) for _ in range(1000)]
-    with serve_http(MISSION_POLICY) as server, \
-            prometheus({"mission": metrics_url(server.url)}) as prom:
+    with serve_http(MISSION_POLICY) as server:
         anyio.run(_call_names, server.url, ["get_weather", "launch_rocket"])  # the series exist
-        prom.scraped_after(time.time(), "mission")
-        series = 'count({__name__=~"mcp_preconditions_.+", job="mission"})'
-        before = prom.values(series)
-        unlisted = 'mcp_preconditions_decisions_total{tool="(unlisted)", result="unlisted"}'
-        assert prom.values(unlisted, "server") == {("mission-control",): 0}
+        before = scrape(server.url)
         anyio.run(_call_names, server.url, names)
-        prom.scraped_after(time.time(), "mission")
-        after = prom.values(series)
-        counted = prom.values(unlisted, "server")
-        text = httpx.get(metrics_url(server.url), timeout=30).text
-    assert before == after and before[()] > 40
-    assert counted == {("mission-control",): 1000}
-    assert not any(f'tool="{n}"' in text for n in names if n not in ("get_weather",))
+        after = scrape(server.url)
+    unlisted = {"tool": "(unlisted)", "result": "unlisted"}
+    assert before.values(DECISIONS, "server", **unlisted) == {("mission-control",): 0}
+    assert before.series() == after.series() > 40
+    assert after.values(DECISIONS, "server", **unlisted) == {("mission-control",): 1000}
+    assert not any(f'tool="{n}"' in after.text for n in names if n not in ("get_weather",))
 
 
 def test_a_stdio_server_serves_metrics_on_its_own_listener() -> None:
@@ -127,7 +132,7 @@ def test_a_stdio_server_serves_metrics_on_its_own_listener() -> None:
                 errlog.seek(0)
                 url = re.search(r"metrics on (\S+)", errlog.read())
                 assert url is not None
-                async with httpx.AsyncClient(timeout=30) as http:
+                async with httpx.AsyncClient(timeout=10) as http:
                     page = (await http.get(url.group(1))).text
                     elsewhere = (await http.get(url.group(1).removesuffix("/metrics") + "/mcp"))
                 return url.group(1), page, elsewhere.status_code
@@ -144,10 +149,11 @@ def test_metrics_listen_moves_metrics_off_the_http_listener() -> None:
     with serve_http(MISSION_POLICY, "--metrics-listen", "http://127.0.0.1:0") as server:
         own = re.search(r"metrics on (\S+)", server.output())
         assert own is not None
-        assert httpx.get(metrics_url(server.url), timeout=30).status_code == 404
-        assert "mcp_preconditions_policy_info" in httpx.get(own.group(1), timeout=30).text
+        assert httpx.get(metrics_url(server.url), timeout=10).status_code == 404
+        assert "mcp_preconditions_policy_info" in httpx.get(own.group(1), timeout=10).text
 
 
+@pytest.mark.usefixtures("restored_logging")
 @pytest.mark.parametrize(("value", "message"), [
     ("127.0.0.1:9100", "--metrics-listen: expected 'http://HOST:PORT', got '127.0.0.1:9100'"),
     ("http://127.0.0.1:70000", "--metrics-listen: port out of range (0-65535): 70000"),
@@ -158,13 +164,15 @@ def test_a_bad_metrics_listen_is_one_line(value: str, message: str,
     assert capsys.readouterr().err == f"mcp-preconditions: error: {message}\n"
 
 
-def test_a_metrics_port_in_use_is_one_line() -> None:
-    with serve_http(MISSION_POLICY, "--metrics-listen", "http://127.0.0.1:0") as server:
-        taken = re.search(r"metrics on http://127.0.0.1:(\d+)", server.output())
-        assert taken is not None
-        done = subprocess.run([*CLI, "serve", "--policy", str(MISSION_POLICY), "--metrics-listen",
-                               f"http://127.0.0.1:{taken.group(1)}"], capture_output=True,
-                              text=True, env=server_env(), cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL)
-    assert done.returncode == 2
-    assert done.stderr == (f"mcp-preconditions: error: --metrics-listen: cannot listen on "
-                           f"127.0.0.1:{taken.group(1)}: Address already in use\n")
+@pytest.mark.usefixtures("restored_logging")
+def test_a_metrics_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The command in this process: its listener is bound before anything is served."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status = main(["serve", "--policy", str(MISSION_POLICY), "--metrics-listen",
+                       f"http://127.0.0.1:{port}"])
+    assert status == 2
+    assert capsys.readouterr().err == (f"mcp-preconditions: error: --metrics-listen: cannot listen "
+                                       f"on 127.0.0.1:{port}: Address already in use\n")

@@ -1,9 +1,13 @@
 """One rule set (issue 31): a hosted server and the gateway list, decide and refuse by the same code,
 so each rule the two paths used to disagree on is held here by one test, run on both paths through
 the MCP SDK's client: the same server (tests/fixtures/listed_server.py, whose `tools/list` is
-exactly the JSON it is given) guarded in-process by `guard_server`, and behind a real
-`mcp-preconditions gateway` process over stdio. Every expected value is the same on both paths, but
-for who a refusal says it is ("the server's" / "the gateway's" policy).
+exactly the JSON it is given) guarded in-process by `guard_server`, and behind `mcp-preconditions
+gateway` wired from its command line for stdio (`--claims`) in the test's event loop, the server in
+memory as its stdio server (tests/fixtures/inprocess.py). Every expected value is the same on both
+paths, but for who a refusal says it is ("the server's" / "the gateway's" policy).
+
+No notification is waited for by time: each `list_changed` a client must not get is followed by one
+it must get, on the same ordered stream, and the count is read when that one arrives.
 
 | rule | decided (docs/mcp.md, docs/gateway.md) |
 |---|---|
@@ -17,7 +21,6 @@ for who a refusal says it is ("the server's" / "the gateway's" policy).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,7 +30,6 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from mcp_preconditions.client import DENIAL_META_KEY
 from mcp_preconditions.guard import Guard
@@ -36,11 +38,13 @@ from mcp_preconditions.integrations.mcp_sdk import guard_server
 from mcp_preconditions.policy.load import load_policy, revision_of
 from mcp_preconditions.principal import Credentials, Principal
 from mcp_preconditions.wire import META_KEY
+from tests.fixtures.inprocess import cli_gateway
 from tests.fixtures.listed_server import build
-from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools, server_env
+from tests.fixtures.mcp_servers import raw_tools
+from tests.fixtures.memory_upstream import MemoryServers
 from tests.integration.test_mcp_list_changed import Inbox
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 PATHS = ("hosted", "gateway")
 CLAIMS = {"sub": "alice", "role": "pilot"}
@@ -72,10 +76,14 @@ class Served:
                 if DECISIONS in line]
 
 
+WAIT_SECONDS = 10.0  # the safety net of a wait for a reload's effect
+
+
 async def _until(ready: Callable[[], Awaitable[bool]]) -> None:
-    with anyio.fail_after(30):
+    """Until `ready()` (a call or a notification count) says the reload is in force."""
+    with anyio.fail_after(WAIT_SECONDS):
         while not await ready():
-            await anyio.sleep(0.1)
+            await anyio.sleep(0.01)
 
 
 @asynccontextmanager
@@ -101,30 +109,27 @@ async def hosted(tmp_path: Path, tools: list[dict[str, Any]], policy: bytes,
 
 
 @asynccontextmanager
-async def gateway(tmp_path: Path, tools: list[dict[str, Any]], policy: bytes) -> AsyncIterator[Served]:
+async def gateway(tmp_path: Path, tools: list[dict[str, Any]], policy: bytes,
+                  list_delay: float = 0.0) -> AsyncIterator[Served]:
     path, claims = tmp_path / "policy.toml", tmp_path / "claims.json"
-    listing, ran, errors = tmp_path / "tools.json", tmp_path / "ran.log", tmp_path / "gateway.err"
     path.write_bytes(policy)
     claims.write_text(json.dumps(CLAIMS), encoding="utf-8")
-    listing.write_text(json.dumps(tools), encoding="utf-8")
-    params = StdioServerParameters(command=CLI[0], args=[
-        *CLI[1:], "gateway", "--policy", str(path), "--claims", str(claims),
-        "--policy-poll-seconds", "0.2", "--", sys.executable, "-m", "tests.fixtures.listed_server",
-        str(listing), str(ran)], env=server_env(), cwd=ROOT)
+    ran: list[str] = []
+    servers = MemoryServers()
+    with servers.installed():
+        command = servers.add("listed", lambda _env, _die: build(tools, ran.append, list_delay))
+        async with cli_gateway(["--policy", str(path), "--claims", str(claims),
+                                "--policy-poll-seconds", "0.1", "--", *command]) as gw:
 
-    async def reload(text: bytes, ready: Callable[[], Awaitable[bool]]) -> None:
-        path.write_bytes(text)  # the gateway polls its file
-        await _until(ready)
+            async def reload(text: bytes, ready: Callable[[], Awaitable[bool]]) -> None:
+                seen = len(gw.log.lines)
+                path.write_bytes(text)  # the gateway polls its file
+                await gw.log.wait_for(r"policy .* reloaded: revision", after=seen)
+                await _until(ready)
 
-    def ran_names() -> list[str]:
-        return ran.read_text(encoding="utf-8").split() if ran.exists() else []
-
-    inbox = Inbox()
-    with errors.open("w", encoding="utf-8") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy",
-                          message_handler=inbox) as client:
-            yield Served("gateway", client, inbox, path, ran_names,
-                         lambda: errors.read_text(encoding="utf-8"), reload)
+            inbox = Inbox()
+            async with gw.client("legacy", message_handler=inbox) as client:
+                yield Served("gateway", client, inbox, path, lambda: list(ran), gw.output, reload)
 
 
 # -- the rules ---------------------------------------------------------------------------------------
@@ -174,17 +179,21 @@ async def list_changed_only_when_seen(served: Served) -> None:
         return denial is not None and denial["withheld"] == 1
     await served.reload(STAGING + b'confidential = ["env:testing"]\n'
                         b'[tools.echo]\nrequirements = ["env:testing"]\n', withheld)
-    await anyio.sleep(1.0)  # a notification on its way would have arrived
     assert served.inbox.count == 0
 
-    async def told() -> bool:
-        return served.inbox.count > 0
+    def told(count: int) -> Callable[[], Awaitable[bool]]:
+        async def arrived() -> bool:
+            return served.inbox.count >= count
+        return arrived
     await served.reload(STAGING + b'confidential = ["env:testing"]\n'
-                        b'[tools.echo]\nrequirements = ["env:testing", "env:production"]\n', told)
-    listed = await raw_tools(served.client.session)
-    assert listed[0]["_meta"][META_KEY] == ["env:production"]
-    await anyio.sleep(0.5)
+                        b'[tools.echo]\nrequirements = ["env:testing", "env:production"]\n', told(1))
+    # The one it must get came after any the first reload sent, on the same stream: none was.
     assert served.inbox.count == 1
+    listed = await raw_tools(served.client.session)  # shown again
+    assert listed[0]["_meta"][META_KEY] == ["env:production"]
+    await served.reload(STAGING + b'confidential = ["env:testing"]\n'
+                        b'[tools.echo]\nrequirements = ["env:testing"]\n', told(2))
+    assert served.inbox.count == 2  # and the second reload sent it once
 
 
 async def refusals_are_decisions(served: Served) -> None:
@@ -252,12 +261,15 @@ async def test_a_first_listing_asked_while_the_gateway_lists_its_server_is_not_f
     """A caller's first `tools/list` that reaches the gateway while it is still listing its server
     (slow here: 1 s) waits for that listing and shows the server's tools. The caller saw nothing
     before, so no `list_changed` follows: the view it is watched with is the one it was shown, not
-    the empty one of the moment its request arrived (a race a loaded CI run lost, stop 37)."""
+    the empty one of the moment its request arrived (a race a loaded CI run lost, stop 37). A reload
+    that changes its view then tells it once: nothing came before that on its stream."""
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
-    monkeypatch.setenv("LISTED_SERVER_LIST_DELAY", "1")
-    async with gateway(tmp_path, [tool("echo")], STAGING) as served:
-        assert [t.name for t in (await served.client.list_tools()).tools] == ["echo"]
-        await anyio.sleep(1.0)  # a notification on its way would have arrived
-        assert served.inbox.count == 0
+    async with gateway(tmp_path, [tool("echo")], STAGING, list_delay=1.0) as served:
         assert [t.name for t in (await served.client.list_tools()).tools] == ["echo"]
         assert served.inbox.count == 0
+        assert [t.name for t in (await served.client.list_tools()).tools] == ["echo"]
+
+        async def told() -> bool:
+            return served.inbox.count > 0
+        await served.reload(STAGING + b'[tools.echo]\nrequirements = ["env:production"]\n', told)
+        assert served.inbox.count == 1

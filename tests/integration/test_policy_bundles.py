@@ -1,7 +1,10 @@
 """Policy bundles from a real HTTP server on 127.0.0.1 (stdlib http.server on a thread): ETag 304s,
-new revisions, signatures (tampered, unsigned when required), truncated bodies, 5xx, unreachable.
+new revisions, signatures (tampered, unsigned when required), truncated bodies, a body still
+arriving past the deadline, 5xx, unreachable.
 
 Every refusal keeps the revision in force; a first load that fails raises one clear PolicyError.
+Polls are awaited on the change they make (a callback's event); the whole exchange's deadline runs
+on a fake clock (tests/fixtures/clock.py) that the server moves while it answers.
 """
 
 from __future__ import annotations
@@ -34,21 +37,24 @@ from mcp_preconditions.errors import InputError, PolicyError
 from mcp_preconditions.logsummary import summarize
 from mcp_preconditions.policy.load import revision_of
 from mcp_preconditions.replica import replica_labels
-from tests.fixtures.flagd import eventually, eventually_async
+from tests.fixtures.clock import FakeClock
 
 NOBODY = Identity()
 OPEN = b'environment = ["production"]\n[tools.launch]\nrequirements = ["env:production"]\n'
 CLOSED = b'environment = ["staging"]\n[tools.launch]\nrequirements = ["env:production"]\n'
 BROKEN = b'environment = "production"\n'
+WAIT_SECONDS = 10.0  # the safety net of a wait for a poll's change
 
 
 class BundleServer:
     """A real HTTP/1.1 server with strong ETags, and faults on demand per path: "500", "truncate"
-    (half the body, then the connection closes), "hang" (no answer until the test ends)."""
+    (half the body, then the connection closes), "hang" (no answer until the test ends), "slow"
+    (`while_answering` runs between the headers and the body: a test's clock moves on)."""
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.faults: dict[str, str] = {}
+        self.while_answering: Callable[[], None] = lambda: None
         self.log: list[tuple[str, int]] = []  # (path, status) of every answer
         self._release = threading.Event()
         server = self
@@ -95,6 +101,9 @@ class BundleServer:
         request.send_header("Content-Length", str(len(body)))
         request.send_header("ETag", etag)
         request.end_headers()
+        if fault == "slow":
+            request.wfile.flush()
+            self.while_answering()
         if fault == "truncate":
             request.wfile.write(body[: len(body) // 2])
             request.close_connection = True
@@ -146,11 +155,6 @@ def publish(server: BundleServer, body: bytes, signer: Signer | None = None) -> 
 
 def allowed(guard: Guard) -> bool:
     return guard.decide("launch", NOBODY).allowed
-
-
-def revision_now(guard: Guard) -> Callable[[], str]:
-    """A probe for `eventually`: `guard`'s revision when it is called."""
-    return lambda: guard.revision
 
 
 # -- the happy paths -------------------------------------------------------------------------------
@@ -281,7 +285,25 @@ def test_5xx_then_unreachable_keep_the_last_good_policy_and_log_each_once(
     assert guard.revision == revision_of(OPEN) and allowed(guard)
 
 
+def test_a_body_still_arriving_past_the_deadline_is_cut_off(server: BundleServer) -> None:
+    """The deadline is the whole exchange's: a server that keeps sending (each byte well within the
+    network timeout) is cut off once the clock passes it, here moved on while the server answers."""
+    url = publish(server, OPEN)
+    guard = Guard(load_policy_url(url), entry_points=False)
+    clock = FakeClock()
+    reloader = BundleReloader(guard, url, timeout=5.0, timer=clock)
+    publish(server, CLOSED)
+    server.faults["/policy.toml"] = "slow"
+    server.while_answering = lambda: clock.advance(5.1)
+    assert reloader.reload() is None
+    assert reloader.last_error == f"{url}: no complete answer within 5 s"
+    assert guard.revision == revision_of(OPEN)
+    server.while_answering = lambda: clock.advance(4.9)  # within it: the body is taken
+    assert reloader.reload() is not None and guard.revision == revision_of(CLOSED)
+
+
 def test_a_server_that_hangs_is_cut_off_at_the_timeout(server: BundleServer) -> None:
+    """A server that sends nothing: the network timeout (httpx's own, in real time) cuts it off."""
     url = publish(server, OPEN)
     guard = Guard(load_policy_url(url), entry_points=False)
     reloader = BundleReloader(guard, url, timeout=0.5)
@@ -335,13 +357,16 @@ def test_polling_on_a_thread_converges_to_a_new_bundle(server: BundleServer) -> 
     url = publish(server, OPEN)
     guard = Guard(load_policy_url(url), entry_points=False)
     changes: list[PolicyChange] = []
+    changed = threading.Event()
     reloader = BundleReloader(guard, url, interval=0.05, on_change=changes.append)
+    reloader.add_listener(lambda _change: changed.set())
     reloader.start()
     try:
         publish(server, CLOSED)
-        assert eventually(lambda: guard.revision, revision_of(CLOSED)) == revision_of(CLOSED)
+        assert changed.wait(WAIT_SECONDS), "the poller never swapped the new bundle in"
     finally:
         reloader.stop()
+    assert guard.revision == revision_of(CLOSED)
     assert changes == [PolicyChange(url, revision_of(OPEN), revision_of(CLOSED))]
 
 
@@ -349,24 +374,23 @@ async def test_polling_in_an_event_loop_runs_callbacks_there(server: BundleServe
     url = publish(server, OPEN)
     guard = Guard(load_policy_url(url), entry_points=False)
     seen: list[str] = []
-
     threads: list[int] = []
+    called = asyncio.Event()
 
     async def on_change(change: PolicyChange) -> None:
         await asyncio.sleep(0)
         seen.append(change.new_revision)
-
-    async def probe() -> list[str]:
-        return seen
+        called.set()
 
     reloader = BundleReloader(guard, url, interval=0.05, on_change=on_change)
     reloader.add_listener(lambda _change: threads.append(threading.get_ident()))
     reloader.start()
     try:
         publish(server, CLOSED)
-        assert await eventually_async(probe, [revision_of(CLOSED)]) == [revision_of(CLOSED)]
+        await asyncio.wait_for(called.wait(), WAIT_SECONDS)
     finally:
         reloader.stop()
+    assert seen == [revision_of(CLOSED)]
     assert threads == [threading.get_ident()]  # a plain callback runs on the loop's thread too
 
 
@@ -392,6 +416,10 @@ def test_policy_specs_pick_a_bundle_or_a_file(server: BundleServer, tmp_path: Pa
         assert str(error.value) == f"{bad}: not a usable URL: {problem}"
 
 
+def _setting(event: threading.Event) -> Callable[[PolicyChange], None]:
+    return lambda _change: event.set()
+
+
 def test_three_replicas_converge_as_their_decision_logs_show(
         server: BundleServer, signer: Signer, tmp_path: Path) -> None:
     """Three guards (replicas r1..r3) poll one signed bundle and log to one JSONL file; after a
@@ -402,14 +430,18 @@ def test_three_replicas_converge_as_their_decision_logs_show(
     guards = [Guard(load_policy_url(url, signer.public_file), entry_points=False, recorder=r)
               for r in recorders]
     reloaders = [BundleReloader(g, url, interval=0.05, public_key=signer.public_file) for g in guards]
+    changed = [threading.Event() for _ in reloaders]
+    for reloader, event in zip(reloaders, changed, strict=True):
+        reloader.add_listener(_setting(event))
     for guard in guards:
         assert allowed(guard)
     for reloader in reloaders:
         reloader.start()
     try:
         publish(server, CLOSED, signer)
-        for guard in guards:
-            assert eventually(revision_now(guard), revision_of(CLOSED)) == revision_of(CLOSED)
+        for guard, event in zip(guards, changed, strict=True):
+            assert event.wait(WAIT_SECONDS), "a replica never swapped the new bundle in"
+            assert guard.revision == revision_of(CLOSED)
             assert not allowed(guard)
     finally:
         for reloader in reloaders:

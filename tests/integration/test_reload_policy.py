@@ -1,16 +1,17 @@
 """Policy hot reload with real files: explicit and polled reloads, broken files, change callbacks.
 
 A broken or unreadable file keeps the old snapshot, says why in `last_error` and in the log (once),
-and a good file afterwards clears it.
+and a good file afterwards clears it. Polls are awaited on the change they make (a callback's event);
+the settle time is crossed on a fake clock (tests/fixtures/clock.py), and a writer holding the file
+open is a descriptor of this process (the reloader's lease probe answers for any process's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
+import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,11 @@ from mcp_preconditions.drivers import reload as reload_module
 from mcp_preconditions.drivers.reload import PolicyChange, PolicyReloader
 from mcp_preconditions.files import read_bounded
 from mcp_preconditions.policy.load import revision_of
-from tests.fixtures.flagd import FlagFile, eventually, eventually_async
+from tests.fixtures.clock import FakeClock
+from tests.fixtures.flagd import FlagFile
 
 NOBODY = Identity()
+WAIT_SECONDS = 10.0  # the safety net of a wait for a poll's change
 OPEN = b'environment = ["production"]\n[tools.launch]\nrequirements = ["env:production"]\n'
 CLOSED = b'environment = ["staging"]\n[tools.launch]\nrequirements = ["env:production"]\n'
 BROKEN = b'environment = "production"\n[tools.launch]\nrequirementz = ["env:production"]\n'
@@ -101,14 +104,16 @@ def test_an_unreadable_file_keeps_the_old_snapshot(policy_file: Path) -> None:
 def test_polling_on_a_thread_outside_an_event_loop(policy_file: Path) -> None:
     guard = Guard(load_policy(policy_file), entry_points=False)
     changes: list[PolicyChange] = []
+    changed = threading.Event()
     reloader = PolicyReloader(guard, policy_file, interval=0.02, on_change=changes.append)
+    reloader.add_listener(lambda _change: changed.set())
     reloader.start()
     try:
         policy_file.write_bytes(CLOSED)
-        assert eventually(lambda: guard.revision, revision_of(CLOSED)) == revision_of(CLOSED)
-        assert eventually(lambda: len(changes), 1) == 1
+        assert changed.wait(WAIT_SECONDS), "the poller never swapped the new file in"
     finally:
         reloader.stop()
+    assert guard.revision == revision_of(CLOSED)
     assert not launch_allowed(guard)
     assert changes == [PolicyChange(str(policy_file), revision_of(OPEN), revision_of(CLOSED))]
 
@@ -128,7 +133,7 @@ async def test_polling_as_a_task_awaits_async_callbacks(policy_file: Path) -> No
     reloader.start()
     try:
         policy_file.write_bytes(CLOSED)
-        await asyncio.wait_for(notified.wait(), 30)
+        await asyncio.wait_for(notified.wait(), WAIT_SECONDS)
     finally:
         reloader.stop()
     assert seen == [revision_of(CLOSED)]
@@ -139,9 +144,11 @@ async def test_reload_from_another_thread_schedules_async_callbacks_on_the_loop(
         policy_file: Path) -> None:
     guard = Guard(load_policy(policy_file), entry_points=False)
     loop_threads: list[int] = []
+    called = asyncio.Event()
 
     async def callback(change: PolicyChange) -> None:
         loop_threads.append(threading.get_ident())
+        called.set()
 
     reloader = PolicyReloader(guard, policy_file, interval=3600, on_change=callback)
     reloader.start()  # inside this loop: async callbacks are scheduled here
@@ -149,14 +156,10 @@ async def test_reload_from_another_thread_schedules_async_callbacks_on_the_loop(
         policy_file.write_bytes(CLOSED)
         change = await asyncio.to_thread(reloader.reload)
         assert change is not None
-        assert await eventually_async(lambda: _length(loop_threads), 1) == 1
+        await asyncio.wait_for(called.wait(), WAIT_SECONDS)
     finally:
         reloader.stop()
     assert loop_threads == [threading.get_ident()]
-
-
-async def _length(items: list[int]) -> int:
-    return len(items)
 
 
 def test_a_failing_callback_does_not_undo_the_swap(policy_file: Path,
@@ -211,13 +214,17 @@ def test_a_version_broken_by_a_missing_flag_file_is_retried_until_it_appears(
 
 def test_a_poll_waits_until_the_file_has_settled(policy_file: Path) -> None:
     guard = Guard(load_policy(policy_file), entry_points=False)
-    reloader = PolicyReloader(guard, policy_file)
+    clock = FakeClock()
+    reloader = PolicyReloader(guard, policy_file, clock=clock)
     assert reloader.settle == 0.1
     policy_file.write_bytes(CLOSED)
+    clock.now = policy_file.stat().st_ctime  # the moment it was written
     assert reloader.reload(settle=60) is None  # changed moments ago: perhaps still being written
     assert reloader.last_error is None and launch_allowed(guard)
-    time.sleep(0.06)  # file timestamps lag the clock, never lead it: the file is now older
-    assert reloader.reload(settle=0.05) is not None
+    clock.advance(59.9)
+    assert reloader.reload(settle=60) is None  # still within the settle time
+    clock.advance(0.2)  # the file is now older than that
+    assert reloader.reload(settle=60) is not None
     assert guard.revision == revision_of(CLOSED) and not launch_allowed(guard)
 
 
@@ -225,25 +232,23 @@ def test_a_writer_stalled_after_truncating_is_waited_for_however_long(policy_fil
     """The torn reload a loaded CI run showed (1,133 calls allowed): `cat new > policy` truncates
     the file when the shell opens it, and `cat` may start writing more than `settle` seconds later.
     The empty file (valid TOML, no [tools]) is not applied while its writer holds it open, however
-    long; once the writer has written and closed it, its content is."""
+    long (an hour on the fake clock); once the writer has written and closed it, its content is.
+    The writer is a descriptor of this process opened as `>` opens it: the lease probe
+    (drivers/writers.py) asks the kernel whether any process has the file open for writing."""
+    clock = FakeClock()
     guard = Guard(load_policy(policy_file), entry_points=False)
-    reloader = PolicyReloader(guard, policy_file)
-    writer = subprocess.Popen(["sh", "-c", f'exec 3>"{policy_file}"; read _; cat >&3'],
-                              stdin=subprocess.PIPE)
+    reloader = PolicyReloader(guard, policy_file, clock=clock)
+    writer = os.open(policy_file, os.O_WRONLY | os.O_TRUNC)  # what `>` does before `cat` runs
     try:
-        assert eventually(lambda: policy_file.stat().st_size, 0) == 0  # truncated, not written
-        time.sleep(2 * reloader.settle)  # left alone for longer than `settle`
+        assert policy_file.stat().st_size == 0  # truncated, not written
+        clock.now = policy_file.stat().st_ctime + 3600  # left alone far longer than `settle`
         assert reloader.reload(settle=reloader.settle) is None
         assert guard.revision == revision_of(OPEN) and launch_allowed(guard)
         assert reloader.last_error is None  # a file being written is not a failure
-        assert writer.stdin is not None
-        writer.stdin.write(b"go\n" + CLOSED)
-        writer.stdin.close()
-        assert writer.wait(timeout=30) == 0
+        assert os.write(writer, CLOSED) == len(CLOSED)
     finally:
-        writer.kill()
-        writer.wait()
-    time.sleep(2 * reloader.settle)
+        os.close(writer)
+    clock.now = policy_file.stat().st_ctime + 2 * reloader.settle  # written, closed, settled
     assert reloader.reload(settle=reloader.settle) is not None
     assert guard.revision == revision_of(CLOSED) and not launch_allowed(guard)
 

@@ -1,7 +1,11 @@
 """`mcp-preconditions gateway` with replica flags: each bad value, and each first bundle load that
 fails (unreachable, 404, unsigned or tampered while a key is given), is one line and exit 2, before
 anything starts; the poll defaults; a stdio gateway following its bundle. Bundles come from a real
-HTTP server on 127.0.0.1.
+HTTP server on 127.0.0.1 (on a thread of this process).
+
+`main(argv)` in the test's own process for the bad input; the stdio gateway in-process
+(tests/fixtures/inprocess.py: wired from its command line in the test's event loop, its upstream in
+memory), the new bundle awaited on the reloader's log line.
 """
 
 from __future__ import annotations
@@ -12,16 +16,14 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from mcp import Client
 
 from mcp_preconditions.cli import main
 from mcp_preconditions.gateway.replicas import options_from
-from tests.fixtures.flagd import eventually_async
-from tests.fixtures.gateway_upstream import gateway_stdio
+from tests.fixtures.inprocess import cli_gateway
+from tests.fixtures.memory_upstream import MemoryServers, logging_env
 from tests.fixtures.ports import free_port
 from tests.integration.test_replicas_cluster import BundleServer
 
-pytestmark = pytest.mark.integration
 POLICY = b'[tools.echo]\nrequirements = ["env:production"]\n'
 UPSTREAM = ["--upstream-url", "http://127.0.0.1:1/mcp"]
 
@@ -34,6 +36,11 @@ def bundles() -> Iterator[BundleServer]:
     finally:
         server.httpd.shutdown()
         server.httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
 
 
 POLL = "--policy-poll-seconds: expected 0 (off) or a number of seconds >= 0.1, got "
@@ -99,20 +106,20 @@ def test_a_url_is_polled_every_10_s_and_a_file_every_2_s_by_default_0_is_off() -
     assert options_from("gw.toml", None, None, "pod-7").replica() == "pod-7"
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_stdio_gateway_follows_its_bundle(tmp_path: Path, bundles: BundleServer) -> None:
     """The poller runs over stdio too: a published bundle turns a denial into an allow, without a
-    restart, within a few poll intervals."""
+    restart, at its next poll."""
     closed = b'environment = ["staging"]\n[tools.echo]\nrequirements = ["env:production"]\n'
     opened = b'environment = ["production"]\n[tools.echo]\nrequirements = ["env:production"]\n'
     bundles.files["/gateway.toml"] = closed
-    params = gateway_stdio(Path(bundles.url), tmp_path / "upstream.jsonl",
-                           "--policy-poll-seconds", "0.2")
-    params.args[params.args.index("--policy") + 1] = bundles.url  # Path() folds the "//"
-    async with Client(params, mode="legacy") as client:
-
-        async def denied() -> bool:
-            return bool((await client.call_tool("echo", {"text": "hi"})).is_error)
-
-        assert await denied() is True
-        bundles.files["/gateway.toml"] = opened
-        assert await eventually_async(denied, False, 20) is False
+    servers = MemoryServers()
+    with servers.installed():
+        upstream = servers.logging_upstream(**logging_env(tmp_path / "upstream.jsonl"))
+        async with cli_gateway(["--policy", bundles.url, "--policy-poll-seconds", "0.2", "--",
+                                *upstream]) as gw, gw.client() as client:
+            denied = (await client.call_tool("echo", {"text": "hi"})).is_error
+            bundles.files["/gateway.toml"] = opened
+            await gw.logged(f"policy {bundles.url} reloaded: revision ")
+            allowed = not (await client.call_tool("echo", {"text": "hi"})).is_error
+    assert (denied, allowed) == (True, True)

@@ -2,6 +2,9 @@
 `guard_server`, fastmcp through `guard_fastmcp`): `metrics=True` counts every decision under the
 server's name with bounded labels, `/metrics` is on each one's HTTP app, and a traced call has its
 decision span under the server span with the call's attributes.
+
+In-process: each flavour in the test's event loop, its client in memory, its HTTP app on a socket of
+this loop. The traces stay interop (a process per flavour): see that test.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -20,9 +24,9 @@ from mcp_preconditions.integrations._server import Preconditions
 from mcp_preconditions.telemetry import Metrics, metrics_route
 from tests.fixtures.mcp_servers import FLAVOURS, ROOT, Flavour, run_asgi, server_env, small_guard
 from tests.fixtures.otlp import OtlpReceiver
-from tests.fixtures.traced_flavour import PARENT, TRACE, UNKNOWN
+from tests.fixtures.traced_flavour import PARENT, TRACES, UNKNOWN
 
-pytestmark = pytest.mark.integration
+ASYNC = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.fixture(params=list(FLAVOURS))
@@ -36,6 +40,7 @@ def counted(metrics: Metrics, tool: str, result: str) -> float | None:
         "mcp_preconditions_decisions_total", {"server": "small", "tool": tool, "result": result})
 
 
+@ASYNC
 async def test_each_flavour_counts_its_decisions(flavour_name: str) -> None:
     flavour: Flavour = FLAVOURS[flavour_name](small_guard(), metrics=True)
     async with Client(flavour.target) as client:
@@ -68,11 +73,12 @@ def http_app(flavour: Flavour) -> Any:
     return flavour.target.streamable_http_app(custom_starlette_routes=[metrics_route(metrics)])
 
 
+@ASYNC
 async def test_each_flavour_serves_metrics_over_http(flavour_name: str) -> None:
     flavour: Flavour = FLAVOURS[flavour_name](small_guard(), metrics=True)
     async with Client(flavour.target) as client:
         await client.call_tool("closed_door", {})
-    async with run_asgi(http_app(flavour)) as base, httpx.AsyncClient(timeout=30) as http:
+    async with run_asgi(http_app(flavour)) as base, httpx.AsyncClient(timeout=10) as http:
         page = await http.get(f"{base}/metrics")
     assert page.status_code == 200
     assert ('mcp_preconditions_decisions_total{result="denied",server="small",tool="closed_door"} '
@@ -80,19 +86,36 @@ async def test_each_flavour_serves_metrics_over_http(flavour_name: str) -> None:
     assert "secret.door" not in page.text
 
 
-def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpReceiver) -> None:
-    env = server_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.endpoint)
-    done = subprocess.run([sys.executable, "-m", "tests.fixtures.traced_flavour", flavour_name],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+@pytest.fixture(scope="module")
+def traced() -> Iterator[OtlpReceiver]:
+    """Every flavour's calls, traced in one process of their own (tests/fixtures/traced_flavour.py,
+    each flavour in a trace of its own), exported over OTLP/HTTP to this receiver."""
+    receiver = OtlpReceiver()
+    try:
+        env = server_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint)
+        done = subprocess.run([sys.executable, "-m", "tests.fixtures.traced_flavour", *FLAVOURS],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=10)
+        assert done.returncode == 0, done.stderr
+        yield receiver
+    finally:
+        receiver.close()
+
+
+@pytest.mark.interop
+def test_each_flavour_traces_its_calls(flavour_name: str, traced: OtlpReceiver) -> None:
+    """Interop: a hosted server's spans are the SDK's server span and ours, from the process's
+    global tracer provider, which is set once per process and which a test process must not
+    install: the flavours run in a process of their own, set up from OTEL_* as an operator's is,
+    exporting over OTLP/HTTP to the test's receiver."""
     decided_unknown = flavour_name != "fastmcp"  # fastmcp refuses an unknown name undecided
-    spans = otlp_receiver.wait_for(TRACE, {"decide open_door", "decide closed_door"} | (
+    trace_id = TRACES[flavour_name]
+    spans = traced.wait_for(trace_id, {"decide open_door", "decide closed_door"} | (
         {"decide (unlisted)"} if decided_unknown else set()))
     decisions = {s.name: s for s in spans if s.name.startswith("decide ")}
     by_id = {s.span_id: s for s in spans}
     for tool, allowed, result in (("open_door", True, "allowed"), ("closed_door", False, "denied")):
         call = by_id[decisions[f"decide {tool}"].parent_span_id]  # the server span
-        assert call.kind == 2 and call.trace_id == TRACE
+        assert call.kind == 2 and call.trace_id == trace_id
         assert call.attributes["mcp.preconditions.allowed"] is allowed
         assert call.attributes["mcp.preconditions.result"] == result
         assert call.attributes["mcp.preconditions.server"] == "small"
@@ -107,8 +130,6 @@ def test_each_flavour_traces_its_calls(flavour_name: str, otlp_receiver: OtlpRec
         unlisted = decisions["decide (unlisted)"]
         assert by_id[unlisted.parent_span_id].name == "tools/call (unlisted)"
         assert by_id[unlisted.parent_span_id].attributes["gen_ai.tool.name"] == "(unlisted)"
-
-
 
 
 def test_the_http_traceparent_wrapper_costs_in_process_calls_nothing() -> None:

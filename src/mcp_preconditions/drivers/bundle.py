@@ -12,6 +12,7 @@ import base64
 import binascii
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
@@ -32,6 +33,7 @@ MAX_BUNDLE_BYTES = 16 << 20  # a 100,000-tool policy is a few MiB; anything far 
 DEFAULT_TIMEOUT = 5.0  # seconds for a whole exchange (connect, headers, body), per request
 SIGNATURE_SUFFIX = ".sig"
 PublicKeyLike: TypeAlias = "Ed25519PublicKey | str | Path"
+Timer = Callable[[], float]  # seconds, for a whole exchange's deadline (time.monotonic; tests: a fake)
 
 
 class BundleError(PolicyError):
@@ -128,12 +130,12 @@ def signature_bytes(data: bytes) -> bytes | None:
     return raw if len(raw) == 64 else None
 
 
-def _verify(url: str, body: bytes, key: Ed25519PublicKey, timeout: float) -> None:
+def _verify(url: str, body: bytes, key: Ed25519PublicKey, timeout: float, timer: Timer) -> None:
     from cryptography.exceptions import InvalidSignature
 
     sig_url = url + SIGNATURE_SUFFIX
     try:
-        fetched = _get(sig_url, None, timeout)
+        fetched = _get(sig_url, None, timeout, timer)
     except _NotFound:
         raise BundleError(url, f"unsigned: {sig_url} answered HTTP 404, and a signature is "
                                f"required (a public key is configured)") from None
@@ -156,9 +158,10 @@ class _Fetched:
     etag: str | None
 
 
-def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
-    """GET with an optional If-None-Match: each network wait, and the whole body, within `timeout`
-    seconds. Every failure is a BundleError naming the URL; httpx2's exceptions never escape."""
+def _get(url: str, etag: str | None, timeout: float, timer: Timer) -> _Fetched:
+    """GET with an optional If-None-Match: each network wait, and the whole body (by `timer`),
+    within `timeout` seconds. Every failure is a BundleError naming the URL; httpx2's exceptions
+    never escape."""
     import httpx2
 
     from ..auth.fetch import describe
@@ -172,7 +175,7 @@ def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
             raise BundleError(url, "not a usable URL: no host")
     except httpx2.InvalidURL as exc:
         raise BundleError(url, f"not a usable URL: {exc}") from None
-    deadline = time.monotonic() + timeout
+    deadline = timer() + timeout
     try:
         with httpx2.Client(timeout=timeout, verify=client_context(), follow_redirects=False) as client, \
                 client.stream("GET", url, headers=headers) as response:
@@ -181,7 +184,7 @@ def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
             if response.status_code != 200:
                 error = _NotFound if response.status_code == 404 else BundleError
                 raise error(url, f"answered HTTP {response.status_code}")
-            body = _read_body(url, response, deadline, timeout)
+            body = _read_body(url, response, deadline, timeout, timer)
             return _Fetched(body, response.headers.get("etag"))
     except httpx2.RemoteProtocolError as exc:
         raise BundleError(url, f"body cut short or malformed: {describe(exc)}") from None
@@ -191,13 +194,14 @@ def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
         raise BundleError(url, f"cannot fetch: {describe(exc)}") from None
 
 
-def _read_body(url: str, response: httpx2.Response, deadline: float, timeout: float) -> bytes:
+def _read_body(url: str, response: httpx2.Response, deadline: float, timeout: float,
+               timer: Timer) -> bytes:
     body = bytearray()
     for chunk in response.iter_bytes():
         body += chunk
         if len(body) > MAX_BUNDLE_BYTES:
             raise BundleError(url, f"larger than {MAX_BUNDLE_BYTES} bytes")
-        if time.monotonic() > deadline:  # a server dripping bytes never resets the clock
+        if timer() > deadline:  # a server dripping bytes never resets the clock
             raise BundleError(url, f"no complete answer within {timeout:g} s")
     # A body shorter than its Content-Length, or a chunked body cut off, raises RemoteProtocolError
     # in httpx2's HTTP/1.1 parser. Only a close-delimited body (no length, no chunks) can be
@@ -206,15 +210,16 @@ def _read_body(url: str, response: httpx2.Response, deadline: float, timeout: fl
 
 
 def fetch_bundle(url: str, *, public_key: PublicKeyLike | None = None, etag: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, base_dir: Path | None = None) -> Bundle | None:
+                 timeout: float = DEFAULT_TIMEOUT, base_dir: Path | None = None,
+                 timer: Timer = time.monotonic) -> Bundle | None:
     """Fetch, verify (when a key is given) and validate one bundle. None when the server answers
     304 to `etag`. Raises BundleError (fetch, signature) or PolicyError (the policy itself)."""
-    fetched = _get(url, etag, timeout)
+    fetched = _get(url, etag, timeout, timer)
     if fetched.body is None:
         return None
     key = _key(public_key)
     if key is not None:
-        _verify(url, fetched.body, key, timeout)
+        _verify(url, fetched.body, key, timeout, timer)
     return Bundle(parse_policy(fetched.body, url, base_dir), fetched.etag)
 
 
@@ -251,12 +256,14 @@ class BundleReloader(PolicyReloader):
 
     def __init__(self, guard: Guard, url: str, *, interval: float = 10.0,
                  public_key: PublicKeyLike | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 on_change: OnChange | None = None, base_dir: Path | None = None) -> None:
+                 on_change: OnChange | None = None, base_dir: Path | None = None,
+                 timer: Timer = time.monotonic) -> None:
         super().__init__(guard, url, interval=interval, on_change=on_change)
         self.url = url
         self.public_key = _key(public_key)
         self.timeout = timeout
         self.base_dir = base_dir
+        self._timer = timer  # each exchange's deadline
         self.etag: str | None = None  # of the bundle in force, once one was fetched here
 
     def reload(self, *, force: bool = False, settle: float = 0.0) -> PolicyChange | None:
@@ -275,7 +282,8 @@ class BundleReloader(PolicyReloader):
             old = self.guard.revision
             try:
                 bundle = fetch_bundle(self.url, public_key=self.public_key, timeout=self.timeout,
-                                      etag=None if force else self.etag, base_dir=self.base_dir)
+                                      etag=None if force else self.etag, base_dir=self.base_dir,
+                                      timer=self._timer)
                 if bundle is None or (not force and bundle.source.revision == old):
                     self.last_error = None  # the server serves what is in force
                     self.etag = self.etag if bundle is None else bundle.etag
