@@ -7,6 +7,9 @@ session (SPEC §14): its prompts, resources and templates come from the caller's
 when they list or when a request of theirs is routed; a caller without a credential for it does
 not see it, and a request that only it could take is refused with its `credential:KEY` refusal.
 So is a listing to which no server contributed because every one that might refused them so.
+
+Requests are routed by each server's last good listings: one that a server is listing again (after
+its `list_changed`, or on a new session) holds nobody (SPEC §14); only a first listing is waited for.
 """
 
 from __future__ import annotations
@@ -271,10 +274,11 @@ class Listings:
 
     async def _current(self, capability: str, *kinds: str) -> None:
         """Before a request is routed by these listings: each connected server with `capability`
-        has listed them since it connected, or since it said they changed (a name or URI two
-        servers list is refused, never sent to the one that happened to list first). Servers
-        still starting get the handshake's grace; a slow listing gets LIST_WAIT_SECONDS, then its
-        last good one is used. One that failed is asked again like an unknown name (bounded)."""
+        has listed them once (a name or URI two servers list is refused, never sent to the one
+        that happened to list first). Servers still starting get the handshake's grace, a first
+        listing LIST_WAIT_SECONDS; one that failed is asked again like an unknown name (bounded).
+        A listing the server said changed is never waited for (SPEC §14: a server's re-listing
+        holds nobody): its last good one routes until the new one is in (`Fleet.relist`)."""
         fleet = self._fleet
         if not all(m.connected for m in fleet):
             await fleet.first_connection(self._connect_wait())
@@ -283,10 +287,11 @@ class Listings:
                 for member in self._shared(capability):
                     for kind in kinds:
                         listing = member.catalog.listings[kind]
-                        if listing.stale:
-                            tg.start_soon(listing.fresh)
-                        elif not listing.loaded:
-                            tg.start_soon(listing.refresh_for_unknown)
+                        if not listing.loaded:  # (stale: never listed on this session yet)
+                            tg.start_soon(listing.fresh if listing.stale
+                                          else listing.refresh_for_unknown)
+                        elif listing.stale:
+                            fleet.relist(member, kind)
 
     def _shared(self, capability: str) -> Iterator[Member]:
         """The servers listed on the gateway's own session (those without credentials)."""
