@@ -24,7 +24,7 @@ from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS
 from tests.fixtures.inprocess import served
-from tests.fixtures.wire_double import Post, Reply, result, wire_double
+from tests.fixtures.wire_double import Post, Reply, WireDouble, result, wire_double
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
@@ -114,13 +114,7 @@ async def test_a_slow_relist_of_prompts_and_resources_holds_no_routed_request(
                 await client.list_resources()
                 await client.list_resource_templates()
                 armed[0] = True
-                await b.streaming.wait()  # the gateway's own session's GET stream, at b
-                session = next(iter(b.sessions))
-                for kind in ("prompts", "resources"):
-                    b.push(session, {"jsonrpc": "2.0",
-                                     "method": f"notifications/{kind}/list_changed"})
-                await held["prompts/list"].wait()  # b's re-lists are under way, and held
-                await held["resources/list"].wait()
+                await _changed(b, held)
                 answers = await _routed(client)
             assert not release.is_set()  # all of it while b's re-lists were held
             assert answers == {"a__greet": "None", "b__greet": "None", "a://None": "None",
@@ -136,6 +130,17 @@ async def test_a_slow_relist_of_prompts_and_resources_holds_no_routed_request(
                     await anyio.sleep(0.02)
                 await client.get_prompt("b__late")
             assert [p.params["name"] for p in b.calls("prompts/get")] == ["greet", "late"]
+
+
+async def _changed(b: WireDouble, held: dict[str, asyncio.Event]) -> None:
+    """b says its prompts and resources changed, on the gateway's own session's GET stream; once
+    this returns, the re-lists that asks for are under way at b, and held."""
+    await b.streaming.wait()
+    session = next(iter(b.sessions))
+    for kind in ("prompts", "resources"):
+        b.push(session, {"jsonrpc": "2.0", "method": f"notifications/{kind}/list_changed"})
+    await held["prompts/list"].wait()
+    await held["resources/list"].wait()
 
 
 async def _routed(client: Client) -> dict[str, Any]:
