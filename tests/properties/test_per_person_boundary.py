@@ -9,8 +9,9 @@ callers have credentials of one kind (per-subject secret, token exchange, connec
 misbehaves when told (tests/fixtures/hostile_http_server.py); alice (two connections), bob and carol
 (verified, no credential) talk to its ASGI app directly, each connection at either protocol version.
 Rules: a caller sends any method the gateway forwards (tools/call, resources/read, list, templates,
-subscribe, unsubscribe, prompts/list, prompts/get, completion/complete, an unknown method, ping),
-alone or at once with others; the server queues a notification on a caller's session, duplicates an
+subscribe, unsubscribe, prompts/list, prompts/get, completion/complete, an unknown method, ping;
+at 2026-07-28, which has no subscribe, unsubscribe or ping, those are METHOD_NOT_FOUND), alone or
+at once with others; the server queues a notification on a caller's session, duplicates an
 answer (on its stream and as a stale response on the kept connection), crosses two callers'
 answers, asks a caller's client for sampling, elicitation or roots, fails a call with 404 and 401
 challenges; a caller answers two identical `self`-approved calls. After every step: the server saw
@@ -38,7 +39,6 @@ from tests.fixtures.asgi_caller import LEGACY, MODERN, Reply
 from tests.fixtures.hostile_http_server import hostile_http
 from tests.fixtures.per_person import (
     KINDS,
-    LEGACY_ONLY,
     PARAMS,
     PEOPLE,
     World,
@@ -88,10 +88,6 @@ class PerPersonSurface(RuleBasedStateMachine):
                 return found
         return self.portal.call(bounded)
 
-    def method_for(self, name: str, method: str) -> str:
-        assert self.world is not None
-        return "tools/call" if self.world.conns[name].modern and method in LEGACY_ONLY else method
-
     def tag(self) -> str:
         self.steps += 1
         return f"n{self.steps}"
@@ -104,15 +100,12 @@ class PerPersonSurface(RuleBasedStateMachine):
     # -- rules -------------------------------------------------------------------------------------
     @rule(name=st.sampled_from(CONNS), method=METHODS)
     def request(self, name: str, method: str) -> None:
-        method = self.method_for(name, method)
         reply = self.run(self.w.request, name, method)
         assert not answer_problems(self.w.conns[name], method, reply), \
             answer_problems(self.w.conns[name], method, reply)
 
     @rule(calls=st.lists(st.tuples(st.sampled_from(CONNS), METHODS), min_size=2, max_size=4))
     def together(self, calls: list[tuple[str, str]]) -> None:
-        calls = [(n, self.method_for(n, m)) for n, m in calls]
-
         async def all_at_once() -> list[Reply]:
             replies: list[Reply] = [Reply({})] * len(calls)
 

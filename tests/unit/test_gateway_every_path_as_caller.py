@@ -4,7 +4,8 @@ their own session (SPEC §14, issue 39 item 3): before, only `tools/call` did, a
 record). The gateway's own session serves only its catalog (`tools/list`) and pings. A caller
 without a credential is refused with the `credential:KEY` refusal (JSON-RPC error -32001, the
 SEP-2643 envelope in `data`) and nothing is sent; a listing merged across servers leaves that
-server out for them. A subscription, and the update it produces, are the caller's.
+server out for them, and is that refusal (every server's that refused them) when no server
+contributed to it. A subscription, and the update it produces, are the caller's.
 
 The gateway in-process, served to the SDK's client, in front of wire doubles (`crm` with
 per-subject credentials; `plain` without), one server and two (merged listings, routing).
@@ -108,13 +109,19 @@ async def test_a_caller_without_a_credential_is_refused_and_nothing_is_sent(
             "completion/complete": lambda: caller.complete(
                 mcp_types.PromptReference(type="ref/prompt", name="crm__greet"),
                 {"name": "x", "value": ""})}
+        listings: dict[str, Callable[[], Awaitable[Any]]] = {
+            "resources/list": caller.list_resources, "prompts/list": caller.list_prompts,
+            "resources/templates/list": caller.list_resource_templates}
+        if servers == 1:  # the one server there is refused them: so is the listing (SPEC §14)
+            requests.update(listings)
         for method, request in requests.items():
             with pytest.raises(MCPError) as refused:
                 await request()
             refusals[method] = refused.value.error
-        listed = [r.uri for r in (await caller.list_resources()).resources]
-        prompts = [p.name for p in (await caller.list_prompts()).prompts]
+        listed = [r.uri for r in (await caller.list_resources()).resources] if servers == 2 else []
+        prompts = [p.name for p in (await caller.list_prompts()).prompts] if servers == 2 else []
     assert {p.method for p in crm.posts} <= GATEWAYS_OWN  # nothing was sent for them
+    assert len(refusals) == (7 if servers == 1 else 4)
     for method, error in refusals.items():
         assert error.code == -32001, method
         assert error.message == f"Request {method} was not sent: unmet requirements: credential:crm"
@@ -124,8 +131,47 @@ async def test_a_caller_without_a_credential_is_refused_and_nothing_is_sent(
         envelope = data["_meta"]["io.modelcontextprotocol/authorization"]
         assert (envelope["reason"], envelope["remediation"]) == \
             ("insufficient_authorization", "unavailable")
-    assert listed == (["plain://the-gateways-own"] if servers == 2 else [])
-    assert prompts == (["plain__greet"] if servers == 2 else [])
+    if servers == 2:  # merged: the server she may use listed, the other left out
+        assert listed == ["plain://the-gateways-own"]
+        assert prompts == ["plain__greet"]
+
+
+@pytest.mark.parametrize("method", ["resources/list", "resources/templates/list", "prompts/list"])
+async def test_a_listing_no_server_contributed_to_is_the_refusal_of_every_server(
+        method: str) -> None:
+    """Two servers with credentials, `wiki` first in the config: carol holds wiki's only, dave
+    neither. Carol's listing is wiki's, as her (crm's left out); dave's is the refusal of both,
+    in the order of their keys (never an empty listing that hides what he can do), and nothing is
+    sent for him."""
+    async with wire_double() as wiki, wire_double() as crm:
+        wiki.scheme, crm.scheme = "wiki", "crm"
+        gateway = caller_gateway({"wiki": wiki.url, "crm": crm.url}, ["wiki", "crm"],
+                                 callers={"wiki": ["carol"], "crm": []})
+        async with served(gateway) as url, as_caller(url, "carol") as carol, \
+                as_caller(url, "dave") as dave:
+            hers = await _listing(carol, method)
+            with pytest.raises(MCPError) as refused:
+                await _listing(dave, method)
+    assert hers == {"resources/list": ["wiki://wiki-carol"], "prompts/list": ["wiki__greet"],
+                    "resources/templates/list": ["wiki://{who}"]}[method]
+    error = refused.value.error
+    assert error.code == -32001
+    assert error.message == (f"Request {method} was not sent: unmet requirements: "
+                             "credential:crm, credential:wiki")
+    assert (error.data["method"], error.data["unmet"]) == \
+        (method, ["credential:crm", "credential:wiki"])
+    assert "io.modelcontextprotocol/authorization" in error.data["_meta"]
+    for double in (wiki, crm):  # nothing went as dave, nor carol's request to crm
+        assert {p.method for p in double.posts if p.authorization != secret("wiki", "carol")} \
+            <= GATEWAYS_OWN
+
+
+async def _listing(client: Client, method: str) -> list[str]:
+    if method == "resources/list":
+        return [str(r.uri) for r in (await client.list_resources()).resources]
+    if method == "prompts/list":
+        return [p.name for p in (await client.list_prompts()).prompts]
+    return [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
 
 
 class Updates:

@@ -13,7 +13,8 @@ The path of one `tools/call` over HTTP, and back:
                          and its routing headers checked (`inbound`)
     downstream/connection  the request tracked on its client's connection (cancellation)
     dispatch             its version's schema; initialize, ping, server/discover answered here
-    gateway -> decide    the guard's Decision: refused here, or on (`route`: which server)
+    gateway -> decide    the guard's Decision (a server with credentials: the caller's, as
+                         `credential:KEY`): refused here, or on (`route`: which server)
     forward              progress mapped back, input rounds between versions; a server's
                          failure becomes one error naming it (`errors`)
     upstream/session     that server's supervised session -> `peer`: an id, a timeout, a
@@ -23,10 +24,14 @@ The path of one `tools/call` over HTTP, and back:
     upstream/sse         an SSE answer decoded (bounded) and handed back the moment it arrives
     bridge               the result shaped for the client's version; `downstream/sse` writes it
 
-On stdio, `downstream/stdio` takes the place of the first three. What servers send unasked (their
-requests, notifications, `list_changed`) goes `peer` -> `session` -> `downstream/callers` (the one
-client it can be for) and `fleet`, which re-lists a server (`catalog`) one listing at a time.
-`config` reads the deployment file; messages stay the dicts they arrived as (`jsonrpc`).
+Prompts, resources, completions, subscriptions and listings take `listings` in place of `decide`
+(which server, by each server's last good listing) and, to a server with credentials,
+`credentialed`: the caller's credential, or the refusal of `credential:KEY` (-32001) and nothing
+sent; from `forward` on, the same path. On stdio, `downstream/stdio` takes the place of the first
+three. What servers send unasked (their requests, notifications, `list_changed`) goes `peer` ->
+`session` -> `downstream/callers` (the one client it can be for) and `fleet`, which re-lists a
+server (`catalog`) one listing at a time, in the background. `config` reads the deployment file;
+messages stay the dicts they arrived as (`jsonrpc`).
 """
 
 from .config import GatewayConfig, ServerSpec, load_config, load_servers

@@ -30,8 +30,9 @@ class Listing:
     when it ends (the change may have come after its request went out); everyone waiting is
     released once, after the last run. `applied` runs with every new answer before anyone is
     released. `stale` from the moment the server says the list changed until a listing asked
-    for after that has come back: a prompt or resource routed meanwhile waits for it (`fresh`);
-    a tool call never does (it uses `items`, the last good listing: SPEC §14)."""
+    for after that has come back. Nothing routed meanwhile waits for it: tools, prompts and
+    resources are routed by `items`, the last good listing (SPEC §14); only a listing that has
+    none yet is waited for (`fresh`, bounded by its caller)."""
 
     def __init__(self, kind: str, fetch: Fetch, applied: Callable[[list[dict[str, Any]]], None]
                  ) -> None:

@@ -69,11 +69,14 @@ class CallerCredentials:
     async def refusal(self, ctx: Call, method: str, *unmet: Outcome) -> RpcError:
         """The refusal of a request for want of the caller's credentials (`unmet`, each a
         `credential:KEY` outcome): AUTHORIZATION_DENIED, `data` the unmet requirements and the
-        envelope's `_meta`, as a denied call's (remedies asked as for a call: `recipient_of`)."""
+        envelope's `_meta`, as a denied call's (remedies asked as for a call: `recipient_of`).
+        Several servers' are one refusal, in the order of their keys whatever order they came
+        in: the message and `data.unmet` name every one, the envelope carries each remedy."""
         guard = self._guard
         snapshot = guard.snapshot
         credentials = self._credentials(ctx)
         identity = await guard.authenticate(credentials)
+        unmet = tuple(sorted(unmet, key=lambda o: o.requirement))
         decision = new_decision(method, False, unmet, identity.subject, snapshot.revision, 0,
                                 snapshot.confidential, None, None, new_context_id())
         recipient = recipient_of(decision, snapshot.registry,

@@ -137,8 +137,8 @@ class Fleet:
     async def connected(self, member: Member) -> None:
         """A new session to `member`: list its tools (the guard needs their own requirements) and
         hold its clients' subscriptions again. Clients hear of the new tools. Its prompts and
-        resources may have changed too: they are listed again before anything is routed by them
-        (or when a client lists them)."""
+        resources may have changed too: they are listed again when something is routed by them
+        (in the background: their last good listings route meanwhile) or a client lists them."""
         for kind in ("prompts", "resources", "templates"):
             member.catalog.listings[kind].outdated()
         caps = member.upstream.current.capabilities if member.upstream.current else {}
@@ -154,12 +154,16 @@ class Fleet:
 
     def outdated(self, member: Member, method: str) -> None:
         """A `notifications/*/list_changed` from `member`, seen before anything the server sends
-        after it: its listing is stale until listed again (`changed`). A request routed by its
-        prompts or resources waits for that (a bounded while: `Listings`); a tool call never
-        does: while a server re-lists its tools, its calls use its last good catalog, and the
-        other servers' calls are not its business (SPEC §14)."""
+        after it: its listing is stale until listed again (`changed`). Nothing waits for that:
+        while a server re-lists, its calls (tools, prompts, resources, completions) use its last
+        good catalog, and the other servers' calls are not its business (SPEC §14)."""
         for kind in _KINDS[method]:
             member.catalog.listings[kind].outdated()
+
+    def relist(self, member: Member, kind: str) -> None:
+        """A listing `member` said changed (or that a new session may have changed), listed again
+        in the background unless that is under way; meanwhile its last good one stands."""
+        member.upstream.spawn_once(f"relist {kind}", member.catalog.listings[kind].fresh)
 
     async def changed(self, member: Member, method: str) -> None:
         """A `notifications/*/list_changed` from `member`: that server alone is listed again."""

@@ -6,6 +6,10 @@ A server with credentials is listed to each caller as themselves, never through 
 session (SPEC §14): its prompts, resources and templates come from the caller's own listing, made
 when they list or when a request of theirs is routed; a caller without a credential for it does
 not see it, and a request that only it could take is refused with its `credential:KEY` refusal.
+So is a listing to which no server contributed because every one that might refused them so.
+
+Requests are routed by each server's last good listings: one that a server is listing again (after
+its `list_changed`, or on a new session) holds nobody (SPEC §14); only a first listing is waited for.
 """
 
 from __future__ import annotations
@@ -56,7 +60,10 @@ class Listings:
 
     async def list(self, ctx: Call) -> dict[str, Any]:
         """`prompts/list`, `resources/list` or `resources/templates/list`: every server's items,
-        all pages, in one page (the gateway hands out no cursor of its own)."""
+        all pages, in one page (the gateway hands out no cursor of its own). A server with
+        credentials is listed as the caller, and left out for a caller without a credential for
+        it; when no server listed anything for them and one or more refused them so, the answer
+        is that refusal (`credential:KEY`, with its remedy), never an empty listing."""
         kind, field, key = _KINDS[ctx.method]
         if (ctx.params or {}).get("cursor") is not None:
             raise RpcError(INVALID_PARAMS, "Invalid cursor: the gateway lists everything at once")
@@ -64,19 +71,22 @@ class Listings:
         if not any(m.connected for m in fleet):
             await fleet.first_connection(self._connect_wait())
         theirs: Theirs = {}
+        unmet: Unmet = []
         with anyio.move_on_after(LIST_WAIT_SECONDS):
             async with anyio.create_task_group() as tg:
                 for member in self._able("prompts" if kind == "prompts" else "resources"):
                     if member.credential is None:
                         tg.start_soon(member.catalog.listings[kind].refresh)
                     else:
-                        tg.start_soon(self._listed_as_caller, ctx, member, (kind,), theirs, [])
+                        tg.start_soon(self._listed_as_caller, ctx, member, (kind,), theirs, unmet)
+        listed = [(m, m.catalog.listings[kind].items if m.credential is None
+                   else theirs.get(m.key, {}).get(kind)) for m in fleet]
+        if unmet and all(found is None for _, found in listed):  # every one that might: refused
+            raise await self._callers.refusal(ctx, ctx.method, *unmet)
         routes = self._routes(theirs)
         refused = routes.prompt_collisions if kind == "prompts" else routes.ambiguous
         items: list[dict[str, Any]] = []
-        for member in fleet:
-            found = member.catalog.listings[kind].items if member.credential is None \
-                else theirs.get(member.key, {}).get(kind)
+        for member, found in listed:
             for item in found or ():
                 shown = visible(item, member.spec.prefix) if kind == "prompts" else item
                 if isinstance(shown.get(key), str) and shown[key] not in refused:
@@ -264,10 +274,11 @@ class Listings:
 
     async def _current(self, capability: str, *kinds: str) -> None:
         """Before a request is routed by these listings: each connected server with `capability`
-        has listed them since it connected, or since it said they changed (a name or URI two
-        servers list is refused, never sent to the one that happened to list first). Servers
-        still starting get the handshake's grace; a slow listing gets LIST_WAIT_SECONDS, then its
-        last good one is used. One that failed is asked again like an unknown name (bounded)."""
+        has listed them once (a name or URI two servers list is refused, never sent to the one
+        that happened to list first). Servers still starting get the handshake's grace, a first
+        listing LIST_WAIT_SECONDS; one that failed is asked again like an unknown name (bounded).
+        A listing the server said changed is never waited for (SPEC §14: a server's re-listing
+        holds nobody): its last good one routes until the new one is in (`Fleet.relist`)."""
         fleet = self._fleet
         if not all(m.connected for m in fleet):
             await fleet.first_connection(self._connect_wait())
@@ -276,10 +287,11 @@ class Listings:
                 for member in self._shared(capability):
                     for kind in kinds:
                         listing = member.catalog.listings[kind]
-                        if listing.stale:
-                            tg.start_soon(listing.fresh)
-                        elif not listing.loaded:
-                            tg.start_soon(listing.refresh_for_unknown)
+                        if not listing.loaded:  # (stale: never listed on this session yet)
+                            tg.start_soon(listing.fresh if listing.stale
+                                          else listing.refresh_for_unknown)
+                        elif listing.stale:
+                            fleet.relist(member, kind)
 
     def _shared(self, capability: str) -> Iterator[Member]:
         """The servers listed on the gateway's own session (those without credentials)."""
