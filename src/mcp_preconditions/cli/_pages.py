@@ -65,6 +65,17 @@ def pages(args: argparse.Namespace, wired: Wired, guard: Guard, source: PolicySo
     return _cookie_rule(parts[0] if len(parts) == 1 else _together(parts), wired.base_url)
 
 
+def with_decision_point(pages: Pages | None, guard: Guard, public_url: str | None) -> Pages:
+    """`pages` and, at AuthZEN's paths, the gateway's policy as a decision point while it has a
+    `[pdp_server]` table (SPEC §16; authzen/mounted.py): an HTTP listener's, never a stdio
+    gateway's `--pages-listen` (whose pages are for people)."""
+    from ..authzen.mounted import PATHS, MountedDecisionPoint
+    from ..gateway.downstream.app import Pages
+
+    point = Pages(PATHS, MountedDecisionPoint(guard, public_url))
+    return point if pages is None else _together([pages, point])
+
+
 def _cookie_rule(pages: Pages, base_url: str) -> Pages:
     """Every page's cookies by credentials/cookies.py's rule: on an https public URL, `__Host-`
     and Secure (behind a TLS proxy the listener itself speaks http)."""

@@ -107,6 +107,8 @@ def prepare_gateway(args: argparse.Namespace) -> Prepared:
                                                              else [])], recorder=recorder, live=live)
     pages = _pages.pages(args, wired, guard, source, listen,  # SPEC §14, §15; none: nothing
                          lambda tool: approvals.tool_facts(gateways[0], tool) if gateways else None)
+    if listen is not None:  # SPEC §16: the policy's decision point beside /mcp, when it says so
+        pages = _pages.with_decision_point(pages, guard, args.public_url)
     gateway = Gateway(guard, config.servers, _credentials(listen, claims),
                       environment=wired.environment(upstream_environment(source)),
                       telemetry=GatewayTelemetry(metrics))
