@@ -34,7 +34,7 @@ from tests.fixtures.inprocess import WAIT_SECONDS, logging_gateway, until
 from tests.fixtures.stdio_pipe import stdio_pipe
 from tests.fixtures.transcript import LEGACY, HttpClient, RawClient, StdioClient
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+IN_PROCESS = pytest.mark.asyncio(loop_scope="module")  # one event loop for the module's gateways
 
 OPEN = "# every tool open\n[gateway]\ncall_timeout_seconds = 120\n"
 SLOW = {"name": "slow", "arguments": {"seconds": 90}}
@@ -58,10 +58,11 @@ async def cancel_by_a_string_id(client: RawClient, log: Path) -> asyncio.Task[An
     running = asyncio.get_running_loop().create_task(client.send(41, "tools/call", SLOW))
     await until(lambda: "slow" in tool_calls(log), "the server never got the call")
     await client.notify("notifications/cancelled", {"requestId": "41", "reason": "changed my mind"})
-    await until(lambda: cancelled(log), "the server was never told of the cancellation")
+    await until(lambda: bool(cancelled(log)), "the server was never told of the cancellation")
     return running
 
 
+@IN_PROCESS
 async def test_stdio_a_cancelled_request_is_interrupted_and_never_answered(
         policy: Path, tmp_path: Path) -> None:
     log = tmp_path / "upstream.jsonl"
@@ -77,6 +78,7 @@ async def test_stdio_a_cancelled_request_is_interrupted_and_never_answered(
     assert len(cancelled(log)) == 1
 
 
+@IN_PROCESS
 async def test_http_a_cancelled_request_ends_its_stream_with_request_cancelled(
         policy: Path, tmp_path: Path) -> None:
     log = tmp_path / "upstream.jsonl"
@@ -90,6 +92,7 @@ async def test_http_a_cancelled_request_ends_its_stream_with_request_cancelled(
     assert len(cancelled(log)) == 1
 
 
+@IN_PROCESS
 async def test_http_ending_the_session_cancels_what_it_has_running(policy: Path,
                                                                    tmp_path: Path) -> None:
     log = tmp_path / "upstream.jsonl"
@@ -102,7 +105,7 @@ async def test_http_ending_the_session_cancels_what_it_has_running(policy: Path,
             ended = await client.http.delete(client.url, headers=client._headers(None))
             client.session = None
             exchange = await asyncio.wait_for(running, WAIT_SECONDS)
-            await until(lambda: cancelled(log), "the server was never told")
+            await until(lambda: bool(cancelled(log)), "the server was never told")
     assert ended.status_code == 200
     assert exchange.answer is not None and exchange.answer["error"]["code"] == -32800
 
