@@ -36,20 +36,21 @@ _CLIENT = types.Implementation(name="mcp-preconditions-tools", version=__version
 _SHOWN = 300  # characters of a server's last stderr line quoted in an error
 
 
-async def list_tools(target: StdioTarget | HttpTarget, *, timeout: float = 30.0) -> list[dict[str, Any]]:
-    """Every tool `target` lists, all pages, as the dicts it sent. Connects with the 2025-11-25
-    handshake first, then (a server that refuses it) the SDK's 2026-07-28 negotiation. Raises
-    InputError with one line naming the server when it cannot be started, reached or read within
-    `timeout` seconds."""
+async def list_tools(target: StdioTarget | HttpTarget, *, timeout: float = 30.0,
+                     max_pages: int = MAX_PAGES) -> list[dict[str, Any]]:
+    """Every tool `target` lists, all pages (`max_pages` at most), as the dicts it sent. Connects
+    with the 2025-11-25 handshake first, then (a server that refuses it) the SDK's 2026-07-28
+    negotiation. Raises InputError with one line naming the server when it cannot be started,
+    reached or read within `timeout` seconds, or lists more pages."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
         try:
             with anyio.fail_after(timeout):
                 try:
-                    return await _listing(target, "legacy", errlog)
+                    return await _listing(target, "legacy", errlog, max_pages)
                 except Exception as exc:
                     if not isinstance(_innermost(exc), MCPError):
                         raise
-                    return await _listing(target, "auto", errlog)
+                    return await _listing(target, "auto", errlog, max_pages)
         except TimeoutError:
             raise InputError(f"{target.label}: no tools/list answer within {timeout:g} s"
                              f"{_said(errlog)}") from None
@@ -92,7 +93,8 @@ def _carrying(tool: dict[str, Any], own: tuple[str, ...] | None, spec: ServerSpe
     return with_requirements(tool, merge(own, (requirement_for(spec.key),)))
 
 
-async def _listing(target: StdioTarget | HttpTarget, mode: str, errlog: TextIO) -> list[dict[str, Any]]:
+async def _listing(target: StdioTarget | HttpTarget, mode: str, errlog: TextIO,
+                   max_pages: int = MAX_PAGES) -> list[dict[str, Any]]:
     async with Client(_transport(target, errlog), mode=cast(Any, mode), cache=None,
                       client_info=_CLIENT) as client:
         async def page(cursor: str | None) -> object:
@@ -100,7 +102,7 @@ async def _listing(target: StdioTarget | HttpTarget, mode: str, errlog: TextIO) 
             return await client.session.send_request(types.ListToolsRequest(params=params),
                                                      cast(Any, _RAW))
         try:
-            return await every_page(page)
+            return await every_page(page, max_pages=max_pages)
         except ListingError as exc:
             raise InputError(f"{target.label}: {exc}") from None
 

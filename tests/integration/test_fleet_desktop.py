@@ -5,45 +5,61 @@ replaced by temporary ones, its commands as shipped: what `make install` provide
 clone) behind `mcp-preconditions gateway --policy policies/desktop.toml --servers ...`, driven by the
 SDK's client and by the MCP Inspector CLI as a user types it, shows every server's prefixed tools
 with their requirements, an allowed call and a denial.
+
+The listing comparison and `config validate` run in-process (the default tier): the two gateways
+wired from their command lines in the test's event loop, their servers the logging upstream in
+memory (stdio entries) and on a socket of the loop (an HTTP entry), the command through `cli.main`.
+The done-criterion stays interop, marked test by test: the shipped config's own commands
+(npm server-filesystem, -memory, -everything through npx, mcp-server-time) behind a real gateway
+process started as the issue types it, driven by the SDK's stdio client and by the Inspector CLI;
+in-process it would run neither those servers nor that command line.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from pydantic import TypeAdapter
 
+from mcp_preconditions.cli import main
 from mcp_preconditions.integrations.client_mcp import denial_of
 from tests.fixtures.fleet import (
     DESKTOP_POLICY,
     SHIPPED_DESKTOP,
-    fleet_http,
-    servers_http,
+    Entry,
+    command,
     shipped_desktop,
     write_desktop,
     write_gateway_toml,
 )
-from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools, server_env
-from tests.fixtures.upstreams import GATEWAY_SCRIPT, Listening
-from tests.integration.test_fleet_thirdparty import POLICY, servers_of
+from tests.fixtures.gateway_upstream import LoggingUpstream
+from tests.fixtures.inprocess import InProcess, asgi_served, cli_gateway
+from tests.fixtures.mcp_servers import ROOT, raw_tools, server_env
+from tests.fixtures.memory_upstream import MemoryServers, logging_env
+from tests.fixtures.upstreams import GATEWAY_SCRIPT
 from tests.integration.test_gateway_inspector import DENIED, OBSERVER, call, listing, shown_requirements
 from tests.integration.test_gateway_thirdparty import snapshot
 
-pytestmark = pytest.mark.integration
+# A policy naming one stdio server's tools and the HTTP server's (one unreadably: `bad` lists
+# requirements of its own), as test_fleet_thirdparty's names the real servers'.
+POLICY = """[tools.fs__echo]
+requirements = ["auth:claim:role:observer"]
+
+[tools.web__slow]
+requirements = ["auth:scope:web:write"]
+"""
 
 
-async def everything_listed(url: str) -> dict[str, Any]:
+async def everything_listed(gateway: InProcess) -> dict[str, Any]:
     """tools/list, prompts/list, resources/list and resources/templates/list as they came."""
     as_dict: Any = TypeAdapter(dict[str, Any])
-    async with Client(url, mode="legacy") as client:
+    async with gateway.client("legacy") as client:
         out: dict[str, Any] = {"tools": await raw_tools(client.session)}
         for kind, listed in (("prompts", await client.list_prompts()),
                              ("resources", await client.list_resources()),
@@ -53,17 +69,33 @@ async def everything_listed(url: str) -> dict[str, Any]:
     return out
 
 
-def test_servers_from_a_desktop_config_list_what_a_gateway_toml_lists(
-        everything_http_server: Listening, tmp_path: Path) -> None:
-    servers, _disk, _memory = servers_of(tmp_path, everything_http_server.url)
+async def test_servers_from_a_desktop_config_list_what_a_gateway_toml_lists(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY, encoding="utf-8")
-    desktop = write_desktop(tmp_path / "claude_desktop_config.json", servers)
-    config = write_gateway_toml(tmp_path / "gateway.toml", policy, servers)
-    with fleet_http(config) as from_toml, servers_http(policy, desktop) as from_desktop:
-        toml_listing = anyio.run(everything_listed, from_toml.url)
-        desktop_listing = anyio.run(everything_listed, from_desktop.url)
-    assert len(toml_listing["tools"]) > 30 and toml_listing["prompts"]["prompts"]
+    memory = MemoryServers()
+    web_app = LoggingUpstream(logging_env(tmp_path / "web.jsonl")).build().streamable_http_app(
+        host="127.0.0.1")
+    with memory.installed():
+        async with asgi_served(web_app) as web:
+            servers: dict[str, Entry] = {
+                "fs": command(memory.logging_upstream("fs"), logging_env(tmp_path / "fs.jsonl")),
+                "memory": command(memory.logging_upstream("memory"),
+                                  logging_env(tmp_path / "memory.jsonl")),
+                "web": {"url": f"{web}/mcp"}}
+            desktop = write_desktop(tmp_path / "claude_desktop_config.json", servers)
+            config = write_gateway_toml(tmp_path / "gateway.toml", policy, servers)
+            listen = ["--listen", "http://127.0.0.1:0"]
+            async with cli_gateway(["--config", str(config), *listen]) as from_toml, \
+                    cli_gateway(["--policy", str(policy), "--servers", str(desktop), *listen]
+                                ) as from_desktop:
+                await from_toml.until_ready()
+                await from_desktop.until_ready()
+                toml_listing = await everything_listed(from_toml)
+                desktop_listing = await everything_listed(from_desktop)
+    tools = {t["name"]: t for t in toml_listing["tools"]}
+    assert {name.split("__", 1)[0] for name in tools} == {"fs", "memory", "web"}
+    assert tools["fs__echo"]["execution"]["requirements"] == ["auth:claim:role:observer"]
+    assert toml_listing["prompts"]["prompts"]
     assert desktop_listing == toml_listing
 
 
@@ -82,13 +114,15 @@ DESKTOP_REQUIREMENTS = {name: table["requirements"] for name, table in tomllib.l
     DESKTOP_POLICY.read_text(encoding="utf-8"))["tools"].items()}
 
 
-def test_the_shipped_desktop_config_starts_on_what_make_install_provides() -> None:
+def test_the_shipped_desktop_config_starts_on_what_make_install_provides(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's command refused the file while one of its commands (uvx) was not installed."""
-    done = subprocess.run([*CLI, "config", "validate", "examples/desktop-config.json"], cwd=ROOT,
-                          env=server_env(), capture_output=True, text=True, timeout=60, check=False)
-    assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.strip() == ("OK: examples/desktop-config.json (4 server(s): fs, memory, time, "
-                                   "everything)")
+    monkeypatch.chdir(ROOT)  # its commands as the clone has them (.venv/bin/mcp-server-time)
+    code = main(["config", "validate", "examples/desktop-config.json"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out.strip() == ("OK: examples/desktop-config.json (4 server(s): fs, memory, time, "
+                           "everything)")
 
 
 @pytest.fixture
@@ -99,6 +133,7 @@ def shared_folder(tmp_path: Path) -> Path:
     return shared
 
 
+@pytest.mark.interop
 @pytest.mark.timeout(120)
 async def test_done_criterion_the_sdk_client_in_front_of_the_shipped_desktop_config(
         shared_folder: Path, tmp_path: Path) -> None:
@@ -130,6 +165,7 @@ async def test_done_criterion_the_sdk_client_in_front_of_the_shipped_desktop_con
     assert snapshot(shared_folder) == before
 
 
+@pytest.mark.interop
 @pytest.mark.timeout(400)  # three Inspector runs, each starting the gateway and four servers
 def test_done_criterion_the_inspector_in_front_of_the_shipped_desktop_config(
         shared_folder: Path, tmp_path: Path) -> None:

@@ -5,39 +5,35 @@ server, under its original name. The reference: a visible name maps to a server 
 server lists it and lists it once; a call is allowed when every requirement (the tool's own plus the
 policy's) is met, and with none, when `unlisted_tools = "allow"` or the policy names it.
 
-The gateway runs in-process with the SDK's own client; the servers are the real logging upstream
-over streamable HTTP (the third lists `dup` twice).
+The gateway runs in-process (a `Gateway` object, its app over the streaming bridge to the SDK's own
+client), in front of the logging upstream in memory (the third lists `dup` twice); each example has a
+loop, gateway and servers of its own.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp import Client
 
-from mcp_preconditions.gateway import Gateway, ServerSpec
+from mcp_preconditions.gateway import Gateway
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
-from tests.fixtures.gateway_upstream import (
-    SECRET_REQUIREMENTS,
-    started,
-    tool_calls,
-    upstream_env,
+from tests.fixtures.gateway_upstream import SECRET_REQUIREMENTS, tool_calls
+from tests.fixtures.memory_upstream import MemoryServers, logging_env
+from tests.integration.test_gateway_property import (
+    FLAGS,
+    REQUIREMENTS,
+    ROLES,
+    client_of,
+    in_memory,
+    policy_text,
 )
-from tests.fixtures.inprocess import served
-from tests.fixtures.ports import free_port
-from tests.integration.test_gateway_property import FLAGS, REQUIREMENTS, ROLES, policy_text
-
-pytestmark = pytest.mark.integration
 
 KEYS = ("a", "b", "c")
 OWN = {"echo": [], "secret": SECRET_REQUIREMENTS, "slow": [], "env": []}  # tools called, own reqs
@@ -86,38 +82,29 @@ def reference_allows(policy: dict[str, Any], role: str | None, original: str, vi
                else r == f"auth:claim:role:{role}" for r in reqs)
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, Path]]]:
-    tmp = tmp_path_factory.mktemp("fleet-property")
-    out: dict[str, tuple[str, Path]] = {}
-    with ExitStack() as stack:
-        for key in KEYS:
-            log, port = tmp / f"{key}.jsonl", free_port()
-            url = f"http://127.0.0.1:{port}/mcp"
-            env = upstream_env(log, **({"GATEWAY_UPSTREAM_DUP": "1"} if key == "c" else {}))
-            stack.enter_context(started([sys.executable, "-m", "tests.fixtures.gateway_upstream", "http",
-                                         str(port)], env, url, f"http://127.0.0.1:{port}/"))
-            out[key] = (url, log)
-        yield out
-
-
-async def run_example(specs: list[ServerSpec], policy: dict[str, Any], roles: list[str | None],
-                      calls: list[str]) -> None:
+async def run_example(logs: dict[str, Path], prefixes: list[str], policy: dict[str, Any],
+                      roles: list[str | None], calls: list[str]) -> None:
     caller: list[Credentials] = [ANONYMOUS]
     guard = Guard(parse_policy(policy_text(policy).encode(), "random.toml"))
-    gateway = Gateway(guard, specs, lambda _call: caller[0])
-    async with served(gateway) as url, Client(url, mode="legacy") as client:
-        for role in roles:
-            caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
-                         if role else ANONYMOUS)
-            for name in calls:
-                await client.call_tool(name, {"seconds": 0})
+    servers = MemoryServers()
+    with servers.installed():
+        for key in logs:
+            servers.logging_upstream(key, **logging_env(logs[key], **(
+                {"GATEWAY_UPSTREAM_DUP": "1"} if key == "c" else {})))
+        specs = [replace(in_memory(k), prefix=p) for k, p in zip(logs, prefixes, strict=True)]
+        gateway = Gateway(guard, specs, lambda _call: caller[0])
+        async with client_of(gateway) as client:
+            for role in roles:
+                caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
+                             if role else ANONYMOUS)
+                for name in calls:
+                    await client.call_tool(name, {"seconds": 0})
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(example=examples)
 def test_what_reaches_each_server_is_exactly_the_allowed_calls_mapped_to_it(
-        servers: dict[str, tuple[str, Path]], example: dict[str, Any]) -> None:
+        tmp_path: Path, example: dict[str, Any]) -> None:
     prefixes, rng = example["prefixes"], example["seed"]
     names, named = visible_names(prefixes), listed_names(prefixes)
     policy = {"unlisted": example["unlisted"],
@@ -125,14 +112,14 @@ def test_what_reaches_each_server_is_exactly_the_allowed_calls_mapped_to_it(
                   named, rng.randint(0, min(4, len(named))))}}
     calls = [*rng.sample(names, len(names)), "no_such_tool"]  # every name once, in any order
     keys = KEYS[:len(prefixes)]
-    specs = [ServerSpec(k, p, url=servers[k][0]) for k, p in zip(keys, prefixes, strict=True)]
-    before = {k: len(tool_calls(servers[k][1])) for k in keys}
-    anyio.run(run_example, specs, policy, example["roles"], calls)
+    logs = {k: tmp_path / f"{k}.jsonl" for k in keys}
+    before = {k: len(tool_calls(logs[k])) for k in keys}
+    anyio.run(run_example, logs, prefixes, policy, example["roles"], calls)
     table = routes(prefixes)
     expected: dict[str, list[str]] = {k: [] for k in keys}
     for role in example["roles"]:
         for name in calls:
             if name in table and reference_allows(policy, role, table[name][1], name):
                 expected[table[name][0]].append(table[name][1])
-    reached = {k: tool_calls(servers[k][1])[before[k]:] for k in keys}
+    reached = {k: tool_calls(logs[k])[before[k]:] for k in keys}
     assert reached == expected, (prefixes, policy, calls)

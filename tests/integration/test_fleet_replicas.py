@@ -4,6 +4,10 @@ sharing one redis-server, one flagd flag file and a signed policy bundle, as tes
 runs the single-server gateway. Under load from 20 SDK clients (half sticky 2025-11-25 sessions,
 half 2026-07-28 requests any replica may answer), every call is checked against the same oracle
 while `state:` flips, and each server is reached through every replica.
+
+Interop: real gateway processes behind a real haproxy, one redis-server and a flag file shared
+between them, are what it checks (that the replicas agree while the state flips under them); one
+process in-process would not be replicas.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from tests.integration.test_replicas_cluster import (
 )
 from tests.integration.test_replicas_haproxy import UNMET_STATE, Event, failed, load, wrongly_allowed
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,20 @@ client's call to another server is in flight too, and the answer goes back to th
 progress and log messages reach the caller of their call only; a cancellation reaches the server of
 the cancelled call only. Each test asserts what every server received (their own logs) and what
 every client saw.
+
+In-process (tests/fixtures/inprocess.py): `gateway --config` wired in the test's event loop, its
+servers in memory (the asking and logging upstreams, and tests/fixtures/requesting_upstream.py where
+server-everything's elicitation was), the SDK clients on its app over the streaming bridge; each wait
+is on the event (the clients meeting, progress reported, the servers' logs). The stdio listener in
+front of three real servers, server-everything among them, stays interop (one test, marked: a
+desktop client's whole path).
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +31,17 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.fixtures import asking_upstream
-from tests.fixtures.fleet import Entry, base_url, command, fleet_http, logging_upstream, write_gateway_toml
+from tests.fixtures.fleet import Entry, command, logging_upstream, write_gateway_toml
 from tests.fixtures.gateway_upstream import read_log, tool_calls
+from tests.fixtures.inprocess import WAIT_SECONDS, InProcess, cli_gateway, until
 from tests.fixtures.mcp_servers import CLI, ROOT, server_env
-from tests.fixtures.upstreams import Listening, everything_stdio
+from tests.fixtures.memory_upstream import MemoryServers, logging_env
+from tests.fixtures.requesting_upstream import requesting
+from tests.fixtures.upstreams import everything_stdio
 
-pytestmark = pytest.mark.integration
+IN_PROCESS = pytest.mark.asyncio(loop_scope="module")  # one event loop for the module's gateways
 
-WAIT = 60.0  # liveness: servers starting, a call answered, on a loaded machine
+WAIT = WAIT_SECONDS  # in-process: a call answered, the clients meeting
 MODES = ["legacy", "auto"]  # the client's protocol version: 2025-11-25, 2026-07-28
 OPEN = "# every tool open\n[gateway]\ncall_timeout_seconds = 600\n"  # only a cancellation ends a call
 
@@ -46,26 +55,33 @@ def asking(log: Path, *, modern_only: bool = False) -> Entry:
     return command(asking_upstream.command(), env)
 
 
+def asking_in_memory(servers: MemoryServers, key: str, log: Path, *, modern_only: bool = False
+                     ) -> Entry:
+    """The asking upstream in memory, recording what it asked and was answered in `log`."""
+    env = {"ASKING_UPSTREAM_LOG": str(log)}
+    if modern_only:
+        env["ASKING_UPSTREAM_MODERN_ONLY"] = "1"
+    return command(servers.asking_upstream(key, **env))
+
+
+def logging_in_memory(servers: MemoryServers, key: str, log: Path) -> Entry:
+    return command(servers.logging_upstream(key, **logging_env(log)))
+
+
 def config(tmp: Path, servers: dict[str, Entry]) -> Path:
     policy = tmp / "policy.toml"
     policy.write_text(OPEN, encoding="utf-8")
     return write_gateway_toml(tmp / "gateway.toml", policy, servers)
 
 
-@contextmanager
-def fleet(tmp: Path, servers: dict[str, Entry]) -> Iterator[Listening]:
-    """`gateway --config` over HTTP, once every server has listed its tools."""
-    with fleet_http(config(tmp, servers)) as gateway:
-        deadline = time.monotonic() + WAIT
-        while not all(s["tools_loaded"] for s in readyz(gateway)["servers"].values()):
-            assert time.monotonic() < deadline, readyz(gateway)
-            time.sleep(0.2)
+@asynccontextmanager
+async def fleet(tmp: Path, servers: dict[str, Entry]) -> AsyncIterator[InProcess]:
+    """`gateway --config` over HTTP in-process (its servers as a MemoryServers installed them),
+    once every server has listed its tools."""
+    async with cli_gateway(["--config", str(config(tmp, servers)),
+                            "--listen", "http://127.0.0.1:0"]) as gateway:
+        await gateway.until_ready()
         yield gateway
-
-
-def readyz(gateway: Listening) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(base_url(gateway) + "/readyz", timeout=30).json()
-    return body
 
 
 def stdio_fleet(tmp: Path, servers: dict[str, Entry]) -> StdioServerParameters:
@@ -76,16 +92,9 @@ def stdio_fleet(tmp: Path, servers: dict[str, Entry]) -> StdioServerParameters:
 
 async def listed(client: Client, *names: str) -> None:
     """Wait until the gateway lists `names` (servers still starting are listed later)."""
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(60):
         while not set(names) <= {t.name for t in (await client.list_tools()).tools}:
             await anyio.sleep(0.2)
-
-
-async def until(condition: Any, what: str) -> None:
-    with anyio.fail_after(WAIT):
-        while not condition():
-            await anyio.sleep(0.05)
-    assert condition(), what
 
 
 # --- clients --------------------------------------------------------------------------------------
@@ -142,16 +151,16 @@ class Caller:
 
 
 @asynccontextmanager
-async def clients(url: str, mode: str, *callers: Caller) -> AsyncIterator[list[Client]]:
-    """One SDK client per caller, connected to `url` at `mode` (2026-07-28 clients opt in to info
-    logs on each request)."""
+async def clients(gateway: InProcess, mode: Any, *callers: Caller) -> AsyncIterator[list[Client]]:
+    """One SDK client per caller, connected to the gateway at `mode` (2026-07-28 clients opt in to
+    info logs on each request)."""
     level: Any = "info" if mode == "auto" else None
-    async with Client(url, mode=mode, log_level=level, **callers[0].callbacks()) as one, \
-            Client(url, mode=mode, log_level=level, **callers[1].callbacks()) as two:
+    async with gateway.client(mode, log_level=level, **callers[0].callbacks()) as one, \
+            gateway.client(mode, log_level=level, **callers[1].callbacks()) as two:
         if len(callers) == 2:
             yield [one, two]
             return
-        async with Client(url, mode=mode, log_level=level, **callers[2].callbacks()) as three:
+        async with gateway.client(mode, log_level=level, **callers[2].callbacks()) as three:
             yield [one, two, three]
 
 
@@ -165,6 +174,7 @@ def answered(text: str, *, modern_only: bool) -> dict[str, Any]:
 
 
 # --- 1. the servers' requests ---------------------------------------------------------------------
+@IN_PROCESS
 @pytest.mark.parametrize("modern_only", [False, True], ids=["server-2025", "server-2026"])
 @pytest.mark.parametrize("mode", MODES)
 async def test_each_servers_question_reaches_its_caller_and_the_answer_only_that_server(
@@ -174,8 +184,12 @@ async def test_each_servers_question_reaches_its_caller_and_the_answer_only_that
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
     meeting = Meeting(2)
     one, two, bystander = Caller("one", meeting), Caller("two", meeting), Caller("nobody")
-    with fleet(tmp_path, {k: asking(log, modern_only=modern_only) for k, log in logs.items()}) as gw:
-        async with clients(gw.url, mode, one, two, bystander) as (c1, c2, c3):
+    servers = MemoryServers()
+    with servers.installed():
+        entries = {k: asking_in_memory(servers, k, log, modern_only=modern_only)
+                   for k, log in logs.items()}
+        async with fleet(tmp_path, entries) as gw, clients(gw, mode, one, two, bystander) as (
+                c1, c2, c3):
             await c3.list_tools()
             results: dict[str, mcp_types.CallToolResult] = {}
 
@@ -193,15 +207,20 @@ async def test_each_servers_question_reaches_its_caller_and_the_answer_only_that
     assert asking_upstream.read_log(logs["b"]) == [answered("two", modern_only=modern_only)]
 
 
+@IN_PROCESS
 @pytest.mark.parametrize("mode", MODES)
 async def test_an_elicitation_reaches_its_caller_while_another_server_asks_another_client(
         tmp_path: Path, mode: str) -> None:
-    """Server b (npm server-everything) elicits from client two while server a asks client one."""
+    """Server b (tests/fixtures/requesting_upstream.py) elicits from client two while server a
+    asks client one."""
     log = tmp_path / "a.jsonl"
     meeting = Meeting(2)
     one, two = Caller("one", meeting), Caller("two", meeting)
-    with fleet(tmp_path, {"a": asking(log), "b": command(everything_stdio())}) as gw:
-        async with clients(gw.url, mode, one, two) as (c1, c2):
+    servers = MemoryServers()
+    with servers.installed():
+        entries = {"a": asking_in_memory(servers, "a", log),
+                   "b": command(servers.add("b", requesting))}
+        async with fleet(tmp_path, entries) as gw, clients(gw, mode, one, two) as (c1, c2):
             results: dict[str, mcp_types.CallToolResult] = {}
 
             async def call(client: Client, name: str) -> None:
@@ -216,11 +235,15 @@ async def test_an_elicitation_reaches_its_caller_while_another_server_asks_anoth
     assert asking_upstream.read_log(log) == [answered("one", modern_only=False)]
 
 
+@pytest.mark.interop
+@pytest.mark.asyncio
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_stdio_fleet_routes_requests_progress_and_logs_of_each_server(
-        tmp_path: Path, mode: str) -> None:
+        tmp_path: Path, mode: Any) -> None:
     """The stdio listener (one client) in front of three servers: b's sampling request and log,
-    c's elicitation and a's progress reach the client; each answer reaches its own server."""
+    c's elicitation and a's progress reach the client; each answer reaches its own server.
+    Interop: a real gateway process on stdio in front of real server processes, npm
+    server-everything among them, as a desktop client starts it."""
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
     me = Caller("mine")
     servers = {"a": logging_upstream(logs["a"]), "b": asking(logs["b"]), "c": command(everything_stdio())}
@@ -228,7 +251,7 @@ async def test_a_stdio_fleet_routes_requests_progress_and_logs_of_each_server(
     async with Client(stdio_fleet(tmp_path, servers), mode=mode, log_level=level,
                       **me.callbacks()) as client:
         await listed(client, "a__slow", "b__ask", "c__trigger-elicitation-request")
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(60):
             asked = await client.call_tool("b__ask", {})
             elicited = await client.call_tool("c__trigger-elicitation-request", {})
             logged = await client.call_tool("b__log", {"tag": "b"})
@@ -247,24 +270,28 @@ async def test_a_stdio_fleet_routes_requests_progress_and_logs_of_each_server(
 
 
 # --- 2. progress and cancellation -----------------------------------------------------------------
+@IN_PROCESS
 @pytest.mark.parametrize("mode", MODES)
 async def test_progress_reaches_its_caller_and_a_cancellation_only_its_server(
         tmp_path: Path, mode: str) -> None:
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
     one, two, bystander = Caller("one"), Caller("two"), Caller("nobody")
-    with fleet(tmp_path, {k: logging_upstream(log) for k, log in logs.items()}) as gw:
-        async with clients(gw.url, mode, one, two, bystander) as (c1, c2, c3):
+    servers = MemoryServers()
+    with servers.installed():
+        entries = {k: logging_in_memory(servers, k, log) for k, log in logs.items()}
+        async with fleet(tmp_path, entries) as gw, clients(gw, mode, one, two, bystander) as (
+                c1, c2, c3):
             await c3.list_tools()
             async with anyio.create_task_group() as tg:
                 async def slow() -> None:
                     await c1.call_tool("a__slow", {"seconds": 600}, progress_callback=one.progressed)
                 tg.start_soon(slow)
-                await until(lambda: one.progress, "a's progress never reached its caller")
+                await until(lambda: bool(one.progress), "a's progress never reached its caller")
                 with anyio.fail_after(WAIT):
                     quick = await c2.call_tool("b__slow", {"seconds": 0},
                                                progress_callback=two.progressed)
                 tg.cancel_scope.cancel()  # client one gives up on its call to a
-            await until(lambda: cancelled(logs["a"]), "a never heard of the cancellation")
+            await until(lambda: bool(cancelled(logs["a"])), "a never heard of the cancellation")
             await c3.list_tools()
     assert one.progress == [(0.5, 1.0, "half way")] and two.progress == [(0.5, 1.0, "half way")]
     assert text(quick) == "slow done"
@@ -280,29 +307,33 @@ def cancelled(log: Path) -> list[Any]:
     return [e["params"]["requestId"] for e in read_log(log) if e["method"] == "notifications/cancelled"]
 
 
-def post_2026(http: httpx.Client, rid: int, name: str, arguments: dict[str, Any], token: str
-              ) -> list[dict[str, Any]]:
+async def post_2026(http: httpx.AsyncClient, rid: int, name: str, arguments: dict[str, Any],
+                    token: str) -> list[dict[str, Any]]:
     """A 2026-07-28 tools/call with its own progress token, as sent and answered on the wire: every
     message of the response, in order."""
     meta = {"progressToken": token, "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": {"name": "raw-http", "version": "1"}}
-    response = http.post("/mcp", headers={"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call",
-                                          "mcp-name": name},
-                         json={"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                               "params": {"name": name, "arguments": arguments, "_meta": meta}})
+    response = await http.post("/mcp", headers={"mcp-protocol-version": "2026-07-28",
+                                                "mcp-method": "tools/call", "mcp-name": name},
+                               json={"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                     "params": {"name": name, "arguments": arguments,
+                                                "_meta": meta}})
     if not response.headers["content-type"].startswith("text/event-stream"):
         return [response.json()]
     return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
 
 
-def test_progress_carries_the_callers_own_token_from_either_server(tmp_path: Path) -> None:
+@IN_PROCESS
+async def test_progress_carries_the_callers_own_token_from_either_server(tmp_path: Path) -> None:
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
-    with fleet(tmp_path, {k: logging_upstream(log) for k, log in logs.items()}) as gw, \
-            httpx.Client(base_url=base_url(gw), timeout=WAIT,
-                         headers={"accept": "application/json, text/event-stream"}) as http:
-        from_b = post_2026(http, 7, "b__slow", {"seconds": 0}, "token-for-b")
-        from_a = post_2026(http, 8, "a__slow", {"seconds": 0}, "token-for-a")
+    servers = MemoryServers()
+    with servers.installed():
+        entries = {k: logging_in_memory(servers, k, log) for k, log in logs.items()}
+        async with fleet(tmp_path, entries) as gw, gw.http() as http:
+            http.headers["accept"] = "application/json, text/event-stream"
+            from_b = await post_2026(http, 7, "b__slow", {"seconds": 0}, "token-for-b")
+            from_a = await post_2026(http, 8, "a__slow", {"seconds": 0}, "token-for-a")
     for messages, token, rid in ((from_a, "token-for-a", 8), (from_b, "token-for-b", 7)):
         progress, result = messages
         assert progress == {"jsonrpc": "2.0", "method": "notifications/progress", "params": {
@@ -313,6 +344,7 @@ def test_progress_carries_the_callers_own_token_from_either_server(tmp_path: Pat
 
 
 # --- 3. log messages ------------------------------------------------------------------------------
+@IN_PROCESS
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_servers_log_reaches_the_caller_of_its_call_only(tmp_path: Path, mode: str) -> None:
     """Client two's call to b is in flight (it logged, then waits): b's log about it reached client
@@ -321,12 +353,15 @@ async def test_a_servers_log_reaches_the_caller_of_its_call_only(tmp_path: Path,
     guess; the bystander, with no call in flight, sees nothing."""
     logs = {key: tmp_path / f"{key}.jsonl" for key in ("a", "b")}
     one, two, bystander = Caller("one"), Caller("two"), Caller("nobody")
-    with fleet(tmp_path, {k: asking(log) for k, log in logs.items()}) as gw:
-        async with clients(gw.url, mode, one, two, bystander) as (c1, c2, c3):
+    servers = MemoryServers()
+    with servers.installed():
+        entries = {k: asking_in_memory(servers, k, log) for k, log in logs.items()}
+        async with fleet(tmp_path, entries) as gw, clients(gw, mode, one, two, bystander) as (
+                c1, c2, c3):
             await c3.list_tools()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(c2.call_tool, "b__log", {"tag": "b for two", "seconds": 600})
-                await until(lambda: two.logs, "b's log never reached its caller")
+                await until(lambda: bool(two.logs), "b's log never reached its caller")
                 with anyio.fail_after(WAIT):
                     from_a = await c1.call_tool("a__log", {"tag": "a for one"})
                     from_b = await c1.call_tool("b__log", {"tag": "b for one or two?"})

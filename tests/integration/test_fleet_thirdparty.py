@@ -4,6 +4,10 @@ under one policy that names their tools as `KEY__NAME`. The MCP SDK's client at 
 versions sees every tool with its prefix and requirements; an allowed call reaches the right server
 under its own name (its answer is that server's); a denied one reaches none (the disk and the
 knowledge graph stay untouched); server-everything's prompts and resources are listed and read.
+
+Interop: these servers ARE the real components (SPEC §9), behind one real gateway process (npm
+server-memory's denied write checked on its own file); the MCP Inspector CLI reads the same fleet. The
+routing rules themselves are the in-process tier's (test_fleet_routing, test_fleet_property).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from tests.integration.test_gateway_thirdparty import (
     snapshot,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 POLICY = """environment = ["production"]
 [tools.fs__write_file]

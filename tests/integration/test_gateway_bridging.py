@@ -40,7 +40,7 @@ async def test_a_2026_only_upstream_loses_nothing(tmp_path: Path, policy: Path, 
             changed.set()
 
     async with logging_gateway(policy, log, GATEWAY_UPSTREAM_MODERN_ONLY="1") as gw, \
-            gw.client(VERSIONS[version], message_handler=handler) as client:  # type: ignore[arg-type]
+            gw.client(VERSIONS[version], message_handler=handler) as client:
         assert client.protocol_version == version
         tools = await raw_tools(client)
         echo = await raw_call(client, "echo")

@@ -1,12 +1,19 @@
-"""The gateway over stdio, in front of a real upstream subprocess, driven by the MCP SDK's own client
-on both protocol versions: the guard decides before anything goes upstream, allowed results are the
-upstream's own, tools/list carries the union of requirements, `[gateway] unlisted_tools = "deny"`.
+"""The gateway in front of an upstream, driven by the MCP SDK's own client on both protocol
+versions: the guard decides before anything goes upstream, allowed results are the upstream's own,
+tools/list carries the union of requirements, `[gateway] unlisted_tools = "deny"`.
+
+In-process (tests/fixtures/inprocess.py): the gateway wired from its command line as a stdio gateway
+(`--claims` is its caller) in the test's event loop, its upstream the logging upstream in memory, the
+client on its app over the streaming bridge. The stdio listener itself is the interop tier's
+(test_gateway_passthrough's sampling request, test_gateway_cli).
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types
 import pytest
@@ -23,12 +30,14 @@ from tests.fixtures.gateway_upstream import (
     MIRROR_META,
     MIRROR_WIRE,
     SECRET_REQUIREMENTS,
-    gateway_stdio,
     read_log,
     tool_calls,
 )
+from tests.fixtures.inprocess import logging_gateway
 
-VERSIONS = {"2025-11-25": "legacy", "2026-07-28": "auto"}
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+VERSIONS: dict[str, Literal["legacy", "auto"]] = {"2025-11-25": "legacy", "2026-07-28": "auto"}
 POLICY = """
 [tools.echo]
 requirements = ["auth:claim:role:observer"]
@@ -55,6 +64,16 @@ async def raw_call(client: Client, name: str, arguments: dict[str, Any] | None =
     return result
 
 
+@asynccontextmanager
+async def gateway_client(policy: Path, log: Path, *options: str,
+                         mode: Literal["legacy", "auto"] = "legacy") -> AsyncIterator[Client]:
+    """An SDK client of `gateway --policy P OPTIONS -- UPSTREAM`, UPSTREAM the logging upstream in
+    memory recording in `log`."""
+    async with logging_gateway(policy, log, *options) as gateway, \
+            gateway.client(mode) as client:
+        yield client
+
+
 async def raw_tools(client: Client) -> dict[str, dict[str, Any]]:
     result = await client.session.send_request(mcp_types.ListToolsRequest(), RAW)
     return {t["name"]: t for t in result["tools"]}
@@ -64,8 +83,7 @@ async def raw_tools(client: Client) -> dict[str, dict[str, Any]]:
 async def test_denied_never_reaches_upstream_and_allowed_result_is_the_upstreams(
         files: tuple[Path, Path, Path], version: str) -> None:
     policy, claims, log = files
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)),
-                      mode=VERSIONS[version]) as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode=VERSIONS[version]) as client:
         assert client.protocol_version == version
         denied = await raw_call(client, "secret")
         mirrored = await raw_call(client, "mirror")
@@ -84,7 +102,7 @@ async def test_denied_never_reaches_upstream_and_allowed_result_is_the_upstreams
 async def test_tools_list_has_the_union_of_requirements_on_the_wire(
         files: tuple[Path, Path, Path], version: str) -> None:
     policy, _claims, log = files
-    async with Client(gateway_stdio(policy, log), mode=VERSIONS[version]) as client:
+    async with gateway_client(policy, log, mode=VERSIONS[version]) as client:
         tools = await raw_tools(client)
     union = [*SECRET_REQUIREMENTS, "auth:claim:tenant:acme"]  # the upstream's own, then the policy's
     assert tools["secret"]["execution"]["requirements"] == union
@@ -104,8 +122,7 @@ async def test_unlisted_tools_deny_refuses_tools_without_requirements_and_unknow
         files: tuple[Path, Path, Path], version: str) -> None:
     policy, claims, log = files
     policy.write_text(POLICY + '[gateway]\nunlisted_tools = "deny"\n', encoding="utf-8")
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)),
-                      mode=VERSIONS[version]) as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode=VERSIONS[version]) as client:
         unlisted = await raw_call(client, "slow", {"seconds": 0})
         unknown = await raw_call(client, "no_such_tool")
         allowed = await raw_call(client, "echo")
@@ -121,7 +138,7 @@ async def test_unlisted_tools_deny_refuses_tools_without_requirements_and_unknow
 async def test_a_name_the_upstream_does_not_have_is_never_forwarded_even_when_unlisted_are_allowed(
         files: tuple[Path, Path, Path]) -> None:
     policy, _claims, log = files
-    async with Client(gateway_stdio(policy, log), mode="legacy") as client:
+    async with gateway_client(policy, log, mode="legacy") as client:
         unknown = await raw_call(client, "no_such_tool")
         anyone = await raw_call(client, "slow", {"seconds": 0})
     assert unknown["structuredContent"]["error"] == "unlisted_tool"
@@ -132,19 +149,19 @@ async def test_a_name_the_upstream_does_not_have_is_never_forwarded_even_when_un
 async def test_anonymous_caller_over_stdio_is_denied_with_the_exact_unmet_list(
         files: tuple[Path, Path, Path]) -> None:
     policy, _claims, log = files
-    async with Client(gateway_stdio(policy, log), mode="legacy") as client:
+    async with gateway_client(policy, log, mode="legacy") as client:
         denied = await raw_call(client, "echo")
     assert denied["structuredContent"]["unmet"] == ["auth:claim:role:observer"]
     assert not tool_calls(log)
     # The gateway lists tools from its own session to the upstream: the log shows the upstream's
-    # handshake and tools/list, never a tools/call.
+    # handshake, tools/list and the readiness check's ping, never a tools/call.
     assert {e["method"] for e in read_log(log)} <= {"initialize", "notifications/initialized",
-                                                   "tools/list"}
+                                                   "tools/list", "ping"}
 
 
 async def test_malformed_upstream_requirements_refuse_the_tool(files: tuple[Path, Path, Path]) -> None:
     policy, claims, log = files
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode="legacy") as client:
         refused = await raw_call(client, "bad")
     assert refused["isError"] is True
     assert refused["structuredContent"] == {"error": "unmet_requirements", "tool": "bad",
@@ -156,7 +173,7 @@ async def test_jsonrpc_denial_mode(files: tuple[Path, Path, Path]) -> None:
     policy, claims, log = files
     policy.write_text(POLICY + '[guard]\ndenial = "jsonrpc"\n[gateway]\nunlisted_tools = "deny"\n',
                       encoding="utf-8")
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode="legacy") as client:
         with pytest.raises(MCPError) as denied:
             await raw_call(client, "secret")
         with pytest.raises(MCPError) as unlisted:
@@ -176,7 +193,7 @@ async def test_jsonrpc_denial_mode(files: tuple[Path, Path, Path]) -> None:
 async def test_a_near_miss_policy_name_refuses_every_call(files: tuple[Path, Path, Path]) -> None:
     policy, claims, log = files
     policy.write_text('[tools.Echo]\nrequirements = ["auth:claim:role:observer"]\n', encoding="utf-8")
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode="legacy") as client:
         refused = await raw_call(client, "echo")
         also = await raw_call(client, "slow", {"seconds": 0})
     assert refused["isError"] is True and also["isError"] is True
@@ -192,8 +209,7 @@ async def test_list_filtering_hides_what_the_caller_cannot_call(
     policy, claims, log = files
     policy.write_text(POLICY + '[guard]\nlist_filtering = true\n[gateway]\nunlisted_tools = "deny"\n',
                       encoding="utf-8")
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)),
-                      mode=VERSIONS[version]) as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode=VERSIONS[version]) as client:
         tools = await raw_tools(client)
     # echo: the observer meets its requirement; secret needs admin; the rest have none ("deny").
     assert sorted(tools) == ["echo"]
@@ -204,7 +220,7 @@ async def test_a_tool_with_an_output_schema_gets_its_denial_payload_in_meta(
     policy, claims, log = files
     policy.write_text(POLICY + '[tools.typed]\nrequirements = ["auth:claim:role:admin"]\n',
                       encoding="utf-8")
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="legacy") as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode="legacy") as client:
         denied = await raw_call(client, "typed")
     # Clients validate structuredContent against the outputSchema even on an error.
     assert denied["isError"] is True and "structuredContent" not in denied

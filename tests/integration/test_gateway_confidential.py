@@ -2,26 +2,27 @@
 `[tools.NAME]` puts it on a tool or the upstream declares it itself (`execution.requirements` or the
 `_meta` mirror), it is named in no listing (both protocol versions), no denial (its text, its
 `structuredContent`, its `_meta` payload for a tool with an `outputSchema`, the JSON-RPC form), no
-unlisted refusal and not in /readyz. Real gateway subprocesses in front of the logging upstream.
+unlisted refusal and not in /readyz.
+
+In-process (tests/fixtures/inprocess.py): the gateway wired from its command line in the test's event
+loop (a stdio gateway with `--claims`, or an HTTP one for /readyz), the logging upstream in memory.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.fixtures.gateway_upstream import MIRROR_WIRE, gateway_http, gateway_stdio, tool_calls
-from tests.fixtures.mcp_servers import MODES, VERSIONS
-from tests.integration.test_gateway_calls import raw_call, raw_tools
+from tests.fixtures.gateway_upstream import MIRROR_WIRE, tool_calls
+from tests.fixtures.inprocess import logging_gateway
+from tests.integration.test_gateway_calls import VERSIONS, gateway_client, raw_call, raw_tools
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MIRROR_KEY = "io.github.mcp-preconditions/requirements"
 # `state:vault.open` is the policy's own (on echo and typed); `auth:claim:role:admin` is what the
@@ -64,7 +65,7 @@ async def refusal(client: Client, name: str) -> dict[str, Any]:
 async def test_no_listing_or_refusal_names_a_confidential_requirement(
         tmp_path: Path, version: str, denial: str) -> None:
     policy, claims, log = files(tmp_path, denial)
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode=MODES[version]) as client:
+    async with gateway_client(policy, log, "--claims", str(claims), mode=VERSIONS[version]) as client:
         assert client.protocol_version == version
         tools = await raw_tools(client)
         refused = {name: await refusal(client, name)
@@ -95,13 +96,11 @@ async def test_no_listing_or_refusal_names_a_confidential_requirement(
     assert tool_calls(log) == []
 
 
-def test_readiness_names_no_confidential_requirement(tmp_path: Path) -> None:
+async def test_readiness_names_no_confidential_requirement(tmp_path: Path) -> None:
     policy, _claims, log = files(tmp_path, "result")
-    with gateway_http(policy, log, wait="/readyz") as gw:
-        for _ in range(300):
-            ready = httpx.get(gw.url + "/readyz", timeout=30)
-            if ready.json()["servers"]["upstream"]["tools_loaded"]:
-                break
-            time.sleep(0.1)
+    async with logging_gateway(policy, log, "--listen", "http://127.0.0.1:0") as gw, \
+            gw.http() as http:  # (once the upstream is listed)
+        ready = await http.get("/readyz")
     assert ready.status_code == 200, ready.text
+    assert ready.json()["servers"]["upstream"]["tools_loaded"] is True
     assert named(ready.text) == []

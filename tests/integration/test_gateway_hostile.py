@@ -1,16 +1,24 @@
 """A hostile server (tests/fixtures/hostile_server.py: raw sockets, misbehaving byte by byte) behind a
-real gateway, next to a healthy server, one row per misbehaviour of issue 30's table. For every row:
-the healthy server's calls keep working (during and after), the gateway's memory stays bounded
-(its peak RSS from /proc), nothing runs twice (the hostile server counts what it received), and
-each call gets its own answer or a tool error naming the server, never another call's answer.
+gateway, next to a healthy server, one row per misbehaviour of issue 30's table. For every row: the
+healthy server's calls keep working (during and after), the gateway's memory stays bounded (the peak
+RSS, from /proc, of the process it runs in), nothing runs twice (the hostile server counts what it
+received), and each call gets its own answer or a tool error naming the server, never another
+call's answer.
+
+In-process (tests/fixtures/inprocess.py): `gateway --config` wired in the test's event loop, the
+healthy server the logging upstream in memory, the hostile one on a socket of its own thread (the
+gateway's HTTP link reads its bytes as from any server); the client on the gateway's app over the
+streaming bridge, or on its stdio listener's lines (tests/fixtures/stdio_pipe.py). The peak RSS is
+the test process's, its high-water mark reset (/proc/self/clear_refs) as each row starts: native
+buffers count as they did in a gateway process of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,19 +26,28 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.fixtures.fleet import fleet_http, logging_upstream, write_gateway_toml
-from tests.fixtures.gateway_upstream import CLI, ROOT, upstream_env
+from tests.fixtures.fleet import command, write_gateway_toml
 from tests.fixtures.hostile_server import Hostile, hostile_server
+from tests.fixtures.inprocess import WAIT_SECONDS, InProcess, cli_gateway, until
+from tests.fixtures.memory_upstream import MemoryServers, logging_env
+from tests.fixtures.stdio_pipe import stdio_pipe
 from tests.fixtures.transcript import LEGACY, StdioClient
-from tests.fixtures.upstreams import Listening
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# Small bounds (settable), so a row that passes one does it quickly; a generous call timeout.
+# Small bounds (settable), so a row that passes one does it quickly; a call timeout above every
+# wait here (no row waits it out).
 POLICY = "[gateway]\ncall_timeout_seconds = 15\nmax_response_bytes = 1048576\n" \
          "max_event_bytes = 262144\n"
-RSS_GROWTH_MB = 64  # the gateway's peak RSS may grow by this much at most while a row runs
-WAIT = 60.0
+RSS_GROWTH_MB = 64  # the peak RSS may grow by this much at most while a row runs
+WAIT = WAIT_SECONDS
+
+
+@pytest.fixture(autouse=True)
+def _short_notify(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server has peer.NOTIFY_SECONDS (5 s) to accept a notification before the gateway goes on
+    without it; the rows that never accept one wait that out (patched: no seam of its own)."""
+    monkeypatch.setattr("mcp_preconditions.gateway.upstream.peer.NOTIFY_SECONDS", 0.5)
 
 
 @dataclass(frozen=True)
@@ -66,21 +83,31 @@ ROWS = [
 ]
 
 
-def peak_rss_mb(pid: int) -> tuple[float, float]:
-    """(current, peak) resident memory of a process, from /proc."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+def peak_rss_mb() -> tuple[float, float]:
+    """(current, peak) resident memory of this process, from /proc."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines()
                   if ":" in line)
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-@contextmanager
-def gateway_beside(tmp_path: Path, hostile: Hostile) -> Iterator[Listening]:
+def reset_peak_rss() -> None:
+    """The peak from now on (Linux: 5 in clear_refs resets the high-water mark)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+@asynccontextmanager
+async def gateway_beside(tmp_path: Path, hostile: Hostile, *listen: str
+                         ) -> AsyncIterator[InProcess]:
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY, encoding="utf-8")
-    config = write_gateway_toml(tmp_path / "gateway.toml", policy, {
-        "good": logging_upstream(tmp_path / "good.jsonl"), "bad": {"url": hostile.url}})
-    with fleet_http(config) as gateway:
-        yield gateway
+    servers = MemoryServers()
+    with servers.installed():
+        good = command(servers.logging_upstream("good", **logging_env(tmp_path / "good.jsonl")))
+        config = write_gateway_toml(tmp_path / "gateway.toml", policy, {
+            "good": good, "bad": {"url": hostile.url}})
+        async with cli_gateway(["--config", str(config), *listen]) as gateway:
+            await gateway.until_ready(lambda b: b["servers"]["good"]["tools_loaded"])
+            yield gateway
 
 
 async def call(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -93,26 +120,21 @@ async def good_calls(client: Client, count: int) -> list[dict[str, Any]]:
     return [await call(client, "good__echo", {}) for _ in range(count)]
 
 
-async def until_listed(client: Client) -> None:
-    async with asyncio.timeout(WAIT):
-        while "bad__hit" not in {t.name for t in (await client.list_tools()).tools}:
-            await asyncio.sleep(0.2)
-
-
 @pytest.mark.parametrize("row", ROWS, ids=[r.behaviour for r in ROWS])
 async def test_a_hostile_server_hurts_nobody_else(tmp_path: Path, row: Row) -> None:
-    with hostile_server(row.behaviour) as hostile, gateway_beside(tmp_path, hostile) as gateway:
-        pid = gateway.process.pid
-        async with Client(gateway.url, mode="legacy") as client:
+    with hostile_server(row.behaviour) as hostile:
+        async with gateway_beside(tmp_path, hostile, "--listen", "http://127.0.0.1:0") as gateway, \
+                gateway.client("legacy") as client:
             before = await good_calls(client, 1)
             if row.bad != "unlisted":
-                await until_listed(client)
-            rss_before, _ = peak_rss_mb(pid)
+                await gateway.until_ready(lambda b: b["servers"]["bad"]["tools_loaded"])
+            reset_peak_rss()
+            rss_before, _ = peak_rss_mb()
             texts = [f"call-{i}" for i in range(row.calls)]
             bad_calls = asyncio.gather(*(call(client, "bad__hit", {"text": t}) for t in texts))
             bad, during = await asyncio.gather(bad_calls, good_calls(client, 3))
             after = await good_calls(client, 3)
-            _, peak = peak_rss_mb(pid)
+            _, peak = peak_rss_mb()
     for result in [*before, *during, *after]:  # the healthy server, before, during and after
         assert result["isError"] is False and result["structuredContent"]["echo"] == "hi", result
     assert peak - rss_before < RSS_GROWTH_MB, (peak, rss_before)
@@ -149,27 +171,22 @@ def _outcome(result: dict[str, Any], text: str) -> str:
 async def test_a_server_that_never_accepts_a_roots_notification_never_stalls_a_stdio_client(
         tmp_path: Path) -> None:
     with hostile_server("never-accepts-roots") as hostile:
-        policy = tmp_path / "policy.toml"
-        policy.write_text(POLICY, encoding="utf-8")
-        config = write_gateway_toml(tmp_path / "gateway.toml", policy, {
-            "good": logging_upstream(tmp_path / "good.jsonl"), "bad": {"url": hostile.url}})
-        client = StdioClient(LEGACY, [*CLI, "gateway", "--config", str(config)],
-                             upstream_env(tmp_path / "good.jsonl"), str(ROOT))
-        async with client.running():
-            await client.handshake()
-            async with asyncio.timeout(WAIT):
-                while not hostile.requests("notifications/initialized"):
-                    await asyncio.sleep(0.1)
-            answers = []
-            for _ in range(3):  # each notification hangs at the hostile server; the client goes on
-                await client.notify("notifications/roots/list_changed")
-                answers.append(await client.call("tools/call", {"name": "good__echo",
-                                                                "arguments": {}}))
-            # The notifications are sent beside the calls: the first may reach the hostile server
-            # after the last answer on a loaded machine.
-            async with asyncio.timeout(WAIT):
-                while not hostile.requests("notifications/roots/list_changed"):
-                    await asyncio.sleep(0.1)
+        async with gateway_beside(tmp_path, hostile) as gateway, \
+                stdio_pipe(gateway.gateway) as pipe:
+            client = StdioClient(LEGACY, pipe=pipe)
+            async with client.running():
+                await client.handshake()
+                await until(lambda: bool(hostile.requests("notifications/initialized")),
+                            "the hostile server never got its handshake's end")
+                answers = []
+                for _ in range(3):  # each notification hangs at the hostile server; the client goes on
+                    await client.notify("notifications/roots/list_changed")
+                    answers.append(await client.call("tools/call", {"name": "good__echo",
+                                                                    "arguments": {}}))
+                # The notifications are sent beside the calls: the first may reach the hostile
+                # server after the last answer.
+                await until(lambda: bool(hostile.requests("notifications/roots/list_changed")),
+                            "no roots notification reached the hostile server")
     assert all(a.answer is not None and a.answer["result"]["isError"] is False for a in answers)
     assert len(hostile.requests("notifications/roots/list_changed")) >= 1
     assert sys.platform.startswith("linux")  # /proc is read above

@@ -4,6 +4,10 @@ policies/everything.toml over `npx --no-install mcp-server-everything stdio`), s
 the HTTP listener, server-filesystem (a denied write leaves the disk untouched) and mcp-server-time.
 
 The Inspector's typed models drop `execution.requirements`; the `_meta` mirror is what it shows.
+
+Interop: the Inspector CLI and the npm and PyPI servers are the real components, the gateway a
+process each Inspector run starts as a user types it (or the HTTP listener it connects to); none of
+that runs in-process.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from tests.fixtures.upstreams import (
 )
 from tests.integration.test_inspector import shown_envelope
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 EVERYTHING_POLICY = ROOT / "policies" / "everything.toml"
 FILESYSTEM_POLICY = ROOT / "policies" / "filesystem.toml"

@@ -4,23 +4,24 @@ tool whose `region` argument declares `x-mcp-header`, and checks every call's he
 body (the SDK's own check refuses a call without them). A tool whose annotation is unusable gets no
 headers; a value that is not a plain token goes in the SDK's base64 sentinel. And as a server, the
 gateway checks a 2026-07-28 caller's headers against the call's body as the SDK's server does.
+
+In-process (tests/fixtures/inprocess.py): the server's SDK app on a socket of the test's event loop
+(`asgi_served`: the gateway's HTTP link is a real client, its headers on the wire), the gateway wired
+from its command line in that loop, the SDK client and the raw 2026-07-28 caller on its app over the
+streaming bridge.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from mcp import Client
 
-from tests.fixtures.gateway_upstream import gateway_http, read_log, started, upstream_env
-from tests.fixtures.ports import free_port
-
-pytestmark = pytest.mark.integration
+from tests.fixtures.gateway_upstream import LoggingUpstream, read_log
+from tests.fixtures.inprocess import asgi_served, cli_gateway
 
 TOOLS = [
     {"name": "regional", "inputSchema": {"type": "object", "properties": {
@@ -32,9 +33,8 @@ TOOLS = [
 ]
 
 
-async def call(url: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    async with Client(url, mode="legacy") as client:
-        result = await client.call_tool(name, arguments)
+async def call(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(name, arguments)
     return result.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"result_type"})
 
 
@@ -46,7 +46,8 @@ CALLERS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def post_2026(url: str, params_headers: list[tuple[str, str]]) -> tuple[int, str | None]:
+async def post_2026(http: httpx.AsyncClient, params_headers: list[tuple[str, str]]
+                    ) -> tuple[int, str | None]:
     """A raw 2026-07-28 `tools/call` of `regional` (region us, shard 3) with these headers: the
     HTTP status and the JSON-RPC error message, if any."""
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -56,7 +57,7 @@ def post_2026(url: str, params_headers: list[tuple[str, str]]) -> tuple[int, str
     headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json"),
                ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"),
                ("mcp-name", "regional"), *params_headers]
-    response = httpx.post(url, json=body, headers=headers, timeout=30)
+    response = await http.post("/mcp", json=body, headers=headers)
     error = response.json().get("error")
     return response.status_code, error["message"] if error else None
 
@@ -72,16 +73,19 @@ async def test_the_headers_a_tool_declares_are_sent_and_the_sdk_server_accepts_t
     tools.write_text(json.dumps(TOOLS), encoding="utf-8")
     policy = tmp_path / "open.toml"
     policy.write_text("# every tool open\n", encoding="utf-8")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    env = upstream_env(log, GATEWAY_UPSTREAM_MODERN_ONLY="1", GATEWAY_UPSTREAM_TOOLS_FILE=str(tools))
-    with started([sys.executable, "-m", "tests.fixtures.gateway_upstream", "http", str(port)], env,
-                 url, f"http://127.0.0.1:{port}/"), \
-            gateway_http(policy, log, "--upstream-url", url) as gw:
-        plain = await call(gw.url + "/mcp", "regional", {"region": "eu-west", "shard": 7, "note": "x"})
-        sentinel = await call(gw.url + "/mcp", "regional", {"region": "été ", "note": "y"})
-        unusable = await call(gw.url + "/mcp", "unusable", {"size": 1.5})
-        checked = {case: post_2026(gw.url + "/mcp", headers) for case, headers in CALLERS.items()}
+    env = {"GATEWAY_UPSTREAM_LOG": str(log), "GATEWAY_UPSTREAM_MODERN_ONLY": "1",
+           "GATEWAY_UPSTREAM_TOOLS_FILE": str(tools)}
+    app = LoggingUpstream(env).build().streamable_http_app(host="127.0.0.1")
+    async with asgi_served(app) as base, \
+            cli_gateway(["--policy", str(policy), "--listen", "http://127.0.0.1:0",
+                         "--upstream-url", f"{base}/mcp"]) as gw:
+        await gw.until_ready()
+        async with gw.client("legacy") as client:
+            plain = await call(client, "regional", {"region": "eu-west", "shard": 7, "note": "x"})
+            sentinel = await call(client, "regional", {"region": "été ", "note": "y"})
+            unusable = await call(client, "unusable", {"size": 1.5})
+        async with gw.http() as http:
+            checked = {case: await post_2026(http, headers) for case, headers in CALLERS.items()}
     assert checked == {
         "agreeing": (200, None),
         "another region": (400, "Mcp-Param-Region header does not match the request body's 'region' "

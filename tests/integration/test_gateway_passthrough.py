@@ -39,7 +39,7 @@ def policy(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_prompts_and_resources_pass_through(tmp_path: Path, policy: Path, version: str) -> None:
     async with logging_gateway(policy, tmp_path / "log.jsonl") as gw, \
-            gw.client(VERSIONS[version]) as client:  # type: ignore[arg-type]
+            gw.client(VERSIONS[version]) as client:
         assert client.server_capabilities.prompts is not None
         assert client.server_capabilities.resources is not None
         prompts = await client.list_prompts()

@@ -1,28 +1,34 @@
 """Property: for random policies and callers, the tool calls that reach the upstream are exactly the
 calls a tiny reference evaluator allows (every requirement met; `unlisted_tools = "deny"` refuses
 tools with none that the policy does not name; a name the upstream lacks is never forwarded). The
-gateway runs in-process, served over HTTP to the SDK's own client; the upstream is the real logging
-fixture over streamable HTTP.
+gateway runs in-process (a `Gateway` object, its ASGI app over the streaming bridge to the SDK's own
+client), in front of the logging upstream in memory; each example has a loop, gateway and upstream
+of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from mcp_preconditions.gateway import Gateway, ServerSpec
+from mcp_preconditions.gateway.downstream.app import build_app
+from mcp_preconditions.gateway.downstream.sessions import Sessions
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS, Credentials, Principal
-from tests.fixtures.gateway_upstream import SECRET_REQUIREMENTS, tool_calls, upstream_http
-from tests.fixtures.inprocess import served
+from tests.fixtures.asgi_bridge import AsgiBridge
+from tests.fixtures.gateway_upstream import SECRET_REQUIREMENTS, tool_calls
+from tests.fixtures.inprocess import BASE_URL
+from tests.fixtures.memory_upstream import STUB, MemoryServers, logging_env
 
 ROLES = ("admin", "observer", "operator")
 FLAGS = {"on": True, "off": False}
@@ -63,33 +69,46 @@ def _met(requirement: str, role: str | None) -> bool:
     return requirement == f"auth:claim:role:{role}"
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    log = tmp_path_factory.mktemp("gateway-property") / "upstream.jsonl"
-    with upstream_http(log) as proc:
-        yield proc.url, log
+@asynccontextmanager
+async def client_of(gateway: Gateway) -> AsyncIterator[Client]:
+    """`gateway` running in this loop, and the SDK's client (2025-11-25) on its app."""
+    app = build_app(gateway, "127.0.0.1", BASE_URL, None, Sessions())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gateway.run)
+        async with AsgiBridge(app, base_url=BASE_URL) as bridge, Client(streamable_http_client(
+                f"{BASE_URL}/mcp", http_client=bridge.httpx2()), mode="legacy") as client:
+            yield client
+        tg.cancel_scope.cancel()
 
 
-async def run_example(url: str, policy: dict[str, Any], roles: list[str | None]) -> None:
+def in_memory(key: str) -> ServerSpec:
+    """A server spec whose command is the in-memory server `key` (MemoryServers.installed)."""
+    return ServerSpec(key, "", command=STUB, args=(key,))
+
+
+async def run_example(log: Path, policy: dict[str, Any], roles: list[str | None]) -> None:
     caller: list[Credentials] = [ANONYMOUS]
     guard = Guard(parse_policy(policy_text(policy).encode(), "random.toml"),
-                  labels={"upstream": url})
-    gateway = Gateway(guard, [ServerSpec("upstream", "", url=url)], lambda _call: caller[0])
-    async with served(gateway) as url, Client(url, mode="legacy") as client:
-        for role in roles:
-            caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
-                         if role else ANONYMOUS)
-            for tool in CALLED:
-                await client.call_tool(tool, {"seconds": 0})
+                  labels={"upstream": "memory"})
+    servers = MemoryServers()
+    with servers.installed():
+        servers.logging_upstream(**logging_env(log))
+        gateway = Gateway(guard, [in_memory("upstream")], lambda _call: caller[0])
+        async with client_of(gateway) as client:
+            for role in roles:
+                caller[0] = (Credentials(principal=Principal.from_claims({"sub": "p", "role": role}))
+                             if role else ANONYMOUS)
+                for tool in CALLED:
+                    await client.call_tool(tool, {"seconds": 0})
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(policy=policies, roles=callers)
 def test_what_reaches_the_upstream_is_exactly_what_the_reference_allows(
-        upstream: tuple[str, Path], policy: dict[str, Any], roles: list[str | None]) -> None:
-    url, log = upstream
+        tmp_path: Path, policy: dict[str, Any], roles: list[str | None]) -> None:
+    log = tmp_path / "upstream.jsonl"
     before = len(tool_calls(log))
-    anyio.run(run_example, url, policy, roles)
+    anyio.run(run_example, log, policy, roles)
     reached = tool_calls(log)[before:]
     expected = [t for role in roles for t in CALLED if reference_allows(policy, role, t)]
     assert reached == expected

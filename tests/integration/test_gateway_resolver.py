@@ -1,18 +1,19 @@
 """`gateway --resolver FILE.py:ATTR`: a custom namespace in a plain file decides the upstream's tools
-for that run; a bad spec is one line and exit 2."""
+for that run; a bad spec is one line and exit 2.
+
+In-process (tests/fixtures/inprocess.py): the gateway wired from its command line in the test's event
+loop, the logging upstream in memory.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from mcp import Client
 
 from mcp_preconditions.cli import main
-from tests.fixtures.gateway_upstream import gateway_stdio, tool_calls
-from tests.integration.test_gateway_calls import raw_call
-
-pytestmark = pytest.mark.integration
+from tests.fixtures.gateway_upstream import tool_calls
+from tests.integration.test_gateway_calls import gateway_client, raw_call
 
 RESOLVER = '''
 from mcp_preconditions import Outcome
@@ -39,8 +40,8 @@ async def test_a_resolver_from_a_file_decides_upstream_tools(tmp_path: Path) -> 
     policy.write_text('[tools.echo]\nrequirements = ["shift:night"]\n'
                       '[tools.slow]\nrequirements = ["shift:day"]\n', encoding="utf-8")
     log = tmp_path / "upstream.jsonl"
-    params = gateway_stdio(policy, log, "--resolver", f"{tmp_path / 'shifts.py'}:resolver")
-    async with Client(params) as client:
+    resolver = f"{tmp_path / 'shifts.py'}:resolver"
+    async with gateway_client(policy, log, "--resolver", resolver) as client:
         denied = await raw_call(client, "echo", {"text": "hi"})
         allowed = await raw_call(client, "slow", {"seconds": 0})
     assert denied["structuredContent"]["unmet"] == ["shift:night"]

@@ -3,7 +3,10 @@ and when the client closes stdin and sends SIGTERM 2 s later, in the middle of t
 shutdown (as the MCP Inspector does). The SDK starts the upstream in a session of its own, so a
 gateway that simply died would leave an `npx` upstream running, orphaned. Real gateway process, real
 npm server-everything through npx; only this gateway's own descendants are looked at, so the test
-may run beside others."""
+may run beside others.
+
+Interop: what it checks is a process's signal handling and its descendants (/proc), which an
+in-process gateway, in the test's own process, does not have."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import pytest
 from tests.fixtures.mcp_servers import CLI, ROOT, server_env
 from tests.fixtures.upstreams import NODE_BIN
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 
 def descendants(pid: int) -> dict[int, str]:

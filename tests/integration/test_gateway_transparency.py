@@ -6,32 +6,40 @@ modulo ids and what the gateway exists to change: the envelope fields it bridges
 versions, the capabilities it announces, the requirements it puts on listed tools, and its own
 handshake and listings upstream. (This test replaced the one that held the relay to the old SDK
 path, message for message, before that path was removed.)
+
+In-process (tests/fixtures/inprocess.py): the servers are SDK servers in the test's event loop (over
+stdio, in memory as their stdio transport would carry each line: tests/fixtures/stdio_pipe.py's
+`server_pipe`; over HTTP, their app on the streaming bridge when reached directly and on a socket of
+the loop behind the gateway), the gateway is wired from its command line in that loop, and the raw
+client (tests/fixtures/transcript.py) speaks on the stdio listener's lines or the app. With
+everything in one loop, "nothing more is coming" is an event: every task of the loop is waiting
+(`quiet`), seen three times in a row, not a second and a half of silence.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import difflib
 import itertools
 import json
 import random
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import anyio
 import pytest
 
-from tests.fixtures import asking_upstream
-from tests.fixtures.gateway_upstream import CLI, ROOT, UPSTREAM_STDIO, read_log, started
-from tests.fixtures.gateway_upstream import upstream_http as serve_upstream_http
-from tests.fixtures.ports import free_port
-from tests.fixtures.transcript import LEGACY, MODERN, HttpClient, RawClient, StdioClient, environment
+from tests.fixtures.asgi_bridge import AsgiBridge
+from tests.fixtures.asking_upstream import AskingUpstream
+from tests.fixtures.gateway_upstream import LoggingUpstream, read_log
+from tests.fixtures.inprocess import WAIT_SECONDS, asgi_served, cli_gateway, until
+from tests.fixtures.memory_upstream import MemoryServers, ServerFactory
+from tests.fixtures.stdio_pipe import server_pipe, stdio_pipe
+from tests.fixtures.transcript import LEGACY, MODERN, HttpClient, RawClient, StdioClient
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 OPEN_POLICY = "# no requirements: every tool stays as the server declares it\n"
 Step = Callable[[RawClient], Awaitable[Any]]
@@ -47,9 +55,9 @@ async def _settled(client: RawClient, step: Awaitable[Any]) -> Any:
     lists the server again first (it may take a while on a loaded machine)."""
     before = await _listed(client)
     done = await step
-    async with asyncio.timeout(30):
+    with anyio.fail_after(WAIT_SECONDS):
         while len(await _listed(client)) <= len(before):
-            await asyncio.sleep(0.05)
+            await quiet()  # the gateway lists the server again as it hears of the change
     return done
 
 
@@ -145,23 +153,30 @@ def _seen_now(client: RawClient, seen: list[Any], changed: set[str]) -> dict[str
 
 async def _until_covered(now: Callable[[], dict[str, Any]], expected: dict[str, Any]) -> None:
     """Until what came unasked (messages, list changes, the server's requests) holds all that
-    `expected` holds, for 30 s at most (then the comparison shows what is missing)."""
+    `expected` holds, or nothing more is coming (then the comparison shows what is missing)."""
     def covered(seen: dict[str, Any]) -> bool:
         return (not Counter(expected["unasked"]) - Counter(seen["unasked"])
                 and set(expected["list_changed"]) <= set(seen["list_changed"])
                 and len(seen["asked"]) >= len(expected["asked"]))
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(30):
-            while not covered(now()):
-                await asyncio.sleep(0.05)
+    with anyio.move_on_after(WAIT_SECONDS):
+        while not covered(now()):
+            before = json.dumps(now(), sort_keys=True)
+            await quiet()
+            if json.dumps(now(), sort_keys=True) == before:
+                return  # quiet, and still not covered: nothing more will come
 
 
-async def _quiet(client: RawClient, quiet: float = 1.5, limit: float = 8.0) -> None:
-    deadline = time.monotonic() + limit
-    count = -1
-    while count != len(client.unasked) and time.monotonic() < deadline:
-        count = len(client.unasked)
-        await asyncio.sleep(quiet)
+async def quiet() -> None:
+    """Until every other task of this loop waits (a server, the gateway, the client: nothing is
+    on its way), three times in a row with a turn of the loop between (a socket's bytes are read
+    in one)."""
+    for _ in range(3):
+        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()
+
+
+async def _quiet(client: RawClient) -> None:
+    await quiet()
 
 
 def _list_change(message: dict[str, Any], changed: set[str]) -> bool:
@@ -247,15 +262,33 @@ def compare(direct: Any, gateway: Any, what: str) -> None:
 
 
 # -- stdio ---------------------------------------------------------------------------------------
+def server_of(upstream: str) -> tuple[ServerFactory, str]:
+    """The server's factory (a MemoryServers one) and the variable naming its log."""
+    if upstream == "logging":
+        return (lambda env, die: LoggingUpstream(env, die).build()), "GATEWAY_UPSTREAM_LOG"
+    return (lambda env, _die: AskingUpstream(env).build()), "ASKING_UPSTREAM_LOG"
+
+
 @contextlib.asynccontextmanager
-async def stdio_client(version: str, argv: list[str], **env: str) -> AsyncIterator[RawClient]:
-    client = StdioClient(version, argv, environment(**env), str(ROOT))
-    async with client.running():
-        yield client
-
-
-def _gateway(policy: Path, upstream: list[str]) -> list[str]:
-    return [*CLI, "gateway", "--policy", str(policy), "--", *upstream]
+async def stdio_client(version: str, way: str, policy: Path, upstream: str, log: Path
+                       ) -> AsyncIterator[RawClient]:
+    """A raw stdio client of the server itself (`direct`) or of a gateway in front of it."""
+    factory, variable = server_of(upstream)
+    async with contextlib.AsyncExitStack() as stack:
+        if way == "direct":
+            pipe: Any = await stack.enter_async_context(server_pipe(factory, {variable: str(log)}))
+        else:
+            servers = MemoryServers()
+            stack.enter_context(servers.installed())
+            command = servers.add("upstream", lambda env, die: factory({**env, variable: str(log)},
+                                                                       die))
+            gw = await stack.enter_async_context(cli_gateway(["--policy", str(policy), "--",
+                                                              *command]))
+            await gw.until_ready()
+            pipe = await stack.enter_async_context(stdio_pipe(gw.gateway))
+        client = StdioClient(version, pipe=pipe, settled=quiet)
+        async with client.running():
+            yield client
 
 
 @pytest.mark.parametrize("upstream", ["logging", "asking"])
@@ -266,16 +299,14 @@ async def test_over_stdio_the_gateway_is_transparent(tmp_path: Path, version: st
     policy = tmp_path / "open.toml"
     policy.write_text(OPEN_POLICY, encoding="utf-8")
     if upstream == "logging":
-        command, variable = UPSTREAM_STDIO, "GATEWAY_UPSTREAM_LOG"
         steps = steps_for(STEPS, version, (LEGACY, LEGACY_ONLY))
     else:
-        command, variable = asking_upstream.command(), "ASKING_UPSTREAM_LOG"
         steps = steps_for(ASKING_STEPS, version, (LEGACY, ASKING_LEGACY_ONLY))
     names = script(steps, seed + (50 if upstream == "asking" else 0))
     results: dict[str, tuple[dict[str, Any], list[Any]]] = {}
-    for way, argv in (("direct", command), ("gateway", _gateway(policy, command))):
+    for way in ("direct", "gateway"):
         log = tmp_path / f"{way}.jsonl"
-        async with stdio_client(version, argv, **{variable: str(log)}) as client:
+        async with stdio_client(version, way, policy, upstream, log) as client:
             seen = await run(client, names, steps, results["direct"][0] if results else None)
         results[way] = (seen, upstream_seen(log))
     compare(results["direct"][0], results["gateway"][0], f"what the client saw ({names})")
@@ -283,51 +314,45 @@ async def test_over_stdio_the_gateway_is_transparent(tmp_path: Path, version: st
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def http_gateway(policy: Path, upstream_url: str) -> Iterator[str]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    argv = [*CLI, "gateway", "--policy", str(policy), "--listen", base, "--upstream-url", upstream_url]
-    with started(argv, environment(), base, base + "/readyz"):
-        deadline = time.monotonic() + 30
-        while httpx.get(base + "/readyz", timeout=30).status_code != 200:  # its server is up
-            assert time.monotonic() < deadline, "the gateway never became ready"
-            time.sleep(0.1)
-        yield base + "/mcp"
+def http_app(log: Path) -> Any:
+    """The logging upstream's streamable-HTTP app, recording in `log`."""
+    return LoggingUpstream({"GATEWAY_UPSTREAM_LOG": str(log)}).build().streamable_http_app(
+        host="127.0.0.1")
 
 
-@pytest.mark.timeout(300)  # four scripts, each run directly and through the gateway: ~100 s loaded
+async def forwarded(sent_directly: list[Any], log: Path, since: int) -> None:
+    """Until what the server was sent directly has reached the server behind the gateway."""
+    sent = Counter(json.dumps(m, sort_keys=True) for m in sent_directly)
+    await until(lambda: not sent - Counter(json.dumps(m, sort_keys=True)
+                                           for m in upstream_seen(log, since)),
+                "not everything the server was sent directly was forwarded")
+
+
 @pytest.mark.parametrize("version", [LEGACY, MODERN])
-def test_over_http_the_gateway_is_transparent(tmp_path: Path, version: str) -> None:
+async def test_over_http_the_gateway_is_transparent(tmp_path: Path, version: str) -> None:
     policy = tmp_path / "open.toml"
     policy.write_text(OPEN_POLICY, encoding="utf-8")
     steps = steps_for(STEPS, version, (LEGACY, LEGACY_ONLY))
-    with serve_upstream_http(tmp_path / "direct.jsonl") as direct, \
-            serve_upstream_http(tmp_path / "behind.jsonl") as behind, \
-            http_gateway(policy, behind.url) as through:
+    logs = {"direct": tmp_path / "direct.jsonl", "gateway": tmp_path / "behind.jsonl"}
+    async with AsgiBridge(http_app(logs["direct"])) as direct, \
+            asgi_served(http_app(logs["gateway"])) as behind, \
+            cli_gateway(["--policy", str(policy), "--listen", "http://127.0.0.1:0",
+                         "--upstream-url", f"{behind}/mcp"]) as gw:
+        await gw.until_ready()
         for seed in range(4):
             names = script(steps, 300 + seed)
             results: dict[str, tuple[dict[str, Any], list[Any]]] = {}
-            for way, url, log in (("direct", direct.url, tmp_path / "direct.jsonl"),
-                                  ("gateway", through, tmp_path / "behind.jsonl")):
+            for way, url, http in (("direct", f"{direct.base_url}/mcp", direct.httpx),
+                                   ("gateway", gw.url, gw.http)):
+                log = logs[way]
                 since = len(read_log(log))
-                seen = asyncio.run(_over_http(version, url, names, steps,
-                                              results["direct"][0] if results else None))
+                client = HttpClient(version, url, http=http(), settled=quiet)
+                async with client.running():
+                    seen = await run(client, names, steps,
+                                     results["direct"][0] if results else None)
                 if results:  # what the server was sent directly: forwarded, maybe late
-                    sent = Counter(json.dumps(m, sort_keys=True) for m in results["direct"][1])
-                    deadline = time.monotonic() + 30
-                    while sent - Counter(json.dumps(m, sort_keys=True)
-                                           for m in upstream_seen(log, since)) \
-                            and time.monotonic() < deadline:
-                        time.sleep(0.05)
+                    await forwarded(results["direct"][1], log, since)
                 results[way] = (seen, upstream_seen(log, since))
             compare(results["direct"][0], results["gateway"][0], f"what the client saw ({names})")
             compare(results["direct"][1], results["gateway"][1],
                     f"what the server was sent ({names})")
-
-
-async def _over_http(version: str, url: str, names: list[str], steps: dict[str, Step],
-                     expected: dict[str, Any] | None) -> dict[str, Any]:
-    client = HttpClient(version, url)
-    async with client.running():
-        return await run(client, names, steps, expected)

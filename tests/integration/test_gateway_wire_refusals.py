@@ -2,22 +2,26 @@
 request with no id or `"id": null`, params that are not an object, a name or arguments of the wrong
 type, and a 2026-07-28 envelope on a 2025-11-25 stdio connection are each answered with the error a
 client can act on (or, with no id to answer, nothing), and the upstream (the oracle: it logs every
-message it receives) sees no tools/call. Over stdio and over HTTP, real gateway subprocesses.
+message it receives) sees no tools/call. Over stdio and over HTTP.
+
+In-process (tests/fixtures/inprocess.py): the gateway wired from its command line in the test's event
+loop, the logging upstream in memory; the stdio listener reads the test's lines and writes its answers
+line by line (tests/fixtures/stdio_pipe.py), the HTTP one is its app over the streaming bridge.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import httpx
 import pytest
 
-from tests.fixtures.gateway_upstream import gateway_http, gateway_stdio, tool_calls
+from tests.fixtures.gateway_upstream import tool_calls
+from tests.fixtures.inprocess import logging_gateway
+from tests.fixtures.stdio_pipe import stdio_pipe
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 CALL = {"name": "echo", "arguments": {"text": "hi"}}
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -44,44 +48,22 @@ STDIO_CASES: list[tuple[str, Any, int | None]] = [
 ]
 
 
-def _send(stdin: IO[bytes], message: Any) -> None:
-    stdin.write(json.dumps(message).encode() + b"\n")
-    stdin.flush()
-
-
-def _until(stdout: IO[bytes], rid: str) -> list[dict[str, Any]]:
-    """Every message the gateway writes up to and including the answer to request `rid`."""
-    seen = []
-    while line := stdout.readline():
-        message = json.loads(line)
-        seen.append(message)
-        if message.get("id") == rid:
-            return seen
-    raise AssertionError(f"the gateway closed its output before answering {rid}: {seen}")
-
-
-def test_malformed_requests_over_stdio_are_refused_and_never_reach_the_upstream(tmp_path: Path) -> None:
+async def test_malformed_requests_over_stdio_are_refused_and_never_reach_the_upstream(
+        tmp_path: Path) -> None:
     policy, log = tmp_path / "policy.toml", tmp_path / "upstream.jsonl"
     policy.write_text("# every tool open\n", encoding="utf-8")
-    params = gateway_stdio(policy, log)
     answers: dict[str, list[dict[str, Any]]] = {}
-    with subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=params.env,
-                          cwd=params.cwd) as gateway:
-        stdin, stdout = gateway.stdin, gateway.stdout
-        assert stdin is not None and stdout is not None
-        _send(stdin, call("init", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                   "clientInfo": {"name": "raw", "version": "1"}}, "initialize"))
-        assert "result" in _until(stdout, "init")[-1]
-        _send(stdin, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    async with logging_gateway(policy, log) as gw, stdio_pipe(gw.gateway) as pipe:
+        pipe.send(call("init", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                "clientInfo": {"name": "raw", "version": "1"}}, "initialize"))
+        assert "result" in (await pipe.until("init"))[-1]
+        pipe.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         for label, message, _code in STDIO_CASES:
-            _send(stdin, message)  # then a ping: what came back before its answer is this one's
-            _send(stdin, {"jsonrpc": "2.0", "id": f"ping {label}", "method": "ping"})
-            answers[label] = _until(stdout, f"ping {label}")[:-1]
-        _send(stdin, call("last"))  # the channel still works, and the oracle logs what reaches it
-        last = _until(stdout, "last")[-1]
-        stdin.close()
-        gateway.wait(timeout=30)
+            pipe.send(message)  # then a ping: what came back before its answer is this one's
+            pipe.send({"jsonrpc": "2.0", "id": f"ping {label}", "method": "ping"})
+            answers[label] = (await pipe.until(f"ping {label}"))[:-1]
+        pipe.send(call("last"))  # the channel still works, and the oracle logs what reaches it
+        last = (await pipe.until("last"))[-1]
     for label, message, code in STDIO_CASES:
         got = answers[label]
         if code is None:
@@ -106,20 +88,23 @@ HTTP_CASES: list[tuple[str, Any, int, int | None]] = [
 ]
 
 
-def test_malformed_requests_over_http_are_refused_and_never_reach_the_upstream(tmp_path: Path) -> None:
+async def test_malformed_requests_over_http_are_refused_and_never_reach_the_upstream(
+        tmp_path: Path) -> None:
     policy, log = tmp_path / "policy.toml", tmp_path / "upstream.jsonl"
     policy.write_text("# every tool open\n", encoding="utf-8")
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
                "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo"}
     got = {}
-    with gateway_http(policy, log, wait="/readyz") as gw, \
-            httpx.Client(base_url=gw.url, headers=headers, timeout=30) as http:
+    async with logging_gateway(policy, log, "--listen", "http://127.0.0.1:0") as gw, \
+            gw.http() as http:
+        http.headers.update(headers)
         for label, message, _status, _code in HTTP_CASES:
             method = message["method"] if isinstance(message, dict) else "tools/call"
-            response = http.post("/mcp", content=json.dumps(message), headers={"mcp-method": method})
+            response = await http.post("/mcp", content=json.dumps(message),
+                                       headers={"mcp-method": method})
             body = response.json() if response.content else None
             got[label] = (response.status_code, body["error"]["code"] if body else None)
-        last = http.post("/mcp", json=call("last", {**CALL, "_meta": MODERN_META}))
+        last = await http.post("/mcp", json=call("last", {**CALL, "_meta": MODERN_META}))
     assert got == {label: (status, code) for label, _m, status, code in HTTP_CASES}
     assert "echo: hi" in last.text
     assert tool_calls(log) == ["echo"]  # the last call only

@@ -1,7 +1,14 @@
-"""`live_tools.list_tools` and `mcp-preconditions tools` (issue 22, item 14) against real servers:
-npm server-filesystem over stdio, npm server-everything and a paginating SDK server over streamable
-HTTP. What they print is what the server sent (every page), and `lint`, `check` and `policy test`
-run on it; with `--policy`, requirements as the gateway lists them (confidential ones left out).
+"""`live_tools.list_tools` and `mcp-preconditions tools` (issue 22, item 14) against live servers:
+npm server-filesystem over stdio, SDK servers over streamable HTTP (the logging upstream, and one
+that paginates). What they print is what the server sent (every page), and `lint`, `check` and
+`policy test` run on it; with `--policy`, requirements as the gateway lists them (confidential ones
+left out).
+
+The SDK servers run on sockets of the test's own event loop, and the command's bad input is run
+in-process (`cli.main`): the default tier. What a real server process does stays interop, marked
+test by test: server-filesystem read by `list_tools` and by the command (its listing, what lint,
+check and policy test make of it), and a stdio server that exits at once (its stderr quoted) or
+never answers.
 """
 
 from __future__ import annotations
@@ -18,14 +25,18 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel.server import Server
 
+from mcp_preconditions.cli import main
 from mcp_preconditions.errors import InputError
 from mcp_preconditions.gateway.upstream.session import HttpTarget, StdioTarget
-from mcp_preconditions.live_tools import list_tools
+from mcp_preconditions.live_tools import MAX_PAGES, list_tools
 from mcp_preconditions.wire import META_KEY
+from tests.fixtures.gateway_upstream import LoggingUpstream
+from tests.fixtures.inprocess import asgi_served
 from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools, run_asgi, server_env
-from tests.fixtures.upstreams import Listening, filesystem_stdio
+from tests.fixtures.memory_upstream import logging_env
+from tests.fixtures.upstreams import filesystem_stdio
 
-pytestmark = pytest.mark.integration
+IN_PROCESS = pytest.mark.asyncio(loop_scope="module")  # one event loop for the module's servers
 
 FILESYSTEM_POLICY = ROOT / "policies" / "filesystem.toml"
 OBSERVER = ROOT / "examples" / "claims" / "observer.json"
@@ -50,6 +61,9 @@ async def direct(command: list[str]) -> list[dict[str, Any]]:
         return await raw_tools(client.session)
 
 
+@pytest.mark.interop
+@pytest.mark.integration
+@pytest.mark.asyncio
 async def test_list_tools_reads_server_filesystem_as_it_sent_them(disk: Path) -> None:
     listed = await list_tools(stdio_target(filesystem_stdio(disk)))
     assert listed == await direct(filesystem_stdio(disk))
@@ -58,11 +72,17 @@ async def test_list_tools_reads_server_filesystem_as_it_sent_them(disk: Path) ->
     assert all(isinstance(t["inputSchema"], dict) for t in listed)
 
 
-async def test_list_tools_over_http(everything_http_server: Listening) -> None:
-    listed = await list_tools(HttpTarget(everything_http_server.url))
-    async with Client(streamable_http_client(everything_http_server.url), mode="legacy") as client:
-        assert listed == await raw_tools(client.session)
-    assert {"echo", "get-sum"} <= {t["name"] for t in listed}
+@IN_PROCESS
+async def test_list_tools_over_http(tmp_path: Path) -> None:
+    app = LoggingUpstream(logging_env(tmp_path / "log.jsonl")).build().streamable_http_app(
+        host="127.0.0.1")
+    async with asgi_served(app) as base:
+        listed = await list_tools(HttpTarget(f"{base}/mcp"))
+        async with Client(streamable_http_client(f"{base}/mcp"), mode="legacy") as client:
+            assert listed == await raw_tools(client.session)
+    assert {"echo", "secret", "mirror"} <= {t["name"] for t in listed}
+    assert {t["name"]: t for t in listed}["secret"]["execution"]["requirements"] == [
+        "auth:claim:role:admin"]  # as the server sent it
 
 
 def paging_server(pages: int) -> Server[Any]:
@@ -78,21 +98,31 @@ def paging_server(pages: int) -> Server[Any]:
     return Server("pages", on_list_tools=list_tools_page)
 
 
+@IN_PROCESS
 async def test_every_page_is_read_and_a_cursor_that_never_ends_is_refused() -> None:
     async with run_asgi(paging_server(5).streamable_http_app(host="127.0.0.1")) as base:
         listed = await list_tools(HttpTarget(f"{base}/mcp"))
     assert [t["name"] for t in listed] == [f"tool_{i}" for i in range(5)]
+    assert MAX_PAGES == 1000  # the bound `tools` reads with; one page is one round trip here
     async with run_asgi(paging_server(10_000).streamable_http_app(host="127.0.0.1")) as base:
         with pytest.raises(InputError) as caught:
-            await list_tools(HttpTarget(f"{base}/mcp"), timeout=120)
-    assert str(caught.value) == f"{base}/mcp: tools/list has more than 1000 pages"
+            await list_tools(HttpTarget(f"{base}/mcp"), max_pages=20)
+    assert str(caught.value) == f"{base}/mcp: tools/list has more than 20 pages"
 
 
-async def test_a_server_that_cannot_be_reached_or_started_is_one_input_error(disk: Path) -> None:
+@IN_PROCESS
+async def test_a_server_that_cannot_be_reached_is_one_input_error() -> None:
     with pytest.raises(InputError) as unreachable:
         await list_tools(HttpTarget("http://127.0.0.1:1/mcp"))
     assert str(unreachable.value) == ("http://127.0.0.1:1/mcp: cannot list its tools: ConnectError: "
                                       "All connection attempts failed")
+
+
+@pytest.mark.interop
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_server_that_cannot_be_started_or_is_silent_is_one_input_error(disk: Path) -> None:
+    """Interop: a real child that exits at once (its stderr quoted) or never answers."""
     command = filesystem_stdio(disk / "missing")
     with pytest.raises(InputError) as exited:
         await list_tools(stdio_target(command))
@@ -110,6 +140,8 @@ def cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
                           timeout=120, check=False)
 
 
+@pytest.mark.interop
+@pytest.mark.integration
 def test_tools_then_lint_check_and_policy_test_on_server_filesystem(disk: Path, tmp_path: Path) -> None:
     listed = cli("tools", "--", *filesystem_stdio(disk))
     assert (listed.returncode, listed.stderr) == (0, "")
@@ -143,6 +175,8 @@ def test_tools_then_lint_check_and_policy_test_on_server_filesystem(disk: Path, 
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
+@pytest.mark.interop
+@pytest.mark.integration
 def test_tools_with_a_policy_lists_requirements_as_the_gateway(disk: Path, tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"  # filesystem.toml, plus a confidential requirement on each
     policy.write_text('confidential = ["env:vault"]\n' + FILESYSTEM_POLICY.read_text("utf-8").replace(
@@ -168,7 +202,9 @@ def test_tools_with_a_policy_lists_requirements_as_the_gateway(disk: Path, tmp_p
      "http://127.0.0.1:1/mcp: cannot list its tools: ConnectError: All connection attempts failed"),
     (["--timeout", "0", "--", "true"], "argument --timeout: expected a number of seconds above 0, got '0'"),
 ])
-def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str) -> None:
-    done = cli("tools", *argv)
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["tools", *argv])  # in-process: none of these starts a server
+    out, err = capsys.readouterr()
     prefix = "mcp-preconditions tools: error: " if "--timeout" in message else "mcp-preconditions: error: "
-    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"{prefix}{message}\n")
+    assert (code, out, err) == (2, "", f"{prefix}{message}\n")

@@ -75,15 +75,21 @@ class StdioClient:
             write_pipe = os.fdopen(out_fd, "wb", buffering=0)
             with contextlib.suppress(ValueError, OSError):
                 transport, _ = await loop.connect_write_pipe(asyncio.Protocol, write_pipe)
-        output = Output(transport, out_fd if out_fd is not None else -1)
+        try:
+            await self.serve_lines(reader, Output(transport, out_fd if out_fd is not None else -1))
+        finally:
+            if transport is not None:
+                transport.close()
+
+    async def serve_lines(self, reader: asyncio.StreamReader, output: Output) -> None:
+        """Serve the lines `reader` gives until its end, answering on `output`: what `serve` does
+        on the process's own stdin and stdout (any reader and transport: a test's, in memory)."""
         connection = self.connection = Connection(Client(output, http=False))
         try:
             while line := await _line(reader):
                 await self._received(line, output, connection)
         finally:
             connection.close()
-            if transport is not None:
-                transport.close()
 
     async def _received(self, line: bytes, output: Output, connection: Connection) -> None:
         try:
