@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -31,8 +30,9 @@ from tests.fixtures.clock import FakeClock
 from tests.fixtures.gateway_upstream import read_log
 from tests.fixtures.inprocess import InProcess, held, logging_gateway
 from tests.fixtures.listening import listening
+from tests.fixtures.local_issuer import ISSUER_KEY
+from tests.fixtures.loop_clock import on_fake_loop_time
 from tests.fixtures.memory_upstream import STUB, MemoryServers, logging_env
-from tests.fixtures.oidc import AUDIENCE, SigningKey, access_claims
 from tests.integration.test_gateway_calls import raw_call
 
 from .tally import TALLY
@@ -40,8 +40,6 @@ from .tally import TALLY
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 ROLES = ("admin", "observer")
-ISSUER = "https://idp.reliability.test"
-KEY = SigningKey()
 
 
 def _write(path: Path, text: str) -> Path:
@@ -104,25 +102,11 @@ async def test_names_listed_twice_are_never_called(tmp_path: Path) -> None:
 
 
 # -- 3. unknown-name bursts --------------------------------------------------------------------------
-class _LoopTime:
-    """anyio as gateway/catalog.py reads it, with the event loop's time taken from a fake clock
-    (the re-list bound is on loop time, and the catalog has no clock of its own to pass)."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self._clock = clock
-
-    def current_time(self) -> float:
-        return self._clock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(anyio, name)
-
-
 async def test_unknown_name_bursts_are_never_forwarded_and_relist_boundedly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(3)
     clock = FakeClock()
-    monkeypatch.setattr(catalog, "anyio", _LoopTime(clock))
+    on_fake_loop_time(monkeypatch, clock)
     log = tmp_path / "upstream.jsonl"
     policy = _write(tmp_path / "policy.toml", "# nothing\n")
     cases = calls = wrong = 0
@@ -154,15 +138,12 @@ async def test_unknown_name_bursts_are_never_forwarded_and_relist_boundedly(
 # -- 4. sessions belong to their caller --------------------------------------------------------------
 def token_of(subject: str) -> Callable[[], str]:
     """A new access token for `subject` at each call (another token, the same principal)."""
-    return lambda: KEY.sign(access_claims(ISSUER, sub=subject, client_id=subject,
-                                          jti=uuid.uuid4().hex))
+    return lambda: ISSUER_KEY.token(subject)
 
 
 @pytest.fixture
 async def auth_gateway(tmp_path: Path) -> AsyncIterator[InProcess]:
-    policy = _write(tmp_path / "policy.toml",
-                    f'[auth]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\nalgorithms = ["RS256"]\n'
-                    f"public_keys_pem = '''{KEY.public_pem()}'''\n")
+    policy = _write(tmp_path / "policy.toml", ISSUER_KEY.auth_policy())
     async with held(logging_gateway(policy, tmp_path / "upstream.jsonl",
                                     "--listen", "http://127.0.0.1:0")) as gw:
         yield gw
