@@ -10,10 +10,7 @@ showing these messages in Chromium: test_explore_bad_input_browser.py (interop).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from mcp_preconditions.cli import main
-from tests.fixtures.explore_inprocess import Explored, explored
+from tests.fixtures.explore_inprocess import Explored, cli, explored
 from tests.fixtures.explorer import MISSION
 from tests.fixtures.inprocess import held
 from tests.fixtures.mcp_servers import ROOT
@@ -75,20 +71,6 @@ async def ask(server: Explored, path: str, **body: Any) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
     return answer
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    """The command line in this process: exit code, stdout, stderr (the log levels it sets for
-    the process given back)."""
-    out, err = io.StringIO(), io.StringIO()
-    decisions = logging.getLogger("mcp_preconditions.decisions")
-    level = decisions.level
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(argv))
-    finally:
-        decisions.setLevel(level)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize(("claims", "message"), [
