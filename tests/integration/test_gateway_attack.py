@@ -81,8 +81,8 @@ async def test_a_name_listed_twice_is_refused_whichever_copy_is_open(tmp_path: P
 # -- 3. no caller can stall another ----------------------------------------------------------------
 async def test_unknown_names_re_list_the_upstream_at_most_once_a_second(
         tmp_path: Path, claims: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a fake clock: 40 unknown names at once re-list once, more while the second has not
-    passed none, and the next second's burst once again."""
+    """On a fake clock: 40 unknown names at once re-list once; half a second later, not at all;
+    a second after the first burst, once again."""
     clock = FakeClock()
     on_fake_loop_time(monkeypatch, clock)
     policy, log = _policy(tmp_path, "# nothing\n"), tmp_path / "upstream.jsonl"
