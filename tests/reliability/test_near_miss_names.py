@@ -42,8 +42,6 @@ SUITE = "near-miss names of real tools"
 SEPARATORS = ("-", "_", ".", " ", "")
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 CYRILLIC = {"a": "а", "e": "е", "o": "о", "c": "с", "p": "р", "x": "х", "i": "і"}
-
-
 CLAIMS = ROOT / "examples" / "claims" / "observer.json"
 # npm server-filesystem's tools, as it lists them (test_the_real_server_lists_these_names).
 FILESYSTEM_TOOLS = ["read_file", "read_text_file", "read_media_file", "read_multiple_files",
