@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types
 import pytest
+from mcp import Client
 
 from mcp_preconditions.gateway import catalog
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.gateway_upstream import read_log
-from tests.fixtures.inprocess import InProcess, held, logging_gateway
+from tests.fixtures.inprocess import WAIT_SECONDS, InProcess, held, logging_gateway
 from tests.fixtures.listening import listening
 from tests.fixtures.local_issuer import ISSUER_KEY
 from tests.fixtures.loop_clock import on_fake_loop_time
@@ -75,20 +77,41 @@ def _listing(rng: random.Random) -> tuple[list[dict[str, Any]], set[str]]:
     return tools, twice
 
 
+class Told:
+    """A client's message handler: each `tools/list_changed` the gateway sends wakes `until_listed`."""
+
+    def __init__(self) -> None:
+        self._changed = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._changed.set()
+
+    async def until_listed(self, client: Client, tool: str) -> None:
+        """Until the gateway lists `tool`, listing again each time it says the list changed (it
+        re-lists a server in the background and answers from its last good catalog meanwhile)."""
+        with anyio.fail_after(WAIT_SECONDS):
+            while tool not in {t.name for t in (await client.list_tools()).tools}:
+                await self._changed.wait()
+                self._changed = anyio.Event()
+
+
 async def test_names_listed_twice_are_never_called(tmp_path: Path) -> None:
     rng = random.Random(22)
     listing, log = tmp_path / "listing.json", tmp_path / "upstream.jsonl"
     _write(listing, "[]")
     policy = _write(tmp_path / "policy.toml", "# nothing\n")
     cases = calls = wrong = 0
+    told = Told()
     async with logging_gateway(policy, log, *_observer(tmp_path),
                                GATEWAY_UPSTREAM_TOOLS_FILE=str(listing)) as gw, \
-            gw.client() as client:
-        for _ in range(25):
+            gw.client(message_handler=told) as client:
+        for case in range(25):
             tools, twice = _listing(rng)
-            _write(listing, json.dumps(tools))
+            marker = f"listing{case}"  # listed once, this time only: when shown, this listing is in
+            _write(listing, json.dumps([*tools, {"name": marker, "inputSchema": {"type": "object"}}]))
             await raw_call(client, "relist")  # the upstream says its list changed
-            await client.list_tools()
+            await told.until_listed(client, marker)
             since = len(read_log(log))
             for name in sorted({t["name"] for t in tools}):
                 calls += 1
