@@ -1,14 +1,17 @@
 """The approver pages of a real gateway process (SPEC §15), its approvals in a real redis-server,
-its callers and approvers with real tokens of the real oidc-provider: a denied call makes a request,
-listed to those who may decide it; a script's POST answers 200, 401, 403 (not an approver, or the
-caller), 404 and 409; the approved call runs once, as the upstream's log shows. In Debian's
-Chromium an approver opens the denial's `url` hint, is offered a sign-in (nothing is stored until
+its callers and approvers with real tokens of the real oidc-provider. In Debian's Chromium an
+approver opens the denial's `url` hint, is offered a sign-in (nothing is stored until
 they start it: the shared Redis gains no key from anonymous visits), signs in at the provider
 (authorization code with PKCE), sees the whole call (the tool, its server and description, every
 argument, a padded one folded but expandable, a bidirectional override escaped, the caller, who
 is signed in), and approves; the caller's retry runs once. The listing shows a signed-in person
 their own requests beside those they may decide. `SCREENSHOT=1` saves the page as
 docs/approvals-page.png.
+
+Interop: a person signing in at the real provider (authorization code with PKCE) and approving in
+a browser, what the page draws there (folded, escaped), and what the shared Redis holds. A script's
+decisions (200, 401, 403, 404, 400, 409; the call run once; the audit trail, records and metrics)
+and a stdio gateway's `--pages-listen` are checked in-process in test_approval_pages_api.py.
 """
 
 from __future__ import annotations
@@ -24,8 +27,7 @@ import httpx
 import httpx2
 import mcp_types
 import pytest
-from mcp import Client, ClientSession
-from mcp.client.stdio import stdio_client
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from playwright.sync_api import Browser, Page
 
@@ -33,13 +35,12 @@ from mcp_preconditions.envelope import AUTHORIZATION_META_KEY
 from tests.fixtures.credential_gateway import Gateway, call, gateway, policy_text
 from tests.fixtures.credential_pages import run
 from tests.fixtures.explorer import chromium
-from tests.fixtures.gateway_upstream import gateway_stdio, tool_calls, upstream_http
+from tests.fixtures.gateway_upstream import tool_calls, upstream_http
 from tests.fixtures.oidc import OidcServer
-from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer
 from tests.integration.test_credentials_pages import walk
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "approvals-page.png"
 APPROVALS = """
@@ -97,56 +98,6 @@ def request_of(gw: Gateway, approver: str, caller: str, arguments: dict[str, Any
            if r["caller"]["subject"] == caller and r["arguments"] == arguments]
     assert len(ids) == 1, ids
     return str(ids[0])
-
-
-def decide(gw: Gateway, request_id: str, token: str | None, decision: str = "approve") -> httpx.Response:
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    return httpx.post(f"{gw.base}/approvals/{request_id}", json={"decision": decision},
-                      headers=headers, timeout=30)
-
-
-def test_a_scripts_approval_lets_exactly_one_retry_run(
-        gw: Gateway, upstream: tuple[str, Path], tokens: dict[str, str],
-        oidc_server: OidcServer) -> None:
-    arguments = {"text": "pay 100 to acme"}
-    denied(gw, tokens["trent"], arguments)
-    assert waiting(gw, tokens["alice"]) == [] or all(
-        r["caller"]["subject"] != "trent" for r in waiting(gw, tokens["alice"]))  # not an approver
-    assert all(r["caller"]["subject"] != "trent" for r in waiting(gw, tokens["trent"]))  # his own
-    request_id = request_of(gw, tokens["tess"], "trent", arguments)
-
-    assert decide(gw, request_id, None).status_code == 401
-    refused = decide(gw, request_id, tokens["alice"])
-    assert refused.status_code == 403
-    assert refused.json()["message"] == ("You cannot decide this request: the approver does not "
-                                         "meet: auth:claim:role:treasury.")
-    own = decide(gw, request_id, tokens["trent"])
-    assert own.status_code == 403 and "nobody approves their own call" in own.json()["message"]
-    assert decide(gw, "no-such-request", tokens["tess"]).status_code == 404
-    bad = httpx.post(f"{gw.base}/approvals/{request_id}", content=b'{"decision": "yes"}',
-                     headers={"Authorization": f"Bearer {tokens['tess']}"}, timeout=30)
-    assert bad.status_code == 400
-
-    before = tool_calls(upstream[1]).count("echo")
-    taken = decide(gw, request_id, tokens["tess"])
-    assert taken.status_code == 200 and taken.json() == {"id": request_id, "state": "approved"}
-    assert decide(gw, request_id, tokens["tess"], "refuse").status_code == 409
-    output = gw.output()
-    assert f"approval 'payout' request {request_id} approved by tess ({oidc_server.issuer})" \
-        in output  # the audit trail: who decided
-    assert not [who for who, token in tokens.items() if token in output]  # never a token
-
-    changed = denied(gw, tokens["trent"], {"text": "pay 999 to acme"})  # another call: not approved
-    assert changed["unmet"] == ["approval:payout"]
-    ran = run(call(gw.url, tokens["trent"], "up__echo", arguments))
-    assert not ran.is_error, ran
-    denied(gw, tokens["trent"], arguments)  # single use: the next one asks again
-    assert tool_calls(upstream[1]).count("echo") == before + 1
-    records = [r for r in gw.records() if r.get("approval", {}).get("id") == request_id]
-    assert [r["approval"]["result"] for r in records][-1] == "used"
-    metrics = gw.metrics()
-    for result in ("requested", "approved", "used"):
-        assert f'mcp_preconditions_approvals_total{{approval="payout",result="{result}"}}' in metrics
 
 
 async def _decline(context: Any, params: Any) -> mcp_types.ElicitResult:
@@ -294,32 +245,3 @@ def test_the_listing_shows_a_person_their_own_requests_beside_those_they_decide(
         assert any('"text":"alice\'s"' in item and f"by alice ({oidc_server.issuer})" in item
                    for item in theirs)
         page.context.close()
-
-
-async def test_a_stdio_gateway_serves_the_approval_pages_on_pages_listen(
-        oidc_server: OidcServer, tokens: dict[str, str], tmp_path: Path) -> None:
-    """Approvals alone (no connected account): the pages on --pages-listen, a script's POST with a
-    real token, the caller (named by --claims) retrying once."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text(policy_text(oidc_server, sign_in=False) + APPROVALS.replace(
-        'store = "redis"\n', "").replace("[tools.up__echo]", "[tools.echo]"), encoding="utf-8")
-    claims = tmp_path / "claims.json"
-    claims.write_text(json.dumps({"iss": oidc_server.issuer, "sub": "carl"}), encoding="utf-8")
-    pages, log = f"http://127.0.0.1:{free_port()}", tmp_path / "upstream.jsonl"
-    params = gateway_stdio(policy, log, "--claims", str(claims), "--pages-listen", pages)
-    async with stdio_client(params) as streams, ClientSession(*streams) as session:
-        await session.initialize()
-        result = await session.call_tool("echo", {"text": "hi"})
-        assert result.is_error and result.structured_content is not None
-        assert result.structured_content["unmet"] == ["approval:payout"]
-        async with httpx2.AsyncClient(timeout=30) as http:
-            bearer = {"Authorization": f"Bearer {tokens['tess']}"}
-            listed = (await http.get(pages + "/approvals", headers=bearer)).json()["requests"]
-            [request_id] = [r["id"] for r in listed if r["caller"]["subject"] == "carl"]
-            page = await http.get(f"{pages}/approvals/{request_id}")
-            assert page.status_code == 403 and "Sign-in is not configured" in page.text
-            taken = await http.post(f"{pages}/approvals/{request_id}", headers=bearer,
-                                    json={"decision": "approve"})
-            assert taken.status_code == 200, taken.text
-        assert not (await session.call_tool("echo", {"text": "hi"})).is_error
-    assert tool_calls(log) == ["echo"]

@@ -5,6 +5,10 @@ connect link, through the provider's `connector` client), sees it listed, and di
 signed in beside her, never sees alice's connection, and his Disconnect (a form of his own page, or
 alice's form replayed in his session) never removes it. The bearer-token JSON answer stays for
 scripts.
+
+Interop: the page is what a person uses in a browser, signing in at the real provider; what the
+page draws and its forms' cookies and tokens are Chromium's (the JSON answer for scripts is
+checked in-process in test_credentials_connections_api.py).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from tests.fixtures.token_servers import TokenServer
 from tests.integration.test_credentials_exchange import whoami
 from tests.integration.test_credentials_pages import CONNECTED, message, walk
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 
 @pytest.fixture

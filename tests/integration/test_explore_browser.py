@@ -4,23 +4,27 @@ policy and see the key-path error, fix it and see decisions return, give a tool 
 not asked for a refused caller (as `check` says), switch knowledge and see hidden
 tools, load a decision log and see the chart's numbers match `log summarize`. Each view's screenshot
 is saved under .run/explore/.
+
+Interop: what is checked is what the page's script draws and does in a browser (the table as a
+caller is picked, the chart's bars, a download); the command lines it is compared with run in this
+process (tests/fixtures/explore_inprocess.py's `cli`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.fixtures.explore_inprocess import cli
 from tests.fixtures.explorer import MISSION, shot
-from tests.fixtures.mcp_servers import CLI, ROOT, server_env
+from tests.fixtures.mcp_servers import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 pytest_plugins = ["tests.fixtures.explorer_pages"]
 POLICY_TEXT = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
 
@@ -32,13 +36,6 @@ def page(mission_page: Page) -> Page:
 
 def decision(page: Page, tool: str) -> Any:
     return page.locator(f'#who-body tr.tool-row[data-tool="{tool}"] .decision')
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    """The command line, in its own process (Playwright's loop runs in this one)."""
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, env=server_env(),
-                          timeout=60, check=False)
-    return done.returncode, done.stdout, done.stderr
 
 
 def test_picking_a_caller_changes_the_table(page: Page) -> None:

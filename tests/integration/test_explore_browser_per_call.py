@@ -5,6 +5,9 @@ per-caller credentials (npm server-everything over streamable HTTP) and one with
 first carrying the gateway's `credential:wiki`. A tool that needs it says NEEDS A CREDENTIAL (it
 was ALLOWED), one that needs an approval NEEDS A PERSON (it was DEPENDS ON ARGUMENTS), and a call
 tried says it is decided per call. Screenshots under .run/explore/.
+
+Interop: what is checked is what the page's script draws in a browser, for tools listed live from
+npm server-everything and a stdio server, real processes the explorer reaches.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from playwright.sync_api import Page, expect
 from tests.fixtures.explorer import Explorer, chromium, explorer, opened, shot
 from tests.fixtures.upstreams import everything_http
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 POLICY = """environment = ["staging"]
 [approvals.confirm]

@@ -3,22 +3,26 @@ against the real `explore` command: a `[tools.NAME]` near miss is refused as a s
 decisions drawn as if the rule were absent, Download asks first); an edit lists who gains or loses a
 tool for every preset caller, as `check` decides it for each; `--servers` explores a desktop config's
 servers live, as the gateway lists them.
+
+Interop: what is checked is what the page's script draws and asks in a browser (the refusal, the
+dialog before a download, who gains or loses); the command lines it is compared with run in this
+process (tests/fixtures/explore_inprocess.py's `cli`).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Download, Page, expect
 
+from tests.fixtures.explore_inprocess import cli
 from tests.fixtures.explorer import explorer, opened, shot
-from tests.fixtures.mcp_servers import CLI, ROOT, server_env
+from tests.fixtures.mcp_servers import ROOT
 from tests.fixtures.upstreams import filesystem_stdio, time_stdio
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 pytest_plugins = ["tests.fixtures.explorer_pages"]
 POLICY_TEXT = (ROOT / "policies" / "mission-control.toml").read_text(encoding="utf-8")
 NEAR_MISS = POLICY_TEXT + '\n[tools.Launch_rocket]\nrequirements = ["auth:oauth2"]\n'
@@ -35,11 +39,6 @@ def page(mission_page: Page) -> Page:
     return mission_page
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, env=server_env(),
-                          stdin=subprocess.DEVNULL, timeout=60, check=False)
-
-
 def test_a_near_miss_is_refused_as_a_server_refuses_it(page: Page, tmp_path: Path) -> None:
     status = page.locator("#policy-status")
     expect(status).to_contain_text("✓ servers run it · rev ")
@@ -48,9 +47,9 @@ def test_a_near_miss_is_refused_as_a_server_refuses_it(page: Page, tmp_path: Pat
     # The line `serve` stops with, for a server holding these tools.
     copy = tmp_path / "mission-control.toml"
     copy.write_text(NEAR_MISS, encoding="utf-8")
-    served = cli("serve", "--policy", str(copy))
-    assert served.returncode == 2
-    line = served.stderr.strip().removeprefix("mcp-preconditions: error: ").replace(
+    code, _, err = cli("serve", "--policy", str(copy))
+    assert code == 2
+    line = err.strip().removeprefix("mcp-preconditions: error: ").replace(
         str(copy), "policies/mission-control.toml")
     expect(page.locator("#policy-problems .line")).to_have_text([line])
     expect(page.locator("#policy-problems .title")).to_have_text(
@@ -91,10 +90,10 @@ def test_a_near_miss_is_refused_as_a_server_refuses_it(page: Page, tmp_path: Pat
 def _allowed(policy: Path, preset: str) -> set[str]:
     """The tools `check` allows this caller under `policy`."""
     claims = ["--claims", f"examples/claims/{preset}.json"] if preset else []
-    done = cli("check", "--policy", str(policy), "--tools", "examples/mission-control-tools.json",
-               *claims, "--format", "json")
-    assert done.returncode == 0, done.stderr
-    return {t["name"] for t in json.loads(done.stdout)["tools"] if t["allowed"]}
+    code, out, err = cli("check", "--policy", str(policy), "--tools",
+                         "examples/mission-control-tools.json", *claims, "--format", "json")
+    assert code == 0, err
+    return {t["name"] for t in json.loads(out)["tools"] if t["allowed"]}
 
 
 def test_an_edit_shows_who_gains_or_loses_for_every_preset(page: Page, tmp_path: Path) -> None:

@@ -3,6 +3,11 @@ real tokens from the oidc-provider, the attacker over raw HTTP and the bystander
 SDK's client. One principal opening sessions beyond its bound, or holding its streams and every
 other connection, does not stop another principal's `initialize`, calls or the health checks; nor
 do 100 half-open connections from the caller's own address.
+
+Interop: what is held here is connections to the gateway's listener (its cap, the reserve kept for
+health checks, idle and half-open sockets from one address, streams that hold a connection each),
+so the test speaks to a gateway process over real sockets, as an attacker would; the session and
+stream bounds are checked while those connections are held, through the same listener.
 """
 
 from __future__ import annotations
@@ -10,7 +15,6 @@ from __future__ import annotations
 import selectors
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from tests.fixtures.mcp_servers import bearer
 from tests.fixtures.oidc import AUDIENCE, OidcServer
 from tests.integration.test_gateway_calls import raw_call
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -192,7 +196,7 @@ async def _streams_then_cap(gw: Process, greedy: str, other: str
             try:
                 health["idle"], capped["idle"] = await _health_and_initialize(gw.url, other)
                 capped["refused while idle"] = 0
-                with anyio.fail_after(30):  # a liveness deadline: they give way after a second
+                with anyio.fail_after(10):  # a liveness deadline: they give way after a second
                     while capped["idle"] == 503:
                         capped["refused while idle"] += 1
                         await anyio.sleep(0.1)
@@ -228,12 +232,12 @@ class HalfOpen:
 
     def __enter__(self) -> HalfOpen:
         self._thread.start()
-        assert self.ready.wait(30)
+        assert self.ready.wait(10)
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.stop.set()
-        self._thread.join(30)
+        self._thread.join(10)
 
     def _open(self, selector: selectors.BaseSelector, n: int) -> None:
         sock = socket.create_connection(self.address, timeout=30)
@@ -247,8 +251,7 @@ class HalfOpen:
             for n in range(self.count):
                 self._open(selector, n)
             self.ready.set()
-            deadline = time.monotonic() + 120  # bounded, whatever the test does
-            while not self.stop.is_set() and time.monotonic() < deadline:
+            while not self.stop.is_set():  # (set by __exit__, whatever the test does)
                 for key, _ in selector.select(timeout=0.1):
                     sock = key.fileobj
                     assert isinstance(sock, socket.socket)
@@ -326,7 +329,7 @@ async def _get_and_listen(gw: Process, greedy: str) -> None:
                 if stream is not None:
                     await stream[0].aclose()
         # A closed stream gives its slot back, once the gateway has seen it close (refused till then).
-        with anyio.fail_after(30):
+        with anyio.fail_after(10):
             while await _listen(http, greedy, held) != 200:
                 await anyio.sleep(0.1)
         await held[-1][0].aclose()

@@ -1,10 +1,15 @@
 """Confidential requirements never reach a caller (issue 22, item 1): generated policies with
 confidential requirements on every hosted adapter (in-process, the SDK's own client, both protocol
-versions and both denial forms), `mcp-preconditions serve` as a stdio subprocess, and the gateway
+versions and both denial forms), the server `mcp-preconditions serve` runs, and the gateway
 (requirements from its policy and from its upstream's own declarations). Everything a
 caller receives (raw and typed listings, results, errors) is searched for each confidential name,
 and every denial's SEP-2643 envelope is read as a client reads it: it must parse, name no
 confidential requirement in a hint, and be `undisclosed` when the denial withheld one (SPEC §15).
+
+In-process: `serve`'s server wired as the command wires it for `--transport stdio --claims C` and
+reached over the SDK's in-memory streams; the gateway wired from its command line in the test's
+loop (tests/fixtures/inprocess.py), its logging upstream in memory. Real processes (interop): one
+`serve` over stdio here, and the gateway process in tests/integration/test_gateway_confidential.py.
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from mcp_preconditions import Credentials, Guard, Principal, load_policy
 from mcp_preconditions.client import DENIAL_META_KEY
 from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, AuthorizationDenial, Remediation
-from tests.fixtures.gateway_upstream import gateway_stdio, tool_calls
+from mcp_preconditions.examples_server import build_server
+from mcp_preconditions.files import read_claims
+from tests.fixtures.gateway_upstream import tool_calls
+from tests.fixtures.inprocess import logging_gateway
 from tests.fixtures.mcp_servers import CLI, MISSION_POLICY, MODES, ROOT, VERSIONS, raw_tools, server_env
 from tests.integration.test_gateway_confidential import CONFIDENTIAL
 from tests.integration.test_gateway_confidential import files as gateway_files
@@ -133,16 +142,29 @@ def cloudy_policy(directory: Path, denial: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("denial", ["result", "jsonrpc"])
-@pytest.mark.parametrize("version", VERSIONS)
-async def test_serve_over_stdio_never_names_a_confidential_requirement(
-        tmp_path: Path, version: str, denial: str) -> None:
-    policy = cloudy_policy(tmp_path, denial)
-    claims = ROOT / "examples" / "claims" / "mission-control.json"
-    params = StdioServerParameters(command=CLI[0], args=[
-        *CLI[1:], "serve", "--policy", str(policy), "--transport", "stdio", "--claims", str(claims)],
+CLAIMS = ROOT / "examples" / "claims" / "mission-control.json"
+
+
+def serve_stdio(policy: Path) -> StdioServerParameters:
+    """`mcp-preconditions serve --transport stdio --claims C` as a subprocess."""
+    return StdioServerParameters(command=CLI[0], args=[
+        *CLI[1:], "serve", "--policy", str(policy), "--transport", "stdio", "--claims", str(CLAIMS)],
         env=server_env(), cwd=ROOT)
-    async with Client(params, mode=MODES[version]) as client:
+
+
+def serve_in_memory(policy: Path) -> Any:
+    """The server `serve --policy P --transport stdio --claims C` runs (cli/server_cmds.py: the
+    caller fixed by the claims, near misses refused at start), for the SDK's in-memory client."""
+    fixed = Credentials(principal=Principal.from_claims(read_claims(str(CLAIMS))))
+    server = build_server(Guard(load_policy(policy)), credentials=lambda _request: fixed)
+    server.know_tools()
+    return server
+
+
+async def serve_case(target: Any, version: str) -> None:
+    """Every mission-control tool listed and called, then `launch_rocket` (denied for its
+    confidential requirement alone): counted, nothing wrongly allowed, no name seen."""
+    async with Client(target, mode=MODES[version]) as client:
         texts, calls, leaks = await received(client, MISSION_TOOLS, ["state:weather.clear"])
         try:
             launched: Any = await client.call_tool("launch_rocket", {"vehicle": "Falcon 9"})
@@ -160,10 +182,25 @@ async def test_serve_over_stdio_never_names_a_confidential_requirement(
 
 @pytest.mark.parametrize("denial", ["result", "jsonrpc"])
 @pytest.mark.parametrize("version", VERSIONS)
+async def test_serve_never_names_a_confidential_requirement(tmp_path: Path, version: str,
+                                                            denial: str) -> None:
+    await serve_case(serve_in_memory(cloudy_policy(tmp_path, denial)), version)
+
+
+@pytest.mark.interop
+async def test_serve_over_stdio_never_names_a_confidential_requirement(tmp_path: Path) -> None:
+    """Interop: the `serve` process, its stdio transport and its command line, end to end (the
+    in-process cases above hold the rest of the table)."""
+    await serve_case(serve_stdio(cloudy_policy(tmp_path, "jsonrpc")), "2026-07-28")
+
+
+@pytest.mark.parametrize("denial", ["result", "jsonrpc"])
+@pytest.mark.parametrize("version", VERSIONS)
 async def test_the_gateway_never_names_a_confidential_requirement(
         tmp_path: Path, version: str, denial: str) -> None:
     policy, claims, log = gateway_files(tmp_path, denial)
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode=MODES[version]) as client:
+    async with logging_gateway(policy, log, "--claims", str(claims)) as gw, \
+            gw.client(MODES[version]) as client:  # type: ignore[arg-type]
         texts, calls, leaks = await received(client, ["echo", "typed", "secret", "mirror"],
                                              CONFIDENTIAL)
     wrong = len(tool_calls(log))  # each is denied: none may reach the upstream
