@@ -4,6 +4,10 @@ own client, and filtered `tools/list` requests, send Redis no command at all (IN
 unchanged), while an allowed call sends one EVALSHA. With Redis paused, such a caller
 is still refused for what it lacks, never with the store's `error`; an allowed caller is refused
 with `error` (fail closed).
+
+Interop, marked, with why: Redis is the component under test (what it executed, read from its own
+INFO commandstats; a real server paused and resumed); that a denied call never asks the store is
+the default tier's in memory (tests/properties/test_quota_props.py's Guard property).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer
 from tests.fixtures.mcp_servers import denial_payload, run_asgi
 from tests.fixtures.redis import RedisServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 OPERATOR = Credentials(principal=Principal.from_claims({"sub": "olga", "role": "mission_control"}))
 OBSERVER = Credentials(principal=Principal.from_claims({"sub": "olga", "role": "observer"}))
