@@ -59,7 +59,7 @@ class Inbox:
             self.event.set()
 
     async def wait(self) -> None:
-        with anyio.fail_after(30):
+        with anyio.fail_after(10):
             await self.event.wait()
 
 
@@ -100,7 +100,7 @@ async def test_a_policy_reload_notifies_a_2026_listen_stream(make: Callable[...,
             assert flavour.preconditions.sessions == 1
             sent = await flavour.preconditions.reload(
                 load_policy_bytes(tmp_path, STAGING))
-            with anyio.fail_after(30):
+            with anyio.fail_after(10):
                 event = await subscription.__anext__()
         assert type(event).__name__ == "ToolsListChanged"
         assert sent == 1
