@@ -1,8 +1,13 @@
-"""Quotas through `mcp-preconditions gateway` processes, in front of tests/fixtures/gateway_upstream.py
-whose log shows every call that reached it: 20 concurrent calls with `calls = 3` over stdio reach it
-3 times (calls denied for another requirement take nothing); a Redis quota whose Redis is stopped
-or paused denies with `error`, never allows; three replicas behind haproxy under load share one
-Redis bucket and never let more than the limit through in total.
+"""Quotas through `mcp-preconditions gateway`, in front of tests/fixtures/gateway_upstream.py's
+server whose log shows every call that reached it: 20 concurrent calls with `calls = 3` through a
+stdio-wired gateway reach it 3 times (calls denied for another requirement take nothing); a Redis
+quota whose Redis is stopped or paused denies with `error`, never allows; three replicas behind
+haproxy under load share one Redis bucket and never let more than the limit through in total.
+
+The stdio test runs in-process (the gateway wired from its command line, the upstream in memory).
+Interop, each marked, with why: the Redis tests, with real gateway processes, since Redis is the
+component under test (paused, killed and started again; one bucket shared by three replicas behind
+a real haproxy).
 """
 
 from __future__ import annotations
@@ -25,12 +30,12 @@ from tests.fixtures.flagd import eventually, eventually_async
 from tests.fixtures.gateway_upstream import (
     CLI,
     gateway_http,
-    gateway_stdio,
     started,
     tool_calls,
     upstream_env,
     upstream_http,
 )
+from tests.fixtures.inprocess import logging_gateway
 from tests.fixtures.ports import free_port
 from tests.fixtures.redis import RedisServer
 from tests.integration.test_replicas_cluster import DOC_PORTS, REPLICAS, haproxy_config
@@ -50,7 +55,8 @@ async def test_twenty_concurrent_calls_through_a_stdio_gateway_reach_the_upstrea
                       '[tools.echo]\nrequirements = ["auth:claim:role:observer", "quota:q"]\n'
                       '[tools.secret]\nrequirements = ["quota:q"]\n', encoding="utf-8")
     claims.write_text('{"sub": "olga", "role": "observer"}', encoding="utf-8")
-    async with Client(gateway_stdio(policy, log, "--claims", str(claims)), mode="auto") as client:
+    async with logging_gateway(policy, log, "--claims", str(claims)) as gw, \
+            gw.client(mode="auto") as client:
         for _ in range(5):  # `secret` also needs auth:claim:role:admin (the upstream's own)
             assert denied_by(await client.call_tool("secret", {})) == ["auth:claim:role:admin"]
         results = await asyncio.gather(*(client.call_tool("echo", {"text": "hi"}) for _ in range(20)))
@@ -82,6 +88,7 @@ def verdicts(results: list[Any]) -> list[str]:
     return out
 
 
+@pytest.mark.interop
 async def test_a_stopped_or_paused_redis_denies_and_never_allows(
         tmp_path: Path, redis_factory: Callable[[], RedisServer]) -> None:
     redis = redis_factory()
@@ -151,6 +158,7 @@ def _rotation(front: str, seen: set[str]) -> bool:
     return set(REPLICAS) <= seen
 
 
+@pytest.mark.interop
 @pytest.mark.timeout(180)
 async def test_three_replicas_share_one_bucket_under_load(
         tmp_path: Path, redis_factory: Callable[[], RedisServer]) -> None:
