@@ -1,20 +1,22 @@
-"""A `self` approval on a hosted server (SPEC §15), each in its own process over stdio, reached by
-the MCP SDK's client: tests/fixtures/listed_server.py guarded by `guard_server` (lowlevel; without
-the SDK's request-state boundary the round's state goes plain, "sealed" with it), a
-`GuardedMCPServer` and a `FastMCP` app (their frameworks seal the round's state). At 2025-11-25
-the caller is asked with `elicitation/create` through the call's own session; at 2026-07-28 with
-an input round (`input_required`), the retry carrying the answer. Accept runs the call exactly once
-(RAN.log, the server's own), with none of the round's fields; decline or cancel never
-(`unavailable`); a client without elicitation gets `undisclosed`; a retry carrying a forged state,
-or another call's, grants nothing.
+"""A `self` approval on a hosted server (SPEC §15), each reached in memory by the MCP SDK's client,
+as over stdio: tests/fixtures/listed_server.py guarded by `guard_server` (lowlevel; without the
+SDK's request-state boundary the round's state goes plain, "sealed" with it), a `GuardedMCPServer`
+and a `FastMCP` app (their frameworks seal the round's state): the very servers
+tests/fixtures/guarded_listed.py and guarded_wipe.py run as processes. At 2025-11-25 the caller is
+asked with `elicitation/create` through the call's own session; at 2026-07-28 with an input round
+(`input_required`), the retry carrying the answer. Accept runs the call exactly once (the server's
+own `ran` list), with none of the round's fields; decline or cancel never (`unavailable`); a client
+without elicitation gets `undisclosed`; a retry carrying a forged state, or another call's, grants
+nothing. (The hosted servers' stdio wire is test_mcp_stdio's interop row; the same server behind a
+real gateway process, test_envelope_table's.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,6 @@ import mcp_types
 import pytest
 from mcp import Client
 from mcp.client.session import ElicitationFnT
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 
@@ -33,70 +34,94 @@ from mcp_preconditions.approvals.question import INPUT_KEY, STATE_PREFIX
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._server import Preconditions
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer, PreconditionsExtension
-from mcp_preconditions.policy.load import parse_policy
+from mcp_preconditions.policy.load import load_policy, parse_policy
+from mcp_preconditions.principal import Credentials, Principal
 from tests.fixtures.approvals import envelope
-from tests.fixtures.mcp_servers import MODES, ROOT, server_env
+from tests.fixtures.guarded_listed import guarded
+from tests.fixtures.guarded_wipe import wiper
+from tests.fixtures.inprocess import LogLines
+from tests.fixtures.mcp_servers import MODES
 
 pytestmark = pytest.mark.integration
 POLICY = '[approvals.confirm]\napprovers = "self"\n[tools.wipe]\nrequirements = ["approval:confirm"]\n'
 DECISIONS = "mcp_preconditions.decisions: "
 FLAVOURS = ("lowlevel", "mcpserver", "fastmcp")
 ACCEPT = mcp_types.ElicitResult(action="accept", content={})
+CALLER = Credentials(principal=Principal.from_claims({"iss": "https://idp", "sub": "alice"}))
 
 
 @dataclass
 class Hosted:
-    """One hosted server process and what it left: the calls that ran, its decision records."""
+    """One hosted server and what it left: the calls that ran, its decision records."""
 
     tmp_path: Path
     flavour: str
+    log: LogLines
     asked: list[mcp_types.ElicitRequestParams] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
 
-    def argv(self) -> list[str]:
-        policy, ran = self.tmp_path / "policy.toml", self.tmp_path / "ran.log"
+    def server(self) -> Any:
+        """A new instance of the flavour's server (a process per client, as before)."""
+        policy = self.tmp_path / "policy.toml"
         policy.write_text(POLICY, encoding="utf-8")
-        claims = self.tmp_path / "claims.json"
-        claims.write_text('{"iss": "https://idp", "sub": "alice"}', encoding="utf-8")
         if self.flavour in ("mcpserver", "fastmcp"):
-            return ["-m", "tests.fixtures.guarded_wipe", str(policy), str(ran), "--claims", str(claims),
-                    *(["--fastmcp"] if self.flavour == "fastmcp" else [])]
-        tools = self.tmp_path / "tools.json"
-        tools.write_text(json.dumps([{"name": "wipe", "inputSchema": {"type": "object"}}]),
-                         encoding="utf-8")
-        return ["-m", "tests.fixtures.guarded_listed", str(policy), str(tools), str(ran),
-                "--claims", str(claims), *(["--sealed"] if self.flavour == "sealed" else [])]
+            def ran(clean: bool) -> None:
+                self.ran.append("wipe" if clean else "wipe+round")
+            server = wiper(Guard(load_policy(policy)), CALLER, ran,
+                           fastmcp=self.flavour == "fastmcp")
+            return server if isinstance(server, MCPServer) else server._mcp_server
+        tools = [{"name": "wipe", "inputSchema": {"type": "object"}}]
+        return guarded(policy, tools, self.ran.append, sealed=self.flavour == "sealed",
+                       caller=CALLER)[0]
 
     @asynccontextmanager
-    async def client(self, version: str, answer: str | None) -> AsyncIterator[Client]:
+    async def client(self, version: str, answer: str | ElicitationFnT | None
+                     ) -> AsyncIterator[Client]:
         """A client at `version` that answers every question `answer` (None: it declares no
-        elicitation)."""
+        elicitation; a callable: it answers)."""
         async def elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
             self.asked.append(params)
+            assert isinstance(answer, str)
             return mcp_types.ElicitResult(action=answer, content={} if answer == "accept" else None)
 
-        callback: ElicitationFnT | None = elicit if answer else None
-
-        params = StdioServerParameters(command=sys.executable, args=self.argv(), env=server_env(),
-                                       cwd=ROOT)
-        with (self.tmp_path / "stderr.log").open("a", encoding="utf-8") as errlog:
-            async with Client(stdio_client(params, errlog=errlog), mode=MODES[version],
-                              elicitation_callback=callback) as client:
-                yield client
+        callback: ElicitationFnT | None = (answer if callable(answer) else
+                                           elicit if answer else None)
+        async with Client(self.server(), mode=MODES[version],
+                          elicitation_callback=callback) as client:
+            yield client
 
     def runs(self) -> list[str]:
-        ran = self.tmp_path / "ran.log"
-        return ran.read_text(encoding="utf-8").split() if ran.exists() else []
+        return list(self.ran)
 
     def records(self) -> list[dict[str, Any]]:
-        lines = (self.tmp_path / "stderr.log").read_text(encoding="utf-8").splitlines()
-        return [json.loads(line.split(DECISIONS, 1)[1]) for line in lines if DECISIONS in line]
+        return [json.loads(line.split(DECISIONS, 1)[1]) for line in self.log.lines
+                if line.startswith(DECISIONS)]
 
     def approvals(self) -> list[str]:
         return [r["approval"]["result"] for r in self.records() if r["tool"] == "wipe"]
 
 
-async def test_at_2025_11_25_accepted_the_call_runs_exactly_once(tmp_path: Path) -> None:
-    hosted = Hosted(tmp_path, "lowlevel")
+@pytest.fixture
+def decisions() -> Iterator[LogLines]:
+    """The hosted server's decision records (`log_decisions()` shows them on a process's stderr)."""
+    log, logger = LogLines(), logging.getLogger("mcp_preconditions.decisions")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(log)
+    try:
+        yield log
+    finally:
+        logger.removeHandler(log)
+        logger.setLevel(level)
+
+
+@pytest.fixture
+def hosting(tmp_path: Path, decisions: LogLines) -> Any:
+    return lambda flavour: Hosted(tmp_path, flavour, decisions)
+
+
+async def test_at_2025_11_25_accepted_the_call_runs_exactly_once(hosting: Any) -> None:
+    hosted = hosting("lowlevel")
     async with hosted.client("2025-11-25", "accept") as client:
         result = await client.call_tool("wipe", {"path": "/"})
     assert result.is_error is False and hosted.runs() == ["wipe"] and len(hosted.asked) == 1
@@ -104,8 +129,8 @@ async def test_at_2025_11_25_accepted_the_call_runs_exactly_once(tmp_path: Path)
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-async def test_at_2026_07_28_the_question_is_an_input_round(tmp_path: Path, flavour: str) -> None:
-    hosted = Hosted(tmp_path, flavour)
+async def test_at_2026_07_28_the_question_is_an_input_round(hosting: Any, flavour: str) -> None:
+    hosted = hosting(flavour)
     async with hosted.client("2026-07-28", "accept") as client:
         result = await client.call_tool("wipe", {"path": "/srv"})
         assert result.is_error is False and hosted.runs() == ["wipe"]  # once, no round's field
@@ -125,9 +150,9 @@ async def test_at_2026_07_28_the_question_is_an_input_round(tmp_path: Path, flav
     ("decline", "2025-11-25", "lowlevel"), ("decline", "2026-07-28", "lowlevel"),
     ("cancel", "2026-07-28", "lowlevel"), ("decline", "2026-07-28", "mcpserver"),
     ("cancel", "2026-07-28", "fastmcp")])
-async def test_a_declined_call_never_runs_and_is_unavailable(tmp_path: Path, action: str,
+async def test_a_declined_call_never_runs_and_is_unavailable(hosting: Any, action: str,
                                                              version: str, flavour: str) -> None:
-    hosted = Hosted(tmp_path, flavour)
+    hosted = hosting(flavour)
     async with hosted.client(version, action) as client:
         result = await client.call_tool("wipe", {"path": "/"})
     assert result.is_error is True and envelope(result) == ("unavailable", [])
@@ -140,9 +165,9 @@ async def test_a_declined_call_never_runs_and_is_unavailable(tmp_path: Path, act
                                                   ("2026-07-28", "lowlevel"),
                                                   ("2026-07-28", "mcpserver"),
                                                   ("2026-07-28", "fastmcp")])
-async def test_a_client_without_elicitation_is_undisclosed(tmp_path: Path, version: str,
+async def test_a_client_without_elicitation_is_undisclosed(hosting: Any, version: str,
                                                            flavour: str) -> None:
-    hosted = Hosted(tmp_path, flavour)
+    hosted = hosting(flavour)
     async with hosted.client(version, None) as client:
         result = await client.call_tool("wipe", {"path": "/"})
     assert result.is_error is True and envelope(result) == ("undisclosed", [])
@@ -159,10 +184,10 @@ async def _round(client: Client, arguments: dict[str, Any]) -> mcp_types.InputRe
     return first
 
 
-async def test_a_plain_state_grants_nothing_but_for_its_own_call(tmp_path: Path) -> None:
+async def test_a_plain_state_grants_nothing_but_for_its_own_call(hosting: Any) -> None:
     """guard_server without a request-state boundary: the state is the request's ID in plain,
     and an accept carried with another call's, a forged or a garbage state is asked again."""
-    hosted = Hosted(tmp_path, "lowlevel")
+    hosted = hosting("lowlevel")
     async with hosted.client("2026-07-28", "accept") as client:
         state = (await _round(client, {"path": "/a"})).request_state
         assert state is not None and state.startswith(STATE_PREFIX)
@@ -185,12 +210,12 @@ async def test_a_plain_state_grants_nothing_but_for_its_own_call(tmp_path: Path)
 
 
 @pytest.mark.parametrize("flavour", ["mcpserver", "fastmcp", "sealed"])
-async def test_a_sealed_state_of_another_call_or_forged_is_refused(tmp_path: Path,
+async def test_a_sealed_state_of_another_call_or_forged_is_refused(hosting: Any,
                                                                    flavour: str) -> None:
     """A GuardedMCPServer, a FastMCP app, or guard_server under the SDK's boundary: it seals the
     round's state to the call (tool, arguments): another call's state, or a forged one, is refused before the
     guard, and nothing runs until the right call carries its own."""
-    hosted = Hosted(tmp_path, flavour)
+    hosted = hosting(flavour)
     async with hosted.client("2026-07-28", "accept") as client:
         state = (await _round(client, {"path": "/a"})).request_state
         assert state is not None and STATE_PREFIX not in state  # sealed
@@ -246,9 +271,9 @@ async def test_the_interceptor_path_asks_with_an_input_round_too(subclass: bool)
 
 @pytest.mark.parametrize("flavour", ["lowlevel", "mcpserver"])
 async def test_at_2025_11_25_two_identical_calls_each_answer_their_own_question(
-        tmp_path: Path, flavour: str) -> None:
+        hosting: Any, flavour: str) -> None:
     """Issue 39.1: the first question accepted, the second declined: one run (it was two)."""
-    hosted = Hosted(tmp_path, flavour)
+    hosted = hosting(flavour)
     both = anyio.Event()
 
     async def answer(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
@@ -259,23 +284,18 @@ async def test_at_2025_11_25_two_identical_calls_each_answer_their_own_question(
         await both.wait()
         return ACCEPT if mine == 1 else mcp_types.ElicitResult(action="decline")
 
-    params = StdioServerParameters(command=sys.executable, args=hosted.argv(), env=server_env(),
-                                   cwd=ROOT)
-    with (tmp_path / "stderr.log").open("a", encoding="utf-8") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode=MODES["2025-11-25"],
-                          elicitation_callback=answer) as client:
-            results = await asyncio.gather(*(client.call_tool("wipe", {"path": "/"})
-                                             for _ in range(2)))
+    async with hosted.client("2025-11-25", answer) as client:
+        results = await asyncio.gather(*(client.call_tool("wipe", {"path": "/"}) for _ in range(2)))
     assert len(hosted.asked) == 2 and sorted(r.is_error for r in results) == [False, True]
     assert hosted.runs() == ["wipe"]
 
 
 @pytest.mark.parametrize("flavour", ["lowlevel", "mcpserver", "fastmcp"])
 async def test_at_2026_07_28_concurrent_retries_of_one_round_run_it_once(
-        tmp_path: Path, flavour: str) -> None:
+        hosting: Any, flavour: str) -> None:
     """Eight retries accepting one round at once: one run; a declined round runs nothing
     whatever retries follow; two identical calls get two rounds."""
-    hosted = Hosted(tmp_path, flavour)
+    hosted = hosting(flavour)
     decline = mcp_types.ElicitResult(action="decline")
     async with hosted.client("2026-07-28", "accept") as client:
         async def retry(state: str, answer: mcp_types.ElicitResult) -> Any:

@@ -3,13 +3,18 @@ approval from both run it once; a request made on one is decided and used on the
 keeps at most 16 requests waiting and 16 ended (the oldest dropped, from either replica at once),
 and 10,000 declines leave no more behind; a server that is down or holds garbage fails closed
 (`error`); keys never hold a subject or an argument.
+
+Interop, each marked, with why: Redis is the component under test (the stores' scripts and
+transactions, two replicas racing on one server, its key expiry), which no in-process stand-in
+would check. The Redis that is down is the default tier's: a port held bound and never listening,
+every connection refused at once (as a killed redis-server's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -29,6 +34,7 @@ from mcp_preconditions.approvals.store_redis import RedisApprovalStore
 from mcp_preconditions.errors import BackendError
 from mcp_preconditions.outcomes import Status
 from mcp_preconditions.resolvers.state_redis import RedisStateSource
+from tests.fixtures.hosted import redis_down
 from tests.fixtures.redis import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -55,6 +61,7 @@ def plan_on(store: RedisApprovalStore) -> ApprovalPlan:
 CALL = ApprovalCall("deploy_service", {"env": "prod", "token_hint": "argument-secret"}, ALICE, "r1")
 
 
+@pytest.mark.interop
 async def test_two_replicas_honour_one_approval_once(replicas: list[RedisApprovalStore]) -> None:
     a, b = (plan_on(s) for s in replicas)
     request = (await a.decide(CALL)).steps[0].request
@@ -66,6 +73,7 @@ async def test_two_replicas_honour_one_approval_once(replicas: list[RedisApprova
     assert sum(1 for r in rulings for e in r.events if e[1] is State.USED) == 1
 
 
+@pytest.mark.interop
 async def test_keys_hold_no_subject_or_argument(replicas: list[RedisApprovalStore],
                                                 redis_server: RedisServer) -> None:
     await plan_on(replicas[0]).decide(CALL)
@@ -74,6 +82,7 @@ async def test_keys_hold_no_subject_or_argument(replicas: list[RedisApprovalStor
     assert not any(b"alice" in k or b"argument-secret" in k or b"prod" in k for k in keys)
 
 
+@pytest.mark.interop
 async def test_a_caller_keeps_at_most_16_waiting_from_both_replicas_at_once(
         replicas: list[RedisApprovalStore]) -> None:
     """SPEC §14: the oldest are dropped (atomically: two replicas adding at once still leave 16),
@@ -90,6 +99,7 @@ async def test_a_caller_keeps_at_most_16_waiting_from_both_replicas_at_once(
     assert len(await replicas[1].waiting(1000)) == MAX_PENDING_PER_CALLER + 1
 
 
+@pytest.mark.interop
 async def test_declines_leave_a_bounded_few(replicas: list[RedisApprovalStore]) -> None:
     """One caller declining a `self` question 10,000 times kept 10,000 keys for an hour; 300
     declines (20 at a time) leave at most the bounds (the memory store's unit test does 10,000)."""
@@ -107,6 +117,7 @@ async def test_declines_leave_a_bounded_few(replicas: list[RedisApprovalStore]) 
     assert len(keys) <= MAX_PENDING_PER_CALLER + MAX_ENDED_PER_CALLER + 1  # and the caller's set
 
 
+@pytest.mark.interop
 async def test_garbage_under_a_request_key_is_an_error(replicas: list[RedisApprovalStore]) -> None:
     store = replicas[0]
     request = (await plan_on(store).decide(CALL)).steps[0].request
@@ -119,21 +130,21 @@ async def test_garbage_under_a_request_key_is_an_error(replicas: list[RedisAppro
     assert ruling.steps[0].outcome.status is Status.ERROR
 
 
-async def test_a_redis_that_is_down_is_an_error(redis_factory: Callable[[], RedisServer]) -> None:
-    server = redis_factory()
-    connection = RedisStateSource(server.url, connect_timeout=0.5, read_timeout=0.5)
-    store = RedisApprovalStore(connection, "down:")
-    server.kill()
-    try:
-        ruling = await plan_on(store).decide(CALL)
-        (step,) = ruling.steps
-        assert step.outcome.status is Status.ERROR and not ruling.allowed
-        assert step.outcome.reason.startswith("approval store 'redis' failed: BackendError: redis "
-                                              "approval open failed:")
-    finally:
-        await connection.aclose()
+async def test_a_redis_that_is_down_is_an_error() -> None:
+    with redis_down() as url:
+        connection = RedisStateSource(url, connect_timeout=0.5, read_timeout=0.5)
+        store = RedisApprovalStore(connection, "down:")
+        try:
+            ruling = await plan_on(store).decide(CALL)
+            (step,) = ruling.steps
+            assert step.outcome.status is Status.ERROR and not ruling.allowed
+            assert step.outcome.reason.startswith("approval store 'redis' failed: BackendError: "
+                                                  "redis approval open failed:")
+        finally:
+            await connection.aclose()
 
 
+@pytest.mark.interop
 async def test_an_approval_outlives_its_requests_wait(redis_server: RedisServer) -> None:
     """A request that waited 10 s and was approved for a day keeps its binding a day (and the
     keep time), so the retry finds the approval instead of asking anew."""

@@ -1,6 +1,11 @@
 """Opaque access tokens against a real OIDC provider's RFC 7662 introspection endpoint (authlib client,
 client_secret_basic): active tokens, revocation (immediate without a cache, within the cache TTL with
 one), bad client credentials, and an endpoint that is down or hung failing closed.
+
+Interop, each marked, with why: the real provider's introspection is the component under test (its
+answers, its revocation, its client authentication). An endpoint that is down (a free port) or hung
+(a port that accepts and never answers) needs no provider: those two run in-process, the issuer
+only a name.
 """
 
 from __future__ import annotations
@@ -28,10 +33,16 @@ def introspection_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_INTROSPECTION_SECRET", "introspector-secret")
 
 
-def opaque_policy(server: OidcServer, endpoint: str | None = None, **auth: Any) -> PolicySource:
+def opaque_policy(server: OidcServer | None, endpoint: str | None = None, **auth: Any
+                  ) -> PolicySource:
+    """Opaque tokens introspected at `server`'s endpoint (or `endpoint`); no server: the issuer is
+    only a name."""
+    issuer = server.issuer if server is not None else "https://issuer.test"
+    endpoint = endpoint or (server.introspection_endpoint if server is not None else None)
+    assert endpoint is not None
     settings: dict[str, Any] = {
-        "issuer": server.issuer, "audience": AUDIENCE,
-        "introspection": {"endpoint": endpoint or server.introspection_endpoint,
+        "issuer": issuer, "audience": AUDIENCE,
+        "introspection": {"endpoint": endpoint,
                           "client_id_env": "TEST_INTROSPECTION_ID",
                           "client_secret_env": "TEST_INTROSPECTION_SECRET", "timeout_seconds": 0.5}}
     return policy_with({**settings, **auth})
@@ -42,6 +53,7 @@ async def identify(source: PolicySource, token: str) -> Identity:
     return await asyncio.wait_for(authenticator.authenticate(Credentials(token=token)), PROMPT)
 
 
+@pytest.mark.interop
 async def test_an_active_opaque_token_satisfies_oauth2_claims_and_scopes(oidc_server: OidcServer) -> None:
     token = oidc_server.token(resource=OPAQUE)
     assert token.count(".") == 0
@@ -54,6 +66,7 @@ async def test_an_active_opaque_token_satisfies_oauth2_claims_and_scopes(oidc_se
     assert decision.subject is None  # its introspection answer names no `sub`: no subject (SPEC §14)
 
 
+@pytest.mark.interop
 async def test_a_revoked_token_is_not_active(oidc_server: OidcServer) -> None:
     token = oidc_server.token(resource=OPAQUE)
     uncached = build_authenticator(opaque_policy(oidc_server, cache_ttl_seconds=0))
@@ -70,12 +83,14 @@ async def test_a_revoked_token_is_not_active(oidc_server: OidcServer) -> None:
     assert {(o.status, o.reason) for o in denied.outcomes} == {(Status.UNSATISFIED, "token is not active")}
 
 
+@pytest.mark.interop
 async def test_a_token_for_another_audience_is_refused(oidc_server: OidcServer) -> None:
     token = oidc_server.token(resource=OPAQUE)
     identity = await identify(opaque_policy(oidc_server, audience="urn:mcp:billing"), token)
     assert identity == Identity(failure="audience 'urn:mcp:mission-server' is not 'urn:mcp:billing'")
 
 
+@pytest.mark.interop
 async def test_wrong_client_credentials_are_a_backend_error(oidc_server: OidcServer,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_INTROSPECTION_SECRET", "wrong")
@@ -85,9 +100,9 @@ async def test_wrong_client_credentials_are_a_backend_error(oidc_server: OidcSer
         error=True)
 
 
-async def test_an_endpoint_that_is_down_fails_closed_promptly(oidc_server: OidcServer) -> None:
+async def test_an_endpoint_that_is_down_fails_closed_promptly() -> None:
     endpoint = f"http://127.0.0.1:{free_port()}/token/introspection"
-    guard = Guard(opaque_policy(oidc_server, endpoint), {"t": ["auth:oauth2"]}, entry_points=False)
+    guard = Guard(opaque_policy(None, endpoint), {"t": ["auth:oauth2"]}, entry_points=False)
     decision = await asyncio.wait_for(guard.check("t", Credentials(token="some-opaque-token")), PROMPT)
     assert decision.allowed is False
     assert decision.outcomes[0].status is Status.ERROR
@@ -95,14 +110,14 @@ async def test_an_endpoint_that_is_down_fails_closed_promptly(oidc_server: OidcS
         f"introspection endpoint {endpoint} unreachable: connection failed (All connection attempts failed)")
 
 
-async def test_a_hung_endpoint_fails_closed_at_its_timeout(oidc_server: OidcServer,
-                                                           silent_port: int) -> None:
+async def test_a_hung_endpoint_fails_closed_at_its_timeout(silent_port: int) -> None:
     endpoint = f"http://127.0.0.1:{silent_port}/token/introspection"
-    identity = await identify(opaque_policy(oidc_server, endpoint), "some-opaque-token")
+    identity = await identify(opaque_policy(None, endpoint), "some-opaque-token")
     assert identity == Identity(failure=f"introspection endpoint {endpoint} did not answer within 0.5 s",
                                 error=True)
 
 
+@pytest.mark.interop
 async def test_jwts_and_opaque_tokens_under_one_policy(oidc_server: OidcServer) -> None:
     source = opaque_policy(oidc_server, jwks_uri=oidc_server.jwks_uri)
     authenticator = build_authenticator(source)

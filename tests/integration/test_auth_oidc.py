@@ -1,6 +1,11 @@
 """JWT access tokens against a real OIDC provider (npm oidc-provider on 127.0.0.1): RS256 and ES256
 tokens it issues, the shipped mission-control-oidc policy end to end, key rotation by restarting it,
 and every way a token or the JWKS can be bad. Each case asserts the outcome and the reason.
+
+The bad tokens and the failing JWKS run in-process: an issuer that is only a name, its keys served
+as a JWKS by a small HTTP server of this process (`jwks_served`), the tokens signed here. Interop,
+each marked, with why: the real provider's own tokens and keys (issued RS256 and ES256 tokens, the
+shipped policy, a bearer header, key rotation by restarting it, OIDC discovery of its metadata).
 """
 
 from __future__ import annotations
@@ -11,7 +16,11 @@ import hashlib
 import hmac
 import json
 import re
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +34,6 @@ from mcp_preconditions.policy.load import PolicySource
 from tests.fixtures.oidc import (
     AUDIENCE,
     ES256,
-    OTHER_AUDIENCE,
     RS256,
     OidcServer,
     SigningKey,
@@ -38,6 +46,8 @@ pytestmark = pytest.mark.integration
 SHIPPED = Path(__file__).resolve().parents[2] / "policies" / "mission-control-oidc.toml"
 FORGER = SigningKey("RSA", "test-forger")  # a key the policy trusts statically, for forged claims
 PROMPT = 5.0  # generous bound on a fail-closed answer whose own timeout is far shorter
+ISSUER = "https://issuer.test"  # the in-process tests' issuer: only a name
+SERVED = SigningKey("RSA", "served-rsa")  # the in-process tests' issuer's key, in its JWKS
 
 
 def shipped_policy(server: OidcServer) -> PolicySource:
@@ -49,6 +59,38 @@ def shipped_policy(server: OidcServer) -> PolicySource:
 def auth_settings(server: OidcServer, **overrides: Any) -> dict[str, Any]:
     return {"issuer": server.issuer, "audience": AUDIENCE, "jwks_uri": server.jwks_uri,
             "require_typ": "at+jwt", **overrides}
+
+
+def local_settings(jwks_uri: str | None, **overrides: Any) -> dict[str, Any]:
+    """`auth_settings` for `ISSUER`, as the shipped policy has them (RS256 and ES256)."""
+    return {"issuer": ISSUER, "audience": AUDIENCE, "jwks_uri": jwks_uri, "require_typ": "at+jwt",
+            "algorithms": ["RS256", "ES256"], **overrides}
+
+
+@contextmanager
+def jwks_served(*keys: SigningKey) -> Iterator[str]:
+    """`keys`' public JWKS served on 127.0.0.1 until the block ends: its URI."""
+    document = json.dumps({"keys": [k.public_jwk() for k in keys]}).encode()
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(document)))
+            self.end_headers()
+            self.wfile.write(document)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 async def identify(source: PolicySource, token: str) -> Identity:
@@ -67,6 +109,7 @@ def b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
+@pytest.mark.interop
 # -- tokens the server issues ---------------------------------------------------------------------
 @pytest.mark.parametrize("resource", [RS256, ES256], ids=["RS256", "ES256"])
 async def test_issued_tokens_satisfy_oauth2_claims_and_scopes(oidc_server: OidcServer,
@@ -87,6 +130,7 @@ async def test_issued_tokens_satisfy_oauth2_claims_and_scopes(oidc_server: OidcS
     assert decision.subject == "mission-control"
 
 
+@pytest.mark.interop
 async def test_the_shipped_policy_end_to_end(oidc_server: OidcServer,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
@@ -105,6 +149,7 @@ async def test_the_shipped_policy_end_to_end(oidc_server: OidcServer,
         "auth:scope:mission:write", "token lacks scope 'mission:write'")
 
 
+@pytest.mark.interop
 async def test_a_bearer_header_and_an_sdk_verified_principal(oidc_server: OidcServer) -> None:
     guard = Guard(shipped_policy(oidc_server), {"t": ["auth:oauth2", "auth:claim:tenant:acme"]},
                   entry_points=False)
@@ -120,66 +165,75 @@ async def test_a_bearer_header_and_an_sdk_verified_principal(oidc_server: OidcSe
 
 
 # -- bad tokens -----------------------------------------------------------------------------------
-async def test_wrong_audience(oidc_server: OidcServer) -> None:
-    token = oidc_server.token(resource=OTHER_AUDIENCE)
-    assert await refused(shipped_policy(oidc_server), token) == (
-        "audience 'urn:mcp:other-server' is not 'urn:mcp:mission-server'")
+async def test_wrong_audience() -> None:
+    with jwks_served(SERVED) as uri:
+        token = SERVED.sign(access_claims(ISSUER, aud="urn:mcp:other-server"))
+        assert await refused(policy_with(local_settings(uri)), token) == (
+            "audience 'urn:mcp:other-server' is not 'urn:mcp:mission-server'")
 
 
-async def test_wrong_issuer(oidc_server: OidcServer) -> None:
-    source = policy_with(auth_settings(oidc_server, issuer=f"{oidc_server.issuer}/tenant-b"))
-    assert await refused(source, oidc_server.token()) == (
-        f"issuer '{oidc_server.issuer}' is not '{oidc_server.issuer}/tenant-b'")
+async def test_wrong_issuer() -> None:
+    with jwks_served(SERVED) as uri:
+        source = policy_with(local_settings(uri, issuer=f"{ISSUER}/tenant-b"))
+        assert await refused(source, SERVED.sign(access_claims(ISSUER))) == (
+            f"issuer '{ISSUER}' is not '{ISSUER}/tenant-b'")
 
 
-async def test_expired_not_yet_valid_and_without_exp(oidc_server: OidcServer) -> None:
-    source = policy_with(auth_settings(oidc_server, keys=[FORGER.public_jwk()]))
+async def test_expired_not_yet_valid_and_without_exp() -> None:
+    source = policy_with(local_settings(None, keys=[FORGER.public_jwk()]))
     now = int(time.time())
-    expired = await refused(source, FORGER.sign(access_claims(oidc_server.issuer, exp=now - 3600)))
+    expired = await refused(source, FORGER.sign(access_claims(ISSUER, exp=now - 3600)))
     match = re.fullmatch(r"token expired (\d+) s ago", expired)
     assert match is not None and 3600 <= int(match.group(1)) <= 3600 + int(PROMPT)
-    early = await refused(source, FORGER.sign(access_claims(oidc_server.issuer, nbf=now + 600)))
+    early = await refused(source, FORGER.sign(access_claims(ISSUER, nbf=now + 600)))
     match = re.fullmatch(r"token is not valid until (\S+) \(nbf in (\d+) s\)", early)
     assert match is not None and 600 - PROMPT <= int(match.group(2)) <= 600
     assert match.group(1) == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 600))
-    no_exp = FORGER.sign(access_claims(oidc_server.issuer, exp=None))
+    no_exp = FORGER.sign(access_claims(ISSUER, exp=None))
     assert await refused(source, no_exp) == "token has no 'exp' claim"
-    assert (await identify(source, FORGER.sign(access_claims(oidc_server.issuer)))).principal is not None
+    assert (await identify(source, FORGER.sign(access_claims(ISSUER)))).principal is not None
 
 
-async def test_alg_none(oidc_server: OidcServer) -> None:
-    payload = oidc_server.token().split(".")[1]
-    unsigned = f"{b64(json.dumps({'alg': 'none', 'typ': 'at+jwt'}).encode())}.{payload}."
-    assert await refused(shipped_policy(oidc_server), unsigned) == (
-        "algorithm 'none' is never accepted (unsigned token)")
+async def test_alg_none() -> None:
+    with jwks_served(SERVED) as uri:
+        payload = SERVED.sign(access_claims(ISSUER)).split(".")[1]
+        unsigned = f"{b64(json.dumps({'alg': 'none', 'typ': 'at+jwt'}).encode())}.{payload}."
+        assert await refused(policy_with(local_settings(uri)), unsigned) == (
+            "algorithm 'none' is never accepted (unsigned token)")
 
 
-async def test_hs256_signed_with_the_servers_rsa_public_key(oidc_server: OidcServer) -> None:
-    rsa_jwk = next(k for k in oidc_server.jwks()["keys"] if k["kty"] == "RSA")
-    public = jwt.PyJWK(rsa_jwk).key.public_bytes(serialization.Encoding.PEM,
-                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
-    head = b64(json.dumps({"alg": "HS256", "typ": "at+jwt", "kid": rsa_jwk["kid"]}).encode())
-    body = b64(json.dumps(access_claims(oidc_server.issuer)).encode())
-    mac = hmac.new(public, f"{head}.{body}".encode(), hashlib.sha256).digest()
-    assert await refused(shipped_policy(oidc_server), f"{head}.{body}.{b64(mac)}") == (
-        "algorithm 'HS256' is not allowed (allowed: RS256, ES256)")
+async def test_hs256_signed_with_the_servers_rsa_public_key() -> None:
+    with jwks_served(SERVED) as uri:
+        rsa_jwk = SERVED.public_jwk()
+        public = jwt.PyJWK(rsa_jwk).key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        head = b64(json.dumps({"alg": "HS256", "typ": "at+jwt", "kid": rsa_jwk["kid"]}).encode())
+        body = b64(json.dumps(access_claims(ISSUER)).encode())
+        mac = hmac.new(public, f"{head}.{body}".encode(), hashlib.sha256).digest()
+        assert await refused(policy_with(local_settings(uri)), f"{head}.{body}.{b64(mac)}") == (
+            "algorithm 'HS256' is not allowed (allowed: RS256, ES256)")
 
 
-async def test_a_tampered_payload(oidc_server: OidcServer) -> None:
-    header, payload, signature = oidc_server.token(client="observer", scope="mission:read").split(".")
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    claims["role"] = "mission_control"
-    tampered = f"{header}.{b64(json.dumps(claims).encode())}.{signature}"
-    assert await refused(shipped_policy(oidc_server), tampered) == "signature verification failed"
+async def test_a_tampered_payload() -> None:
+    with jwks_served(SERVED) as uri:
+        observer = access_claims(ISSUER, sub="observer", role="observer", roles=["observer"])
+        header, payload, signature = SERVED.sign(observer).split(".")
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        claims["role"] = "mission_control"
+        tampered = f"{header}.{b64(json.dumps(claims).encode())}.{signature}"
+        assert await refused(policy_with(local_settings(uri)), tampered) == (
+            "signature verification failed")
 
 
-async def test_an_unknown_key(oidc_server: OidcServer) -> None:
+async def test_an_unknown_key() -> None:
     stranger = SigningKey("RSA", "unknown-kid")
-    token = stranger.sign(access_claims(oidc_server.issuer))
-    assert await refused(policy_with(auth_settings(oidc_server)), token) == (
-        f"signing key 'unknown-kid' not found at {oidc_server.jwks_uri}")
+    with jwks_served(SERVED) as uri:
+        token = stranger.sign(access_claims(ISSUER))
+        assert await refused(policy_with(local_settings(uri)), token) == (
+            f"signing key 'unknown-kid' not found at {uri}")
 
 
+@pytest.mark.interop
 async def test_a_key_rotated_by_restarting_the_server(rotating_oidc_server: OidcServer) -> None:
     server = rotating_oidc_server
     eager = build_authenticator(policy_with(auth_settings(
@@ -202,26 +256,27 @@ async def test_a_key_rotated_by_restarting_the_server(rotating_oidc_server: Oidc
 
 
 # -- the JWKS backend fails -----------------------------------------------------------------------
-async def test_an_unreachable_jwks_fails_closed_promptly(oidc_server: OidcServer) -> None:
+async def test_an_unreachable_jwks_fails_closed_promptly() -> None:
     uri = f"http://127.0.0.1:{free_port()}/jwks"
-    source = policy_with(auth_settings(oidc_server, jwks_uri=uri))
+    source = policy_with(local_settings(uri))
     guard = Guard(source, {"t": ["auth:oauth2"]}, entry_points=False)
-    decision = await asyncio.wait_for(guard.check("t", Credentials(token=oidc_server.token())), PROMPT)
+    token = SERVED.sign(access_claims(ISSUER))
+    decision = await asyncio.wait_for(guard.check("t", Credentials(token=token)), PROMPT)
     assert decision.allowed is False
     assert decision.outcomes[0].status is Status.ERROR
     assert decision.outcomes[0].reason == (
         f"signing keys unavailable: cannot fetch {uri}: connection failed (All connection attempts failed)")
 
 
-async def test_a_hung_jwks_fails_closed_at_the_fetch_timeout(oidc_server: OidcServer,
-                                                             silent_port: int) -> None:
+async def test_a_hung_jwks_fails_closed_at_the_fetch_timeout(silent_port: int) -> None:
     uri = f"http://127.0.0.1:{silent_port}/jwks"
-    source = policy_with(auth_settings(oidc_server, jwks_uri=uri, fetch_timeout_seconds=0.3))
-    identity = await identify(source, oidc_server.token())
+    source = policy_with(local_settings(uri, fetch_timeout_seconds=0.3))
+    identity = await identify(source, SERVED.sign(access_claims(ISSUER)))
     assert identity.error is True and identity.principal is None
     assert identity.failure == f"signing keys unavailable: {uri} did not answer within 0.3 s"
 
 
+@pytest.mark.interop
 async def test_discovery_checks_the_issuer_it_finds(oidc_server: OidcServer) -> None:
     found = policy_with(auth_settings(oidc_server, jwks_uri=None, discovery=True))
     assert (await identify(found, oidc_server.token())).principal is not None

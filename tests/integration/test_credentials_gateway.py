@@ -7,13 +7,16 @@ exchanges denied and never forwarded; a 401 from the server recovered once, or t
 for its credential; per-subject secrets; sessions per caller; the caller's token sent nowhere but
 as `subject_token` (also with the gateway's `[auth]` off); no token or secret in any log line,
 record, metric page or exported span; config errors exit 2 naming the key path.
+
+Interop, each marked, with why: this is per-caller credentials end to end, a real gateway process
+in front of real servers verifying their own tokens, the real provider verifying callers and
+exchanging their tokens (counted at the provider), the spans exported to a real OTLP receiver. The
+config errors run through main() in this process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcp_preconditions.cli import main
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.credential_gateway import (
     CONNECTOR_SECRET,
@@ -39,7 +43,7 @@ from tests.fixtures.credential_gateway import (
     text_of,
 )
 from tests.fixtures.gateway_upstream import read_log, upstream_http
-from tests.fixtures.mcp_servers import CLI, ROOT, raw_tools
+from tests.fixtures.mcp_servers import raw_tools
 from tests.fixtures.oidc import CRM, CRM_AUDIENCE, OidcServer
 from tests.fixtures.otlp import OtlpReceiver
 from tests.fixtures.ports import free_port
@@ -125,6 +129,7 @@ def denial(result: Any) -> dict[str, Any]:
     return payload
 
 
+@pytest.mark.interop
 def test_two_callers_each_reach_the_server_as_themselves_on_sessions_of_their_own(
         gw: Gateway, crm: TokenServer, tokens: dict[str, str]) -> None:
     before = len(crm.calls())
@@ -140,6 +145,7 @@ def test_two_callers_each_reach_the_server_as_themselves_on_sessions_of_their_ow
     assert all(c["subject"] != "mission-control" for c in crm.calls())  # the gateway's own: listing
 
 
+@pytest.mark.interop
 def test_one_exchange_per_caller_across_many_and_concurrent_calls(
         gw: Gateway, crm: TokenServer, tokens: dict[str, str], oidc_server: OidcServer) -> None:
     async def burst() -> list[Any]:
@@ -158,6 +164,7 @@ def test_one_exchange_per_caller_across_many_and_concurrent_calls(
     assert cached.count({"kind": "token-exchange", "cached": True}) == 12
 
 
+@pytest.mark.interop
 def test_failed_exchanges_are_denied_and_never_forwarded(
         gw: Gateway, crm: TokenServer, tokens: dict[str, str]) -> None:
     before = len(crm.calls())
@@ -176,6 +183,7 @@ def test_failed_exchanges_are_denied_and_never_forwarded(
     assert anonymous.status_code == 401 and len(crm.calls()) == before
 
 
+@pytest.mark.interop
 def test_a_401_from_the_server_is_recovered_once_else_the_call_is_denied_for_its_credential(
         gw: Gateway, crm: TokenServer, tokens: dict[str, str], oidc_server: OidcServer) -> None:
     dave = tokens["dave"]
@@ -196,6 +204,7 @@ def test_a_401_from_the_server_is_recovered_once_else_the_call_is_denied_for_its
     assert text_of(asyncio.run(call(gw.url, dave, "crm__whoami"))) == "dave"  # obtained afresh
 
 
+@pytest.mark.interop
 def test_per_subject_secrets_reach_the_server_as_each_caller(
         gw: Gateway, legacy: TokenServer, tokens: dict[str, str]) -> None:
     assert text_of(asyncio.run(call(gw.url, tokens["alice"], "legacy__whoami"))) == "alice"
@@ -205,6 +214,7 @@ def test_per_subject_secrets_reach_the_server_as_each_caller(
     assert denial(refused)["unmet"] == ["credential:legacy"] and len(legacy.calls()) == before
 
 
+@pytest.mark.interop
 def test_a_server_without_credentials_gets_only_its_static_headers(
         gw: Gateway, plain: tuple[str, Path], tokens: dict[str, str]) -> None:
     result = asyncio.run(call(gw.url, tokens["alice"], "plain__echo", {"text": "hi"}))
@@ -213,6 +223,7 @@ def test_a_server_without_credentials_gets_only_its_static_headers(
     assert sent and set(sent) == {PLAIN_TOKEN}
 
 
+@pytest.mark.interop
 def test_listing_shows_the_credential_requirement_like_any_other(
         gw: Gateway, tokens: dict[str, str]) -> None:
     async def listed() -> dict[str, dict[str, Any]]:
@@ -226,6 +237,7 @@ def test_listing_shows_the_credential_requirement_like_any_other(
     assert "execution" not in tools["plain__echo"]
 
 
+@pytest.mark.interop
 def test_no_token_or_secret_in_logs_records_metrics_or_spans(
         gw: Gateway, crm: TokenServer, legacy: TokenServer, plain: tuple[str, Path],
         tokens: dict[str, str], service_token: str, per_subject: dict[str, str],
@@ -266,6 +278,7 @@ def test_no_token_or_secret_in_logs_records_metrics_or_spans(
     assert not seen & set(tokens.values())
 
 
+@pytest.mark.interop
 def test_with_the_gateways_auth_off_no_caller_token_goes_anywhere(
         oidc_server: OidcServer, crm: TokenServer, plain: tuple[str, Path], service_token: str,
         tmp_path: Path) -> None:
@@ -299,16 +312,17 @@ def test_with_the_gateways_auth_off_no_caller_token_goes_anywhere(
      'servers.gh.credentials: kind = "oauth" requires [auth.sign_in] in the policy: a connect link '
      'is completed only by the person it was made for, signed in'),
 ])
-def test_config_errors_exit_2_naming_the_key_path(tmp_path: Path, table: str, message: str) -> None:
+def test_config_errors_exit_2_naming_the_key_path(tmp_path: Path, table: str, message: str,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mcp-preconditions gateway --config` as main() runs it, in this process."""
+    monkeypatch.setenv("GW_SECRET", "s")
+    monkeypatch.setenv("GW_TOKEN_KEY", TOKEN_KEY)
     (tmp_path / "policy.toml").write_text("", encoding="utf-8")
     config = tmp_path / "gateway.toml"
     config.write_text(f'policy = "policy.toml"\n{table}', encoding="utf-8")
-    done = subprocess.run([*CLI, "gateway", "--config", str(config)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, env={"PATH": "/usr/bin:/bin", "GW_SECRET": "s",
-                                                     "GW_TOKEN_KEY": TOKEN_KEY, **{
-                                                         k: v for k, v in os.environ.items()
-                                                         if k == "PYTHONPATH"}})
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
+    assert main(["gateway", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith(message), lines
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in err

@@ -4,6 +4,11 @@ MemoryTickets (tests/properties/test_credentials_props.py); the sign-in store ke
 limit (10,000 in a gateway), forgetting a flow as it is taken; and a visitor who opens
 `/connections` without starting a sign-in writes nothing to Redis. Before, each unauthenticated
 page wrote a 600 s key, and neither bound existed in Redis.
+
+Interop, marked, with why: Redis is the component under test (the tickets' scripts, their keys and
+what a visit leaves in the real server), the last test with the real provider's sign-in through the
+pages; the same bounds in memory are tests/properties/test_credentials_props.py's, in the default
+tier.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from tests.fixtures.oidc import OidcServer, sign_in
 from tests.fixtures.redis import RedisServer
 from tests.properties.test_credentials_props import LIMIT, OWNED_OPS, Owned
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 
 def source(server: RedisServer) -> RedisStateSource:

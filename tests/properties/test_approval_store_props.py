@@ -6,6 +6,10 @@ floods of one caller's requests (at most 16 waiting and 16 ended kept per caller
 dropped: SPEC §14). Changed arguments, another caller or a new revision are other bindings, never
 approved; a question's ID is never another binding's. Run on the memory store and on two Redis
 stores (two replicas, two connections) sharing a real redis-server.
+
+The Redis machine is interop, marked, with why: Redis is the component under test (its scripts and
+transactions, two connections racing on one server), which no in-process stand-in would check; the
+memory store's machine is the default tier's.
 """
 
 from __future__ import annotations
@@ -336,6 +340,7 @@ def redis_machine(redis_server: RedisServer) -> type[ApprovalMachine]:
     return OnRedis
 
 
+@pytest.mark.interop
 def test_two_redis_replicas_are_the_reference(redis_machine: type[ApprovalMachine]) -> None:
     run_state_machine_as_test(redis_machine, settings=settings(max_examples=40, stateful_step_count=30,
                                                                deadline=None))

@@ -7,7 +7,6 @@ input round), and only a retry carrying our own round's state answers one.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,12 +15,12 @@ import mcp_types
 import pytest
 
 from mcp_preconditions.approvals.question import INPUT_KEY, STATE_PREFIX
+from mcp_preconditions.cli import main
 from mcp_preconditions.errors import RequirementError
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._approvals import Reply, can_ask, reply_of, without_round
 from mcp_preconditions.integrations._hosted import ServerGuard
 from mcp_preconditions.policy.load import parse_policy
-from tests.fixtures.mcp_servers import CLI, ROOT, server_env
 
 POLICY = '[approvals.release]\napprovers = ["auth:claim:role:rm"]\n'
 
@@ -44,13 +43,13 @@ def test_a_self_approval_is_hosted() -> None:
     assert ServerGuard(guard).guard is guard
 
 
-def test_serve_exits_2_naming_the_approval(tmp_path: Path) -> None:
+def test_serve_exits_2_naming_the_approval(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`mcp-preconditions serve` as main() runs it, in this process: exit 2, that one line."""
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY, encoding="utf-8")
-    done = subprocess.run([*CLI, "serve", "--policy", str(policy)], env=server_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [f"mcp-preconditions: error: {line(str(policy))}"]
+    assert main(["serve", "--policy", str(policy)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"mcp-preconditions: error: {line(str(policy))}"]
 
 
 def session(version: str, elicitation: dict[str, Any] | None, back: bool = True) -> SimpleNamespace:

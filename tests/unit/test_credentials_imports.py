@@ -16,7 +16,10 @@ HEAVY = ("httpx2", "cryptography", "starlette", "mcp_preconditions.credentials.a
          "mcp_preconditions.approvals.pages")
 
 
+@pytest.mark.interop
 def test_a_gateway_config_without_credentials_loads_none_of_their_stacks() -> None:
+    """Interop: it needs a fresh interpreter (`python -c`), since this process has imported every
+    stack already and cannot show what importing the gateway alone loads."""
     code = ("import sys, mcp_preconditions.gateway, mcp_preconditions.gateway.config, "
             "mcp_preconditions.cli.gateway_cmds, mcp_preconditions.cli._credentials, "
             "mcp_preconditions.cli._pages, mcp_preconditions.approvals\n"

@@ -1,5 +1,10 @@
 """`drivers/writers.open_for_writing`: whether a file is open for writing, by a Linux read lease
-that is released at once. Real processes hold the file; the probe never signals this process."""
+that is released at once. Real processes hold the file; the probe never signals this process.
+
+Interop: what the probe is for is another process writing the policy (an editor, a deploy), and a
+lease's break is signalled to the holding process, the one thing the racing-writer test checks
+never ends it; so the holders and the writer are `sh` processes, as in use (each is milliseconds:
+no gateway or server starts)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from mcp_preconditions.drivers.writers import open_for_writing
+
+pytestmark = pytest.mark.interop
 
 
 @contextmanager
