@@ -184,3 +184,21 @@ async def test_the_metric_counts_each_decision_once() -> None:
     pdp.mode = "status"
     await g.check("add", who(OPERATOR), {"new": True})
     assert counted == [("corp", "allow"), ("corp", "cached"), ("corp", "deny"), ("corp", "error")]
+
+
+async def test_a_listing_asks_once_for_every_tool_and_hides_false_and_errors() -> None:
+    pdp = FakePdp(decide=lambda item: {"decision": item["resource"]["id"] != "both"})
+    policy = POLICY.replace("[quotas.q]", "[guard]\nlist_filtering = true\n[quotas.q]")
+    g = guard(pdp, policy)
+    shown = await g.callable_tools(who(OPERATOR), ["add", "both", "metered", "plain"])
+    assert shown == ["add", "metered", "plain"]
+    batches = [body["evaluations"] for body in pdp.asked]
+    assert sorted(len(b) for b in batches) == [1, 4]  # corp + audit: one batch; other: its own
+    assert {e["action"]["name"] for b in batches for e in b} == {"tools/list"}
+    assert all("arguments" not in e["resource"].get("properties", {}) for b in batches for e in b)
+    assert await g.callable_tools(who(OPERATOR), ["add", "both"]) == ["add"]
+    assert len(pdp.asked) == 2  # cached
+    pdp.mode = "status"
+    assert await g.callable_tools(who(VIEWER), ["add", "plain"]) == ["plain"]
+    assert await g.callable_tools(Credentials(), ["add", "plain"]) == ["plain"]
+    assert len(pdp.asked) == 3  # the viewer's failed batch; the anonymous caller asked nothing

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..credentials.flight import Flights
 from ..outcomes import Outcome, Status
+from ..principal import Identity
 from ..requirements import body_of
 from .cache import DecisionCache
 from .request import Caller, Digests, cache_key, caller_of, evaluation, plain_key
@@ -109,6 +110,13 @@ class PdpResolver:
         from .stage import PdpStage
 
         return PdpStage(self, requirements)
+
+    async def hidden(self, identity: Identity, tools: Mapping[str, Sequence[str]]) -> set[str]:
+        """Which of `tools` (each with its `pdp:` requirements) a caller's listing hides
+        (listing.py; the guard's listing filter asks every late resolver that has it)."""
+        from .listing import hidden
+
+        return await hidden(self, identity, tools)
 
     # -- the lookups -----------------------------------------------------------------------------
     def asks(self, caller: Caller, method: str, tool: str, arguments: Mapping[str, Any] | None,
