@@ -143,9 +143,16 @@ class PdpResolver:
     async def ask(self, asks: Sequence[Ask]) -> list[Verdict]:
         """Each ask's decision, asked: one batch per endpoint (concurrently), identical batches in
         flight shared, decisions kept, each counted once."""
-        groups: dict[int, list[int]] = {}
+        groups: dict[tuple[int, int], list[int]] = {}
+        seen: dict[tuple[int, str, str], int] = {}
         for i, ask in enumerate(asks):
-            groups.setdefault(id(ask.table.endpoint), []).append(i)
+            # Items about the same resource go in batches of their own: Cerbos 0.51 answers every
+            # item of a batch that names one resource with the first one's decision (a deny could
+            # read as an allow; tests/integration/test_cerbos_pdp.py).
+            endpoint, resource = id(ask.table.endpoint), ask.request["resource"]
+            same = (endpoint, resource["id"], ask.request["action"]["name"])
+            n = seen[same] = seen.get(same, -1) + 1
+            groups.setdefault((endpoint, n), []).append(i)
         found: list[Verdict | None] = [None] * len(asks)
         batches = [self._batch([asks[i] for i in group]) for group in groups.values()]
         for group, verdicts in zip(groups.values(), await asyncio.gather(*batches), strict=True):
