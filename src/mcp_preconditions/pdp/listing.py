@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from ..principal import Identity
 from ..requirements import body_of
 from .request import LIST
-from .resolver import Ask, PdpResolver, Verdict, callers_for
+from .resolver import Ask, PdpResolver, Verdict
 
 
 async def hidden(resolver: PdpResolver, identity: Identity,
@@ -20,10 +20,9 @@ async def hidden(resolver: PdpResolver, identity: Identity,
     by_tool: list[tuple[str, Ask]] = []
     for tool, requirements in tools.items():
         tables = [resolver.tables[body_of(r)] for r in requirements]
-        callers = callers_for(tables, identity.principal)
-        if callers is None:
+        asks = resolver.asks(identity.principal, LIST, tool, None, tables)
+        if asks is None:
             return set(tools)  # no request for an anonymous caller: nothing to show them
-        asks = resolver.asks(callers[0], LIST, tool, None, tables, callers)
         by_tool.extend((tool, ask) for ask in asks)
     verdicts: list[Verdict | None] = [resolver.cached(ask) for _, ask in by_tool]
     missing = [i for i, v in enumerate(verdicts) if v is None]

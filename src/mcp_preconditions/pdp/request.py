@@ -95,14 +95,6 @@ class Digests:
         return known
 
 
-def plain_key(caller: Caller, method: str, tool: str, server: str | None,
-              arguments: Mapping[str, Any] | None, requirement: str) -> tuple[str, ...]:
-    """What `evaluation` builds from, each part as plain JSON: equal keys, equal requests."""
-    return (caller.issuer, caller.subject, plain(caller.claims) if caller.claims else "",
-            method, tool, server if server is not None else "\x00",
-            plain(arguments) if arguments else "", requirement)
-
-
 def cache_key(caller: Caller, requirement: str, digest: bytes) -> tuple[str, str, str, bytes]:
     """(issuer, subject, requirement, digest): never shared across callers."""
     return (caller.issuer, caller.subject, requirement, digest)

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..credentials.flight import Flights
 from ..outcomes import Outcome, Status
-from ..principal import Identity
+from ..principal import Identity, Principal
 from ..requirements import body_of
 from .cache import DecisionCache
-from .request import Caller, Digests, cache_key, caller_of, evaluation, plain_key
+from .request import Caller, Digests, cache_key, caller_of, evaluation, plain
 
 if TYPE_CHECKING:
     from .client import Endpoint  # (httpx2: loaded by a policy with [pdp.*] tables)
@@ -32,6 +32,7 @@ log = logging.getLogger("mcp_preconditions.pdp")
 
 NAMESPACE = "pdp"
 PDP_ORDER = 50  # after every static requirement, before credentials (100) and approvals (500)
+MAX_CALLERS = 10_000  # principals whose request subject is remembered; cleared when full
 MAX_REASON_CHARS = 2048  # a `reason_admin` longer than this (as JSON) is not kept in the record
 
 
@@ -66,11 +67,21 @@ class Verdict(NamedTuple):
 
 
 class Ask(NamedTuple):
-    """One request to make (or to find cached): its table, its cache key, the request itself."""
+    """One request to make (or to find cached): its table, its cache key, and how to build the
+    request itself (only when it is sent: a cached decision builds none)."""
 
     table: Table
     key: Hashable
-    request: Mapping[str, Any]
+    caller: Caller
+    method: str
+    tool: str
+    server: str | None
+    arguments: Mapping[str, Any] | None
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return evaluation(self.caller, self.method, self.tool, self.server, self.arguments,
+                          self.table.requirement)
 
 
 class PdpResolver:
@@ -90,6 +101,7 @@ class PdpResolver:
         self.observe = observe  # (table name, result): the pdp_total metric
         self.server_of = server_of  # a visible tool's server key (the gateway's), else None
         self._digests = Digests()
+        self._callers: dict[tuple[int, tuple[str, ...]], tuple[Principal, tuple[Caller, str]]] = {}
         self._flights: Flights[tuple[Any, ...]] = Flights()
 
     # -- the resolver protocol -------------------------------------------------------------------
@@ -119,19 +131,45 @@ class PdpResolver:
         return await hidden(self, identity, tools)
 
     # -- the lookups -----------------------------------------------------------------------------
-    def asks(self, caller: Caller, method: str, tool: str, arguments: Mapping[str, Any] | None,
-             tables: Sequence[Table], callers: Sequence[Caller]) -> list[Ask]:
-        """The request of each table for one tool (`callers[i]`: the caller with table i's
-        claims). ValueError for arguments with no canonical JSON form."""
+    def asks(self, principal: Principal | None, method: str, tool: str,
+             arguments: Mapping[str, Any] | None, tables: Sequence[Table]) -> list[Ask] | None:
+        """The request of each table about one tool, or None for an anonymous caller or a token
+        with no subject (no request is made for them). ValueError for arguments with no
+        canonical JSON form."""
         server = self.server_of(tool) if self.server_of is not None else None
+        shown = plain(arguments) if arguments else ""
         found = []
-        for table, who in zip(tables, callers, strict=True):
+        for table in tables:
+            known = self._caller(principal, table.claims)
+            if known is None:
+                return None
+            caller, claims = known
             requirement = table.requirement
-            request = evaluation(who, method, tool, server, arguments, requirement)
-            digest = self._digests.of(plain_key(who, method, tool, server, arguments, requirement),
-                                      lambda request=request: request)  # type: ignore[misc]
-            found.append(Ask(table, cache_key(who, requirement, digest), request))
+            ask = Ask(table, None, caller, method, tool, server, arguments)
+            digest = self._digests.of((caller.issuer, caller.subject, claims, method, tool,
+                                       server if server is not None else "\x00", shown,
+                                       requirement), lambda ask=ask: ask.request)  # type: ignore[misc]
+            found.append(ask._replace(key=cache_key(caller, requirement, digest)))
         return found
+
+    def _caller(self, principal: Principal | None, claims: tuple[str, ...]
+                ) -> tuple[Caller, str] | None:
+        """The caller as a table sends them, and their claims as plain JSON: made once per
+        principal object (a verified token's, reused by its every call)."""
+        if principal is None:
+            return None
+        key = (id(principal), claims)
+        known = self._callers.get(key)
+        if known is not None and known[0] is principal:
+            return known[1]
+        caller = caller_of(principal, claims)
+        if caller is None:
+            return None
+        made = (caller, plain(caller.claims) if caller.claims else "")
+        if len(self._callers) >= MAX_CALLERS:
+            self._callers.clear()
+        self._callers[key] = (principal, made)  # (holds the principal: its id is not reused)
+        return made
 
     def cached(self, ask: Ask) -> Verdict | None:
         """The cached decision of `ask`, counted `cached`; None: it must be asked."""
@@ -192,18 +230,6 @@ class PdpResolver:
                 observe(name, result)
             except Exception:  # counting must not change the answer
                 log.exception("pdp %s: counting the decision failed", name)
-
-
-def callers_for(tables: Sequence[Table], principal: object) -> list[Caller] | None:
-    """The caller as each table sends them (its claims), or None for an anonymous caller or a
-    token with no subject: no request is made for them."""
-    found = []
-    for table in tables:
-        caller = caller_of(principal, table.claims)  # type: ignore[arg-type]
-        if caller is None:
-            return None
-        found.append(caller)
-    return found
 
 
 def outcome_of(requirement: str, verdict: Verdict) -> Outcome:

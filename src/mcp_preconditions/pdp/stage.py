@@ -12,7 +12,7 @@ from ..late import Found, LateCall
 from ..outcomes import Outcome
 from ..requirements import body_of
 from .request import CALL
-from .resolver import Ask, PdpResolver, Verdict, anonymous, callers_for, outcome_of
+from .resolver import Ask, PdpResolver, Verdict, anonymous, outcome_of
 
 
 class PdpStage:
@@ -27,18 +27,21 @@ class PdpStage:
         # A backstop over the endpoints' own timeouts (each says which PDP did not answer).
         self.timeout: float | None = max(t.endpoint.timeout for t in self.tables) + 1.0
         self._anonymous = tuple(anonymous(r) for r in self.requirements)
+        first = self.tables[0].name  # (used for a one-requirement stage only)
+        self._allowed = (outcome_of(self.requirements[0], Verdict(first, True, False)),)
+        self._denied = (outcome_of(self.requirements[0], Verdict(first, False, False)),)
 
     def decide(self, call: LateCall) -> Found | Awaitable[Found]:
         """At once when every decision is cached; else awaited, the missing ones asked."""
         resolver = self.resolver
-        callers = callers_for(self.tables, call.identity.principal)
-        if callers is None:  # no request for an anonymous caller
-            return self._anonymous
         try:
-            asks = resolver.asks(callers[0], CALL, call.tool, call.arguments, self.tables, callers)
+            asks = resolver.asks(call.identity.principal, CALL, call.tool, call.arguments,
+                                 self.tables)
         except ValueError as exc:  # arguments with no canonical form: no decision to be had
             return tuple(outcome_of(r, Verdict(t.name, None, False, None, str(exc)))
                          for r, t in zip(self.requirements, self.tables, strict=True))
+        if asks is None:  # no request for an anonymous caller
+            return self._anonymous
         verdicts = [resolver.cached(a) for a in asks]
         if None not in verdicts:
             return self._outcomes(call, verdicts)  # type: ignore[arg-type]
@@ -56,6 +59,10 @@ class PdpStage:
         sidecar = call.sidecar
         if sidecar is not None:
             sidecar.notes["pdp"] = [v.note() for v in verdicts]
+        if len(verdicts) == 1:  # the usual tool: one `pdp:` requirement, its outcomes made once
+            decision = verdicts[0].decision
+            if decision is not None:
+                return self._allowed if decision else self._denied
         return tuple(outcome_of(r, v) for r, v in zip(self.requirements, verdicts, strict=True))
 
     def release(self, call: LateCall) -> None:
