@@ -206,3 +206,51 @@ async def test_a_listing_asks_once_for_every_tool_and_hides_false_and_errors() -
     assert await g.callable_tools(who(VIEWER), ["add", "plain"]) == ["plain"]
     assert await g.callable_tools(Credentials(), ["add", "plain"]) == ["plain"]
     assert len(pdp.asked) == 4  # the viewer's failed batch; the anonymous caller asked nothing
+
+
+class Later:
+    """A late stage decided after `pdp:`, as `credential:` (100) and `approval:` (500) are: it
+    records the calls that reached it."""
+
+    namespace = "later"
+    order = 100
+    not_a_condition = "late"
+
+    def __init__(self) -> None:
+        self.reached: list[str] = []
+
+    def validate(self, requirement: str) -> None:
+        return None
+
+    def resolve(self, requirement: str, context: object) -> Any:
+        raise AssertionError("a late requirement is decided by its stage")
+
+    def stage(self, requirements: Any) -> Any:
+        outer = self
+
+        class Stage:
+            namespace = "later"
+            timeout = None
+
+            def __init__(self) -> None:
+                self.requirements = tuple(requirements)
+
+            def decide(self, call: Any) -> Any:
+                from mcp_preconditions.outcomes import Outcome
+                outer.reached.append(call.tool)
+                return tuple(Outcome.satisfied(r, "fine") for r in self.requirements)
+
+            def release(self, call: Any) -> None:
+                return None
+        return Stage()
+
+
+async def test_pdp_is_decided_before_the_later_stages() -> None:
+    pdp, later = FakePdp(), Later()
+    policy = POLICY + '[tools.forwarded]\nrequirements = ["later:x", "pdp:corp"]\n'
+    g = Guard(parse_policy(policy.encode(), "p.toml"), {}, entry_points=False, resolvers=[later],
+              live=LiveSources(pdp=PdpLive(transport=pdp.transport())))
+    assert not (await g.check("forwarded", who(VIEWER), {})).allowed
+    assert later.reached == []  # refused by the PDP: the later stage never asked
+    assert (await g.check("forwarded", who(OPERATOR), {})).allowed
+    assert later.reached == ["forwarded"]
