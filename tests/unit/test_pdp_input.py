@@ -116,3 +116,27 @@ def test_check_asks_no_pdp_for_an_anonymous_caller(capsys: pytest.CaptureFixture
                        "json")
     assert code == 0
     assert json.loads(out)["tools"][0]["unmet"] == ["pdp:corp"]
+
+
+def test_check_asks_the_pdp_for_a_verified_caller_and_not_for_a_refused_call(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.fixtures.misbehaving_pdp import misbehaving_pdp
+
+    write("tools.json", '[{"name": "x"}]')
+    write("ops.json", '{"sub": "ada", "team": "ops"}')
+    write("sales.json", '{"sub": "ada", "team": "sales"}')
+    with misbehaving_pdp("500") as pdp:
+        write("p.toml", f'[pdp.corp]\nurl = "{pdp.url}"\n[tools.x]\nrequirements = '
+                        '["auth:claim:team:ops", "pdp:corp"]\n')
+        code, out, _ = run(capsys, "check", "--policy", "p.toml", "--tools", "tools.json",
+                           "--claims", "ops.json", "--tool", "x")
+        assert (code, pdp.posts) == (0, 1)
+        assert out.splitlines()[-3:] == [
+            "  STATUS     REQUIREMENT          REASON",
+            "  satisfied  auth:claim:team:ops  claim 'team' has 'ops'",
+            "  error      pdp:corp (error)     the decision point 'corp' gave no decision"]
+        code, out, _ = run(capsys, "check", "--policy", "p.toml", "--tools", "tools.json",
+                           "--claims", "sales.json", "--tool", "x")
+        assert (code, pdp.posts) == (0, 1)  # refused for its claim: the PDP is not asked
+        assert out.splitlines()[-1] == ("  not_asked    pdp:corp             not asked: the call "
+                                        "is refused for another requirement")
