@@ -254,3 +254,50 @@ async def test_pdp_is_decided_before_the_later_stages() -> None:
     assert later.reached == []  # refused by the PDP: the later stage never asked
     assert (await g.check("forwarded", who(OPERATOR), {})).allowed
     assert later.reached == ["forwarded"]
+
+
+def _answering(handler: Any) -> PdpLive:
+    import httpx2
+
+    return PdpLive(transport=httpx2.MockTransport(handler))
+
+
+@pytest.mark.parametrize(("answer", "logged"), [
+    ("refused", "cannot reach the decision point https://pdp.example.com: connection failed"),
+    ("huge", "the decision point https://pdp.example.com sent more than 1048576 bytes"),
+    ("extra", "the decision point's answer is malformed: evaluations: must be an array of 1 "
+              "decision(s), got 2"),
+    ("null", "the decision point's answer is malformed: evaluations[0].decision: must be a "
+             "boolean, got null"),
+    ("redirect", "the decision point https://pdp.example.com answered 307 to "
+                 "/access/v1/evaluations"),
+])
+async def test_every_other_answer_is_an_error(answer: str, logged: str,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    import httpx2
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.startswith("/.well-known"):
+            return httpx2.Response(404)
+        if answer == "refused":
+            raise httpx2.ConnectError("refused", request=request)
+        if answer == "huge":
+            return httpx2.Response(200, content=b" " * (1 << 20) + b'{"evaluations": []}')
+        if answer == "redirect":
+            return httpx2.Response(307, headers={"location": "https://elsewhere.example/"})
+        decided = {"extra": [{"decision": True}, {"decision": True}],
+                   "null": [{"decision": None}]}[answer]
+        return httpx2.Response(200, json={"evaluations": decided})
+
+    g = Guard(parse_policy(POLICY.encode(), "p.toml"), {}, entry_points=False,
+              live=LiveSources(pdp=_answering(handler)))
+    decision = await g.check("add", who(OPERATOR), {})
+    assert not decision.allowed and decision.errors == ("pdp:corp",)
+    assert f"pdp: {logged}" in caplog.text
+
+
+async def test_arguments_with_no_canonical_form_are_an_error_without_a_request() -> None:
+    pdp = FakePdp()
+    decision = await guard(pdp).check("add", who(OPERATOR), {"n": float("nan")})
+    assert decision.errors == ("pdp:corp",)
+    assert pdp.requests == []
