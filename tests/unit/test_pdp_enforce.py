@@ -301,3 +301,12 @@ async def test_arguments_with_no_canonical_form_are_an_error_without_a_request()
     decision = await guard(pdp).check("add", who(OPERATOR), {"n": float("nan")})
     assert decision.errors == ("pdp:corp",)
     assert pdp.requests == []
+
+
+async def test_a_listing_of_many_tools_goes_in_batches_of_at_most_1024() -> None:
+    pdp = FakePdp()
+    names = [f"t{i}" for i in range(1500)]
+    policy = POLICY + "".join(f'[tools.{n}]\nrequirements = ["pdp:corp"]\n' for n in names)
+    shown = await guard(pdp, policy).callable_tools(who(OPERATOR), names)
+    assert shown == names
+    assert sorted(len(body["evaluations"]) for body in pdp.asked) == [476, 1024]

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..authzen.wire import MAX_EVALUATIONS
 from ..credentials.flight import Flights
 from ..outcomes import Outcome, Status
 from ..principal import Identity, Principal
@@ -32,6 +33,7 @@ log = logging.getLogger("mcp_preconditions.pdp")
 
 NAMESPACE = "pdp"
 PDP_ORDER = 50  # after every static requirement, before credentials (100) and approvals (500)
+MAX_BATCH = MAX_EVALUATIONS  # items per request (what our own decision point takes, 1,024)
 MAX_CALLERS = 10_000  # principals whose request subject is remembered; cleared when full
 MAX_REASON_CHARS = 2048  # a `reason_admin` longer than this (as JSON) is not kept in the record
 
@@ -192,8 +194,10 @@ class PdpResolver:
             n = seen[same] = seen.get(same, -1) + 1
             groups.setdefault((endpoint, n), []).append(i)
         found: list[Verdict | None] = [None] * len(asks)
-        batches = [self._batch([asks[i] for i in group]) for group in groups.values()]
-        for group, verdicts in zip(groups.values(), await asyncio.gather(*batches), strict=True):
+        chunks = [group[i:i + MAX_BATCH] for group in groups.values()  # (a listing of many tools)
+                  for i in range(0, len(group), MAX_BATCH)]
+        batches = [self._batch([asks[i] for i in group]) for group in chunks]
+        for group, verdicts in zip(chunks, await asyncio.gather(*batches), strict=True):
             for i, verdict in zip(group, verdicts, strict=True):
                 found[i] = verdict
         return [v for v in found if v is not None]
