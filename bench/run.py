@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 RESULTS = HERE / "results.json"
 OTHERS = ("bench_auth", "bench_live", "bench_mcp", "bench_gateway", "bench_agents", "bench_replicas",
           "bench_quota", "bench_telemetry", "bench_fleet", "bench_credentials",
-          "bench_denial", "bench_authzen")
+          "bench_denial", "bench_authzen", "bench_pdp")
 
 # metric -> (goal text, test): bounds a user would feel (a decision, a gateway hop, a tool list),
 # plus "flat" read as at most 1.5x from 10 to 100k tools. Cedar and Casbin are shown, not goals.
@@ -65,6 +65,9 @@ GOALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "denial_envelope_added_us": ("<= 5 µs", lambda v: v <= 5),  # issue 33: a denial's envelope
     # issue 44: the Todo decisions per second, our decision point against Cerbos (same client)
     "authzen_vs_cerbos": (">= 1x", lambda v: v >= 1.0),
+    # issue 44: `pdp:` as an enforcement point, against a real Cerbos
+    "pdp_cached_added_us": ("<= 10 µs", lambda v: v <= 10),
+    "pdp_uncached_round_trips": ("1 per call", lambda v: v == 1),
 }
 SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "casbin_p50_us",
          "casbin_p99_us", "floor_p50_us", "speedup_vs_cedarpy", "speedup_vs_casbin", "guard_vs_floor",
@@ -111,7 +114,9 @@ SHOWN = ("guard_p50_us", "guard_p99_us", "cedarpy_p50_us", "cedarpy_p99_us", "ca
          "authzen_ours_per_s", "authzen_cerbos_per_s", "authzen_vs_cerbos", "authzen_ours_p50_ms",
          "authzen_cerbos_p50_ms", "authzen_ours_p99_ms", "authzen_cerbos_p99_ms",
          "authzen_ours_cpu_us", "authzen_cerbos_cpu_us", "authzen_cpu_vs_cerbos",
-         "authzen_ours_plain_per_s", "authzen_clients")
+         "authzen_ours_plain_per_s", "authzen_clients",
+         "pdp_plain_p50_us", "pdp_cached_p50_us", "pdp_cached_added_us", "pdp_uncached_p50_us",
+         "pdp_round_trip_p50_us", "pdp_uncached_added_us", "pdp_uncached_round_trips")
 
 
 

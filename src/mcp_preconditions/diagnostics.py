@@ -163,11 +163,16 @@ def lint_findings(tools: list[dict[str, Any]], tools_path: str, policy: PolicySo
 
 
 def _unused_quotas(guard: Guard, policy: PolicySource) -> list[Finding]:
-    """A `[quotas.NAME]` no tool requires: most likely a typo on one side."""
-    used = {body_of(r) for tool in guard.snapshot.tools.values() for r in tool.requirements
-            if namespace_of(r) == "quota"}
-    return [Finding("warning", f"(policy quotas.{name})", f"no tool requires quota:{name}", None,
-                    policy.source) for name in policy.policy.quotas if name not in used]
+    """A `[quotas.NAME]` or `[pdp.NAME]` no tool requires: most likely a typo on one side."""
+    found = []
+    for namespace, section, names in (("quota", "quotas", policy.policy.quotas),
+                                      ("pdp", "pdp", policy.policy.pdp)):
+        used = {body_of(r) for tool in guard.snapshot.tools.values() for r in tool.requirements
+                if namespace_of(r) == namespace}
+        found += [Finding("warning", f"(policy {section}.{name})",
+                          f"no tool requires {namespace}:{name}", None, policy.source)
+                  for name in names if name not in used]
+    return found
 
 
 def _name_findings(policy: PolicySource, tools: list[str], tools_path: str) -> list[Finding]:

@@ -280,7 +280,7 @@ class Guard(ToolRegistry):
             if all(o.ok or ((o.argument_dependent or o.transient) and o.status is Status.UNSATISFIED)
                    for o in outcomes):
                 callable_names.append(name)
-        return callable_names
+        return await _listed(snap, identity, callable_names)
 
     # -- internals -------------------------------------------------------------------------------
     def _evaluate(self, snap: Snapshot, compiled: CompiledTool, identity: Identity,
@@ -348,6 +348,29 @@ class Guard(ToolRegistry):
         if record:
             self.recorder.record(decision)
         return decision
+
+
+async def _listed(snap: Snapshot, identity: Identity, names: list[str]) -> list[str]:
+    """`names` less the tools a late resolver that decides listings too hides from this caller (a
+    `pdp:` decision point, SPEC §16: asked once per resolver for every tool, by its `hidden`)."""
+    asked: dict[int, tuple[Any, dict[str, list[str]]]] = {}
+    for name in names:
+        compiled = snap.tools.get(name)
+        if compiled is None or compiled.late is None:
+            continue
+        for check in compiled.checks:
+            if callable(getattr(check.resolver, "hidden", None)):
+                asked.setdefault(id(check.resolver), (check.resolver, {}))[1].setdefault(
+                    name, []).append(check.requirement)
+    if not asked:
+        return names
+    hidden: set[str] = set()
+    for resolver, tools in asked.values():
+        try:
+            hidden |= await resolver.hidden(identity, tools)
+        except Exception:  # a resolver that fails hides what it was asked about (fail closed)
+            hidden |= set(tools)
+    return [n for n in names if n not in hidden]
 
 
 def _context_id(compiled: CompiledTool, outcomes: tuple[Outcome, ...]) -> str | None:

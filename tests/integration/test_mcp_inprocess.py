@@ -38,7 +38,7 @@ DENIAL = {"error": "unmet_requirements", "tool": "closed_door",
           "unmet": ["env:staging", "auth:scope:mission:write"], "withheld": 1}
 DENIAL_TEXT = ("Tool 'closed_door' was not run: unmet requirements: env:staging, "
                "auth:scope:mission:write (+1 withheld). Missing scopes: mission:write.")
-KNOWN = "known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state'"
+KNOWN = "known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'pdp', 'quota', 'state'"
 
 
 @pytest.fixture(params=list(FLAVOURS))

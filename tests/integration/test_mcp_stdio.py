@@ -155,7 +155,7 @@ def test_serve_refuses_a_policy_with_a_bad_requirement(tmp_path: Path,
     policy = tmp_path / "bad.toml"
     policy.write_text('[tools.launch_rocket]\nrequirements = ["env"]\n', encoding="utf-8")
     assert main(["serve", "--policy", str(policy)]) == 2
-    namespaces = ["approval", "auth", "capability", "env", "feature", "quota", "state",
+    namespaces = ["approval", "auth", "capability", "env", "feature", "pdp", "quota", "state",
                   *(r.namespace for r in load_entry_point_resolvers())]  # serve loads plugins too
     known = ", ".join(f"'{n}'" for n in namespaces)
     assert capsys.readouterr().err == (

@@ -176,7 +176,7 @@ def test_requires_above_the_tool_decorator_is_validated_at_once() -> None:
             return "never"
     assert str(raised.value) == (
         "tool 'launch': requirement 'weather:sunny': unknown namespace 'weather' (known namespaces: "
-        "'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state')")
+        "'approval', 'auth', 'capability', 'env', 'feature', 'pdp', 'quota', 'state')")
 
 
 async def test_requirements_put_on_a_tool_function_later_are_checked_at_call_time() -> None:

@@ -118,7 +118,8 @@ def test_approver_requirements_are_checked_for_form_at_start_up() -> None:
     registry = build_registry(source, lambda r, c: None, entry_points=False)  # type: ignore[arg-type,return-value]
     assert [str(f) for f in approver_findings(source.policy.approvals, registry, source.source)] == [
         "p.toml: tool '(policy approvals.d.approvers)': requirement 'weather:sunny': unknown namespace "
-        "'weather' (known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state')",
+        "'weather' (known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'pdp', "
+        "'quota', 'state')",
         "p.toml: tool '(policy approvals.d.approvers)': requirement 'env:': env: needs a label name "
         "(env:NAME) (accepted forms: env:NAME)"]
 

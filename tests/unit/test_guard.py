@@ -224,7 +224,7 @@ async def test_add_tool_validates_and_keeps_the_old_state_on_error() -> None:
         g.add_tool("bad", ["production"])
     assert info.value.messages == [
         "tool 'bad': requirement 'production' has no namespace (expected NAMESPACE:..., known "
-        "namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state')"]
+        "namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'pdp', 'quota', 'state')"]
     assert "bad" not in g.tool_names()
     g.add_tool("new", ["env:staging"])
     assert g.requirements_for("new") == ("env:staging",)
@@ -249,7 +249,7 @@ async def test_reload_of_a_broken_policy_keeps_the_old_snapshot() -> None:
     assert info.value.messages == [
         "p2.toml: tool 'deploy2': requirement 'nonamespace' has no namespace (expected NAMESPACE:..., "
         "known "
-        "namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state')"]
+        "namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'pdp', 'quota', 'state')"]
     assert g.snapshot is old
     assert (await g.check("deploy")).allowed
 

@@ -72,6 +72,7 @@ REQUIRED: dict[tuple[str, ...], dict[str, Any]] = {
     ("capabilities", "grants"): {"capabilities": ["x"]},
     ("quotas", KEY): {"calls": 3, "per_seconds": 60},
     ("approvals", KEY): {"approvers": "self"},
+    ("pdp", KEY): {"url": "https://pdp.example.com"},
 }
 # Wrong values per expected TOML type (what a careless or hostile file might hold instead).
 WRONG: dict[str, tuple[Any, ...]] = {

@@ -27,7 +27,7 @@ from mcp_preconditions.resolvers import EnvResolver
 from mcp_preconditions.resolvers.base import ENTRY_POINT_GROUP, load_entry_point_resolvers
 
 HERE = "tests.unit.test_registry"
-BUILTINS = "'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state'"
+BUILTINS = "'approval', 'auth', 'capability', 'env', 'feature', 'pdp', 'quota', 'state'"
 
 
 class Ticket:

@@ -21,7 +21,7 @@ from mcp_preconditions import (
 from mcp_preconditions.requirements import validate
 from mcp_preconditions.resolvers import AuthResolver, EnvResolver, FeatureResolver, Registry
 
-KNOWN = "known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'quota', 'state'"
+KNOWN = "known namespaces: 'approval', 'auth', 'capability', 'env', 'feature', 'pdp', 'quota', 'state'"
 AUTH_FORMS = "accepted forms: auth:oauth2, auth:claim:NAME:VALUE, auth:scope:SCOPE"
 
 

@@ -197,7 +197,7 @@ def test_malformed_grants(body: bytes, problem: str) -> None:
 
 @pytest.mark.parametrize(("condition", "problem"), [
     ("ticket:OPS-1", "unknown namespace 'ticket' (known namespaces: 'approval', 'auth', 'capability', 'env', "
-                     "'feature', 'quota', 'state')"),
+                     "'feature', 'pdp', 'quota', 'state')"),
     ("env:", "env: needs a label name (env:NAME) (accepted forms: env:NAME)"),
 ])
 def test_a_grant_condition_the_guard_cannot_decide_refuses_start_up(condition: str, problem: str

@@ -84,7 +84,7 @@ def test_own_requirements_are_registered_in_one_swap_and_the_unenforceable_refus
     refused_now = enforce(g, {"a": ("env:a",), "bad": ("nonamespace",), "c": ("env:c",)})
     assert refused_now == {"bad": "tool 'bad': requirement 'nonamespace' has no namespace (expected "
                                   "NAMESPACE:..., known namespaces: 'approval', 'auth', 'capability', 'env', "
-                                  "'feature', 'quota', 'state')"}
+                                  "'feature', 'pdp', 'quota', 'state')"}
     assert g.requirements_for("a") == ("env:a", "env:b")  # the listing's own ∪ the policy's
     assert g.own_requirements("c") == ("env:c",) and g.own_requirements("bad") == ()
     registration = g.registration

@@ -63,6 +63,14 @@ class Decide:
         if metrics is not None:  # approvals_total (SPEC §15): the policy's approvals from 0
             metrics.approvals_declared(policy().approvals)
             guard.live.approval_results = metrics.observe_approval
+            metrics.pdps_declared(policy().pdp)  # pdp_total (SPEC §16)
+            guard.live.pdp.results = metrics.observe_pdp
+        guard.live.pdp.server_of = self._server_of  # a `pdp:` request's resource.properties.server
+
+    def _server_of(self, name: str) -> str | None:
+        """The server key a visible tool routes to (None: none does)."""
+        target = self._fleet.routes.tools.get(name)
+        return target.server if target is not None else None
 
     def listed(self, name: str) -> bool:
         """Whether `[gateway] unlisted_tools` lets this tool be called at all: under "deny", only

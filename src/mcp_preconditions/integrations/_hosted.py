@@ -223,6 +223,8 @@ class ServerGuard:
             counted = self.telemetry.metrics
             counted.approvals_declared(self.guard.snapshot.source.policy.approvals)
             self.guard.live.approval_results = counted.observe_approval
+            counted.pdps_declared(self.guard.snapshot.source.policy.pdp)
+            self.guard.live.pdp.results = counted.observe_pdp
         return self.telemetry.metrics
 
     @property

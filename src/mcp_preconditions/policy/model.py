@@ -6,6 +6,7 @@ tools.*.requirements, auth) are fixed for portability; the rest extends them.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from typing import Annotated, Literal
@@ -403,6 +404,45 @@ class PdpServer(Section):
                                           "directory, merged over the request's subject.properties")
 
 
+def _enforcement_url(value: str) -> str:
+    """`[pdp.NAME] url`: https, or http to a loopback address only (a PDP's answer decides calls:
+    it is never read in clear text off a network). No query or fragment: the API's paths follow."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError("must be an https URL (or http on a loopback address) with no query or "
+                         "fragment: the decision point's base, before /access/v1/evaluation")
+    if parts.scheme == "http" and not _loopback(parts.hostname):
+        raise ValueError(f"http is allowed on a loopback address only (127.0.0.1, ::1, localhost), "
+                         f"got host {parts.hostname!r}: use https")
+    return value.rstrip("/")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Pdp(Section):
+    """`[pdp.NAME]`: the AuthZEN decision point that decides the requirement `pdp:NAME` (SPEC §16,
+    docs/authzen.md). Strict: a typo'd key, a missing or non-HTTP(S) `url` is an error."""
+
+    url: Annotated[str, AfterValidator(_enforcement_url)] = Field(
+        description="the decision point's base URL: POST {url}/access/v1/evaluation(s)")
+    token: EnvReference | None = Field(
+        default=None, description='"env:VAR": a bearer token the gateway presents to the PDP')
+    timeout_seconds: Annotated[float, Field(strict=True, gt=0, le=60, allow_inf_nan=False)] = Field(
+        default=1.0, description="no answer within this is `error`, which denies")
+    cache_seconds: Annotated[float, Field(strict=True, ge=0, le=86_400, allow_inf_nan=False)] = Field(
+        default=30.0, description="how long a decision (true or false, never an error) is reused; "
+                                  "0: no cache")
+    subject_claims: list[NonEmpty] = Field(
+        default_factory=list, description="the caller's claims sent as subject properties")
+
+
 class DecisionLog(Section):
     logger: NonEmpty = "mcp_preconditions.decisions"
     jsonl_path: NonEmpty | None = None
@@ -429,6 +469,8 @@ class Policy(Section):
                                           description="quota:NAME -> its rate and bucket")
     approvals: dict[NonEmpty, Approval] = Field(
         default_factory=dict, description="approval:NAME -> who approves a call, and for how long")
+    pdp: dict[NonEmpty, Pdp] = Field(
+        default_factory=dict, description="pdp:NAME -> the AuthZEN decision point that decides it")
     pdp_server: PdpServer = Field(
         default_factory=PdpServer,
         description="the AuthZEN decision point this policy answers as (docs/authzen.md)")

@@ -25,14 +25,22 @@ from .state import StateCallable, StateResolver, StateSource
 
 if TYPE_CHECKING:
     from ..approvals import ApprovalResolver, ApprovalStore, MemoryApprovalStore
+    from ..pdp.live import PdpLive
+    from ..pdp.resolver import PdpResolver
 
-BUILTIN_NAMESPACES = ("approval", "auth", "capability", "env", "feature", "quota", "state")
+BUILTIN_NAMESPACES = ("approval", "auth", "capability", "env", "feature", "pdp", "quota", "state")
 
 
 def _memory_approvals() -> MemoryApprovalStore:
     from ..approvals import MemoryApprovalStore
 
     return MemoryApprovalStore()
+
+
+def _pdp_live() -> PdpLive:
+    from ..pdp.live import PdpLive
+
+    return PdpLive()
 
 
 @dataclass
@@ -60,6 +68,8 @@ class LiveSources:
     # Told each (approval name, result) an approval operation made: the approvals_total metric
     # (read when counted: an owner may set it once the guard is made, `Guard.live`).
     approval_results: Callable[[str, str], None] | None = None
+    # The `pdp:` resolvers' wiring: the pdp_total metric, a tool's server, tests' transport/clock.
+    pdp: PdpLive = field(default_factory=_pdp_live)
 
 
 def import_callable(spec: str, where: str) -> StateCallable:
@@ -133,6 +143,12 @@ def _approval_resolver(source: PolicySource, live: LiveSources) -> ApprovalResol
     return resolver
 
 
+def _pdp_resolver(source: PolicySource, live: LiveSources) -> PdpResolver:
+    from ..pdp import pdp_resolver
+
+    return pdp_resolver(source, live.pdp)
+
+
 def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable[Resolver] = (),
                    live: LiveSources | None = None, entry_points: bool = True) -> Registry:
     """The resolvers deciding one policy snapshot. Raises RegistryError for a namespace clash."""
@@ -153,6 +169,7 @@ def build_registry(source: PolicySource, evaluate: Evaluate, *, custom: Iterable
         CapabilityResolver(grants, policy.capabilities.claim, evaluate, policy.confidential),
         EnvResolver(environment_labels(policy.environment, policy.environment_variable)),
         FeatureResolver(policy.features.flags, _flag_source(source, live)),
+        _pdp_resolver(source, live),
         _quota_resolver(source, live),
         StateResolver(policy.state.values, callables, _state_source(source, live),
                       ttl_seconds=policy.state.ttl_seconds,

@@ -36,6 +36,7 @@ DROPPED = f"{PREFIX}_upstream_dropped"
 REFUSED = f"{PREFIX}_http_refused"
 CREDENTIALS = f"{PREFIX}_credentials"
 APPROVALS = f"{PREFIX}_approvals"  # (`approvals.METRIC`: the Tally adds `_total`)
+PDP = f"{PREFIX}_pdp"
 DECISION_SECONDS, UPSTREAM_SECONDS = f"{PREFIX}_decision_seconds", f"{PREFIX}_upstream_seconds"
 # A decision takes microseconds (a cached caller) to a resolver's timeout (seconds).
 DECISION_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
@@ -58,6 +59,8 @@ DropReason = Literal["duplicate", "late", "unmatched"]
 DROP_REASONS: tuple[DropReason, ...] = ("duplicate", "late", "unmatched")
 # What became of approval requests (SPEC §15; approvals.State).
 APPROVAL_RESULTS = ("requested", "approved", "refused", "expired", "used")
+# How a `pdp:` decision was made (SPEC §16): asked (allow, deny, error) or served from the cache.
+PDP_RESULTS = ("allow", "deny", "error", "cached")
 
 
 class CredentialAttempt(Protocol):
@@ -102,7 +105,9 @@ class Metrics:
                            "from an authorization server; cached; refused: none to be had; error: "
                            "an authorization server or store failed).", ("server", "kind", "result")),
              APPROVALS: ("Approval requests and what became of them, by approval and result "
-                         "(requested, approved, refused, expired, used).", ("approval", "result"))},
+                         "(requested, approved, refused, expired, used).", ("approval", "result")),
+             PDP: ("Decisions of the policy's [pdp.NAME] decision points, by table and result "
+                   "(allow, deny, error when asked; cached).", ("pdp", "result"))},
             {DECISION_SECONDS: ("Time to decide a call (authentication included).", (),
                                 DECISION_BUCKETS),
              UPSTREAM_SECONDS: ("Time an allowed call spent upstream, by server.", ("server",),
@@ -276,6 +281,19 @@ class Metrics:
             raise ValueError(f"observe_approval: result must be one of "
                              f"{', '.join(APPROVAL_RESULTS)}, got {result!r}")
         self._add(APPROVALS, (approval, result))
+
+    def pdps_declared(self, names: Iterable[str]) -> None:
+        """The policy's decision points (`[pdp.NAME]`): their series start at 0."""
+        with self._tally.lock:
+            self._tally.start(PDP, [(n, r) for n in names for r in PDP_RESULTS])
+
+    def observe_pdp(self, pdp: str, result: str) -> None:
+        """One `pdp:` decision (SPEC §16). The labels are the policy's table name and a fixed
+        word: never a caller, a tool's arguments or the PDP's reason."""
+        if result not in PDP_RESULTS:
+            raise ValueError(f"observe_pdp: result must be one of {', '.join(PDP_RESULTS)}, got "
+                             f"{result!r}")
+        self._add(PDP, (pdp, result))
 
     def _add(self, counter: str, key: tuple[str, ...]) -> None:
         counts = self._tally.counts[counter]
