@@ -245,14 +245,13 @@ class Downstream:
                            "clients are in flight and the upstream does not say whose call asks")
         try:
             _valid(method, params)
-            if item is not None:
+            if isinstance(item, PendingCall):  # (refuses, and notes, what its client lacks)
+                answer = await item.ask(method, params)
+            elif item is not None:
                 if not _declared(item, method):  # a client that never said it can answer
                     raise RpcError(METHOD_NOT_FOUND,
                                    f"gateway: the calling client cannot answer {method}")
-                if isinstance(item, PendingCall):
-                    answer = await item.ask(method, params)
-                else:
-                    answer = await item.ask(method, params, timeout)
+                answer = await item.ask(method, params, timeout)
             else:
                 answer = await self._ask_anyone(method, params, timeout, owner)
             _valid(method, result=answer)
