@@ -82,12 +82,12 @@ async def test_over_http_two_2025_clients_are_each_asked_their_own_question() ->
     (fails on the old code, which refused the second: two clients in flight)."""
     asked, release = anyio.Event(), anyio.Event()
 
-    async def slow(_context: Any, params: Any) -> mcp_types.ElicitResult:
+    async def slow(context: Any, params: Any) -> mcp_types.ElicitResult:
         asked.set()
         await release.wait()
         return mcp_types.ElicitResult(action="accept", content={"response": params.message})
 
-    async def quick(_context: Any, params: Any) -> mcp_types.ElicitResult:
+    async def quick(context: Any, params: Any) -> mcp_types.ElicitResult:
         return mcp_types.ElicitResult(action="accept", content={"response": params.message})
 
     results: dict[str, mcp_types.CallToolResult] = {}
