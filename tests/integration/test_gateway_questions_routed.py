@@ -9,18 +9,24 @@ while two persons' are: never another person's guess (SPEC §14).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types
+import pytest
 from mcp import Client
 
 from mcp_preconditions.gateway import Gateway, ServerSpec
+from mcp_preconditions.gateway.downstream import streamable
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 from tests.fixtures import conformance_server
+from tests.fixtures.gateway_upstream import read_log, tool_calls
+from tests.fixtures.inprocess import until
 from tests.fixtures.memory_upstream import MemoryServers
 from tests.integration.test_gateway_conformance_bridge import (
     ALICE,
@@ -41,10 +47,12 @@ NOT_ROUTED = ("gateway: sampling/createMessage not routed: calls of 2 clients ar
 
 
 @asynccontextmanager
-async def stdio_bridge() -> AsyncIterator[Bridge]:
-    """`bridge()`, the conformance server behind it a stdio server (in memory)."""
+async def stdio_bridge(upstream: Callable[[MemoryServers], list[str]] | None = None
+                       ) -> AsyncIterator[Bridge]:
+    """`bridge()`, the conformance server (or `upstream`'s) behind it a stdio server (in memory)."""
     servers = MemoryServers()
-    argv = servers.add("conformance", lambda _env, _die: conformance_server.build())
+    argv = upstream(servers) if upstream is not None else servers.add(
+        "conformance", lambda _env, _die: conformance_server.build())
     caller = [ALICE]
     guard = Guard(parse_policy(b"# every tool open\n", "gateway.toml"))
     with servers.installed():
@@ -138,4 +146,23 @@ async def test_over_stdio_two_persons_calls_in_flight_are_never_guessed() -> Non
         assert texts(finished) == "Hello, Alice!"
         b.caller[0] = BOB
         asked = await b.call(SAMPLE)
+    assert keys(asked) == {"model_reply": "sampling/createMessage"}
+
+
+async def test_a_call_its_client_abandoned_is_cancelled_upstream_and_in_flight_no_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2026-07-28 client that closes its request's stream cancels its call (as the gateway does on
+    a client's cancellation): the server is told, and the call no longer makes another person's
+    question ambiguous (the server behind it a stdio one: no stream names whose call asks)."""
+    monkeypatch.setattr(streamable, "WATCH_AFTER_SECONDS", 0.0)  # (its client is watched at once)
+    log = tmp_path / "upstream.jsonl"
+    async with stdio_bridge(lambda s: s.logging_upstream(GATEWAY_UPSTREAM_LOG=str(log))) as b:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(b.call, "slow", arguments={"seconds": 90}))
+            await until(lambda: "slow" in tool_calls(log), "the server never got the call")
+            tg.cancel_scope.cancel()  # Alice's client goes: its request's stream closes
+        await until(lambda: any(e["method"] == "notifications/cancelled" for e in read_log(log)),
+                    "the server was never told")
+        b.caller[0] = BOB
+        asked = await b.call("ask")
     assert keys(asked) == {"model_reply": "sampling/createMessage"}
