@@ -24,6 +24,7 @@ from mcp_preconditions.gateway import Gateway, ServerSpec
 from mcp_preconditions.gateway.downstream import streamable
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
+from mcp_preconditions.principal import ANONYMOUS
 from tests.fixtures import conformance_server
 from tests.fixtures.gateway_upstream import read_log, tool_calls
 from tests.fixtures.inprocess import until
@@ -166,3 +167,20 @@ async def test_a_call_its_client_abandoned_is_cancelled_upstream_and_in_flight_n
         b.caller[0] = BOB
         asked = await b.call("ask")
     assert keys(asked) == {"model_reply": "sampling/createMessage"}
+
+
+async def test_over_stdio_two_anonymous_clients_running_calls_are_never_guessed(
+        tmp_path: Path) -> None:
+    """Two anonymous clients (one person, as far as the gateway can tell) each with a call running
+    behind a stdio server: its question could be either's, so it is refused, never put to the
+    newest (fails on this branch's first routing, which put it to the newest: one client's call
+    shown another client's question)."""
+    log = tmp_path / "upstream.jsonl"
+    async with stdio_bridge(lambda s: s.logging_upstream(GATEWAY_UPSTREAM_LOG=str(log))) as b:
+        b.caller[0] = ANONYMOUS
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(b.call, "slow", arguments={"seconds": 90}))
+            await until(lambda: "slow" in tool_calls(log), "the server never got the call")
+            refused = await b.call("ask")
+            tg.cancel_scope.cancel()
+    assert refused.error == {"code": -32600, "message": NOT_ROUTED}  # the server's own, passed on

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from typing import Any, Final
 
@@ -161,18 +162,23 @@ class Downstream:
         in flight (of `owner`'s: a caller's, or None: on the gateway's own session) when they all
         belong to one client, and how many clients have such exchanges in flight. Of one client's,
         the newest; of one person's bridged calls, the newest with a request waiting on it (one
-        waiting for its retry is asked in its next round). A bridged call whose server call is
-        over asks nothing more: it is not in flight."""
+        waiting for its retry is asked in its next round), and two of theirs with a request
+        waiting are two clients (two anonymous callers' are one person's). A bridged call whose
+        server call is over asks nothing more: it is not in flight."""
         owners: dict[Hashable, Exchange] = {}
         for call, s, o in self._active:
             if s == server and o == owner:
                 owners[_owner(call)] = call  # the newest of each client's
-        for pending in self._rounds.calls():
-            if pending.server == server and pending.owner == owner and pending.running:
-                key = _owner(pending)
-                kept = owners.get(key)
-                if not isinstance(kept, PendingCall) or pending.attached or not kept.attached:
-                    owners[key] = pending
+        pending_calls = [p for p in self._rounds.calls()
+                         if p.server == server and p.owner == owner and p.running]
+        attached = Counter(_owner(p) for p in pending_calls if p.attached)
+        for pending in pending_calls:
+            key = _owner(pending)
+            if attached[key] > 1 and pending.attached:
+                key = id(pending)  # (never the newest of two requests that may be two clients')
+            kept = owners.get(key)
+            if not isinstance(kept, PendingCall) or pending.attached or not kept.attached:
+                owners[key] = pending
         if len(owners) != 1:
             return None, len(owners)
         return next(iter(owners.values())), 1
