@@ -290,10 +290,11 @@ async def test_header_values_are_read_without_their_optional_whitespace() -> Non
         assert (inner.status, inner.error["code"]) == (400, -32020)
 
 
-@pytest.mark.xfail(strict=True, reason="gateway/downstream/callers.py answers the server's question "
-                   "for an undeclared capability itself, before the pending call can note it "
-                   "(the fix belongs to that file's owner: see rounds.PendingCall.ask)")
 async def test_a_tool_that_needs_an_undeclared_capability_is_minus_32021() -> None:
+    """The suite's `server-stateless` (SEP-2575): the server's sampling request for a client that
+    declared no sampling is refused to the server and noted by the pending call, whose failure is
+    then the client's missing capability (fails on the old code, where callers.py refused the
+    question itself before the pending call could note it, and the tool's error was passed on)."""
     async with bridge() as b:
         refused = await b.call("test_missing_capability", caps={})
     assert refused.status == 400

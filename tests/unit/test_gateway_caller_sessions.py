@@ -247,8 +247,9 @@ class _Upstream:
         self.sessions = sessions
 
     def request_as(self, caller: AsCaller, method: str, params: Any, *, timeout: float,
-                   on_progress: Any = None) -> Any:
-        return self.sessions.request(caller, method, params, timeout=timeout, on_progress=on_progress)
+                   on_progress: Any = None, origin: object | None = None) -> Any:
+        return self.sessions.request(caller, method, params, timeout=timeout,
+                                     on_progress=on_progress, origin=origin)
 
 
 class _Held:

@@ -109,11 +109,14 @@ class Forward:
 
     async def send(self, ctx: Call | None, member: Member, method: str,
                    params: Mapping[str, Any] | None, timeout: float,
-                   held: HeldCredential | None = None, own: str | None = None) -> dict[str, Any]:
+                   held: HeldCredential | None = None, own: str | None = None,
+                   origin: PendingCall | None = None) -> dict[str, Any]:
         """One request to the server, progress mapped back to the caller; the server's faults
         become JSON-RPC errors (never a crash, never a result the server did not send). What the
         caller is told names the server's key only; the details go to the log. `held`: the
-        caller's credential, when the request goes as them; `own`: their token, to renew it."""
+        caller's credential, when the request goes as them; `own`: their token, to renew it.
+        What the server asks on the request's own stream goes to `ctx` (or the bridged call it
+        belongs to, `origin`)."""
         token = bridge.progress_token(params)
         on_progress = None
         if token is not None and ctx is not None:
@@ -127,6 +130,7 @@ class Forward:
                     params["message"] = message
                 caller.notify("notifications/progress", params)  # dropped once it is answered
         upstream = member.upstream
+        asker = origin if origin is not None else ctx
         if held is None and member.credential is not None and method not in GATEWAYS_OWN:
             raise CredentialRefused(Outcome(member.credential, Status.UNSATISFIED, "sent for no "
                                             "caller: the gateway's own session serves none",
@@ -137,14 +141,14 @@ class Forward:
                                           ctx.headers if ctx is not None else None) as sent:
                 if held is None:
                     return await upstream.request(method, sent, timeout=timeout,
-                                                  on_progress=on_progress)
+                                                  on_progress=on_progress, origin=asker)
                 as_caller = held.sent_as or _sent_as(held)
                 try:  # as the caller (inline: every call with a credential)
                     return await upstream.request_as(as_caller, method, sent, timeout=timeout,
-                                                     on_progress=on_progress)
+                                                     on_progress=on_progress, origin=asker)
                 except (UpstreamChallenged, UpstreamSessionGone) as exc:  # it did not run
                     return await _once_more(upstream, held, own, exc, method, sent, timeout,
-                                            on_progress)
+                                            on_progress, asker)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
             raise exc.rpc(member.key) from None
@@ -170,7 +174,7 @@ class Forward:
         def spawn(call: PendingCall) -> None:
             call.owner = held.owner if held is not None else None  # (its server's requests)
             member.upstream.spawn(lambda: call.run(
-                lambda: self.send(ctx, member, method, p, timeout, held, own)))
+                lambda: self.send(ctx, member, method, p, timeout, held, own, call)))
         return await self._rounds.start(ctx, caller, about, timeout, ctx.capabilities, spawn,
                                         member.key)
 
@@ -229,7 +233,8 @@ def _sent_as(held: HeldCredential) -> AsCaller:
 
 async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
                      answer: UpstreamError, method: str, params: Mapping[str, Any] | None,
-                     timeout: float, on_progress: ProgressHook | None) -> dict[str, Any]:
+                     timeout: float, on_progress: ProgressHook | None, origin: object | None
+                     ) -> dict[str, Any]:
     """The request as the caller a second and last time, after an `answer` that proves the first
     did not run (`Forward.send`): a 404 for the caller's session (the server ended it: a new one
     is opened) or a 401/403 with `WWW-Authenticate` (the credential refused: renewed first). Never
@@ -248,7 +253,7 @@ async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
         log.info("server %s ended a caller's session: sending on a new one, once", upstream.key)
     try:  # the second and last time
         return await upstream.request_as(caller, method, params, timeout=timeout,
-                                         on_progress=on_progress)
+                                         on_progress=on_progress, origin=origin)
     except UpstreamChallenged:
         raise CredentialRefused(Outcome(
             held.requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "

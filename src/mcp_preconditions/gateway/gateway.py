@@ -30,6 +30,7 @@ from .forward import Forward
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .listings import Listings
 from .rounds import Rounds
+from .upstream.peer import OriginHooks
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -133,6 +134,14 @@ class Gateway:
             method, params, owner)
         upstream.on_caller_request = lambda owner, method, params: on_request(method, params,
                                                                               owner)
+
+        async def on_origin_request(origin: object, method: str, params: dict[str, Any]
+                                    ) -> dict[str, Any]:  # asked on a call's own stream: its
+            return await self.downstream.ask(member.key, method, params,
+                                             self.policy().gateway.call_timeout_seconds,
+                                             origin=origin)
+
+        upstream.for_origin = OriginHooks(on_origin_request, self.downstream.polled)
 
     async def _list_changed(self, kind: str) -> None:
         """The clients hear that a list changed; for tools, only those whose own view changed."""

@@ -125,6 +125,16 @@ class PendingCall:
         return self._attached == 0 and self._outcome is None
 
     @property
+    def attached(self) -> bool:
+        """Whether a client request waits on it now (else it waits for its client's retry)."""
+        return self._attached > 0
+
+    @property
+    def running(self) -> bool:
+        """Whether its call to the server is still going (it may still ask)."""
+        return self._outcome is None
+
+    @property
     def idle_since(self) -> float:
         return self._idle_since if self._idle_since is not None else float("inf")
 

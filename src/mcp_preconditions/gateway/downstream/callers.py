@@ -1,7 +1,8 @@
 """The gateway's clients, as the servers behind it need them: where their notifications go
 (2025-11-25 connections directly, 2026-07-28 clients through `subscriptions/listen`), which
 resource URIs each client subscribed to, and who can answer a server's own requests (sampling,
-elicitation, roots): the one client whose calls to *that* server are in flight.
+elicitation, roots): the call whose request's stream it came on, else the one client whose calls
+to *that* server are in flight.
 
 What a server sends for one caller (on their own session, or on their request's stream: SPEC §14)
 goes to that caller's connections, listen streams and in-flight calls only, whoever else is
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from typing import Any, Final
 
@@ -27,6 +29,7 @@ from ..subscriptions import Subscriptions
 from ..upstream.caller_sessions import AsCaller
 from .clients import LEVELS, Call, Client
 from .listen import Listeners
+from .sse import Reply
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -40,11 +43,12 @@ Holder = Callable[[Call, str], Awaitable["tuple[Subscriptions, AsCaller | None] 
 NOBODY: Final = ("nobody",)
 
 
-def _owner(item: Exchange) -> int:
-    """Which client an upstream exchange belongs to: a 2025-11-25 connection, or the one request
-    (2026-07-28 requests stand alone)."""
+def _owner(item: Exchange) -> Hashable:
+    """Which client an upstream exchange belongs to: a 2025-11-25 connection, the one request
+    (2026-07-28 requests stand alone), or the person whose bridged calls these are (a bridged
+    call waits for its client's retry between rounds: one person's calls are one client's)."""
     if isinstance(item, PendingCall):
-        return id(item)
+        return ("caller", item.caller)
     if item.client is not None and not item.modern:
         return id(item.client)
     return id(item)
@@ -154,15 +158,27 @@ class Downstream:
 
     # -- from the upstream -----------------------------------------------------------------------
     def _caller(self, server: str, owner: Hashable | None = None) -> tuple[Exchange | None, int]:
-        """The newest exchange with `server` in flight (of `owner`'s: a caller's, or None: on the
-        gateway's own session) when they all belong to one client, and how many clients have such
-        exchanges in flight."""
-        owners: dict[int, Exchange] = {}
-        items: list[Exchange] = [*(call for call, s, o in self._active if s == server and o == owner),
-                                 *(c for c in self._rounds.calls()
-                                   if c.server == server and c.owner == owner)]
-        for item in items:
-            owners[_owner(item)] = item  # the newest of each client's
+        """For a server's message that came on no request's own stream: the exchange with `server`
+        in flight (of `owner`'s: a caller's, or None: on the gateway's own session) when they all
+        belong to one client, and how many clients have such exchanges in flight. Of one client's,
+        the newest; of one person's bridged calls, the newest with a request waiting on it (one
+        waiting for its retry is asked in its next round), and two of theirs with a request
+        waiting are two clients (two anonymous callers' are one person's). A bridged call whose
+        server call is over asks nothing more: it is not in flight."""
+        owners: dict[Hashable, Exchange] = {}
+        for call, s, o in self._active:
+            if s == server and o == owner:
+                owners[_owner(call)] = call  # the newest of each client's
+        pending_calls = [p for p in self._rounds.calls()
+                         if p.server == server and p.owner == owner and p.running]
+        attached = Counter(_owner(p) for p in pending_calls if p.attached)
+        for pending in pending_calls:
+            key = _owner(pending)
+            if attached[key] > 1 and pending.attached:
+                key = id(pending)  # (never the newest of two requests that may be two clients')
+            kept = owners.get(key)
+            if not isinstance(kept, PendingCall) or pending.attached or not kept.attached:
+                owners[key] = pending
         if len(owners) != 1:
             return None, len(owners)
         return next(iter(owners.values())), 1
@@ -229,30 +245,34 @@ class Downstream:
                 client.standalone.push(message)
 
     async def ask(self, server: str, method: str, params: dict[str, Any], timeout: float,
-                  owner: Hashable | None = None) -> dict[str, Any]:
-        """Put a server's request to the client whose call caused it. The shared session to the
-        server does not say which call that is, so it is only known when the calls of one client
-        alone are in flight to that server; otherwise the server gets an error, never a guess.
-        From a caller's session (`owner`), only that caller's calls are candidates; from the
-        gateway's own session of a server with credentials (NOBODY), none is."""
+                  owner: Hashable | None = None, origin: object | None = None) -> dict[str, Any]:
+        """Put a server's request to the client whose call caused it. A request that came on a
+        call's own stream (over HTTP) names it: `origin`, the call it was made for. Otherwise the
+        shared session to the server does not say which call that is, so it is only known when the
+        calls of one client alone are in flight to that server (`_caller`); else the server gets
+        an error, never a guess. From a caller's session (`owner`), only that caller's calls are
+        candidates; from the gateway's own session of a server with credentials (NOBODY), none is."""
         if method not in _CAPABILITY:
             raise RpcError(METHOD_NOT_FOUND, "Method not found", method)
-        if owner is NOBODY:
+        item: Exchange | None
+        if isinstance(origin, Call | PendingCall):
+            item, clients = origin, 1
+        elif owner is NOBODY:
             return _nobody_asked(method)
-        item, clients = self._caller(server, owner)
+        else:
+            item, clients = self._caller(server, owner)
         if clients > 1:
             raise RpcError(INVALID_REQUEST, f"gateway: {method} not routed: calls of {clients} "
                            "clients are in flight and the upstream does not say whose call asks")
         try:
             _valid(method, params)
-            if item is not None:
+            if isinstance(item, PendingCall):  # (refuses, and notes, what its client lacks)
+                answer = await item.ask(method, params)
+            elif item is not None:
                 if not _declared(item, method):  # a client that never said it can answer
                     raise RpcError(METHOD_NOT_FOUND,
                                    f"gateway: the calling client cannot answer {method}")
-                if isinstance(item, PendingCall):
-                    answer = await item.ask(method, params)
-                else:
-                    answer = await item.ask(method, params, timeout)
+                answer = await item.ask(method, params, timeout)
             else:
                 answer = await self._ask_anyone(method, params, timeout, owner)
             _valid(method, result=answer)
@@ -260,6 +280,14 @@ class Downstream:
             raise RpcError(INTERNAL_ERROR, f"gateway: {exc.error_count()} validation error(s) "
                            f"in {method}") from None
         return answer
+
+    @staticmethod
+    def polled(origin: object, retry: float) -> None:
+        """A server closed the stream of a request made for `origin` before its answer, for
+        polling (SEP-1699): a 2025-11-25 client's own stream of that call is closed likewise, to
+        be resumed (`sse.Reply.poll`); another client just waits for its answer."""
+        if isinstance(origin, Call) and not origin.closed and isinstance(origin.stream, Reply):
+            origin.stream.poll(retry)
 
     async def _ask_anyone(self, method: str, params: dict[str, Any], timeout: float,
                           owner: Hashable | None) -> dict[str, Any]:

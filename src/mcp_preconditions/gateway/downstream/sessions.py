@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ...owner import Owner, PrincipalKey, principal_key
 from .clients import Client
 from .connection import Connection
-from .sse import Stream
+from .sse import Polled, Stream
 
 IDLE_SECONDS = 30 * 60
 MAX_SESSIONS = 10_000
@@ -46,6 +46,7 @@ class HttpSession:
     in_flight: int = 0  # requests being served (an open GET stream counts)
     last_active: float = field(default_factory=lambda: time.monotonic())  # (a clock tests set)
     ended: bool = False
+    polled: Polled = field(default_factory=Polled)  # its streams closed for polling (SEP-1699)
     # Its requests being served (the connection core the stdio listener shares).
     connection: Connection = field(init=False)
 

@@ -1,11 +1,18 @@
 """The bodies of the gateway's streamable-HTTP responses, written as raw bytes: a request answered as
 one JSON body unless something must reach the client before its answer (progress, a log message, a
 server's request), in which case the response becomes an SSE stream; a session's GET stream.
+
+SSE polling (SEP-1699), relayed: when a server closes a call's stream before its answer, the
+gateway closes its own client's stream of that call likewise (`Reply.poll`) after an event with an
+id (and the server's `retry`). What comes for the call after that is kept (`Backlog`: bounded) in
+the 2025-11-25 session (`Polled`), for the client's GET with `Last-Event-ID`. Only such streams carry
+event ids: a call answered on its own stream pays nothing for this.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,6 +24,15 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 PING_SECONDS = 15.0  # a silent stream gets a comment this often (proxies close idle reads)
+# A session's streams closed for polling and kept for their client to resume: at most MAX_POLLED
+# (beyond that, a server's close is not relayed: the call's answer comes on its open stream), each
+# kept KEEP_SECONDS after its call ended, each holding at most MAX_BACKLOG events and
+# MAX_BACKLOG_BYTES beside its answer (the oldest go first).
+MAX_POLLED = 8
+KEEP_SECONDS = 60.0
+MAX_BACKLOG = 256
+MAX_BACKLOG_BYTES = 4 << 20
+RETRY_MAX_SECONDS = 10.0  # the `retry` passed on to a client, at most
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
                (b"connection", b"keep-alive"), (b"x-accel-buffering", b"no")]
 _PING = b": ping\r\n\r\n"
@@ -44,16 +60,128 @@ class Unanswered:
                 reply.commit()
 
 
+def priming(key: str, retry: float) -> bytes:
+    """The event a stream closed for polling ends with: its id, the reconnection delay, no data."""
+    milliseconds = round(min(max(retry, 0.0), RETRY_MAX_SECONDS) * 1000)
+    return f"id: {key}.0\r\nretry: {milliseconds}\r\ndata: \r\n\r\n".encode()
+
+
+class Backlog:
+    """What comes for a call after its stream was closed for polling: its events, numbered from 1,
+    until its answer (the last); written to every GET that resumes the stream, as they come."""
+
+    def __init__(self, key: str, ended: Callable[[str], None]) -> None:
+        self.key = key
+        self.over = False  # the answer is in (or the call ended without one)
+        self._events: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._bytes = 0  # of the events before the answer
+        self._next = 1
+        self._ended = ended
+        self._readers: set[asyncio.Event] = set()  # the resuming GETs', set when there is news
+
+    def add(self, data: bytes, *, last: bool = False) -> None:
+        if self.over:
+            return
+        self._events.append((self._next, data))
+        self._next += 1
+        if last:
+            self.end()
+            return
+        self._bytes += len(data)
+        while len(self._events) > MAX_BACKLOG or self._bytes > MAX_BACKLOG_BYTES:
+            self._bytes -= len(self._events.popleft()[1])
+        self._signal()
+
+    def end(self) -> None:
+        if not self.over:
+            self.over = True
+            self._ended(self.key)
+            self._signal()
+
+    def _signal(self) -> None:
+        for wake in self._readers:
+            wake.set()
+
+    async def serve(self, after: int, receive: Receive, send: Send,
+                    headers: list[tuple[bytes, bytes]]) -> None:
+        """Write the events after number `after`, then each as it comes, until the answer is
+        written (the stream ends) or the client goes."""
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [*SSE_HEADERS[:3], *headers]})
+        wake = asyncio.Event()
+        gone = asyncio.get_running_loop().create_task(_disconnected(receive))
+        gone.add_done_callback(lambda _: wake.set())
+        self._readers.add(wake)
+        try:
+            while not gone.done():
+                wake.clear()
+                out = [b"id: %s.%d\r\n%s" % (self.key.encode(), n, data)
+                       for n, data in self._events if n > after]
+                if out:
+                    after = self._events[-1][0]
+                    await send({"type": "http.response.body", "body": b"".join(out),
+                                "more_body": True})
+                    continue
+                if self.over:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                try:
+                    async with asyncio.timeout(PING_SECONDS):
+                        await wake.wait()
+                except TimeoutError:
+                    await send({"type": "http.response.body", "body": _PING, "more_body": True})
+        finally:
+            self._readers.discard(wake)
+            gone.cancel()
+
+
+class Polled:
+    """One 2025-11-25 session's streams closed for polling, by key (the part of their event ids
+    before the dot), for as long as each is kept: at most MAX_POLLED, each until KEEP_SECONDS after
+    its call ended. A session's alone: a GET on another session finds none of them."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, Backlog] = {}
+        self._count = 0
+
+    def open(self) -> Backlog | None:
+        """A new stream's backlog; None at the bound (when every one kept is of a call still on)."""
+        if len(self._streams) >= MAX_POLLED:
+            done = next((key for key, backlog in self._streams.items() if backlog.over), None)
+            if done is None:
+                return None
+            del self._streams[done]
+        self._count += 1
+        key = str(self._count)
+        backlog = self._streams[key] = Backlog(key, self._ended)
+        return backlog
+
+    def find(self, last_event_id: str) -> tuple[Backlog, int] | None:
+        """The stream a `Last-Event-ID` names, and the number of the last event the client has."""
+        key, dot, number = last_event_id.strip().partition(".")
+        backlog = self._streams.get(key) if dot and number.isascii() and number.isdigit() else None
+        if backlog is None or len(number) > 9:
+            return None
+        return backlog, int(number)
+
+    def _ended(self, key: str) -> None:
+        asyncio.get_running_loop().call_later(KEEP_SECONDS, self._streams.pop, key, None)
+
+
 class Reply:
     """The response to one POSTed request: `push` what belongs to the request before its answer
     (a `Sink`), `finish` with the answer. SSE from the first push on; until then either way: a
     2026-07-28 answer with nothing before it is plain JSON, a 2025-11-25 one one SSE event (the
     MCP SDK answers each POST of a session as a stream, and conformance checks that it does). A
-    request still unanswered after `PING_SECONDS` becomes a stream too (kept alive)."""
+    request still unanswered after `PING_SECONDS` becomes a stream too (kept alive). A reply of a
+    2025-11-25 session (`polled`: that session's) may be closed for polling (`poll`)."""
 
     def __init__(self, send: Send, headers: list[tuple[bytes, bytes]], unanswered: Unanswered,
-                 loop: asyncio.AbstractEventLoop, *, sse: bool = False) -> None:
+                 loop: asyncio.AbstractEventLoop, *, sse: bool = False,
+                 polled: Polled | None = None) -> None:
         self._send = send
+        self._polled = polled
+        self._backlog: Backlog | None = None  # once closed for polling: what comes after
         self._headers = headers
         self._sse = sse
         self._queue: list[bytes] = []
@@ -76,6 +204,9 @@ class Reply:
     def push(self, message: Message) -> None:
         if self._finished:
             return
+        if self._backlog is not None:
+            self._backlog.add(event(message))
+            return
         self._queue.append(event(message))
         self.commit()
         assert self._wake is not None
@@ -88,6 +219,22 @@ class Reply:
             self._wake = asyncio.Event()
             self._writer = self._loop.create_task(self._stream())
 
+    def poll(self, retry: float) -> None:
+        """Close the stream now, before the answer, for the client to resume it with a GET and
+        `Last-Event-ID` after `retry` seconds (SEP-1699): it ends with an event with an id and
+        that delay, and what comes after is kept for the client. Not a 2025-11-25 session's reply,
+        one already closed, or one past the session's bound: nothing changes."""
+        if self._finished or self._backlog is not None or self._polled is None:
+            return
+        backlog = self._polled.open()
+        if backlog is None:
+            return
+        self._queue.append(priming(backlog.key, retry))
+        self._backlog = backlog
+        self.commit()
+        assert self._wake is not None
+        self._wake.set()
+
     async def _stream(self) -> None:
         await self._send({"type": "http.response.start", "status": 200,
                           "headers": [*SSE_HEADERS, *self._headers]})
@@ -96,7 +243,7 @@ class Reply:
                 body, self._queue = b"".join(self._queue), []
                 await self._send({"type": "http.response.body", "body": body, "more_body": True})
                 continue
-            if self._finished:
+            if self._finished or self._backlog is not None:
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             assert self._wake is not None
@@ -111,6 +258,12 @@ class Reply:
         """Send the answer and end the response (`status` applies to a JSON answer only)."""
         self._unanswered.since.pop(self, None)
         if self._finished:
+            return
+        if self._backlog is not None:  # closed for polling: the answer waits for its client
+            self._finished = True
+            self._backlog.add(event(answer), last=True)
+            assert self._writer is not None
+            await self._writer
             return
         if self._writer is None:
             self._finished = True
@@ -133,6 +286,8 @@ class Reply:
         self._unanswered.since.pop(self, None)
         if not self._finished:
             self._finished = True
+            if self._backlog is not None:
+                self._backlog.end()
             if self._wake is not None:
                 self._wake.set()
 

@@ -1,6 +1,7 @@
 """Streamable HTTP at `/mcp`, framed by the gateway itself (no SDK transport, no starlette): POST a
 message and read its answer (JSON, or SSE when something comes first), GET a session's stream,
-DELETE it; 2025-11-25 sessions by id, 2026-07-28 requests that stand alone; the Accept and
+DELETE it (a GET with `Last-Event-ID` resumes a call's stream that was closed for polling, SEP-1699:
+`sse.Polled`); 2025-11-25 sessions by id, 2026-07-28 requests that stand alone; the Accept and
 protocol-version header checks, 404 for another's session, each principal's sessions and streams
 bounded (the Host/Origin checks, on every path, are the app's); a call that more scopes alone
 would allow is answered 403 `insufficient_scope` (SPEC §15, `denials.step_up`).
@@ -39,7 +40,7 @@ from ..jsonrpc import (
 from .clients import Call
 from .connection import answered
 from .sessions import HttpSession, OverCap, Sessions
-from .sse import Receive, Reply, Send, Stream, Unanswered
+from .sse import SSE_HEADERS, Receive, Reply, Send, Stream, Unanswered
 from .wire import accepts, empty, read_body, read_headers, rpc_error, text
 
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
@@ -132,6 +133,9 @@ class Streamable:
                 await empty(send, 200, mine)
                 return 200
             if method == "GET":
+                resumed = headers.get("last-event-id")
+                if resumed is not None:
+                    return await self._resume(session, resumed, receive, send, mine)
                 return await self._get(session, receive, send, mine)
             return await self._post(session, message, headers, send, mine)
         finally:
@@ -169,6 +173,30 @@ class Streamable:
                 session.client.standalone = None
         return 200
 
+    async def _resume(self, session: HttpSession, last_event_id: str, receive: Receive,
+                      send: Send, mine: list[tuple[bytes, bytes]]) -> int:
+        """A GET with `Last-Event-ID`: the session's stream it names, from the event after it
+        (one of this session's alone: its principal's). A stream not (or no longer) kept ends at
+        once, as the MCP SDK's servers answer one they have no events of. It counts as one of the
+        principal's long-lived streams while it is open."""
+        try:
+            self.sessions.hold_stream(session.owner)
+        except OverCap as over:
+            await self._over_cap(send, over, headers=mine)
+            return over.status
+        try:
+            found = session.polled.find(last_event_id)
+            if found is None:
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [*SSE_HEADERS[:3], *mine]})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                backlog, after = found
+                await backlog.serve(after, receive, send, mine)
+        finally:
+            self.sessions.release_stream(session.owner)
+        return 200
+
     async def _post(self, session: HttpSession, message: dict[str, Any], headers: dict[str, str],
                     send: Send, mine: list[tuple[bytes, bytes]]) -> int:
         connection = session.connection
@@ -176,7 +204,7 @@ class Streamable:
             await empty(send, 202, mine)
             await connection.received(message, self.dispatch.notified, headers)
             return 202
-        reply = Reply(send, mine, self.unanswered, self.loop, sse=True)
+        reply = Reply(send, mine, self.unanswered, self.loop, sse=True, polled=session.polled)
         call = Call(message["method"], message.get("params"), message["id"], session.client.version,
                     reply, session.client, headers)
         answer = await connection.serve(call, self.dispatch.answer)

@@ -104,8 +104,8 @@ class CallerSessions:
         return len(self._sessions)
 
     def request(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
-                timeout: float, on_progress: ProgressHook | None = None
-                ) -> Awaitable[dict[str, Any]]:
+                timeout: float, on_progress: ProgressHook | None = None,
+                origin: object | None = None) -> Awaitable[dict[str, Any]]:
         """One request of `caller`'s on their own session (opened now if they have none), with
         their credential. UpstreamChallenged when the server refuses that credential (at the
         handshake or the request: either way nothing ran); UpstreamSessionGone when the server
@@ -113,24 +113,26 @@ class CallerSessions:
         opens a new one (the forwarding sends it once more: `Forward.send`). The session is in use
         while the request is pending on its peer (from before anything is sent until it ends).
         Not a coroutine of its own on a live session: the awaitable of the peer's request itself,
-        so nothing here is kept around the request (every await of it passes one layer fewer)."""
+        so nothing here is kept around the request (every await of it passes one layer fewer).
+        `origin`: whom it is made for (what the server asks on its stream goes to them)."""
         owner = caller.owner
         session = self._sessions.get(owner)  # `_session`'s first look, inline: every call
         if session is None or session.lost.is_set() or session.peer.closed:  # (`live`, inline)
-            return self._first(caller, method, params, timeout, on_progress)
+            return self._first(caller, method, params, timeout, on_progress, origin)
         self._sessions.move_to_end(owner)
         session.used = self._clock()  # its last use: when this request starts
         return session.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                    headers=caller.credential.headers())
+                                    headers=caller.credential.headers(), origin=origin)
 
     async def _first(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None,
-                     timeout: float, on_progress: ProgressHook | None) -> dict[str, Any]:
+                     timeout: float, on_progress: ProgressHook | None, origin: object | None
+                     ) -> dict[str, Any]:
         """`request` with no live session at hand: one opened (or joined) first."""
         session = await self._session(caller, timeout)
         session.used = self._clock()
         return await session.peer.request(method, params, timeout=timeout,
                                           on_progress=on_progress,
-                                          headers=caller.credential.headers())
+                                          headers=caller.credential.headers(), origin=origin)
 
     async def _session(self, caller: AsCaller, timeout: float) -> _Session:
         owner = caller.owner

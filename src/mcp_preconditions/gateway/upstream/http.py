@@ -12,6 +12,11 @@ for its id, or connections refused CONNECT_FAILURES times in a row. A 401 or 403
 `WWW-Authenticate` is the server refusing the credential a request carried (`UpstreamChallenged`):
 its body is never read as an answer.
 
+A 2025-11-25 server may close a request's event stream before its answer, after an event with an
+id, for its client to poll (SEP-1699): the gateway reconnects with a GET and `Last-Event-ID` after the
+server's `retry` (at most RETRY_MAX_SECONDS) and reads on, as a client does; the request itself is
+never sent again, and RESUMES reconnections in a row that bring nothing new fail it.
+
 A request may carry headers of its own in place of the link's (a caller's credential, SPEC §14);
 links may share one pool of connections (every caller's session with one server), where each
 request counts against its owner's share (`Pool.share`): the link's own (a caller's session), or
@@ -53,7 +58,7 @@ from ..inbound import (
 )
 from ..jsonrpc import Message
 from .client import DEFAULT_BOUNDS, Bounds, Pool, Response, field_problem
-from .peer import Dropped
+from .peer import Dropped, Polled
 from .sse import Decoder, events
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -63,6 +68,9 @@ GET_RETRY_SECONDS = 1.0
 GET_ATTEMPTS = 3  # consecutive failed GET streams before the gateway stops asking for one
 CONNECT_FAILURES = 3  # consecutive refused connections before the session counts as lost
 MAX_STREAMS = 1000  # per server: long-lived streams (GET, listen) open at once, beside requests
+RESUMES = 3  # reconnections in a row to a request's stream that bring no new event: it fails
+RETRY_SECONDS = 1.0  # before reconnecting to a request's stream, when the server named no delay
+RETRY_MAX_SECONDS = 10.0  # a server's `retry` beyond this is cut to it
 _SESSION_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII, as the transport requires
 _BASE = {"accept": ACCEPT, "content-type": "application/json"}
 
@@ -166,11 +174,12 @@ class HttpLink:
             if rid is None:  # a notification, or an answer to the server: nothing comes back
                 await response.read()
                 return
-            await self._answer(response, rid, message)
+            await self._answer(response, rid, message, headers, owner)
         finally:
             response.close()
 
-    async def _answer(self, response: Response, rid: jsonrpc.RequestId, message: Message) -> None:
+    async def _answer(self, response: Response, rid: jsonrpc.RequestId, message: Message,
+                      headers: Mapping[str, str] | None, owner: Hashable | None) -> None:
         status = response.status
         if status in (401, 403) and "www-authenticate" in response.headers:
             raise UpstreamChallenged(status)  # the credential refused: nothing ran, nothing to read
@@ -179,19 +188,10 @@ class HttpLink:
             raise UpstreamProtocolError(f"the server answered a request with HTTP {status} and no "
                                         "message")
         if kind == "text/event-stream" and status < 300:
-            if response.complete:  # the server answered and ended the stream in what has come
-                self._answer_whole(response, rid, message)
-                return
-            self._streams[rid] = response
-            try:
-                async with contextlib.aclosing(events(response.stream(), self.bounds.event,
-                                                      self.bounds.line)) as stream:
-                    async for data in stream:
-                        if self._deliver(data, rid, message):
-                            return  # answered: the rest of the stream is not waited for
-            finally:
-                self._streams.pop(rid, None)
-            raise UpstreamClosed("the server ended the event stream without an answer")
+            decoder = Decoder(self.bounds.event, self.bounds.line)
+            if not await self._events(response, decoder, rid, message):
+                await self._resume(decoder, rid, message, headers, owner)
+            return
         body = await response.read()
         if kind == "application/json" and body and self._deliver(body, rid, message, strict=True):
             return
@@ -199,14 +199,55 @@ class HttpLink:
             raise UpstreamRefused(status)
         raise UpstreamProtocolError("the server's answer was not a JSON-RPC answer to the request")
 
-    def _answer_whole(self, response: Response, rid: jsonrpc.RequestId, message: Message) -> None:
-        """An event stream already whole (the usual answer to a call), read as the stream would
-        be, without waiting: each event handed on in order, up to the answer."""
-        decoder = Decoder(self.bounds.event, self.bounds.line)
-        for piece in response.pieces():
-            for data in decoder.feed(piece):
-                if self._deliver(data, rid, message):
+    async def _events(self, response: Response, decoder: Decoder, rid: jsonrpc.RequestId,
+                      message: Message) -> bool:
+        """Read a request's event stream, each event handed on as it arrives; whether it held the
+        answer (then the rest of the stream is not waited for). A stream already whole (the usual
+        answer to a call) is read without waiting."""
+        if response.complete:  # the server answered and ended the stream in what has come
+            for piece in response.pieces():
+                for data in decoder.feed(piece):
+                    if self._deliver(data, rid, message):
+                        return True
+            return False
+        self._streams[rid] = response
+        try:
+            async with contextlib.aclosing(events(response.stream(), decoder)) as stream:
+                async for data in stream:
+                    if self._deliver(data, rid, message):
+                        return True
+        finally:
+            self._streams.pop(rid, None)
+        return False
+
+    async def _resume(self, decoder: Decoder, rid: jsonrpc.RequestId, message: Message,
+                      headers: Mapping[str, str] | None, owner: Hashable | None) -> None:
+        """A request's event stream ended without its answer: on a 2025-11-25 session, after an
+        event with an id, it is resumed (GET, `Last-Event-ID`) once the server's delay has passed,
+        and read on (whoever the request was made for hears of it first: `Polled`); else, or
+        after RESUMES fruitless reconnections in a row, the request fails (UpstreamClosed)."""
+        fruitless = 0
+        while decoder.last_id is not None and self.session_id is not None and not self.modern \
+                and fruitless < RESUMES:
+            retry = min(RETRY_SECONDS if decoder.retry is None else decoder.retry, RETRY_MAX_SECONDS)
+            self._received(Polled(retry), rid)
+            await asyncio.sleep(retry)
+            seen = decoder.last_id
+            asked = self._with_session(headers)
+            asked.pop("content-type", None)
+            asked.update({"accept": "text/event-stream", "last-event-id": seen})
+            response = await self._request("GET", asked, owner=owner)
+            try:
+                kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+                if response.status != 200 or kind != "text/event-stream":
+                    raise UpstreamClosed("the server did not resume the event stream (HTTP "
+                                         f"{response.status})")
+                decoder.restart()
+                if await self._events(response, decoder, rid, message):
                     return
+            finally:
+                response.close()
+            fruitless = fruitless + 1 if decoder.last_id == seen else 0
         raise UpstreamClosed("the server ended the event stream without an answer")
 
     def _deliver(self, data: bytes, rid: jsonrpc.RequestId | None, asked: Message | None = None, *,
@@ -305,9 +346,8 @@ class HttpLink:
                             failures += 1
                         else:
                             failures = 0
-                            async with contextlib.aclosing(events(
-                                    response.stream(), self.bounds.event,
-                                    self.bounds.line)) as stream:
+                            async with contextlib.aclosing(events(response.stream(), Decoder(
+                                    self.bounds.event, self.bounds.line))) as stream:
                                 async for data in stream:
                                     self._deliver(data, None)
                     finally:

@@ -8,7 +8,9 @@ An answer is delivered only to the request that sent it: matched by its id on th
 HTTP link hands on only the answer to the request whose POST carried it); a second answer, a late
 one (a request given up) and one to an id nobody here sent are dropped and counted (`dropped`).
 What the server sends on a caller's session, or on a caller's request's stream, is that caller's:
-it goes to the `OwnerHooks` with their owner, never to the gateway's own hooks (SPEC §14).
+it goes to the `OwnerHooks` with their owner, never to the gateway's own hooks (SPEC §14). What it
+asks on one request's own stream is for whoever that request was made for (its `origin`, a client's
+call: `OriginHooks`), never a guess among the calls in flight.
 """
 
 from __future__ import annotations
@@ -41,12 +43,32 @@ ProgressHook = Callable[[float, float | None, str | None], None]
 Dropped = DropReason
 
 
+class OriginHooks(NamedTuple):
+    """Where what comes on one request's own stream goes: to whoever the request was made for (its
+    `origin`: opaque here, a client's call). The server's requests (sampling, elicitation, roots),
+    and the server closing the stream mid-call for its client to poll (SEP-1699), with the seconds
+    it asked the client to wait before reconnecting."""
+
+    request: Callable[[object, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+    polled: Callable[[object, float], None]
+
+
 class OwnerHooks(NamedTuple):
     """Where what a server sends for one caller goes: its requests (sampling, elicitation, roots)
-    and notifications, with whose they are (the caller's owner key, as their session's)."""
+    and notifications, with whose they are (the caller's owner key, as their session's); and what
+    comes on a request's own stream, to that request's origin (whoever's session it came on)."""
 
     request: Callable[[Hashable, str, dict[str, Any]], Awaitable[dict[str, Any]]]
     notification: Callable[[Hashable, str, dict[str, Any]], None]
+    origin: OriginHooks | None = None
+
+
+class Polled(NamedTuple):
+    """What a link hands on in place of a message when the server closed a request's event stream
+    before its answer, for its client to poll it (SEP-1699): the link reconnects after `retry`
+    seconds; the request's origin is told, so that its own client may poll too."""
+
+    retry: float
 # Notifications that are this session's own business, never the clients': progress reaches its
 # caller through the request's hook, cancellations and acknowledgements are answered here.
 _SESSION_ONLY = frozenset({"notifications/cancelled", "notifications/subscriptions/acknowledged",
@@ -93,6 +115,8 @@ class Peer:
         self._next = 0  # the last id this session sent
         # A caller's requests on a session that is not theirs alone (2026-07-28), by request id.
         self._owners: dict[jsonrpc.RequestId, Hashable] = {}
+        # Whom each request was made for (`origin`), by request id: what its stream carries is theirs.
+        self._origins: dict[jsonrpc.RequestId, object] = {}
         self.dropped: Callable[[Dropped], None] = _count_nothing
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[dict[str, Any]]] = {}
         self._progress: dict[jsonrpc.RequestId, ProgressHook] = {}
@@ -115,11 +139,13 @@ class Peer:
                       on_progress: ProgressHook | None = None,
                       request_id: jsonrpc.RequestId | None = None,
                       headers: Mapping[str, str] | None = None,
-                      owner: Hashable | None = None) -> dict[str, Any]:
+                      owner: Hashable | None = None, origin: object | None = None
+                      ) -> dict[str, Any]:
         """Send one request and wait for its result (the server's raw dict). RpcError: the server's
         own error; UpstreamTimeout, UpstreamClosed (the link is lost meanwhile) or whatever else
         the link failed this request with. `headers`: the request's own, in place of the link's
-        (a caller's credential); `owner`: that caller, on a session that is not theirs alone."""
+        (a caller's credential); `owner`: that caller, on a session that is not theirs alone;
+        `origin`: whom it is made for (what the server asks on its stream goes to them)."""
         if self.closed:
             raise UpstreamClosed("Connection closed")
         rid = self.next_id() if request_id is None else request_id
@@ -136,6 +162,8 @@ class Peer:
         self._pending[rid] = future
         if owner is not None:
             self._owners[rid] = owner
+        if origin is not None:
+            self._origins[rid] = origin
         sent = False
         try:
             async with asyncio.timeout(timeout):
@@ -159,6 +187,8 @@ class Peer:
             self._progress.pop(rid, None)
             if owner is not None:
                 self._owners.pop(rid, None)
+            if origin is not None:
+                self._origins.pop(rid, None)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
         """Send a notification; one the server does not accept in NOTIFY_SECONDS is given up
@@ -219,11 +249,21 @@ class Peer:
                 log.warning("upstream %s: request %s dropped (%d of its requests in progress, or "
                             "its id is)", self.label, message["method"], len(self._serving))
                 return
+            origin = self._origins.get(via) if via is not None else None
             task = asyncio.get_running_loop().create_task(
-                self._serve(rid, message["method"], message.get("params") or {}, owner))
+                self._serve(rid, message["method"], message.get("params") or {}, owner, origin))
             self._serving[rid] = task
+        elif isinstance(message, Polled):
+            self._polled(via, message.retry)
         else:
             log.warning("upstream %s: unreadable message: not a JSON-RPC 2.0 message", self.label)
+
+    def _polled(self, via: jsonrpc.RequestId | None, retry: float) -> None:
+        """The server closed `via`'s stream mid-call, for polling: its origin hears of it."""
+        origin = self._origins.get(via) if via is not None else None
+        hooks = self._for_owner.origin if self._for_owner is not None else None
+        if origin is not None and hooks is not None:
+            hooks.polled(origin, retry)
 
     def _drop(self, rid: Any, future: asyncio.Future[dict[str, Any]] | None) -> None:
         """An answer nothing here waits for: a second one (duplicate), one to a request given up
@@ -264,12 +304,16 @@ class Peer:
             self._for_owner.notification(owner, method, params)
 
     async def _serve(self, rid: jsonrpc.RequestId, method: str, params: dict[str, Any],
-                     owner: Hashable | None) -> None:
-        """Answer one request of the server's (sampling, elicitation, roots; ping here): the
-        gateway's hook answers it, or, on a caller's session or stream, the caller's."""
+                     owner: Hashable | None, origin: object | None = None) -> None:
+        """Answer one request of the server's (sampling, elicitation, roots; ping here): on a
+        request's own stream, whoever that request was made for answers it (`origin`); else the
+        gateway's hook, or, on a caller's session or stream, the caller's."""
+        hooks = self._for_owner.origin if self._for_owner is not None else None
         try:
             if method == "ping":
                 answer = jsonrpc.response(rid, {})
+            elif origin is not None and hooks is not None:
+                answer = jsonrpc.response(rid, await hooks.request(origin, method, params))
             elif owner is None:
                 answer = jsonrpc.response(rid, await self._on_request(method, params))
             elif self._for_owner is not None:

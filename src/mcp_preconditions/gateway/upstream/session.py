@@ -33,7 +33,16 @@ from .caller_sessions import AsCaller, CallerSessions
 from .client import DEFAULT_BOUNDS, Bounds
 from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed, handshake, initialize
 from .http import HttpLink
-from .peer import Dropped, NotificationHook, OwnerHooks, Peer, ProgressHook, RequestHook, describe
+from .peer import (
+    Dropped,
+    NotificationHook,
+    OriginHooks,
+    OwnerHooks,
+    Peer,
+    ProgressHook,
+    RequestHook,
+    describe,
+)
 from .stdio import StdioLink
 from .targets import HttpTarget, StdioTarget, Target
 
@@ -97,8 +106,13 @@ class Upstream:
                                          Awaitable[dict[str, Any]]] = _no_caller
         self.on_caller_notification: Callable[[Hashable, str, dict[str, Any]], None] = _ignored
         self.on_connect: Callable[[], Awaitable[None]] = _nothing
+        # What comes on one request's own stream, for whoever the request was made for (its
+        # `origin`, given with the request: a client's call).
+        self.for_origin = OriginHooks(_no_origin, _not_polled)
         self._for_owner = OwnerHooks(lambda o, m, p: self.on_caller_request(o, m, p),
-                                     lambda o, m, p: self.on_caller_notification(o, m, p))
+                                     lambda o, m, p: self.on_caller_notification(o, m, p),
+                                     OriginHooks(lambda o, m, p: self.for_origin.request(o, m, p),
+                                                 lambda o, r: self.for_origin.polled(o, r)))
         self._errlog = errlog
         self.current: Connected | None = None
         self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
@@ -337,19 +351,21 @@ class Upstream:
 
     # -- requests to the upstream ----------------------------------------------------------------
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
-                      on_progress: ProgressHook | None = None) -> dict[str, Any]:
+                      on_progress: ProgressHook | None = None, origin: object | None = None
+                      ) -> dict[str, Any]:
         """Forward one request; the upstream's raw result. Raises RpcError (the upstream's own
         error) or UpstreamError (unavailable, a timeout, a protocol error, a closed connection: it
-        fails this request; whether the session is lost is the link's to say)."""
+        fails this request; whether the session is lost is the link's to say). `origin`: whom it
+        is made for (`for_origin` gets what the server asks on its stream)."""
         connected = self.current
         if connected is None:
             raise UpstreamUnavailable(self.last_error or "not connected")
         return await connected.peer.request(method, params, timeout=timeout,
-                                            on_progress=on_progress)
+                                            on_progress=on_progress, origin=origin)
 
     def request_as(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
-                   timeout: float, on_progress: ProgressHook | None = None
-                   ) -> Awaitable[dict[str, Any]]:
+                   timeout: float, on_progress: ProgressHook | None = None,
+                   origin: object | None = None) -> Awaitable[dict[str, Any]]:
         """`request`, made as `caller`, with their credential and none of the static headers: on
         their own session at 2025-11-25, at 2026-07-28 (no sessions) on the gateway's
         connections. Not a coroutine of its own: the awaitable of the request itself (one layer
@@ -359,11 +375,12 @@ class Upstream:
             raise UpstreamUnavailable(self.last_error or "not connected")
         if connected.callers is not None:
             return connected.callers.request(caller, method, params, timeout=timeout,
-                                             on_progress=on_progress)
+                                             on_progress=on_progress, origin=origin)
         if not isinstance(connected.link, HttpLink):  # (the config refuses credentials on stdio)
             raise UpstreamError("a stdio server takes no per-caller credentials")
         return connected.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                      headers=caller.credential.headers(), owner=caller.owner)
+                                      headers=caller.credential.headers(), owner=caller.owner,
+                                      origin=origin)
 
     def keep(self, owner: Hashable, kept: bool) -> None:
         """`owner`'s session holds subscriptions of theirs, or no longer (`CallerSessions.keep`;
@@ -449,6 +466,14 @@ async def _no_caller(_owner: Hashable, method: str, _params: dict[str, Any]) -> 
 
 
 def _ignored(_owner: Hashable, _method: str, _params: dict[str, Any]) -> None:
+    return None
+
+
+async def _no_origin(_origin: object, method: str, _params: dict[str, Any]) -> dict[str, Any]:
+    raise RpcError(-32600, f"no client can answer {method}")
+
+
+def _not_polled(_origin: object, _retry: float) -> None:
     return None
 
 

@@ -1,7 +1,8 @@
 """Server-sent events as the gateway reads them from a server (the WHATWG event-stream format): lines
 ended by CRLF, LF or CR, `data` fields joined by LF, comments and other fields skipped, the `data` of
 each `message` (or untyped) event handed on as it completes. A line or an event past its bound ends
-the stream with UpstreamTooLarge: nothing a server sends is buffered without limit.
+the stream with UpstreamTooLarge: nothing a server sends is buffered without limit. The last event
+id and the server's reconnection delay (`retry`) are kept, to resume a stream the server closed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from ..errors import UpstreamTooLarge
 
 _EOL = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
+_ID = re.compile(rb"[\x21-\x7e]{1,256}")  # an event id the gateway can send back in a header
+_RETRY = re.compile(rb"[0-9]{1,9}")
 
 
 class Decoder:
@@ -27,6 +30,17 @@ class Decoder:
         self._size = 0  # bytes of data in the event so far
         self._kind = b""
         self._after_cr = False  # the last chunk ended in CR: a LF opening the next one is its end
+        self._started = False
+        self._id: str | None = None  # the last event id buffer (None: none, or none to send back)
+        self.last_id: str | None = None  # as of the last complete event: to resume after it
+        self.retry: float | None = None  # seconds: the server's reconnection delay, if it said
+
+    def restart(self) -> None:
+        """A new stream (the same one resumed): what was cut mid-line or mid-event is dropped;
+        the last event id and the reconnection delay stay."""
+        self._line = bytearray()
+        self._data, self._size, self._kind = [], 0, b""
+        self._after_cr = False
         self._started = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
@@ -64,6 +78,7 @@ class Decoder:
 
     def _field(self, line: bytes, out: list[bytes]) -> None:
         if not line:  # a blank line ends the event (one with empty data is no event)
+            self.last_id = self._id
             data = b"\n".join(self._data)
             if data and self._kind in (b"", b"message"):
                 out.append(data)
@@ -81,13 +96,16 @@ class Decoder:
             self._data.append(value)
         elif name == b"event":
             self._kind = value
+        elif name == b"id" and b"\0" not in value:
+            self._id = value.decode("ascii") if _ID.fullmatch(value) else None
+        elif name == b"retry" and _RETRY.fullmatch(value):
+            self.retry = int(value) / 1000
 
 
-async def events(chunks: AsyncGenerator[bytes, None], max_event: int, max_line: int
+async def events(chunks: AsyncGenerator[bytes, None], decoder: Decoder
                  ) -> AsyncGenerator[bytes, None]:
     """The `data` of each message event of a stream, as it completes (an event the stream ends
-    in the middle of is dropped, as the format says)."""
-    decoder = Decoder(max_event, max_line)
+    in the middle of is dropped, as the format says), read by `decoder`."""
     async with contextlib.aclosing(chunks) as pieces:
         async for chunk in pieces:
             for data in decoder.feed(chunk):
