@@ -263,13 +263,21 @@ async def test_a_2026_upstreams_input_required_reaches_a_2025_client(
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_client_that_cannot_answer_is_never_asked(
         policy: Path, mode: Literal["legacy", "auto"]) -> None:
-    """A client that declared roots only: the upstream's sampling request is refused at once (the
-    tool reports the error), never put to a client that did not say it can answer it."""
+    """A client that declared roots only: the upstream's sampling request is refused at once, never
+    put to a client that did not say it can answer it. At 2025-11-25 the tool reports the error;
+    a 2026-07-28 call fails with the client's missing capability (-32021, SEP-2575's
+    `requiredCapabilities`), as the conformance suite's `server-stateless` requires."""
     asked = Asked()
     async with gateway(policy) as gw, gw.client(mode, list_roots_callback=asked.roots) as client:
-        result = await client.call_tool("trigger-sampling-request", {"prompt": "x"})
-    assert result.is_error
-    assert "the calling client cannot answer sampling/createMessage" in _text(result)
+        if mode == "legacy":
+            result = await client.call_tool("trigger-sampling-request", {"prompt": "x"})
+            assert result.is_error
+            assert "the calling client cannot answer sampling/createMessage" in _text(result)
+        else:
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("trigger-sampling-request", {"prompt": "x"})
+            assert refused.value.error.code == -32021
+            assert refused.value.error.data == {"requiredCapabilities": {"sampling": {}}}
     assert not [a for a in asked.asked if a != "roots"]
 
 
