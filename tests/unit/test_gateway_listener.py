@@ -465,9 +465,12 @@ def test_what_counts_as_a_health_check(start: bytes, verdict: bool | None) -> No
     assert health_check(start) is verdict
 
 
+@pytest.mark.interop
 def test_the_gateway_imports_no_uvicorn() -> None:
     """The listener is the project's own (no private class of another library, SPEC §9): neither it
-    nor the `gateway` command loads uvicorn, so any uvicorn the user has installs beside it."""
+    nor the `gateway` command loads uvicorn, so any uvicorn the user has installs beside it.
+    Interop: what a fresh interpreter imports is what it checks (the test process has uvicorn
+    loaded by the in-process fixtures), so it runs one."""
     code = ("import sys\nfrom mcp_preconditions.gateway.downstream import listener\n"
             "from mcp_preconditions.cli import gateway_cmds\n"
             "print(sorted(m for m in sys.modules if m.partition('.')[0] in ('uvicorn', 'h11')))")
