@@ -82,6 +82,7 @@ def run_gateway(args: argparse.Namespace) -> int:
                       environment=wired.environment(upstream_environment(source)),
                       telemetry=GatewayTelemetry(metrics))
     gateways.append(gateway)
+    credentials.listing_accounts(wired, gateway)  # SPEC §17: a server that lists only to an account
     tasks = _reloading(guard, gateway, options, metrics)
     names = ", ".join(s.key for s in config.servers)
     announce = (f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, revision "

@@ -120,12 +120,14 @@ class Forward:
                 except UpstreamChallenged as exc:
                     log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
                              upstream.key, exc.status)
+                    challenge = exc.challenge
                 except UpstreamSessionGone:  # their session, ended by the server: it ran nothing
                     log.info("server %s ended a caller's session: sending on a new one, once",
                              upstream.key)
                     return await _again(upstream, held, own, as_caller, method, sent, timeout,
                                        on_progress)
-                return await _renewed(upstream, held, own, method, sent, timeout, on_progress)
+                return await _renewed(upstream, held, own, method, sent, timeout, on_progress,
+                                      challenge)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
             raise exc.rpc(member.key) from None
@@ -219,17 +221,18 @@ async def _again(upstream: Upstream, held: HeldCredential, own: str | None, call
     except UpstreamChallenged as exc:
         log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
                  upstream.key, exc.status)
-    return await _renewed(upstream, held, own, method, params, timeout, on_progress)
+        challenge = exc.challenge
+    return await _renewed(upstream, held, own, method, params, timeout, on_progress, challenge)
 
 
 async def _renewed(upstream: Upstream, held: HeldCredential, own: str | None, method: str,
                    params: Mapping[str, Any] | None, timeout: float,
-                   on_progress: ProgressHook | None) -> dict[str, Any]:
-    """The request as the caller again, after the server answered 401/403 with
-    `WWW-Authenticate` (`Forward.send`): an answer the server gave instead of running the call,
-    so sending it again once with a renewed credential still runs it at most once (SPEC §10,
-    §14); a second refusal, or no renewed credential, is CredentialRefused."""
-    renewed = await held.renew(own)
+                   on_progress: ProgressHook | None, challenge: str | None) -> dict[str, Any]:
+    """The request as the caller again, after the server answered 401/403 with `challenge`
+    (its `WWW-Authenticate`, `Forward.send`): an answer the server gave instead of running the
+    call, so sending it again once with a renewed credential still runs it at most once (SPEC
+    §10, §14); a second refusal, or no renewed credential, is CredentialRefused."""
+    renewed = await held.renew(own, challenge)
     if renewed.credential is None:
         raise CredentialRefused(renewed.outcome)
     caller = AsCaller(held.owner, renewed.credential)

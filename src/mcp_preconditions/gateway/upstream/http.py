@@ -150,7 +150,8 @@ class HttpLink:
     async def _answer(self, response: Response, rid: jsonrpc.RequestId, message: Message) -> None:
         status = response.status
         if status in (401, 403) and "www-authenticate" in response.headers:
-            raise UpstreamChallenged(status)  # the credential refused: nothing ran, nothing to read
+            # the credential refused: nothing ran, nothing to read
+            raise UpstreamChallenged(status, response.headers["www-authenticate"])
         kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if status in (202, 204):
             raise UpstreamProtocolError(f"the server answered a request with HTTP {status} and no "
