@@ -19,7 +19,7 @@ import httpx2
 
 from ..errors import CredentialBackendError, NoCredentialError, SealError
 from ..principal import Identity, Principal
-from .authorization import AuthorizationDiscovery
+from .authorization import AuthorizationDiscovery, Found
 from .caller import Caller, known_caller
 from .challenge import bearer_challenge
 from .connection import REFRESH_AHEAD_SECONDS, Connection, connection_from
@@ -58,11 +58,10 @@ class ConnectedAccounts:
         self._clock = clock
         self._refreshes: Flights[Connection] = Flights()
 
-    @property
-    def resource(self) -> str | None:
+    def resource(self, found: Found) -> str | None:
         """The resource indicator its tokens are asked for (RFC 8707): the configured one, else
-        the server's URL."""
-        return self.settings.resource or self.settings.server_url
+        the one its protected resource metadata publishes, else the server's URL."""
+        return self.settings.resource or found.resource or self.settings.server_url
 
     # -- what a call uses ---------------------------------------------------------------------------
     async def obtain(self, principal: Principal | None, token: str | None) -> tuple[Credential, bool]:

@@ -40,11 +40,13 @@ PROBE_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 @dataclass(frozen=True)
 class Found:
-    """A server's authorization server, and the scopes the server asks for: its challenge's, else
-    its metadata's `scopes_supported`, else none."""
+    """A server's authorization server, the scopes the server asks for (its challenge's, else its
+    metadata's `scopes_supported`, else none) and the resource it says it is (RFC 9728: what its
+    tokens are asked for, exactly as published; None when no metadata of its was read)."""
 
     server: ServerMetadata
     scope: tuple[str, ...] = ()
+    resource: str | None = None
 
 
 class AuthorizationDiscovery:
@@ -101,7 +103,7 @@ class AuthorizationDiscovery:
         resource = await self._resource(settings.server_url, challenge)
         server = await self._server(resource.authorization_server)
         asked = challenge.scope if challenge is not None else None
-        return Found(server, asked or resource.scopes_supported or ())
+        return Found(server, asked or resource.scopes_supported or (), resource.resource)
 
     async def _probe(self, url: str) -> Challenge | None:
         """The server's challenge to a request without a credential (None: it gave none)."""

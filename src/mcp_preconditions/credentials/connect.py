@@ -156,7 +156,7 @@ class ConnectFlow:
         wanted = current.wanted if current is not None else ()
         server = found.server
         grant = Grant(server.issuer, server.iss_parameter, server.token_endpoint, client,
-                      scope_for(accounts.settings.scope, found, wanted), accounts.resource,
+                      scope_for(accounts.settings.scope, found, wanted), accounts.resource(found),
                       stepped=bool(wanted))
         return grant, server.authorization_endpoint
 

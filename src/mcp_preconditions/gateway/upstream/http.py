@@ -273,8 +273,9 @@ class HttpLink:
                         kind = response.headers.get("content-type", "").split(";", 1)[0]
                         if response.status == 405:  # the server offers no GET stream
                             return
-                        if response.status == 404:
-                            self.lost.set()
+                        if response.status == 404:  # its session gone; none: no GET stream
+                            if self.session_id is not None:
+                                self.lost.set()
                             return
                         if response.status != 200 or kind.strip().lower() != "text/event-stream":
                             failures += 1
