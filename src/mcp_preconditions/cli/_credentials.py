@@ -123,8 +123,9 @@ def listing_accounts(wired: Wired, gateway: Gateway) -> None:
         if accounts is None or not isinstance(target, HttpTarget) or \
                 any(name.lower() == "authorization" for name in target.headers):
             continue
-        listing = accounts.listing = ListingAccount(target.headers)
-        member.upstream.target = HttpTarget(target.url, listing)
+        listing = ListingAccount(target.headers)
+        accounts.lend(listing)
+        member.upstream.target = HttpTarget(target.url, listing, listing.refused)
         listing.on_change = _reopening(member.upstream)
 
 

@@ -11,6 +11,7 @@ A caller reaches only their own connection: every read and write is keyed by, an
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from .endpoint import TokenEndpoint
 from .flight import Flights
 from .grant import Grant
 from .listing import ListingAccount
+from .pkce import digest
 from .sealing import Sealer
 from .settings import OAUTH, OAuthSettings
 from .stores import Vault
@@ -57,6 +59,49 @@ class ConnectedAccounts:
         self.listing: ListingAccount | None = None
         self._clock = clock
         self._refreshes: Flights[Connection] = Flights()
+        self._lent: tuple[Caller, str] | None = None  # the listing's account renewed, its new token
+        self._renewing: set[asyncio.Task[None]] = set()
+
+    def lend(self, listing: ListingAccount) -> None:
+        """Lend connected accounts to the gateway's own session with this server (listing.py)."""
+        self.listing = listing
+        listing.on_refused = self._lent_refused
+
+    def _lent_refused(self, caller: Caller, challenge: str) -> None:
+        """The server refused the account lent to the gateway's own session: renewed once, in the
+        background (a token it lacks scope for is not: no person is there to grant more)."""
+        asked = bearer_challenge(challenge)
+        if asked is not None and asked.error == "insufficient_scope":
+            log.warning("credential for server %s: the server wants more scope (%s) for the "
+                        "gateway's own session than the account lent to it has", self.server,
+                        " ".join(asked.scope or ())[:200])
+            return
+        if self._renewing:
+            return  # one renewal at a time
+        task = asyncio.get_running_loop().create_task(self._renew_lent(caller))
+        self._renewing.add(task)
+        task.add_done_callback(self._renewing.discard)
+
+    async def _renew_lent(self, caller: Caller) -> None:
+        try:
+            connection = await self.load(caller)
+            if connection is None or self.listing is None:
+                return
+            if self._lent == (caller, digest(connection.access_token)):  # renewed, still refused
+                log.warning("credential for server %s: the server refuses the account lent to the "
+                            "gateway's own session even renewed: it is not used until it changes",
+                            self.server)
+                self.listing.give_up(caller)
+                return
+            renewed, _ = await self._refreshes.once(
+                caller, lambda: self._refresh(caller, connection, forced=True))
+            self._lent = (caller, digest(renewed.access_token))
+        except (NoCredentialError, CredentialBackendError) as exc:
+            log.warning("credential for server %s: the account lent to the gateway's own session "
+                        "was refused and cannot be renewed: %s", self.server, exc)
+        except Exception as exc:  # a background task: one line, its type only
+            log.error("credential for server %s: renewing the gateway's own session's account "
+                      "failed: %s", self.server, type(exc).__name__)
 
     def resource(self, found: Found) -> str | None:
         """The resource indicator its tokens are asked for (RFC 8707): the configured one, else

@@ -4,7 +4,8 @@
 account connected on this gateway: the first one that still is. Every connection made, opened or
 refreshed here offers itself; the one held gives its place up when it ends. The session's headers
 are the static ones plus that account's; whenever they change, `on_change` (the gateway opens its
-session again with them).
+session again with them). When the server refuses them (`refused`), the account is renewed once,
+as a caller's credential is (accounts.py); refused again, it is not held until its token changes.
 
 Callers' own requests never go this way: each goes as its caller (SPEC §14). What this session
 lists is the catalog every caller is shown, as with a static service credential.
@@ -27,16 +28,32 @@ class ListingAccount(Mapping[str, str]):
         self._headers = dict(static)
         self.holder: Caller | None = None
         self.on_change: Callable[[], None] | None = None
+        # Told (holder, the server's challenge) when the server refuses the held account.
+        self.on_refused: Callable[[Caller, str], None] | None = None
+        self._given_up: tuple[Caller, dict[str, str]] | None = None
 
     def offer(self, caller: Caller, credential: Credential) -> None:
-        """`caller`'s connection is in use here with `credential`: held if no other is."""
+        """`caller`'s connection is in use here with `credential`: held if no other is (and it is
+        not the very credential given up on)."""
         if self.holder is not None and self.holder != caller:
             return
         headers = {**self._static, **credential.headers()}
-        if self.holder == caller and headers == self._headers:
+        if (self.holder == caller and headers == self._headers) or \
+                self._given_up == (caller, headers):
             return
-        self.holder, self._headers = caller, headers
+        self.holder, self._headers, self._given_up = caller, headers, None
         self._changed()
+
+    def refused(self, challenge: str) -> None:
+        """The server refused the session's headers (401/403 with `challenge`)."""
+        if self.holder is not None and self.on_refused is not None:
+            self.on_refused(self.holder, challenge)
+
+    def give_up(self, caller: Caller) -> None:
+        """The server refused `caller`'s account even renewed: not held again until it changes."""
+        if self.holder == caller:
+            self._given_up = (caller, self._headers)
+            self.release(caller)
 
     def release(self, caller: Caller) -> None:
         """`caller`'s connection ended: if it was held, the session has none until another."""

@@ -61,7 +61,8 @@ class HttpLink:
     """One session (2025-11-25) or one series of self-contained requests (2026-07-28) with a server."""
 
     def __init__(self, url: str, headers: Mapping[str, str], received: Callable[[Any], None],
-                 label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None) -> None:
+                 label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None, *,
+                 refused: Callable[[str], None] | None = None) -> None:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
@@ -71,6 +72,7 @@ class HttpLink:
         self.url = url
         self.bounds = bounds
         self._headers = {**_BASE, **headers}
+        self._challenged = refused  # told when the server refuses the link's own headers
         self._received = received
         self._label = label
         self.session_id: str | None = None
@@ -144,6 +146,10 @@ class HttpLink:
                 await response.read()
                 return
             await self._answer(response, rid, message)
+        except UpstreamChallenged as exc:
+            if headers is None and self._challenged is not None and exc.challenge is not None:
+                self._challenged(exc.challenge)  # the link's own credential, not a caller's
+            raise
         finally:
             response.close()
 
