@@ -328,3 +328,59 @@ def test_registration_is_sealed_with_the_servers_key() -> None:
                                 MemoryTickets(), BASE)
     assert registration.settings.client is None
     assert base64.b64encode(KEY).decode() not in repr(registration.settings)
+
+
+async def _lent(refresh: bool) -> tuple[Setup, ListingAccount, list[dict[str, str]]]:
+    """Alice connected (with a refresh token or without), her account lent to the gateway's own
+    session; what the session's headers became, each time they changed."""
+    setup = Setup()
+    issued = iter(range(100))
+
+    def token(request: Any) -> tuple[int, Any, dict[str, str]]:
+        n = next(issued)
+        return 200, {**TOKENS, "access_token": f"t{n}",
+                     **({"refresh_token": f"r{n}"} if refresh else {})}, {}
+    setup.site.routes[("POST", f"{AS}/token")] = token
+    listing = ListingAccount({})
+    changes: list[dict[str, str]] = []
+    listing.on_change = lambda: changes.append(dict(listing))
+    setup.accounts.lend(listing)
+    await setup.connect()
+    return setup, listing, changes
+
+
+async def _refused(setup: Setup, listing: ListingAccount, challenge: str) -> None:
+    listing.refused(challenge)
+    for task in list(setup.accounts._renewing):
+        await task
+
+
+async def test_the_lent_account_refused_is_renewed_once_then_given_up(
+        caplog: pytest.LogCaptureFixture) -> None:
+    setup, listing, changes = await _lent(refresh=True)
+    await _refused(setup, listing, 'Bearer error="invalid_token"')
+    assert changes == [{"Authorization": "Bearer t0"}, {"Authorization": "Bearer t1"}]
+    assert setup.sent(f"{AS}/token")[-1]["grant_type"] == "refresh_token"
+    await _refused(setup, listing, 'Bearer error="invalid_token"')  # the renewed one, refused too
+    assert changes[-1] == {} and listing.holder is None
+    assert "even renewed" in caplog.text and len(setup.sent(f"{AS}/token")) == 2  # no more asked
+    await setup.accounts.load(ALICE)  # the same token again is not held again
+    assert listing.holder is None
+    assert (await setup.resolver.obtain(REQ, caller("alice"), None)).credential is not None  # hers
+
+
+async def test_the_lent_account_without_a_refresh_token_ends_and_the_server_is_looked_up_again() -> None:
+    setup, listing, changes = await _lent(refresh=False)
+    looked = len(setup.site.requests)
+    await _refused(setup, listing, f'Bearer resource_metadata="{PRM}"')
+    assert changes == [{"Authorization": "Bearer t0"}, {}] and listing.holder is None
+    assert await setup.accounts.load(ALICE) is None  # the connection ended (SEP-2352: moved?)
+    await setup.accounts.discovery.found()
+    assert len(setup.site.requests) > looked  # looked up again
+
+
+async def test_the_lent_account_lacking_scope_is_not_renewed(caplog: pytest.LogCaptureFixture) -> None:
+    setup, listing, changes = await _lent(refresh=True)
+    await _refused(setup, listing, STEP_UP)
+    assert changes == [{"Authorization": "Bearer t0"}] and listing.holder == ALICE
+    assert "wants more scope (mcp:write) for the gateway's own session" in caplog.text
