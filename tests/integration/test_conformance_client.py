@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.conformance_client import PERSON
 from tests.fixtures.mcp_servers import ROOT
 from tests.fixtures.oidc import OidcServer
 from tests.fixtures.upstreams import NODE_BIN
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.integration
 
 SETS = ("2025-11-25", "2026-07-28")
 SLOTS = 3  # gateways at once (the suite starts every scenario together; two cores)
-SCENARIO_TIMEOUT_MS = 600_000  # a scenario's driver may wait that long for a slot and its flows
+RUN_SECONDS = 3600  # a whole set, on two loaded cores
+SCENARIO_TIMEOUT_MS = 2_400_000  # a scenario's driver waits for a slot, then its flows
 # Scored scenarios that do not pass through the gateway today, by set, and why (none of them is the
 # credentials': each is the gateway's forwarding, owned elsewhere).
 NOT_PASSING: dict[str, dict[str, str]] = {
@@ -74,7 +76,7 @@ class Run:
 def client_suite(revision: str, oidc: OidcServer, out: Path) -> Run:
     env = {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}",
            "CONFORMANCE_OIDC_PORT": str(oidc.port), "CONFORMANCE_RUN_DIR": str(out / "drivers"),
-           "CONFORMANCE_SLOTS": str(SLOTS)}
+           "CONFORMANCE_SLOTS": str(SLOTS), "CONFORMANCE_TOKEN": oidc.user_token(PERSON)}
     node = subprocess.run(["node", "--version"], env=env, capture_output=True, text=True, check=False)
     if not node.stdout.startswith("v22."):
         pytest.fail(f"the conformance suite needs the npm Node 22 in {NODE_BIN}, found "
@@ -82,8 +84,8 @@ def client_suite(revision: str, oidc: OidcServer, out: Path) -> Run:
     command = f"{sys.executable} -m tests.fixtures.conformance_client"
     done = subprocess.run(["conformance", "client", "--command", command, "--requirements", revision,
                            "--timeout", str(SCENARIO_TIMEOUT_MS), "-o", str(out / "results")],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800,
-                          check=False)
+                          env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=RUN_SECONDS - 60, check=False)
     summary = done.stdout.split("=== SUITE SUMMARY ===", 1)[-1].splitlines()
     lines = {m["scenario"]: m for m in map(_LINE.match, summary) if m is not None}
     not_scored = {m["scenario"]: m["reason"] for m in map(_NOT_SCORED.match, summary) if m}
@@ -103,6 +105,7 @@ def run(request: pytest.FixtureRequest, oidc_server: OidcServer,
     return found
 
 
+@pytest.mark.timeout(RUN_SECONDS)  # the set runs once, for the first test of each
 def test_every_client_scenario_that_applies_passes_through_the_gateway(run: Run) -> None:
     scored = [s for s in run.lines if s not in run.not_scored]
     failing = {s for s in scored if not run.passing(s)}
@@ -111,6 +114,7 @@ def test_every_client_scenario_that_applies_passes_through_the_gateway(run: Run)
     assert any(s.startswith("auth/") for s in scored)
 
 
+@pytest.mark.timeout(RUN_SECONDS)
 def test_each_auth_scenario_is_scored_and_passes(run: Run) -> None:
     """The OAuth scenarios of the set (SPEC §17): discovery in each of its variants, the
     Client ID Metadata Document, scopes (challenge, scopes_supported, none, step-up, a limit to
