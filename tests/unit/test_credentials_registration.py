@@ -237,17 +237,34 @@ async def test_the_answers_iss_is_the_issuer_exactly(advertised: bool, iss: str 
 
 
 # -- what a call gets ---------------------------------------------------------------------------------
-async def test_bad_metadata_is_error_with_a_warning_naming_why(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("metadata", "why"), [
+    (as_metadata("https://attacker.test"),
+     f"authorization server metadata at {AS_METADATA} names issuer 'https://attacker.test', not "
+     "'https://as.test'"),
+    (as_metadata(token_endpoint="http://as.test/token"),
+     f"authorization server metadata at {AS_METADATA}: token_endpoint 'http://as.test/token': "
+     "http where https is required (only a loopback host may use http)"),
+    ({k: v for k, v in as_metadata().items() if k != "authorization_endpoint"},
+     f"authorization server metadata at {AS_METADATA} has no 'authorization_endpoint'"),
+], ids=["another issuer", "http off loopback", "a missing endpoint"])
+async def test_bad_metadata_is_error_with_a_warning_naming_why(
+        caplog: pytest.LogCaptureFixture, metadata: dict[str, Any], why: str) -> None:
     caplog.set_level(logging.WARNING, "mcp_preconditions.credentials")
-    setup = Setup(site(metadata=as_metadata("https://attacker.test")))
+    setup = Setup(site(metadata=metadata))
     obtained = await setup.resolver.obtain(REQ, caller("alice"), "the-callers-token")
-    assert (obtained.outcome.status, obtained.outcome.reason) == (
-        Status.ERROR, f"authorization server metadata at {AS_METADATA} names issuer "
-                      "'https://attacker.test', not 'https://as.test'")
-    assert "names issuer 'https://attacker.test'" in caplog.text
-    assert "the-callers-token" not in caplog.text
-    good = Setup()
-    refused = await good.resolver.obtain(REQ, caller("alice"), None)
+    assert (obtained.outcome.status, obtained.outcome.reason, obtained.credential) == (
+        Status.ERROR, why, None)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"credential for server s (oauth) failed for caller 'alice': {why}")]
+    assert setup.sent(f"{AS}/register") == [] and setup.sent(f"{AS}/token") == []  # never used
+    with pytest.raises(CredentialBackendError) as failed:  # nor is a person sent there
+        await setup.flow.authorize(await setup.flow.use(
+            (await setup.flow.link(ALICE, "s")).rsplit("/", 1)[1]), "browser")
+    assert str(failed.value) == why
+
+
+async def test_with_good_metadata_and_no_account_it_is_unsatisfied() -> None:
+    refused = await Setup().resolver.obtain(REQ, caller("alice"), None)
     assert (refused.outcome.status, refused.outcome.reason) == (
         Status.UNSATISFIED, "no account connected for server 's'")
 
