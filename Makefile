@@ -37,6 +37,16 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 node: node_modules/.package-lock.json
 
+# The MCP conformance suite's client leg (SPEC §17; docs/gateway-conformance.md, "As a client"): the
+# gateway as the client of every client scenario, `auth/*` included, at each frozen requirement set,
+# the suite's own `Total:` line for each. `make conformance` runs it before the server leg; `make test`
+# runs the same (tests/integration/test_conformance_client.py); the document's client tables are
+# written by `$(PY) -m tests.fixtures.conformance_client_leg --doc docs/gateway-conformance.md`.
+.PHONY: conformance conformance-client
+conformance: conformance-client
+conformance-client: $(VENV)/.all node
+	$(PY) -m tests.fixtures.conformance_client_leg
+
 # Debian's redis-server and haproxy; the tests start and stop their own instances on 127.0.0.1.
 SERVICES := redis-server haproxy chromium prometheus
 services:

@@ -13,3 +13,6 @@ from hypothesis import settings  # noqa: E402
 
 settings.register_profile("no-deadline", deadline=None)
 settings.load_profile("no-deadline")
+
+# The conformance suite's Total: lines, printed at the end of a run (a plugin of its own, as above).
+pytest_plugins.append("tests.fixtures.conformance_totals")

@@ -108,6 +108,16 @@ const provider = new Provider(issuer, {
     webClient('connector', ['/oauth/callback'], CODE),
     // An application people sign in to: it gets the callers' own access tokens.
     webClient('mission-app', ['/callback'], CODE),
+    // The gateway behind a TLS proxy at a public name (the client conformance driver's browser
+    // resolves that name to it): signs people in to its pages there.
+    {
+      client_id: 'gateway-public',
+      client_secret: 'gateway-public-secret',
+      grant_types: CODE,
+      response_types: ['code'],
+      redirect_uris: ['https://conformance-test.local/connect/callback'],
+      token_endpoint_auth_method: 'client_secret_basic',
+    },
   ],
   scopes: ['openid', 'offline_access', ...SCOPES.split(' ')],
   jwks: { keys: KEYS },

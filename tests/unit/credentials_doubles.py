@@ -76,3 +76,37 @@ def basic(request: httpx2.Request) -> tuple[str, str]:
     assert scheme == "Basic"
     client_id, _, secret = base64.b64decode(value).decode().partition(":")
     return client_id, secret
+
+
+Route = Callable[[httpx2.Request], tuple[int, Any, dict[str, str]]]
+
+
+@dataclass
+class Site:
+    """A server and its authorization server in one double, answering by method and URL: each
+    route a (status, JSON body, headers) or a function of the request giving one; anything else
+    is 404. Keeps every request it got, in order."""
+
+    routes: dict[tuple[str, str], tuple[int, Any, dict[str, str]] | Route] = field(default_factory=dict)
+    requests: list[httpx2.Request] = field(default_factory=list)
+
+    def answer(self, method: str, url: str, status: int = 200, body: Any = None,
+               headers: dict[str, str] | None = None) -> None:
+        self.routes[(method, url)] = (status, body, headers or {})
+
+    @property
+    def asked(self) -> list[str]:
+        return [f"{r.method} {r.url}" for r in self.requests]
+
+    def transport(self) -> httpx2.MockTransport:
+        async def handle(request: httpx2.Request) -> httpx2.Response:
+            await request.aread()
+            self.requests.append(request)
+            route = self.routes.get((request.method, str(request.url)))
+            if route is None:
+                return httpx2.Response(404, content=b"not here")
+            status, body, headers = route(request) if callable(route) else route
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            return httpx2.Response(status, content=content,
+                                   headers={"Content-Type": "application/json", **headers})
+        return httpx2.MockTransport(handle)

@@ -33,7 +33,7 @@ EXCHANGE = ('kind = "token-exchange"\ntoken_endpoint = "https://idp.test/token"\
 OAUTH = ('kind = "oauth"\nissuer = "https://gh.test"\nclient_id = "env:GW_TEST_ID"\n'
          'client_secret = "env:GW_TEST_SECRET"\nencryption_key = "env:GW_TEST_KEY"\n')
 ENV_REF = "must be env:VAR, naming an environment variable (a secret is never written in this file)"
-ONE_SERVER = "set issuer (discovery) or both authorization_endpoint and token_endpoint"
+BOTH = "set both authorization_endpoint and token_endpoint (or neither: they are discovered)"
 
 
 def without(table: str, key: str) -> str:
@@ -87,12 +87,26 @@ CASES = [
     ("oauth with a key written in the file",
      f'[servers.a]\n{URL}[servers.a.credentials]\n{without(OAUTH, "encryption_key")}'
      f'encryption_key = "{KEY}"\n', f"servers.a.credentials.encryption_key: {ENV_REF}"),
-    ("oauth naming no server", f'[servers.a]\n{URL}[servers.a.credentials]\n{without(OAUTH, "issuer")}',
-     f"servers.a.credentials.issuer: {ONE_SERVER}"),
     ("oauth with one endpoint",
      f'[servers.a]\n{URL}[servers.a.credentials]\n{without(OAUTH, "issuer")}'
      'token_endpoint = "https://gh.test/token"\n',
-     f"servers.a.credentials.authorization_endpoint: {ONE_SERVER}"),
+     f"servers.a.credentials.authorization_endpoint: {BOTH}"),
+    ("oauth with the endpoints and no client",
+     f'[servers.a]\n{URL}[servers.a.credentials]\nkind = "oauth"\nencryption_key = "env:GW_TEST_KEY"\n'
+     'authorization_endpoint = "https://gh.test/a"\ntoken_endpoint = "https://gh.test/t"\n',
+     "servers.a.credentials.client_id: required with the two endpoints: nothing is discovered, so "
+     "the gateway cannot register itself"),
+    ("oauth with a secret and no client",
+     f'[servers.a]\n{URL}[servers.a.credentials]\n{without(OAUTH, "client_id")}',
+     "servers.a.credentials.client_id: required with client_secret"),
+    ("oauth with a client and no secret",
+     f'[servers.a]\n{URL}[servers.a.credentials]\n{without(OAUTH, "client_secret")}',
+     'servers.a.credentials.client_secret: required with client_id (or token_endpoint_auth = '
+     '"none": a public client)'),
+    ("oauth, a public client with a secret",
+     f'[servers.a]\n{URL}[servers.a.credentials]\n{OAUTH}token_endpoint_auth = "none"\n',
+     'servers.a.credentials.client_secret: a public client (token_endpoint_auth = "none") has no '
+     'secret'),
     ("oauth with an issuer and endpoints",
      f'[servers.a]\n{URL}[servers.a.credentials]\n{OAUTH}authorization_endpoint = "https://gh.test/a"\n'
      'token_endpoint = "https://gh.test/t"\n',
@@ -158,7 +172,12 @@ def test_good_tables_give_their_settings(tmp_path: Path, monkeypatch: pytest.Mon
                           'scope = ["repo"]\nresource = "https://api.gh.test"\n'
                           f'[servers.legacy]\n{URL}[servers.legacy.credentials]\nkind = "per-subject"\n'
                           'secrets = "env:GW_TEST_SECRETS_FILE"\nheader = "X-Api-Key"\n'
-                          f'[servers.plain]\n{URL}')
+                          f'[servers.plain]\n{URL}'
+                          f'[servers.zero]\n{URL}[servers.zero.credentials]\nkind = "oauth"\n'
+                          'encryption_key = "env:GW_TEST_KEY"\n'
+                          f'[servers.public]\n{URL}[servers.public.credentials]\nkind = "oauth"\n'
+                          'encryption_key = "env:GW_TEST_KEY"\nclient_id = "gw-public"\n'
+                          'token_endpoint_auth = "none"\n')
     specs = {s.key: s.credentials for s in load_config(str(path)).servers}
     assert specs == {
         "crm": TokenExchangeSettings("https://idp.test/token", Client("gw", "the-client-secret",
@@ -166,9 +185,14 @@ def test_good_tables_give_their_settings(tmp_path: Path, monkeypatch: pytest.Mon
                                      "https://crm.test", "https://crm.test/mcp",
                                      ("crm.read", "crm.write"), 3.0),
         "gh": OAuthSettings(Client("gh-client!", "the-client-secret"), bytes(range(32)),
-                            "https://gh.test", None, None, ("repo",), "https://api.gh.test", "redis"),
+                            "https://gh.test", None, None, ("repo",), "https://api.gh.test", "redis",
+                            server_url="http://127.0.0.1:1/mcp"),
         "legacy": PerSubjectSettings(str(tmp_path / "s.json"), "X-Api-Key"),
-        "plain": None}
+        "plain": None,
+        # SPEC §17: nothing but the key; everything else is discovered from the server
+        "zero": OAuthSettings(None, bytes(range(32)), server_url="http://127.0.0.1:1/mcp"),
+        "public": OAuthSettings(Client("gw-public", "", "none"), bytes(range(32)),
+                                server_url="http://127.0.0.1:1/mcp")}
     shown = repr(specs)
     assert "the-client-secret" not in shown and repr(bytes(range(32))) not in shown
     assert main(["config", "validate", str(path)]) == 0

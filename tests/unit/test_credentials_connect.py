@@ -155,9 +155,11 @@ UNKNOWN = "Unknown, used or expired state: start again from the connect link."
 ])
 async def test_a_bad_state_is_refused_400_and_its_code_never_redeemed(case: str, message: str) -> None:
     flow = Flow(authorization_endpoint=None, token_endpoint=None, issuer=ISSUER)
-    from mcp_preconditions.credentials.discovery import Endpoints
+    from mcp_preconditions.credentials.authorization import Found
+    from mcp_preconditions.credentials.metadata import ServerMetadata
 
-    flow.accounts.discovery._found = Endpoints(f"{ISSUER}/authorize", f"{ISSUER}/token")
+    flow.accounts.discovery._found = Found(ServerMetadata(ISSUER, f"{ISSUER}/authorize",
+                                                          f"{ISSUER}/token"))
     query = await flow.started()
     answer = {"state": query["state"], "code": "the-code"}
     binding, person = "browser-1", ALICE

@@ -284,8 +284,8 @@ async def test_a_bug_in_a_source_is_an_error_naming_only_its_type(caplog: pytest
         async def obtain(self, principal: Principal | None, token: str | None) -> tuple[Credential, bool]:
             raise KeyError(token)
 
-        async def renew(self, principal: Principal | None, token: str | None, stale: Credential
-                        ) -> tuple[Credential, bool]:
+        async def renew(self, principal: Principal | None, token: str | None, stale: Credential,
+                        challenge: str | None = None) -> tuple[Credential, bool]:
             raise KeyError(token)
 
         def cached(self, identity: Identity, token: str | None) -> Credential | None:

@@ -173,3 +173,18 @@ def test_a_bad_form_is_refused(headers: dict[str, str], data: dict[str, str], st
 def test_a_form_with_nobody_signed_in_is_refused() -> None:
     answer = Site().browser().post("/connections", data={"do": "connect", "server": "gh"})
     assert answer.status_code == 403 and "Sign in first" in answer.text
+
+
+def test_the_gateway_serves_its_client_id_metadata_document() -> None:
+    """SPEC §17: where an authorization server takes a URL as client_id, the gateway's is the URL
+    of this document, which names that URL and the gateway's callback, for anyone to read."""
+    answer = Site().browser().get("/client-metadata.json")
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    assert answer.json() == {
+        "client_id": f"{BASE}/client-metadata.json", "client_name": "mcp-preconditions gateway",
+        "client_uri": BASE, "redirect_uris": [f"{BASE}/oauth/callback"],
+        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+        "token_endpoint_auth_method": "none", "application_type": "web"}
+    from mcp_preconditions.credentials.pages import PATHS
+
+    assert "/client-metadata.json" in PATHS  # the listener routes it to the pages

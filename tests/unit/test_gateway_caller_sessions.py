@@ -261,7 +261,7 @@ class _Held:
         self.owner = caller.owner
         self.credential = caller.credential
 
-    async def renew(self, token: str | None) -> Any:
+    async def renew(self, token: str | None, challenge: str | None = None) -> Any:
         raise AssertionError("a session the server ended is not a refused credential")
 
 
@@ -306,7 +306,7 @@ class _Renewing(_Held):
         super().__init__(caller)
         self.renewed = renewed
 
-    async def renew(self, token: str | None) -> Any:
+    async def renew(self, token: str | None, challenge: str | None = None) -> Any:
         return SimpleNamespace(credential=self.renewed, outcome=None)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +21,9 @@ if TYPE_CHECKING:  # the gateway (the mcp extra) and the pages (starlette) come 
 
     from ..auth.base import Authenticator
     from ..credentials import CredentialResolver, SignIn
-    from ..gateway import GatewayConfig
+    from ..gateway import Gateway, GatewayConfig
     from ..gateway.downstream.app import Pages
+    from ..gateway.upstream.session import Upstream
     from ..telemetry import Metrics
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -100,9 +101,40 @@ def wire(args: argparse.Namespace, config: GatewayConfig, source: PolicySource,
         log.warning("servers %s have per-caller credentials but the policy's [auth] verifies no "
                     "token: every call to them is refused until it does", ", ".join(servers))
     secrets = frozenset(s.client.client_secret for s in servers.values()
-                        if isinstance(s, OAuthSettings | TokenExchangeSettings))
+                        if isinstance(s, OAuthSettings | TokenExchangeSettings)
+                        and s.client is not None and s.client.client_secret)
     keys = tuple(s.encryption_key for s in servers.values() if isinstance(s, OAuthSettings))
     return Wired(resolver, base_url, None, secrets, keys)  # the pages' socket: _pages.py
+
+
+def listing_accounts(wired: Wired, gateway: Gateway) -> None:
+    """The gateway's own session with each `oauth` server that gave it no credential of its own
+    (no `Authorization` among its `headers`) goes as a connected account (credentials/listing.py:
+    such a server lists its tools only to one), and is opened again when that account changes."""
+    flow = wired.resolver.connect if wired.resolver is not None else None
+    if flow is None:
+        return
+    from ..credentials.listing import ListingAccount
+    from ..gateway.upstream.targets import HttpTarget
+
+    for member in gateway.fleet:
+        accounts = flow.accounts.get(member.key)
+        target = member.upstream.target
+        if accounts is None or not isinstance(target, HttpTarget) or \
+                any(name.lower() == "authorization" for name in target.headers):
+            continue
+        listing = ListingAccount(target.headers)
+        accounts.lend(listing)
+        member.upstream.target = HttpTarget(target.url, listing, listing.refused)
+        listing.on_change = _reopening(member.upstream)
+
+
+def _reopening(upstream: Upstream) -> Callable[[], None]:
+    def reopen() -> None:  # the session ends; its supervisor opens the next with the new headers
+        current = upstream.current
+        if current is not None:
+            current.lost.set()
+    return reopen
 
 
 def _check_options(args: argparse.Namespace, servers: Mapping[str, Any],

@@ -113,6 +113,7 @@ def prepare_gateway(args: argparse.Namespace) -> Prepared:
                       environment=wired.environment(upstream_environment(source)),
                       telemetry=GatewayTelemetry(metrics))
     gateways.append(gateway)
+    credentials.listing_accounts(wired, gateway)  # SPEC §17: a server that lists only to an account
     tasks = _reloading(guard, gateway, options, metrics, approvals.reload_check(args, listen))
     names = ", ".join(s.key for s in config.servers)
     announce = (f"{PROG}: gateway for {label or names} on {{url}} (policy {policy}, revision "

@@ -5,10 +5,16 @@ browser that opened the link. The link is completed only by its caller, signed i
 is required): a callback whose `state` is unknown, used, expired, another browser's or another
 caller's is refused (400) and its code is never redeemed.
 
+The flow is authorized where the server says (authorization.py: discovered or configured), as the
+gateway's client there (registration.py), for the scopes and the resource grant.py chooses; what it
+was started with travels sealed in its `state`, so the callback checks the answer's `iss` against
+that very issuer (RFC 9207: required when its metadata says it always names itself) and redeems
+the code there.
+
 A caller has at most 16 links and flows pending (MAX_PENDING; the oldest is dropped), in memory or
 Redis alike: no one caller fills the store for everyone. Tickets are kept under the sha256 of their
 id (a store's keys never hold a usable link or state) and their secrets (the PKCE verifier, a
-link's id) sealed with the server's key.
+link's id, the grant) sealed with the server's key.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from urllib.parse import urlencode
 from ..errors import CredentialBackendError, FlowError, NoCredentialError, SealError
 from .accounts import ConnectedAccounts, Connection
 from .caller import Caller
+from .grant import Grant, scope_for
 from .pkce import challenge, digest, random_id
+from .registration import CALLBACK_PATH, Registration
 from .stores import Tickets
 
 log = logging.getLogger("mcp_preconditions.credentials")
@@ -34,7 +42,6 @@ STATE_SECONDS = 600.0
 REUSE_LINK_SECONDS = 300.0  # a denial reuses a caller's live link while it has this long left
 MAX_PENDING = 16  # a caller's links and flows under way; past it the oldest is dropped
 CONNECT_PATH = "/connect/"
-CALLBACK_PATH = "/oauth/callback"
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,9 @@ class ConnectFlow:
         self.tickets = tickets
         self.base_url = base_url.rstrip("/")
         self._clock = clock
+        self.registrations = {key: Registration(key, a.settings, a.sealer, tickets, self.base_url,
+                                                transport=a.transport, clock=clock)
+                              for key, a in self.accounts.items()}
 
     @property
     def redirect_uri(self) -> str:
@@ -116,27 +126,39 @@ class ConnectFlow:
     # -- the authorization-code flow ----------------------------------------------------------------
     async def authorize(self, link: Link, binding: str) -> str:
         """The authorization server's URL for this link's caller, with a new `state` bound to them
-        and to the browser holding `binding`."""
+        and to the browser holding `binding`. CredentialBackendError when the server's
+        authorization server cannot be found or used (the link stays good)."""
         accounts = self.accounts[link.server]
-        endpoints = await accounts.discovery.endpoints()
+        grant, where = await self._grant(link)
         state, verifier = random_id(), random_id()
         key = "state:" + digest(state)
         secret = {"iss": link.caller.issuer, "sub": link.caller.subject, "verifier": verifier,
-                  "binding": digest(binding)}
+                  "binding": digest(binding), "grant": grant.to_json()}
         sealed = accounts.sealer.seal(json.dumps(secret).encode(), key.encode())
         record = {"server": link.server, "sealed": base64.b64encode(sealed).decode("ascii")}
         await self.tickets.put_for(link.caller.digest(), key, json.dumps(record).encode(),
                                    STATE_SECONDS, MAX_PENDING)
-        settings = accounts.settings
-        query = {"response_type": "code", "client_id": settings.client.client_id,
+        query = {"response_type": "code", "client_id": grant.client.client_id,
                  "redirect_uri": self.redirect_uri, "state": state,
                  "code_challenge": challenge(verifier), "code_challenge_method": "S256"}
-        if settings.scope:
-            query["scope"] = " ".join(settings.scope)
-        if settings.resource is not None:
-            query["resource"] = settings.resource
-        where = endpoints.authorization_endpoint
+        if grant.scope:
+            query["scope"] = " ".join(grant.scope)
+        if grant.resource is not None:
+            query["resource"] = grant.resource
         return where + ("&" if "?" in where else "?") + urlencode(query)
+
+    async def _grant(self, link: Link) -> tuple[Grant, str]:
+        """What this link's flow is authorized with, and where (the authorization endpoint)."""
+        accounts = self.accounts[link.server]
+        found = await accounts.discovery.found()
+        client = await self.registrations[link.server].client(found)
+        current = await accounts.load(link.caller)
+        wanted = current.wanted if current is not None else ()
+        server = found.server
+        grant = Grant(server.issuer, server.iss_parameter, server.token_endpoint, client,
+                      scope_for(accounts.settings.scope, found, wanted), accounts.resource(found),
+                      stepped=bool(wanted))
+        return grant, server.authorization_endpoint
 
     async def callback(self, answer: Mapping[str, str], binding: str | None, person: Caller | None
                        ) -> tuple[str, Connection]:
@@ -161,20 +183,33 @@ class ConnectFlow:
         if code is None:
             shown = error if error and error.isascii() and error.isprintable() else "no code"
             raise FlowError(400, f"The authorization server did not connect the account ({shown[:64]}).")
-        accounts = self.accounts[server]
-        issuer = answer.get("iss")
-        if issuer is not None and accounts.discovery.issuer is not None and \
-                issuer != accounts.discovery.issuer:
+        grant = self._granted(secret)
+        issuer = answer.get("iss")  # RFC 9207: compared exactly, as a string
+        if grant.issuer is not None and issuer is not None and issuer != grant.issuer:
             raise FlowError(400, "The answer came from another authorization server.")
+        if grant.iss_required and issuer is None:
+            raise FlowError(400, "The authorization server always names itself in its answers "
+                                 "(RFC 9207), and this one does not: refused.")
+        accounts = self.accounts[server]
         try:
-            connection = await accounts.redeem(caller, code, str(secret["verifier"]), self.redirect_uri)
+            connection = await accounts.redeem(caller, code, str(secret["verifier"]),
+                                               self.redirect_uri, grant)
         except NoCredentialError as exc:
             raise FlowError(400, f"The authorization server refused the code ({exc}).") from None
         except CredentialBackendError as exc:
             log.warning("credential for server %s: redeeming a code failed: %s", server, exc)
+            await self.registrations[server].forget(grant.issuer)  # (registered again next time)
             raise FlowError(502, "The authorization server could not complete the connection; try "
                                  "again.") from None
         return server, connection
+
+    @staticmethod
+    def _granted(secret: Mapping[str, object]) -> Grant:
+        try:
+            return Grant.from_json(secret["grant"])
+        except (ValueError, KeyError, TypeError):
+            raise FlowError(400, "Unknown, used or expired state: start again from the connect "
+                                 "link.") from None
 
     def _opened(self, key: str, raw: bytes) -> tuple[str, dict[str, object]]:
         bad = FlowError(400, "Unknown, used or expired state: start again from the connect link.")

@@ -1,6 +1,7 @@
-"""Where an authorization server's endpoints are: named in the config, or read once from its
-metadata (OpenID Connect Discovery, then RFC 8414), which must name exactly that issuer. A failed
-look-up is not remembered: the next request asks again.
+"""Where the sign-in issuer's endpoints are (`[auth.sign_in]`, an OpenID Connect provider): read
+once from its metadata (OpenID Connect Discovery, then RFC 8414), which must name exactly that
+issuer. A failed look-up is not remembered: the next request asks again. (A server's own
+authorization server, for connected accounts, is found by authorization.py.)
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import httpx2
 from ..auth.fetch import metadata_urls
 from ..errors import CredentialBackendError
 from .fetch import send
-from .settings import OAuthSettings
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,6 @@ class Discovery:
         self._timeout = timeout
         self._found = fixed
         self._transport = transport
-
-    @classmethod
-    def of(cls, settings: OAuthSettings, *, transport: httpx2.AsyncBaseTransport | None = None
-           ) -> Discovery:
-        """The endpoints an `oauth` server's settings name, or its issuer's metadata."""
-        fixed = None
-        if settings.authorization_endpoint is not None and settings.token_endpoint is not None:
-            fixed = Endpoints(settings.authorization_endpoint, settings.token_endpoint)
-        return cls(settings.issuer, settings.timeout_seconds, fixed, transport=transport)
 
     async def endpoints(self) -> Endpoints:
         found = self._found

@@ -1,7 +1,8 @@
 """An OAuth 2.0 token endpoint as the gateway's client uses it (RFC 6749 §3.2): a form POSTed with
-the client's authentication (`client_secret_basic`, or `client_secret_post`), and the answer sorted
-into a JSON object (200), a refusal about the grant (`NoCredentialError`: the caller has no
-credential), or a failure (`CredentialBackendError`: down, slow, garbage, or our own client refused).
+the client's authentication (`client_secret_basic`, `client_secret_post`, or `none` for a public
+client: its id in the form), and the answer sorted into a JSON object (200), a refusal about the
+grant (`NoCredentialError`: the caller has no credential), or a failure (`CredentialBackendError`:
+down, slow, garbage, or our own client refused).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class TokenEndpoint:
         data = dict(form)
         headers: dict[str, str] = {}
         client = self.client
-        if client.auth == "client_secret_post":
+        if client.auth == "none":  # RFC 6749 §3.2.1: a public client names itself
+            data["client_id"] = client.client_id
+        elif client.auth == "client_secret_post":
             data["client_id"] = client.client_id
             data["client_secret"] = client.client_secret
         else:  # RFC 6749 §2.3.1: each part form-encoded before base64

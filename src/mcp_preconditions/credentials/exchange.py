@@ -63,8 +63,8 @@ class TokenExchange:
         None when `obtain` must be awaited (an exchange to make, or none to be had: it says why)."""
         return self.cache.current(self.server, identity, token)
 
-    async def renew(self, principal: Principal | None, token: str | None, stale: Credential
-                    ) -> tuple[Credential, bool]:
+    async def renew(self, principal: Principal | None, token: str | None, stale: Credential,
+                    challenge: str | None = None) -> tuple[Credential, bool]:
         """After the server refused `stale` (401/403): forget it and exchange once more."""
         subject, _ = _subject(principal, token)
         assert principal is not None  # (`_subject`)

@@ -10,6 +10,8 @@ gateway mounts on its HTTP listener (or a stdio gateway's `--pages-listen`):
                                 person's, with Connect and Disconnect (connections_page.py)
     GET    /connections/sign-in, POST /connections: that page's sign-in and forms
     DELETE /connections/KEY     remove one of the bearer's: 200, or 404 when there is none
+    GET    /client-metadata.json  the gateway's Client ID Metadata Document (registration.py):
+                                its URL is its client_id where an authorization server takes one
 
 No token, code, verifier or secret is logged or shown; pages are plain text in HTML, never cached,
 never framed, and send no referrer (a link's id is a secret). A refused step is logged at WARNING
@@ -34,12 +36,14 @@ from .connect import ConnectFlow
 from .connections_page import PATH, SIGN_IN_PATH, ConnectionsPage, wants_page
 from .cookies import set_cookie
 from .page_parts import FLOW_COOKIE, HEADERS, SIGN_IN_CALLBACK, binding_of, page, redirect, with_binding
+from .registration import CLIENT_METADATA_PATH, client_metadata
 from .signin import SESSION_COOKIE, SESSION_SECONDS, SignIn
 
 log = logging.getLogger("mcp_preconditions.credentials")
 
-PATHS = ("/connect/", "/oauth/callback", PATH)  # what the gateway routes to this app
+PATHS = ("/connect/", "/oauth/callback", PATH, CLIENT_METADATA_PATH)  # what the gateway routes here
 _cookie = set_cookie  # (the approval pages' name for it)
+_NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 __all__ = ["FLOW_COOKIE", "PATHS", "SIGN_IN_CALLBACK", "CredentialPages", "_cookie", "page"]
 
 
@@ -69,6 +73,7 @@ class CredentialPages:
             Route(PATH, self._guarded(self.browser.act), methods=["POST"]),
             Route(SIGN_IN_PATH, self._guarded(self.browser.start), methods=["GET"]),
             Route(PATH + "/{server}", self.disconnect, methods=["DELETE"]),
+            Route(CLIENT_METADATA_PATH, self.client_metadata, methods=["GET"]),
         ])
 
     @staticmethod
@@ -120,6 +125,11 @@ class CredentialPages:
                                              person)
         return page(200, "Connected", f"Your account is connected for '{server}'. You can close "
                                       "this page and call the tool again.")
+
+    async def client_metadata(self, request: Request) -> Response:
+        """Public, the same for everyone: what an authorization server reads of the gateway."""
+        return JSONResponse(client_metadata(self.flow.base_url),
+                            headers={"Cache-Control": "max-age=3600", **_NOSNIFF})
 
     # -- bearer-token endpoints (and the browser's listing) -----------------------------------------
     async def _caller(self, request: Request) -> Caller | Response:

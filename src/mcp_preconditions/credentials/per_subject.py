@@ -79,8 +79,8 @@ class SubjectSecrets:
         value = self._secrets.get(caller.key) if caller is not None else None
         return Credential(self.settings.header, value, self.kind) if value is not None else None
 
-    async def renew(self, principal: Principal | None, token: str | None, stale: Credential
-                    ) -> tuple[Credential, bool]:
+    async def renew(self, principal: Principal | None, token: str | None, stale: Credential,
+                    challenge: str | None = None) -> tuple[Credential, bool]:
         """After the server refused `stale`: read the file again if it changed; the same secret
         again is none."""
         self.reload()

@@ -50,8 +50,10 @@ class CredentialSource(Protocol):
     async def obtain(self, principal: Principal | None, token: str | None
                      ) -> tuple[Credential, bool]: ...
 
-    async def renew(self, principal: Principal | None, token: str | None, stale: Credential
-                    ) -> tuple[Credential, bool]: ...
+    async def renew(self, principal: Principal | None, token: str | None, stale: Credential,
+                    challenge: str | None = None) -> tuple[Credential, bool]:
+        """After the server refused `stale` (401/403 with `challenge`, its WWW-Authenticate)."""
+        ...
 
     def cached(self, identity: Identity, token: str | None) -> Credential | None:
         """The caller's credential when it is at hand without awaiting (a cache hit), else None:
@@ -158,12 +160,14 @@ class CredentialResolver:
         return found
 
     async def renew(self, requirement: str, identity: Identity, token: str | None,
-                    stale: Credential) -> Obtained:
-        """Once, after the server answered 401 or 403 with `WWW-Authenticate` to `stale`: drop it
-        and obtain again (exchange again, refresh, read the secrets again)."""
+                    stale: Credential, challenge: str | None = None) -> Obtained:
+        """Once, after the server answered 401 or 403 with `challenge` (its `WWW-Authenticate`)
+        to `stale`: drop it and obtain again (exchange again, refresh, read the secrets again; a
+        connected account's server asking for more scope is stepped up, SPEC §17)."""
         source = self.sources[body_of(requirement)]
         return await self._settle(requirement, source,
-                                  source.renew(identity.principal, token, stale), identity)
+                                  source.renew(identity.principal, token, stale, challenge),
+                                  identity)
 
     async def offer(self, requirement: str, call: OfferCall) -> Offer | None:
         """The remedy of this unmet `credential:KEY` in a denial's envelope (remedies.Remedial,

@@ -14,14 +14,15 @@ OAUTH = "oauth"
 PER_SUBJECT = "per-subject"
 KINDS = (TOKEN_EXCHANGE, OAUTH, PER_SUBJECT)
 
-ClientAuth = Literal["client_secret_basic", "client_secret_post"]
+ClientAuth = Literal["client_secret_basic", "client_secret_post", "none"]
 StoreKind = Literal["memory", "redis"]
 DEFAULT_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
 class Client:
-    """The gateway's registration at an authorization server, and how it authenticates there."""
+    """The gateway's registration at an authorization server, and how it authenticates there
+    (`none`: a public client, its id in the form and no secret)."""
 
     client_id: str
     client_secret: str = field(repr=False)
@@ -44,10 +45,14 @@ class TokenExchangeSettings:
 @dataclass(frozen=True)
 class OAuthSettings:
     """`kind = "oauth"`: an account each caller connects once (authorization code with PKCE). The
-    authorization server is found from `issuer` (RFC 8414) or named by its two endpoints."""
+    authorization server is discovered from the server itself (`server_url`: its 401 challenge and
+    protected resource metadata, SPEC §17), or found from `issuer` (RFC 8414), or named by its two
+    endpoints. `client` None: the gateway registers itself (a Client ID Metadata Document it
+    serves, or dynamic registration). `scope` empty: the scopes the server asks for; `resource`
+    None: the server's URL (RFC 8707)."""
 
     kind: ClassVar[str] = OAUTH
-    client: Client
+    client: Client | None
     encryption_key: bytes = field(repr=False)  # 32 bytes: AES-256-GCM
     issuer: str | None = None
     authorization_endpoint: str | None = None
@@ -56,6 +61,7 @@ class OAuthSettings:
     resource: str | None = None
     store: StoreKind = "memory"
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    server_url: str | None = None
 
 
 @dataclass(frozen=True)

@@ -58,17 +58,18 @@ class HeldCredential:
     def server(self) -> str:
         return body_of(self.requirement)
 
-    async def renew(self, token: str | None) -> Obtained:
-        """Once, after the server answered 401/403 with `WWW-Authenticate`: the credential dropped
-        and obtained again with the call's own `token` (the answer says whether that worked, and
-        holds the renewed one; this held one is left as it was: other calls may hold it; never
-        raises)."""
+    async def renew(self, token: str | None, challenge: str | None = None) -> Obtained:
+        """Once, after the server answered 401/403 with `challenge` (its `WWW-Authenticate`): the
+        credential dropped and obtained again with the call's own `token` (the answer says whether
+        that worked, and holds the renewed one; this held one is left as it was: other calls may
+        hold it; never raises)."""
         stale = self.credential
         if stale is None:
             return await self._resolver.obtain(self.requirement, self._identity, token)
         log.warning("credential for server %s (%s): the server refused it; obtaining it once more",
                     self.server, self.obtained.kind)
-        return await self._resolver.renew(self.requirement, self._identity, token, stale)
+        return await self._resolver.renew(self.requirement, self._identity, token, stale,
+                                          challenge)
 
     async def connect_url(self) -> str | None:
         """The caller's connect link for an `oauth` server (None for other kinds): single use,

@@ -265,7 +265,7 @@ def _specs(servers: Mapping[str, ServerEntry], path: str, top: str) -> tuple[Ser
                             "it would start itself again and again (give --servers a copy of the "
                             "servers, not the config that launches the gateway)")
         credentials = None if entry.credentials is None else credential_settings(
-            entry.credentials, (top, key, "credentials"), Path(path).parent, problems)
+            entry.credentials, (top, key, "credentials"), Path(path).parent, problems, entry.url)
         specs.append(ServerSpec(key, prefix, entry.command, tuple(entry.args), env, entry.url, headers,
                                 credentials))
     if problems:

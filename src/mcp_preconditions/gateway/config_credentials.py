@@ -62,6 +62,7 @@ Scope = Annotated[list[str], AfterValidator(_scope)]
 Timeout = Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)]
 TEXT_OR_ENV = 'literal, or "env:VAR" (the gateway\'s $VAR)'
 ClientAuth = Literal["client_secret_basic", "client_secret_post"]
+OAuthClientAuth = Literal["client_secret_basic", "client_secret_post", "none"]
 
 
 class TokenExchangeEntry(Strict):
@@ -86,17 +87,21 @@ class TokenExchangeEntry(Strict):
 
 
 class OAuthEntry(Strict):
-    """`kind = "oauth"`: each caller connects an account of their own, once."""
+    """`kind = "oauth"`: each caller connects an account of their own, once. With nothing else
+    set, everything is discovered from the server (SPEC §17) and the gateway registers itself."""
 
     kind: Literal["oauth"]
-    issuer: Url | None = Field(default=None, description="RFC 8414 discovery")
+    issuer: Url | None = Field(default=None, description="RFC 8414 discovery (default: the server "
+                                                          "names its authorization server)")
     authorization_endpoint: Url | None = None
     token_endpoint: Url | None = None
-    client_id: str = Field(min_length=1, description=TEXT_OR_ENV)
-    client_secret: SecretRef = Field(description='"env:VAR"')
-    token_endpoint_auth: ClientAuth = "client_secret_basic"
-    scope: Scope = Field(default_factory=list)
-    resource: Url | None = Field(default=None, description="RFC 8707 resource indicator")
+    client_id: str | None = Field(default=None, min_length=1, description=TEXT_OR_ENV + " (default: "
+                                  "a Client ID Metadata Document, or dynamic registration)")
+    client_secret: SecretRef | None = Field(default=None, description='"env:VAR"')
+    token_endpoint_auth: OAuthClientAuth = "client_secret_basic"
+    scope: Scope = Field(default_factory=list, description="default: what the server asks for")
+    resource: Url | None = Field(default=None, description="RFC 8707 resource indicator (default: "
+                                                            "the server's URL)")
     encryption_key: SecretRef = Field(description='"env:VAR": 32 bytes, base64 (tokens are kept '
                                                   'encrypted with it)')
     store: Literal["memory", "redis"] = Field(default="memory",
@@ -106,12 +111,29 @@ class OAuthEntry(Strict):
     @model_validator(mode="after")
     def _one_server(self) -> OAuthEntry:
         endpoints = (self.authorization_endpoint, self.token_endpoint)
-        if self.issuer is None and None in endpoints:
-            missing = "authorization_endpoint" if endpoints[0] is None else "token_endpoint"
-            raise located(missing if endpoints != (None, None) else "issuer",
-                           "set issuer (discovery) or both authorization_endpoint and token_endpoint")
-        if self.issuer is not None and endpoints != (None, None):
-            raise located("issuer", "set issuer (discovery) or the two endpoints, not both")
+        if endpoints != (None, None):
+            if self.issuer is not None:
+                raise located("issuer", "set issuer (discovery) or the two endpoints, not both")
+            if None in endpoints:
+                missing = "authorization_endpoint" if endpoints[0] is None else "token_endpoint"
+                raise located(missing, "set both authorization_endpoint and token_endpoint (or "
+                                       "neither: they are discovered)")
+            if self.client_id is None:
+                raise located("client_id", "required with the two endpoints: nothing is discovered, "
+                                           "so the gateway cannot register itself")
+        return self
+
+    @model_validator(mode="after")
+    def _one_client(self) -> OAuthEntry:
+        if self.client_id is None and self.client_secret is not None:
+            raise located("client_id", "required with client_secret")
+        if self.client_id is not None and self.client_secret is None and \
+                self.token_endpoint_auth != "none":
+            raise located("client_secret", 'required with client_id (or token_endpoint_auth = '
+                                           '"none": a public client)')
+        if self.client_secret is not None and self.token_endpoint_auth == "none":
+            raise located("client_secret", 'a public client (token_endpoint_auth = "none") has no '
+                                           'secret')
         return self
 
 
@@ -153,10 +175,11 @@ CredentialsEntry = Annotated[TokenExchangeEntry | OAuthEntry | PerSubjectEntry,
 
 
 def credential_settings(entry: TokenExchangeEntry | OAuthEntry | PerSubjectEntry, where: tuple[str, ...],
-                        base: Path, problems: list[str]) -> CredentialSettings | None:
+                        base: Path, problems: list[str], url: str | None = None
+                        ) -> CredentialSettings | None:
     """The settings of a checked `credentials` table, its references read (`where`: its key path;
-    `base`: the directory relative paths start from); None, with the problems added, when one
-    cannot be read."""
+    `base`: the directory relative paths start from; `url`: the server's); None, with the problems
+    added, when one cannot be read."""
     before = len(problems)
     if isinstance(entry, PerSubjectEntry):
         secrets = env_value(entry.secrets, (*where, "secrets"), problems)
@@ -169,18 +192,29 @@ def credential_settings(entry: TokenExchangeEntry | OAuthEntry | PerSubjectEntry
             problems.append(f"{key_path((*where, 'secrets'))}: {exc}")
             return None
         return PerSubjectSettings(path, entry.header)
-    client_id = env_value(entry.client_id, (*where, "client_id"), problems)
-    client_secret = env_value(entry.client_secret, (*where, "client_secret"), problems)
-    client = Client(client_id or "", client_secret or "", entry.token_endpoint_auth)
     if isinstance(entry, TokenExchangeEntry):
-        return None if len(problems) > before else TokenExchangeSettings(
+        client = _client(entry.client_id, entry.client_secret, entry.token_endpoint_auth, where,
+                         problems)
+        return None if client is None or len(problems) > before else TokenExchangeSettings(
             entry.token_endpoint, client, entry.audience, entry.resource, tuple(entry.scope),
             entry.timeout_seconds)
+    client = None
+    if entry.client_id is not None:
+        client = _client(entry.client_id, entry.client_secret, entry.token_endpoint_auth, where,
+                         problems)
     key = _encryption_key(entry.encryption_key, (*where, "encryption_key"), problems)
     if key is None or len(problems) > before:
         return None
     return OAuthSettings(client, key, entry.issuer, entry.authorization_endpoint, entry.token_endpoint,
-                         tuple(entry.scope), entry.resource, entry.store, entry.timeout_seconds)
+                         tuple(entry.scope), entry.resource, entry.store, entry.timeout_seconds, url)
+
+
+def _client(client_id: str, secret_ref: str | None, auth: OAuthClientAuth, where: tuple[str, ...],
+            problems: list[str]) -> Client | None:
+    """The configured client, its references read (a public client has no secret)."""
+    found = env_value(client_id, (*where, "client_id"), problems)
+    secret = "" if secret_ref is None else env_value(secret_ref, (*where, "client_secret"), problems)
+    return None if found is None or secret is None else Client(found, secret, auth)
 
 
 def _encryption_key(reference: str, where: tuple[str, ...], problems: list[str]) -> bytes | None:

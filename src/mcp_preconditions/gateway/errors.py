@@ -50,7 +50,12 @@ class UpstreamRefused(UpstreamError):
 
 class UpstreamChallenged(UpstreamRefused):
     """The server answered 401 or 403 with `WWW-Authenticate`: it refused the credential the
-    request carried, and ran nothing (SPEC §14: a caller's credential is renewed once)."""
+    request carried, and ran nothing (SPEC §14: a caller's credential is renewed once).
+    `challenge`: that header, for the renewal to read (SPEC §17: a step-up's scope)."""
+
+    def __init__(self, status: int, challenge: str | None = None) -> None:
+        super().__init__(status)
+        self.challenge = challenge
 
 
 class UpstreamClosed(UpstreamError):

@@ -245,7 +245,7 @@ async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
     if isinstance(answer, UpstreamChallenged):
         log.info("server %s refused a caller's credential (HTTP %d): renewing it, and sending "
                  "once more", upstream.key, answer.status)
-        renewed = await held.renew(own)
+        renewed = await held.renew(own, answer.challenge)  # (a step-up's scope: SPEC §17)
         if renewed.credential is None:
             raise CredentialRefused(renewed.outcome)
         caller = AsCaller(held.owner, renewed.credential)

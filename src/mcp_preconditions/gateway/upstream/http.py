@@ -81,7 +81,8 @@ class HttpLink:
     def __init__(self, url: str, headers: Mapping[str, str],
                  received: Callable[[Any, jsonrpc.RequestId | None], None],
                  label: str, bounds: Bounds = DEFAULT_BOUNDS, pool: Pool | None = None,
-                 owner: Hashable | None = None, streams: Pool | None = None) -> None:
+                 owner: Hashable | None = None, streams: Pool | None = None, *,
+                 refused: Callable[[str], None] | None = None) -> None:
         for name, value in headers.items():
             problem = field_problem(name, value)
             if problem is not None:
@@ -96,6 +97,7 @@ class HttpLink:
         self.owner = owner  # whose session this is (None: the gateway's own)
         self.dropped: Callable[[Dropped], None] = _count_nothing
         self._headers = {**_BASE, **headers}
+        self._challenged = refused  # told when the server refuses the link's own headers
         self._received = received
         self._label = label
         self.session_id: str | None = None
@@ -175,6 +177,10 @@ class HttpLink:
                 await response.read()
                 return
             await self._answer(response, rid, message, headers, owner)
+        except UpstreamChallenged as exc:
+            if headers is None and self._challenged is not None and exc.challenge is not None:
+                self._challenged(exc.challenge)  # the link's own credential, not a caller's
+            raise
         finally:
             response.close()
 
@@ -182,7 +188,8 @@ class HttpLink:
                       headers: Mapping[str, str] | None, owner: Hashable | None) -> None:
         status = response.status
         if status in (401, 403) and "www-authenticate" in response.headers:
-            raise UpstreamChallenged(status)  # the credential refused: nothing ran, nothing to read
+            # the credential refused: nothing ran, nothing to read
+            raise UpstreamChallenged(status, response.headers["www-authenticate"])
         kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if status in (202, 204):
             raise UpstreamProtocolError(f"the server answered a request with HTTP {status} and no "
@@ -339,8 +346,9 @@ class HttpLink:
                         kind = response.headers.get("content-type", "").split(";", 1)[0]
                         if response.status == 405:  # the server offers no GET stream
                             return
-                        if response.status == 404:
-                            self.lost.set()
+                        if response.status == 404:  # its session gone; none: no GET stream
+                            if self.session_id is not None:
+                                self.lost.set()
                             return
                         if response.status != 200 or kind.strip().lower() != "text/event-stream":
                             failures += 1

@@ -278,7 +278,8 @@ class Upstream:
             link = await StdioLink.start(target.command, target.args, dict(target.env), received,
                                          self.label, self._errlog, bounds.body)
         else:
-            link = HttpLink(target.url, target.headers, received, self.label, bounds)
+            link = HttpLink(target.url, target.headers, received, self.label, bounds,
+                            refused=target.refused)
             link.modern = modern
             link.dropped = self._dropped
         peer = Peer(link, self.label, self._answer, self._notified, envelope,

@@ -4,7 +4,7 @@ URL (`HttpTarget`), each with a label for the gateway's own log (never shown to 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -23,10 +23,13 @@ class StdioTarget:
 
 @dataclass(frozen=True)
 class HttpTarget:
-    """A streamable-HTTP endpoint; `headers` carry the upstream's own credentials."""
+    """A streamable-HTTP endpoint; `headers` carry the upstream's own credentials. `refused` is
+    told the server's challenge when it refuses them (401/403 with `WWW-Authenticate`: an account
+    lent to the gateway's own session, credentials/listing.py, is renewed)."""
 
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    refused: Callable[[str], None] | None = None
 
     @property
     def label(self) -> str:
