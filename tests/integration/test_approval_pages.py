@@ -86,7 +86,7 @@ def denied(gw: Gateway, token: str, arguments: dict[str, Any]) -> dict[str, Any]
 
 def waiting(gw: Gateway, token: str) -> list[dict[str, Any]]:
     answer = httpx.get(gw.base + "/approvals", headers={"Authorization": f"Bearer {token}"},
-                       timeout=30)
+                       timeout=10)
     assert answer.status_code == 200, answer.text
     found: list[dict[str, Any]] = answer.json()["requests"]
     return found
@@ -106,7 +106,7 @@ async def _decline(context: Any, params: Any) -> mcp_types.ElicitResult:
 
 async def call_declaring(url: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
     """`call` from a client that declares elicitation, URL mode included (the SDK's client)."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10)
     async with Client(streamable_http_client(url, http_client=http),
                       elicitation_callback=_decline) as client:
         return await client.call_tool(tool, arguments)
@@ -126,7 +126,7 @@ def test_an_approver_signs_in_sees_the_call_and_approves_in_chromium(
     with chromium() as browser:
         approve_in(browser, gw, hint["url"], oidc_server)
     shown = httpx.get(f"{gw.base}/approvals/{request_id}",
-                      headers={"Authorization": f"Bearer {tokens['trent']}"}, timeout=30)
+                      headers={"Authorization": f"Bearer {tokens['trent']}"}, timeout=10)
     assert shown.status_code == 200 and shown.json()["state"] == "approved"
     before = tool_calls(upstream[1]).count("echo")
     assert not run(call(gw.url, tokens["alice"], "up__echo", arguments)).is_error
@@ -216,7 +216,7 @@ def test_anonymous_visits_store_nothing_until_a_sign_in_starts(
         return len([k for k in found.split() if not k.endswith(":index")])
 
     before = sign_ins()
-    with httpx.Client(base_url=gw.base, timeout=30, follow_redirects=False) as http:
+    with httpx.Client(base_url=gw.base, timeout=10, follow_redirects=False) as http:
         pages = [http.get(f"/approvals/request-{i}" if i % 2 else "/approvals",
                           headers={"Accept": "text/html"}) for i in range(30)]
         assert sign_ins() == before  # it was 30 more, each kept 600 s

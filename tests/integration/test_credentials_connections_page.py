@@ -52,7 +52,7 @@ def row(page: Page) -> str:
 
 def listed(site: Pages, token: str) -> list[str]:
     answer = httpx.get(site.base + "/connections", headers={"Authorization": f"Bearer {token}"},
-                       timeout=30)
+                       timeout=10)
     return [c["server"] for c in answer.json()["connections"]]
 
 

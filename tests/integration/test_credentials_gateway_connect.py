@@ -6,6 +6,14 @@ the gateway. The link is made where a replica would make it (the shared Redis st
 remedy carries it, SPEC §15); someone else opening it gets 403, a `state` stolen into another
 browser is refused 400 and its code never redeemed; a caller lists only their own connections.
 A stdio gateway serves the same pages on `--pages-listen`.
+
+Interop: what is checked is the connect flow end to end between real components: the real
+oidc-provider's sign-in, consent and code flow with PKCE, driven in Chromium (its cookies, its
+redirects, a callback URL stolen into another browser), the links made in and redeemed from a real
+redis-server the gateway process shares with a replica, a stdio gateway process serving its pages on
+a listener of their own, and the cookies of a gateway process behind a TLS proxy's public URL. A
+caller listing and removing only their own connections is checked in-process too
+(test_credentials_connections_api.py).
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ from tests.fixtures.redis import RedisServer
 from tests.fixtures.token_servers import TokenServer
 from tests.integration.test_credentials_pages import CONNECTED, message, walk
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +113,7 @@ def caught_callback(context: BrowserContext, link: str, subject: str) -> str:
             page.fill('input[name="password"]', "any")
         before = page.url
         page.click('button[type="submit"]')
-        for _ in range(300):
+        for _ in range(200):  # the next form, or the caught callback: 10 s at most
             page.wait_for_timeout(50)
             if captured or (page.url != before and page.locator('button[type="submit"]').count()):
                 break
@@ -149,11 +157,11 @@ def test_a_connected_account_is_used_through_the_gateway_after_the_browser_flow(
     assert [(c["subject"], c["audience"]) for c in wiki.calls()[before:]] == [("frank", WIKI_AUDIENCE)]
     assert gw.records()[-1]["credential"] == {"kind": "oauth", "cached": True}
     listed = httpx.get(gw.base + "/connections", headers={"Authorization": f"Bearer {frank}"},
-                       timeout=30).json()
+                       timeout=10).json()
     assert [c["server"] for c in listed["connections"]] == ["wiki"]
     other = oidc_server.user_token("grace")
     assert httpx.get(gw.base + "/connections", headers={"Authorization": f"Bearer {other}"},
-                     timeout=30).json() == {"connections": []}
+                     timeout=10).json() == {"connections": []}
     query = parse_qs(urlsplit(callback).query)
     leaked = [s for s in (query["code"][0], query["state"][0], link.rsplit("/", 1)[1], frank,
                           *wiki.tokens_seen()) if s in gw.output() or s in json.dumps(gw.records())]
@@ -184,7 +192,7 @@ def test_a_stdio_gateway_serves_its_pages_on_pages_listen(
         async with Client(stdio_client(params, errlog=sys.stderr)) as client:
             denied = await client.call_tool("wiki__whoami", {})
             link = await asyncio.to_thread(link_for, oidc_server, redis_server, pages, "heidi")
-            with httpx.Client(timeout=30) as browser_like:  # heidi signs in, then connects
+            with httpx.Client(timeout=10) as browser_like:  # heidi signs in, then connects
                 back = await asyncio.to_thread(sign_in, browser_like, link, pages + "/oauth/callback",
                                                "heidi")
                 done = await asyncio.to_thread(browser_like.get, back)
@@ -206,7 +214,7 @@ async def _denied_with_envelope(url: str, token: str, url_elicitation: bool) -> 
 
     declared: dict[str, Any] = {"elicitation_callback": decline} if url_elicitation else {}
     async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"}, timeout=60)), **declared) as client:
+            headers={"Authorization": f"Bearer {token}"}, timeout=10)), **declared) as client:
         return await client.call_tool("wiki__whoami", {})
 
 
@@ -235,13 +243,13 @@ def test_behind_a_tls_proxy_every_pages_cookie_is_host_and_secure(
     which speaks http) the pages' cookies are `__Host-` and Secure, and only those are read; over
     plain http (the module's gateway) the plain name without Secure. Before, no cookie was Secure
     behind a proxy and none had the prefix."""
-    plain = httpx.get(gw.base + "/connections/sign-in", timeout=30).headers["set-cookie"]
+    plain = httpx.get(gw.base + "/connections/sign-in", timeout=10).headers["set-cookie"]
     assert plain.startswith("mcp_preconditions_flow=") and "secure" not in plain.lower()
     servers = {"wiki": {"url": wiki.url, "headers": {"Authorization": "env:WIKI_SERVICE"},
                         "credentials": connected(oidc_server)}}
     with gateway(tmp_path, oidc_server, servers, args=("--public-url", "https://gw.example"),
                  env={"WIKI_SERVICE": service}) as behind:
-        started = httpx.get(behind.base + "/connections/sign-in", timeout=30)  # as the proxy sends it
+        started = httpx.get(behind.base + "/connections/sign-in", timeout=10)  # as the proxy sends it
         assert started.status_code == 303
         assert "redirect_uri=https%3A%2F%2Fgw.example%2Fconnect%2Fcallback" in started.headers["location"]
         cookie = started.headers["set-cookie"]
@@ -252,10 +260,10 @@ def test_behind_a_tls_proxy_every_pages_cookie_is_host_and_secure(
         # A flow cookie without the prefix (tossed in by a sibling host) is not this browser's.
         binding = cookie.split(";")[0].split("=", 1)[1]
         state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
-        tossed = httpx.get(f"{behind.base}/connect/callback?state={state}&code=c", timeout=30,
+        tossed = httpx.get(f"{behind.base}/connect/callback?state={state}&code=c", timeout=10,
                            headers={"Cookie": f"mcp_preconditions_flow={binding}"})
         assert tossed.status_code == 400
         assert "This sign-in was started in another browser." in html.unescape(tossed.text)
-        own = httpx.get(f"{behind.base}/connect/callback?state={state}&code=made-up", timeout=30,
+        own = httpx.get(f"{behind.base}/connect/callback?state={state}&code=made-up", timeout=10,
                         headers={"Cookie": f"__Host-mcp_preconditions_flow={binding}"})
         assert "The sign-in was refused" in html.unescape(own.text)  # its browser: on to the code

@@ -152,7 +152,7 @@ def test_someone_elses_link_is_403_and_a_stolen_state_is_400_with_its_code_unred
 
 def connect_without_browser(site: Pages, token: str, subject: str) -> None:
     """The connect flow driven over plain HTTP (cookies kept): link, sign-in, authorization."""
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=10) as client:
         back = sign_in(client, site.link(token), site.base + "/oauth/callback", subject)
         done = client.get(back)
     assert done.status_code == 200 and CONNECTED in html.unescape(done.text)
@@ -192,7 +192,7 @@ def test_replicas_share_links_states_and_tokens_in_redis(oidc_server: OidcServer
                   public=a.base) as b:  # one address for both, as behind a load balancer
         erin = oidc_server.user_token("erin")
         link = a.link(erin)  # made by replica a ...
-        with httpx.Client(timeout=30) as client:  # ... opened on replica b, whose sign-in and
+        with httpx.Client(timeout=10) as client:  # ... opened on replica b, whose sign-in and
             # callback land on a
             back = sign_in(client, b.base + link.removeprefix(a.base), a.base + "/oauth/callback", "erin")
             done = client.get(back)

@@ -113,7 +113,7 @@ def test_the_tools_carry_the_gateways_credential(per_call: Explorer) -> None:
     """What the page decides on: each tool of the server with credentials carries it, as the
     gateway lists it; the other server's do not."""
     answer = httpx.post(per_call.url + "api/decisions", json={"policy": POLICY},
-                        headers=per_call.headers, timeout=30).json()
+                        headers=per_call.headers, timeout=10).json()
     tools = {t["name"]: [o["requirement"] for o in t["outcomes"]] for t in answer["tools"]}
     assert tools["wiki__get-sum"] == ["credential:wiki"]
     assert tools["wiki__echo"] == ["credential:wiki", "approval:confirm"]

@@ -146,7 +146,7 @@ def test_another_callers_token_cannot_use_read_or_end_a_session(
     gw, _log = auth_gateway
     owner, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-    with httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=30) as http:
+    with httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=10) as http:
         session = _open_session(http, owner)
         assert http.post("/mcp", headers=_on(session, other), json=listing).status_code == 404
         with http.stream("GET", "/mcp", headers=_on(session, other)) as stream:
@@ -245,7 +245,7 @@ def test_half_sent_headers_and_bodies_are_cut_off_and_connections_are_capped(tmp
     with gateway_http(policy, log, "--header-timeout-seconds", "1", "--max-connections", "40",
                       "--", *asking_upstream.command()) as gw:
         host, port = gw.url.removeprefix("http://").split(":")
-        slow = [socket.create_connection((host, int(port)), timeout=30) for _ in range(30)]
+        slow = [socket.create_connection((host, int(port)), timeout=10) for _ in range(30)]
         for sock in slow[:15]:
             sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Ty")  # half its headers
         for sock in slow[15:]:  # whole headers, then part of the body they promise
@@ -255,13 +255,13 @@ def test_half_sent_headers_and_bodies_are_cut_off_and_connections_are_capped(tmp
         for sock in slow:  # each is closed by the gateway: the read ends (b"") instead of hanging
             assert sock.recv(1024) == b""
             sock.close()
-        assert httpx.get(gw.url + "/healthz", timeout=30).status_code == 200
-        held = [socket.create_connection((host, int(port)), timeout=30)
+        assert httpx.get(gw.url + "/healthz", timeout=10).status_code == 200
+        held = [socket.create_connection((host, int(port)), timeout=10)
                 for _ in range(40 + HEALTH_RESERVE + 8)]
         try:  # more idle connections than the cap and the reserve, from one address: each is
             # ended without an answer (for a newer one, or at its deadline), none refused with a
             # 503, and the gateway answers meanwhile
-            health = httpx.get(gw.url + "/healthz", timeout=30).status_code
+            health = httpx.get(gw.url + "/healthz", timeout=10).status_code
             got = [_read_all(sock) for sock in held]
         finally:
             for sock in held:

@@ -86,7 +86,7 @@ def test_one_principal_opening_sessions_beyond_its_bound_does_not_stop_anothers_
     greedy, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
     with gateway(tmp_path, oidc_server, "--max-sessions", "60",
                  "--max-sessions-per-principal", "8") as gw, \
-            httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=30) as http:
+            httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=10) as http:
         opened = [initialize(http, greedy) for _ in range(150)]
         ids = [r.headers["mcp-session-id"] for r in opened]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -103,7 +103,7 @@ def test_a_principal_whose_sessions_are_all_busy_is_refused_and_no_one_else(
         tmp_path: Path, oidc_server: OidcServer) -> None:
     greedy, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
     with gateway(tmp_path, oidc_server, "--max-sessions-per-principal", "3") as gw, \
-            httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=30) as http:
+            httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=10) as http:
         ids = [initialize(http, greedy).headers["mcp-session-id"] for _ in range(3)]
         streams = []
         try:  # each of its sessions holds a GET stream open: none is idle
@@ -114,7 +114,7 @@ def test_a_principal_whose_sessions_are_all_busy_is_refused_and_no_one_else(
                 response = stream.__enter__()
                 streams.append(stream)
                 assert response.status_code == 200
-            with httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=30) as again:
+            with httpx.Client(base_url=gw.url, headers=ACCEPT, timeout=10) as again:
                 refused = initialize(again, greedy)
             seen = anyio.run(bystander_calls_echo, gw.url, other)
         finally:
@@ -156,7 +156,7 @@ def test_one_principal_holding_its_streams_stops_neither_anothers_calls_nor_the_
     greedy, other = oidc_server.token(), oidc_server.token("observer", scope="mission:read")
     with gateway(tmp_path, oidc_server, "--max-connections", "24") as gw:
         statuses, seen, health, capped = anyio.run(_streams_then_cap, gw, greedy, other)
-        metrics = httpx.get(gw.url + "/metrics", timeout=30).text
+        metrics = httpx.get(gw.url + "/metrics", timeout=10).text
     assert sorted(statuses) == [200] * 16 + [429] * 4
     assert seen["isError"] is False
     assert health == {"idle": {"/healthz": 200, "/readyz": 200}, "busy": {"/healthz": 200, "/readyz": 200}}
@@ -170,9 +170,9 @@ def test_one_principal_holding_its_streams_stops_neither_anothers_calls_nor_the_
 
 async def _health_and_initialize(url: str, token: str) -> tuple[dict[str, int], int]:
     """`/healthz` and `/readyz`, then an `initialize` with `token`, each on a connection of its own."""
-    async with httpx.AsyncClient(base_url=url, timeout=30) as fresh:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as fresh:
         health = {path: (await fresh.get(path)).status_code for path in ("/healthz", "/readyz")}
-    async with httpx.AsyncClient(base_url=url, timeout=30) as fresh:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as fresh:
         status = (await fresh.post("/mcp", json=INITIALIZE, headers={
             **ACCEPT, "authorization": f"Bearer {token}"})).status_code
     return health, status
@@ -185,7 +185,7 @@ async def _streams_then_cap(gw: Process, greedy: str, other: str
     health: dict[str, dict[str, int]] = {}
     capped: dict[str, int] = {}
     limits = httpx.Limits(max_connections=40, max_keepalive_connections=0)
-    async with httpx.AsyncClient(base_url=gw.url, timeout=30, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10, limits=limits) as http:
         try:
             statuses = [await _listen(http, greedy, held) for _ in range(20)]
             seen = await bystander_calls_echo(gw.url, other)
@@ -240,7 +240,7 @@ class HalfOpen:
         self._thread.join(10)
 
     def _open(self, selector: selectors.BaseSelector, n: int) -> None:
-        sock = socket.create_connection(self.address, timeout=30)
+        sock = socket.create_connection(self.address, timeout=10)
         if n % 2:
             sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
         sock.setblocking(False)
@@ -291,7 +291,7 @@ def test_100_half_open_connections_from_one_address_leave_a_verified_caller_answ
         with HalfOpen(host, int(port), 100) as attack:
             seen = [anyio.run(calls_echo_from, "127.0.0.2", gw.url, alice) for _ in range(20)]
             held_on = attack.reopened
-        metrics = httpx.get(gw.url + "/metrics", timeout=30).text
+        metrics = httpx.get(gw.url + "/metrics", timeout=10).text
     assert [s["content"][0]["text"] for s in seen] == ["echo: hi"] * 20
     assert held_on >= 100 - 50  # it kept reopening: one address holds at most half the cap fresh
     assert attack.answered == []  # ended without an answer, never refused with a 503
@@ -312,7 +312,7 @@ def test_a_principals_get_and_listen_streams_share_its_bound(bounded: Process,
 
 async def _get_and_listen(gw: Process, greedy: str) -> None:
     held: list[Any] = []
-    async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
         init = await http.post("/mcp", json=INITIALIZE, headers={
             **ACCEPT, "authorization": f"Bearer {greedy}"})
         get = await http.send(http.build_request("GET", "/mcp", headers={

@@ -84,7 +84,7 @@ def until_ready(url: str) -> None:
 def _without_host(url: str, request_line: bytes) -> bytes:
     """What an HTTP/1.0 client that sends no Host (haproxy's `option httpchk`) reads."""
     host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(request_line + b"\r\n\r\n")
         data = b""
         while chunk := sock.recv(4096):
@@ -118,9 +118,9 @@ def test_the_metrics_listener_of_its_own_answers_loopback_hosts_only(tmp_path: P
         assert found is not None, gw.output()
         url = found.group(1)
         port = url.split(":")[2].split("/")[0]
-        rebound = httpx.get(url, headers={"host": f"{REBOUND}:{port}"}, timeout=30)
-        origin = httpx.get(url, headers={"origin": f"http://{REBOUND}"}, timeout=30)
-        page = httpx.get(url, timeout=30)
+        rebound = httpx.get(url, headers={"host": f"{REBOUND}:{port}"}, timeout=10)
+        origin = httpx.get(url, headers={"origin": f"http://{REBOUND}"}, timeout=10)
+        page = httpx.get(url, timeout=10)
     assert (rebound.status_code, rebound.text) == (421, "Invalid Host header")
     assert (origin.status_code, origin.text) == (403, "Invalid Origin header")
     assert page.status_code == 200 and refused_counts(page.text)["host"] == 2

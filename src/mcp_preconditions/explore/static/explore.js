@@ -239,14 +239,18 @@ function argumentsText() {
   return state.call.asJson ? byId("call-json").value : JSON.stringify(state.call.form.read());
 }
 
+let callAsked = 0;  // the last call question: an answer to an earlier one (another tool) is dropped
 async function decideCall() {
+  const mine = ++callAsked;
   let text;
   try { text = argumentsText(); } catch (error) {
     fill(byId("call-result"), el("div", { class: "problem-line" }, `arguments: ${error.message}`));
     return;
   }
   const answer = await api("/api/call", asked({ tool: state.call.tool, arguments: text }));
-  if (answer) { showHead(answer); renderCall(answer, who?.grants); }
+  if (mine !== callAsked || !answer) return;
+  showHead(answer);
+  renderCall(answer, who?.grants);
 }
 
 function setupCall() {
@@ -279,10 +283,12 @@ function setupCall() {
 }
 
 // -- client's view -------------------------------------------------------------------------------
+let clientAsked = 0;  // likewise for the client's view
 async function refreshClient() {
+  const mine = ++clientAsked;
   const { preset, text, mode } = state.client;
   const answer = await api("/api/client", asked(text !== null ? { knowledge: text, mode } : { knowledge_preset: preset, mode }));
-  if (!answer) return;
+  if (mine !== clientAsked || !answer) return;
   showHead(answer);
   const used = renderClient(answer);
   if (used && state.client.text === null) byId("client-knowledge").value = knowledgeText(used);
