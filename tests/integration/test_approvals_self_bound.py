@@ -118,8 +118,8 @@ def real(tmp_path_factory: pytest.TempPathFactory, oidc_server: OidcServer,
                sys.executable, "-m", "tests.fixtures.listed_server", str(tools), str(ran)]
     with started(command, server_env(), f"{base}/mcp", f"{base}/healthz"):
         yield Listener(base, lambda: ran.read_text(encoding="utf-8").split() if ran.exists() else [],
-                       oidc_server.user_token("alice"), lambda: httpx.AsyncClient(timeout=60),
-                       lambda headers: httpx2.AsyncClient(headers=headers, timeout=60))
+                       oidc_server.user_token("alice"), lambda: httpx.AsyncClient(timeout=10),
+                       lambda headers: httpx2.AsyncClient(headers=headers, timeout=10))
 
 
 @asynccontextmanager
@@ -138,8 +138,8 @@ async def listening(tool: str, request: pytest.FixtureRequest, tmp_path: Path
                                 *upstream]) as gw:
             await gw.until_ready()
             yield Listener(BASE_URL, lambda: list(ran), ISSUER.token("alice"),
-                           lambda: gw.bridge.httpx(timeout=60),
-                           lambda headers: gw.bridge.httpx2(headers=headers, timeout=60))
+                           lambda: gw.bridge.httpx(timeout=10),
+                           lambda headers: gw.bridge.httpx2(headers=headers, timeout=10))
 
 
 def ran(listener: Listener, tool: str) -> int:
