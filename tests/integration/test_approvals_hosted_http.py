@@ -85,7 +85,7 @@ async def in_process(tmp_path: Path, sealed: bool) -> AsyncIterator[Hosted]:
     async with AsgiBridge(InsufficientScopeChallenge(app, pre), base_url=BASE_URL) as bridge:
         def caller(client: str, scope: str) -> AbstractAsyncContextManager[Client]:
             token = ISSUER.token(client, scope=scope)
-            http = bridge.httpx2(headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
+            http = bridge.httpx2(headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
             return _client(http, f"{BASE_URL}/mcp")
         yield Hosted(caller, lambda: list(ran))
 
@@ -103,7 +103,7 @@ async def in_a_process(tmp_path: Path, oidc: OidcServer, sealed: bool) -> AsyncI
 
     def caller(client: str, scope: str) -> AbstractAsyncContextManager[Client]:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {oidc.token(client, scope=scope)}"},
-                                  timeout=httpx2.Timeout(30.0))
+                                  timeout=httpx2.Timeout(10.0))
         return _client(http, url)
 
     with started(command, server_env(), url, url):

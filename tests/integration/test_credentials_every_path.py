@@ -6,6 +6,12 @@ with the gateway's service token: bob read alice's record. Now the server sees a
 the gateway's service account, for everything but the gateway's own catalog; bob cannot read
 alice's record; and a caller whose credential cannot be obtained is refused with the
 `credential:KEY` refusal (-32001, its envelope in `data`), nothing sent.
+
+Interop, marked, with why: every path as each caller end to end, through a real gateway process
+whose credentials are the real provider's token exchanges, to a server that verifies the exchanged
+tokens against the provider's keys; an in-process stand-in for the exchange would check only
+itself. (A caller without a subject refused per-subject keys is test_credentials_no_subject's, in
+the default tier.)
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from tests.fixtures.credential_gateway import Gateway, exchange, gateway
 from tests.fixtures.oidc import CRM, CRM_AUDIENCE, OidcServer
 from tests.fixtures.record_server import RecordServer, record_server
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,9 @@ quota. The model: a call runs only when its own approval was given and not used 
 quota has a unit; it then uses both; a quota that refuses keeps the approval for the next call; a
 refused request denies its call for good; a waiting or refused request is never made again. Every
 `used` counted is a call that ran.
+
+The default tier runs a quarter of the examples (`EXAMPLES`); the full count runs in the interop
+pass of `make test`, so that the default tier stays fast on two loaded cores.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,7 +114,13 @@ async def play(ops: list[Op]) -> None:
     assert counted.count(("deploy", "requested")) == model.requested
 
 
-@settings(max_examples=300, deadline=None)
-@given(OPS)
-def test_the_guard_honours_approvals_like_the_model(ops: list[Op]) -> None:
-    asyncio.run(play(ops))
+EXAMPLES = [pytest.param(75, id="default-tier"), pytest.param(300, id="full", marks=pytest.mark.interop)]
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_the_guard_honours_approvals_like_the_model(examples: int) -> None:
+    @settings(max_examples=examples, deadline=None)
+    @given(OPS)
+    def honoured(ops: list[Op]) -> None:
+        asyncio.run(play(ops))
+    honoured()

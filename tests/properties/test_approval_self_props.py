@@ -7,6 +7,10 @@ its first answer kept is its answer; a call runs only on the retry whose accept 
 questions that ran are a subset of the accepted ones, each at most once; a declined, cancelled or
 unanswered question runs nothing, ever. On the memory store and on two Redis replicas sharing a
 real redis-server.
+
+The Redis machine is interop, marked, with why: Redis is the component under test (its scripts and
+transactions, two connections racing on one server). The memory store's machine is the default
+tier's, with a quarter of its examples (the full count runs in the interop pass of `make test`).
 """
 
 from __future__ import annotations
@@ -197,9 +201,11 @@ class InMemory(SelfApprovals):
     make_stores = staticmethod(memory_stores)
 
 
-def test_on_the_memory_store_a_self_approval_runs_only_the_call_that_asked() -> None:
-    run_state_machine_as_test(InMemory, settings=settings(max_examples=150, stateful_step_count=40,
-                                                          deadline=None))
+@pytest.mark.parametrize("examples", [pytest.param(40, id="default-tier"),
+                                      pytest.param(150, id="full", marks=pytest.mark.interop)])
+def test_on_the_memory_store_a_self_approval_runs_only_the_call_that_asked(examples: int) -> None:
+    run_state_machine_as_test(InMemory, settings=settings(max_examples=examples,
+                                                          stateful_step_count=40, deadline=None))
 
 
 @pytest.fixture
@@ -219,6 +225,7 @@ def on_redis(redis_server: RedisServer) -> type[SelfApprovals]:
     return OnRedis
 
 
+@pytest.mark.interop
 def test_on_two_redis_replicas_a_self_approval_runs_only_the_call_that_asked(
         on_redis: type[SelfApprovals]) -> None:
     run_state_machine_as_test(on_redis, settings=settings(max_examples=40, stateful_step_count=30,

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from mcp_preconditions.cli._approvals import LaterPages
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
@@ -18,7 +20,10 @@ HEAVY = ("starlette", "cryptography", "httpx2", "mcp_preconditions.approvals.pag
 APPROVED = b'[approvals.payout]\napprovers = ["auth:claim:role:treasury"]\n'
 
 
+@pytest.mark.interop
 def test_an_http_gateway_without_approvals_imports_none_of_the_pages() -> None:
+    """Interop: it needs a fresh interpreter (`python -c`), since this process has imported the
+    pages' stacks already and cannot show what wiring the gateway alone loads."""
     code = (
         "import argparse, sys\n"
         "from mcp_preconditions.cli import _pages\n"
