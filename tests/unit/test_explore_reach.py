@@ -93,6 +93,9 @@ INTROSPECTION = ('[auth.introspection]\nendpoint = "https://issuer.example/intro
                  'client_id_env = "ID"\nclient_secret_env = "SECRET"\n')
 
 
+PDP = '[pdp.corp]\nurl = "http://127.0.0.1:3592"\n'
+
+
 def problems(read: str, edited: str) -> list[str]:
     return new_reaches(parse_policy(edited.encode(), "p.toml").policy,
                        parse_policy(read.encode(), "p.toml").policy)
@@ -132,6 +135,9 @@ def problems(read: str, edited: str) -> list[str]:
     ("", '[auth]\npublic_keys_pem = "/etc/shadow"\n', {"auth.public_keys_pem": "read a file"}),
     # decision_log.jsonl_path: a file written (the explorer records nothing, but the rule is one)
     (FILE, FILE.replace("decisions.jsonl", "/tmp/x.jsonl"), {"decision_log.jsonl_path": "write a file"}),
+    # pdp.NAME: a decision point asked about each call (its token an env: reference)
+    ("", PDP, {"pdp.corp": "reach the network"}),
+    (PDP, PDP.replace("http://127.0.0.1", "https://evil.example"), {"pdp.corp": "reach the network"}),
 ])
 def test_an_edit_that_reaches_further_is_refused_at_its_key_path(read: str, edited: str,
                                                                   expected: dict[str, str]) -> None:

@@ -35,6 +35,7 @@ REACHING: dict[str, str] = {
     "auth.introspection": NETWORK,  # its *_env fields read the environment too
     "auth.sign_in": ENVIRONMENT,  # its env: references; people sign in at auth.issuer
     "decision_log.jsonl_path": WRITE,
+    "pdp": NETWORK,  # each [pdp.NAME] as a whole: its url is asked, its token an env: reference
 }
 
 
