@@ -3,6 +3,10 @@ caller gets the transport's bare 401, and the gateway's stderr says, at WARNING,
 with the token (here: issued by the real oidc-provider for another audience), never the token.
 `--log-level ERROR` silences those lines and leaves the decision records. Before, the reason was
 logged at DEBUG, below what the gateway prints: the operator saw nothing.
+
+Interop: what is judged is a real gateway process's stderr, with `--log-level` as the operator
+gives it, and the real oidc-provider's token; the in-process logging capture would not show what
+the process prints.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from tests.fixtures.credential_gateway import Gateway, call, gateway
 from tests.fixtures.gateway_upstream import upstream_http
 from tests.fixtures.oidc import CRM, OidcServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]  # (tests/fixtures/tiers.py)
 LINE = ("mcp_preconditions.auth: bearer token refused: audience 'urn:mcp:crm' is not "
         "'urn:mcp:mission-server'")
 

@@ -3,6 +3,9 @@ the registry installed first, then the wheel built from this tree. Alone, the wh
 in one line what it lacks; with `[fastmcp]` pip replaces neither fastmcp nor uvicorn (0.55, which the
 old listener's `uvicorn<0.55` refused), and `gateway` (over stdio and HTTP, in front of a FastMCP
 server), `serve --transport http` and `tools` run. Not in the lowest pass: it installs the newest.
+
+Interop: pip installing into fresh virtualenvs, and the installed console script run as a user
+runs it, are the components under test; nothing of it can run in the test's process.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from tests.fixtures.mcp_servers import ROOT
 from tests.fixtures.ports import free_port
 from tests.integration.test_install_beside_sdks import wheel  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.interop]  # (tests/fixtures/tiers.py)
 
 TINY = '''from fastmcp import FastMCP
 
