@@ -10,161 +10,27 @@ accepted; the drain's time bound runs on a fake clock (`Pool(later=...)`).
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
-from mcp_preconditions.gateway.upstream.client import Pool
-from mcp_preconditions.gateway.upstream.http import HttpLink
 from mcp_preconditions.gateway.upstream.response import DRAIN_BYTES, DRAIN_SECONDS
-
-HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-        b"\r\n")
-END = b"0\r\n\r\n"
-WAIT = 10.0  # the safety net of every wait (each waits for an event)
-
-Tail = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Any], Awaitable[None]]
-
-
-def event(message: dict[str, Any]) -> bytes:
-    return f"event: message\ndata: {json.dumps(message)}\n\n".encode()
-
-
-def chunk(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-
-def answer(rid: Any, who: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "result": {"for": who}}
-
-
-def call(rid: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": "echo"}}
-
-
-async def ends(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rid: Any) -> None:
-    """What a well-behaved server does after the answer: it ends the stream."""
-    writer.write(END)
-
-
-@dataclass
-class Server:
-    """Answers each POST with an event stream holding its answer (`for`: the request's `x-who`),
-    then, once the client has handed that answer on, does what `tail` does."""
-
-    tail: Tail = ends
-    head: bytes = HEAD
-    accepted: int = 0  # connections
-    ended: int = 0  # connections that ended (either side)
-    delivered: dict[Any, asyncio.Event] = field(default_factory=dict)
-    change: asyncio.Event = field(default_factory=asyncio.Event)
-    port: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def heard(self, message: dict[str, Any]) -> None:
-        """The client handed `message` on (its `received`)."""
-        if "result" in message:
-            self.delivered.setdefault(message["id"], asyncio.Event()).set()
-
-    async def until(self, done: Callable[[], bool]) -> None:
-        async with asyncio.timeout(WAIT):
-            while not done():
-                self.change.clear()
-                await self.change.wait()
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:] if line)
-                body = json.loads(await reader.readexactly(int(fields[b"content-length"])))
-                who = fields.get(b"x-who", b"nobody").decode()
-                framed = b"chunked" in self.head
-                message = event(answer(body["id"], who))
-                writer.write(self.head + (chunk(message) if framed else message))
-                await self.delivered.setdefault(body["id"], asyncio.Event()).wait()
-                await self.tail(reader, writer, body["id"])
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            self.ended += 1
-            self.change.set()
-
-
-@asynccontextmanager
-async def serving(tail: Tail = ends, head: bytes = HEAD) -> AsyncIterator[Server]:
-    server = Server(tail, head)
-    listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    server.port = listening.sockets[0].getsockname()[1]
-    try:
-        yield server
-        await server.until(lambda: server.ended == server.accepted)  # the test closed its pool
-    finally:
-        listening.close()
-
-
-class FakeLater:
-    """`loop.call_later` on a fake clock: what is due runs when the test advances it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._due: list[tuple[float, Callable[[], None], asyncio.TimerHandle]] = []
-
-    def __call__(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        handle = asyncio.TimerHandle(self.now + delay, callback, (), asyncio.get_running_loop())
-        self._due.append((self.now + delay, callback, handle))
-        return handle
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        due = [entry for entry in self._due if entry[0] <= self.now]
-        self._due = [entry for entry in self._due if entry[0] > self.now]
-        for _, callback, handle in due:
-            if not handle.cancelled():
-                callback()
-
-
-class Watched(Pool):
-    """A pool that tells the server's waiters when a connection is kept or closed."""
-
-    def __init__(self, server: Server, **options: Any) -> None:
-        super().__init__(server.url, **options)
-        self._server = server
-
-    def release(self, connection: Any, keep_alive: str | None) -> None:
-        super().release(connection, keep_alive)
-        self._server.change.set()
-
-    def forget(self, connection: Any) -> None:
-        super().forget(connection)
-        self._server.change.set()
-
-    def settled(self) -> bool:
-        """Every open connection is idle: none held, none draining."""
-        return self._open == len(self._idle)
-
-
-def heard() -> list[dict[str, Any]]:
-    """What one caller's link hands on."""
-    return []
-
-
-def link(server: Server, pool: Pool, got: list[dict[str, Any]], who: str = "alice") -> HttpLink:
-    def received(message: dict[str, Any], via: Any) -> None:
-        got.append(message)
-        server.heard(message)
-
-    return HttpLink(server.url, {"x-who": who}, received, who, pool=pool, owner=who)
+from tests.fixtures.draining_server import (
+    END,
+    HEAD,
+    WAIT,
+    FakeLater,
+    Watched,
+    after_the_answer,
+    answer,
+    call,
+    chunk,
+    event,
+    heard,
+    link,
+    more_than_the_bound,
+    serving,
+    silent,
+)
 
 
 async def test_sequential_answers_on_event_streams_use_one_connection() -> None:
@@ -181,15 +47,6 @@ async def test_sequential_answers_on_event_streams_use_one_connection() -> None:
     assert server.accepted == 1
 
 
-async def more_than_the_bound(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                              rid: Any) -> None:
-    """Keep-alive comments without end, 8 KiB a chunk, until the client gives up."""
-    ping = chunk(b":" + b"p" * 8190 + b"\n\n")
-    while True:
-        writer.write(ping)
-        await writer.drain()
-
-
 async def test_a_stream_going_on_past_the_byte_bound_is_closed_and_the_next_call_connects_anew(
         ) -> None:
     async with serving(more_than_the_bound) as server:
@@ -204,14 +61,6 @@ async def test_a_stream_going_on_past_the_byte_bound_is_closed_and_the_next_call
         pool.close()
     assert got == [answer(1, "alice"), answer(2, "alice")]
     assert server.accepted == 2
-
-
-async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rid: Any) -> None:
-    """A keep-alive comment, then nothing, never the stream's end: until the client closes."""
-    writer.write(chunk(b": still here\n\n"))
-    await writer.drain()
-    assert await reader.read() == b""
-    raise ConnectionResetError
 
 
 async def test_a_stream_that_never_ends_is_closed_after_drain_seconds_and_holds_nothing() -> None:
@@ -245,13 +94,6 @@ async def test_a_draining_connection_gives_way_to_a_request_of_a_full_pool() -> 
         pool.close()
     assert got == [answer(1, "alice"), answer(2, "alice")]
     assert server.accepted == 2
-
-
-def after_the_answer(*extra: bytes) -> Tail:
-    async def tail(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rid: Any) -> None:
-        writer.write(b"".join(extra))
-
-    return tail
 
 
 NOTE = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info"}}
