@@ -7,8 +7,8 @@ Keep-alive connections in a pool capped per server, of which one caller's reques
 half (`Pool.share`: one greedy caller never holds every connection); one write per request, and a
 request that may have been written is never sent again. A kept connection is used only while the
 server keeps it (its `Keep-Alive: timeout`, else IDLE_SECONDS, under the servers' usual five); one
-the server closed is seen before anything is written on it. Bodies are bounded (`Bounds`) and read
-in bounded pieces: whole, or as a stream whose reading pauses while its reader is behind.
+the server closed is seen before anything is written on it, one read as far as wanted once drained in
+bounds (`Response.drain`). Bodies are bounded (`Bounds`) and read in bounded pieces (`response.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Hashable, Mapping
 import httptools
 
 from ..errors import UpstreamClosed, UpstreamProtocolError, UpstreamTooLarge, UpstreamUnavailable
-from .response import DEFAULT_BOUNDS, Bounds, Response
+from .response import DEFAULT_BOUNDS, DRAIN_SECONDS, Bounds, Later, Response
 
 IDLE_SECONDS = 4.0  # uvicorn and Node close an idle keep-alive connection after 5 s
 CONNECT_SECONDS = 10.0
@@ -184,6 +184,9 @@ class _Connection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()
 
+    def draining(self) -> None:
+        self.pool.drain(self)  # (never closed: a response of a closed one is not drained)
+
     def _refuse(self, error: UpstreamProtocolError) -> UpstreamProtocolError:
         """Remember why a callback stopped the parser (llhttp reports only that one did)."""
         self._failure = error
@@ -216,10 +219,10 @@ def _until_close(response: Response) -> bool:
 class Pool:
     """Keep-alive connections to one origin, at most `limit` open at once, of which one owner's
     requests hold at most `share` (half: SPEC §14, a server's pooled connections). A request over
-    either bound waits, first come first served among those that may go."""
+    either bound waits, first come first served among those that may go (never for a drain)."""
 
     def __init__(self, url: str, *, bounds: Bounds = DEFAULT_BOUNDS, limit: int = MAX_CONNECTIONS,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, later: Later | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         https = parts.scheme == "https"
         self.host = parts.hostname or "localhost"
@@ -232,6 +235,8 @@ class Pool:
         self.share = max(1, limit // 2)
         self._tls = tls if tls is not None or not https else _client_tls()
         self._idle: list[_Connection] = []
+        self._draining: dict[_Connection, asyncio.TimerHandle] = {}  # oldest first: -> its end
+        self._later = later  # schedules a drain's end: the loop's `call_later`, or a fake clock's
         self._open = 0
         self._held: dict[Hashable, int] = {}  # connections each owner's requests hold now
         self._waiting: collections.deque[tuple[Hashable | None, asyncio.Future[None]]] = \
@@ -280,6 +285,8 @@ class Pool:
                             kept.owner = owner
                         return kept
                     kept.close()
+                if self._open >= self.limit and self._draining:  # a drain is in nobody's way
+                    next(iter(self._draining)).close()
                 if self._open < self.limit:
                     self._open += 1
                     if owner is not None:  # counted before connecting: never overdrawn
@@ -312,6 +319,8 @@ class Pool:
 
     def _unheld(self, connection: _Connection) -> None:
         """`connection`'s exchange is over (kept, or closed): its owner holds one fewer."""
+        if (drained := self._draining.pop(connection, None)) is not None:
+            drained.cancel()  # its response ended in time (kept), or it closed
         if connection.held:
             connection.held = False
             owner = connection.owner
@@ -329,6 +338,13 @@ class Pool:
             raise UpstreamUnavailable(f"cannot connect to {self.authority}: "
                                       f"{exc or type(exc).__name__}") from None
         return connection
+
+    def drain(self, connection: _Connection) -> None:
+        """Its reader is done, its response not: nobody's now; closed in DRAIN_SECONDS or for a request."""
+        self._unheld(connection)
+        later = self._later or asyncio.get_running_loop().call_later
+        self._draining[connection] = later(DRAIN_SECONDS, connection.close)
+        self._wake()
 
     def release(self, connection: _Connection, keep_alive: str | None) -> None:
         """A connection whose exchange is over: kept for the next request while the server keeps it."""
@@ -355,7 +371,7 @@ class Pool:
         """Wake the waiting requests that may go now, in the order they came, as many as there
         is room for: a request whose owner holds its share already waits on (it is not in the
         way of anyone else's)."""
-        room = len(self._idle) + self.limit - self._open
+        room = len(self._idle) + len(self._draining) + self.limit - self._open
         woken: dict[Hashable, int] = {}
         for owner, waiter in self._waiting:
             if room <= 0:
@@ -371,9 +387,8 @@ class Pool:
             room -= 1
 
     def close(self) -> None:
-        for connection in list(self._idle):
-            connection.close()
-        self._idle.clear()
+        for connection in [*self._idle, *self._draining]:
+            connection.close()  # (forgotten: out of both)
 
 
 def _client_tls() -> ssl.SSLContext:

@@ -1,7 +1,8 @@
 """A server the gateway reaches over streamable HTTP: each message POSTed on a pool of keep-alive
 connections, its answer read as JSON or from an SSE stream (handed on the moment it arrives, the rest
-of the stream not waited for), the session's GET stream for what the server sends unasked
-(2025-11-25), the routing and `Mcp-Param-*` headers of 2026-07-28, and DELETE when the gateway stops.
+of the stream drained unread, to keep its connection), the session's GET stream for what the server
+sends unasked (2025-11-25), the routing and `Mcp-Param-*` headers of 2026-07-28, and DELETE when the
+gateway stops.
 
 What comes back on a request's POST must be that request's answer: anything else fails that request,
 not the session. An answer is handed on only on the POST (connection) of the request it answers,
@@ -209,8 +210,8 @@ class HttpLink:
     async def _events(self, response: Response, decoder: Decoder, rid: jsonrpc.RequestId,
                       message: Message) -> bool:
         """Read a request's event stream, each event handed on as it arrives; whether it held the
-        answer (then the rest of the stream is not waited for). A stream already whole (the usual
-        answer to a call) is read without waiting."""
+        answer (then the rest of the stream is not waited for: it is drained unread, to keep the
+        connection). A stream already whole (the usual answer to a call) is read without waiting."""
         if response.complete:  # the server answered and ended the stream in what has come
             for piece in response.pieces():
                 for data in decoder.feed(piece):
@@ -222,6 +223,7 @@ class HttpLink:
             async with contextlib.aclosing(events(response.stream(), decoder)) as stream:
                 async for data in stream:
                     if self._deliver(data, rid, message):
+                        response.drain()
                         return True
         finally:
             self._streams.pop(rid, None)

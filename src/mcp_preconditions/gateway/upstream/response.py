@@ -2,19 +2,39 @@
 most `Bounds.body`) or as a stream of pieces whose reading pauses while more than a megabyte waits
 for its reader (an event stream is bounded per event by the SSE decoder instead). Fed by the
 connection that parses it (`client.py`).
+
+A stream whose reader has what it wanted (a request's answer on its event stream) is drained: the
+rest is discarded unread as it comes, and the connection goes back to the pool when the response
+ends within DRAIN_BYTES and DRAIN_SECONDS; past either it is closed. Nothing drained reaches anyone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import UpstreamClosed, UpstreamTooLarge
 
 _STREAM_HIGH, _STREAM_LOW = 1 << 20, 1 << 18  # buffered bytes of a stream: pause / resume reading
+
+Later = Callable[[float, Callable[[], None]], asyncio.TimerHandle]  # when a drain is given up
+
+DRAIN_BYTES = 64 << 10
+"""What may follow a request's answer on its stream before its connection is closed instead of
+kept. A server that has answered ends the stream (a zero-size chunk), at most after a keep-alive
+comment or a stray notification: a few hundred bytes. Past 64 KiB the server is still talking, and
+reading on costs more than the handshake a new connection takes. Counted in bytes, not events: an
+event is at least a few bytes, and nothing drained is decoded."""
+
+DRAIN_SECONDS = 1.0
+"""How long the rest of a request's stream is waited for after its answer before its connection is
+closed instead of kept. The SDKs' servers end the stream in the write after the answer
+(milliseconds); a second leaves a loaded server room, and a connection is worth no more than its
+handshake. A draining connection is in nobody's way meanwhile: it counts against no caller's share,
+and is closed the moment a request needs its place in the pool (`Pool.drain`)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +55,7 @@ class Carrier(Protocol):
     """The connection a response arrives on."""
 
     bounds: Bounds
+    closed: bool
 
     def pause(self) -> None: ...
 
@@ -42,11 +63,15 @@ class Carrier(Protocol):
 
     def close(self) -> None: ...
 
+    def draining(self) -> None:
+        """The response's reader is done: the connection is kept if the response ends in time."""
+
 
 class Response:
     """A response whose head has arrived. Its body is read once: whole (`read`, at most
     `Bounds.body`) or in pieces as they come (`stream`). `close` gives up on the rest (the
-    connection is closed, unless the body was already complete)."""
+    connection is closed, unless the body was already complete); `drain` discards the rest, to
+    keep the connection if it ends within DRAIN_BYTES."""
 
     def __init__(self, connection: Carrier, status: int, headers: dict[str, str]) -> None:
         self.status = status
@@ -63,9 +88,15 @@ class Response:
         self.complete = False
         self._error: BaseException | None = None
         self._wake: asyncio.Future[None] | None = None
+        self._drained = -1  # bytes discarded since `drain` (-1: not draining)
 
     # -- fed by the connection ---------------------------------------------------------------------
     def _feed(self, data: bytes) -> None:
+        if self._drained >= 0:
+            self._drained += len(data)
+            if self._drained > DRAIN_BYTES:
+                raise UpstreamTooLarge(f"over {DRAIN_BYTES} bytes after the answer: not kept")
+            return
         self._parts.append(data)
         self._buffered += len(data)
         self._total += len(data)
@@ -144,8 +175,27 @@ class Response:
         finally:
             self.close()
 
+    def drain(self) -> None:
+        """The reader has what it wanted: the rest is discarded as it comes (what waits unread
+        counts too), and the connection is kept if the body ends within DRAIN_BYTES (the
+        connection closes it past DRAIN_SECONDS). A body that ends only with its connection
+        cannot leave it reusable: closed at once."""
+        if self.complete or self._error is not None or self._drained >= 0 or self._connection.closed:
+            return
+        framed = "content-length" in self.headers or "transfer-encoding" in self.headers
+        if not framed or "close" in self.headers.get("connection", "").lower() \
+                or self._buffered > DRAIN_BYTES:
+            self.close()
+            return
+        self._drained = self._buffered
+        self._parts.clear()
+        self._buffered = 0
+        self._connection.resume()
+        self._connection.draining()
+
     def close(self) -> None:
-        """Give up on the rest of the body: unless it is complete, the connection is closed."""
-        if not self.complete:
+        """Give up on the rest of the body: unless it is complete or draining, the connection is
+        closed."""
+        if not self.complete and self._drained < 0:
             self._end(UpstreamClosed("the response was abandoned"))
             self._connection.close()
