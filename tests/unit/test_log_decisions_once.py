@@ -103,7 +103,7 @@ def test_a_guarded_mcpserver_script_prints_each_record_once() -> None:
     """As a user runs it: MCPServer puts its own handler on the root logger (it printed every
     record a second time, over several lines)."""
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=60, env=server_env(), cwd=ROOT, check=False)
+                          timeout=10, env=server_env(), cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count(RECORD) == 2, done.stderr
     assert done.stderr.count(DEFAULT_LOGGER + ': {"time"') == 2, done.stderr
