@@ -22,6 +22,7 @@ from tests.fixtures.conformance import REQUIREMENTS, SERVER_STDIO, ServerLeg, ru
 from tests.fixtures.fleet import clock, command, fleet_http, write_gateway_toml
 
 # The whole server leg runs once, for the first test: six runs of the suite and the reruns.
+# work bound, not an event wait: the suite's run of every scenario
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 LEGACY, MODERN = REQUIREMENTS

@@ -134,6 +134,7 @@ def shared_folder(tmp_path: Path) -> Path:
 
 
 @pytest.mark.interop
+# work bound, not an event wait: the whole test, four npx servers; its waits are 10 s
 @pytest.mark.timeout(120)
 async def test_done_criterion_the_sdk_client_in_front_of_the_shipped_desktop_config(
         shared_folder: Path, tmp_path: Path) -> None:
@@ -166,7 +167,8 @@ async def test_done_criterion_the_sdk_client_in_front_of_the_shipped_desktop_con
 
 
 @pytest.mark.interop
-@pytest.mark.timeout(400)  # three Inspector runs, each starting the gateway and four servers
+# work bound, not an event wait: three Inspector runs, each starting the gateway and four servers
+@pytest.mark.timeout(400)
 def test_done_criterion_the_inspector_in_front_of_the_shipped_desktop_config(
         shared_folder: Path, tmp_path: Path) -> None:
     memory_file = tmp_path / "memory.jsonl"

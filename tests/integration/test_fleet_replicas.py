@@ -150,7 +150,7 @@ def test_each_server_through_every_replica(fleet_cluster: tuple[Cluster, dict[st
     cluster, logs = fleet_cluster
     before = len(tool_calls(logs["side"]))
     for name, gateway in cluster.gateways.items():
-        ready = httpx.get(gateway.url + "/readyz", timeout=30).json()
+        ready = httpx.get(gateway.url + "/readyz", timeout=10).json()
         assert ready["status"] == "ready" and ready["down"] == [], (name, ready)
         assert set(ready["servers"]) == {"main", "side"}
         structured, names = anyio.run(_side_echo, gateway.url + "/mcp", mode)

@@ -92,7 +92,7 @@ def stdio_fleet(tmp: Path, servers: dict[str, Entry]) -> StdioServerParameters:
 
 async def listed(client: Client, *names: str) -> None:
     """Wait until the gateway lists `names` (servers still starting are listed later)."""
-    with anyio.fail_after(60):
+    with anyio.fail_after(10):
         while not set(names) <= {t.name for t in (await client.list_tools()).tools}:
             await anyio.sleep(0.2)
 
@@ -251,7 +251,7 @@ async def test_a_stdio_fleet_routes_requests_progress_and_logs_of_each_server(
     async with Client(stdio_fleet(tmp_path, servers), mode=mode, log_level=level,
                       **me.callbacks()) as client:
         await listed(client, "a__slow", "b__ask", "c__trigger-elicitation-request")
-        with anyio.fail_after(60):
+        with anyio.fail_after(10):
             asked = await client.call_tool("b__ask", {})
             elicited = await client.call_tool("c__trigger-elicitation-request", {})
             logged = await client.call_tool("b__log", {"tag": "b"})

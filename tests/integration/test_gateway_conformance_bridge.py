@@ -100,7 +100,7 @@ async def asgi_served(app: Any) -> AsyncIterator[str]:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.serve, [sock])
-            with anyio.fail_after(30):
+            with anyio.fail_after(10):
                 while not server.started:  # uvicorn has no event for it
                     await anyio.sleep(0.005)
             yield f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -122,7 +122,7 @@ async def bridge() -> AsyncIterator[Bridge]:
 
 @asynccontextmanager
 async def bridged(gateway: Gateway, caller: list[Credentials]) -> AsyncIterator[Bridge]:
-    async with served(gateway) as url, httpx.AsyncClient(timeout=30, headers={
+    async with served(gateway) as url, httpx.AsyncClient(timeout=10, headers={
             "accept": "application/json, text/event-stream"}) as http:
         ready = Bridge(http, url, caller)
         assert (await ready.post("tools/list", {})).status == 200  # (waits for the server)

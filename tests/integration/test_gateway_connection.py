@@ -118,12 +118,12 @@ def test_a_gateway_whose_stdin_is_empty_or_closed_exits_at_once_and_cleanly(
     env = upstream_env(tmp_path / "upstream.jsonl")
     if stdin == "/dev/null":
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=env,
-                              cwd=ROOT, timeout=60, check=False)
+                              cwd=ROOT, timeout=10, check=False)
     elif stdin == "closed":
-        done = subprocess.run(command, capture_output=True, env=env, cwd=ROOT, timeout=60,
+        done = subprocess.run(command, capture_output=True, env=env, cwd=ROOT, timeout=10,
                               check=False, preexec_fn=lambda: os.close(0))
     else:
         done = subprocess.run(command, input=b"", capture_output=True, env=env, cwd=ROOT,
-                              timeout=60, check=False)
+                              timeout=10, check=False)
     assert done.returncode == 0, done.stderr.decode()
     assert b"Traceback" not in done.stderr and b"Error" not in done.stderr, done.stderr.decode()

@@ -104,7 +104,7 @@ def resuming(headers: dict[str, str], last: str, who: str | None = None) -> dict
 
 
 def client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=30, headers={"accept": "application/json, text/event-stream"})
+    return httpx.AsyncClient(timeout=10, headers={"accept": "application/json, text/event-stream"})
 
 
 async def test_a_stream_the_server_closes_mid_call_is_closed_and_resumed_for_the_client() -> None:

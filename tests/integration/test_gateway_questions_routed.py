@@ -106,7 +106,7 @@ async def test_over_http_two_2025_clients_are_each_asked_their_own_question() ->
         async def first() -> None:
             results["one"] = await one.call_tool("test_elicitation", {"message": "one's"})
 
-        with anyio.fail_after(20):
+        with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(first)
                 await asked.wait()

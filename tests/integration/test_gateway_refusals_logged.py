@@ -36,7 +36,7 @@ def plain(tmp_path: Path) -> Iterator[str]:
 def refused(gw: Gateway, token: str) -> None:
     answer = httpx.post(gw.url, headers={"Authorization": f"Bearer {token}",
                                          "Accept": "application/json, text/event-stream"},
-                        json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=30)
+                        json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10)
     assert answer.status_code == 401 and "audience" not in answer.text  # the caller learns nothing
 
 

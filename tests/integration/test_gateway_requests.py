@@ -108,7 +108,7 @@ async def test_a_2026_client_answers_server_everythings_requests(policy: Path) -
     async with Client(_stdio(gateway_stdio(policy, everything_stdio())), mode="auto",
                       **asked.callbacks()) as client:
         assert client.protocol_version == "2026-07-28"
-        with anyio.fail_after(30):
+        with anyio.fail_after(10):
             sampled = await client.call_tool("trigger-sampling-request",
                                              {"prompt": "2+2", "maxTokens": 5})
             elicited = await client.call_tool("trigger-elicitation-request", {})

@@ -58,7 +58,7 @@ def started_gateway() -> tuple[subprocess.Popen[bytes], dict[int, str]]:
         [*CLI, "gateway", "--policy", str(ROOT / "policies" / "everything.toml"), "--",
          "npx", "--no-install", "mcp-server-everything", "stdio"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 10
     while True:
         family = descendants(gateway.pid)
         if any("node" in cmd and "mcp-server-everything stdio" in cmd for cmd in family.values()):
@@ -70,7 +70,7 @@ def started_gateway() -> tuple[subprocess.Popen[bytes], dict[int, str]]:
 
 
 def assert_gone(family: dict[int, str]) -> None:
-    deadline = time.monotonic() + 30  # a liveness deadline: node exits slowly on a loaded machine
+    deadline = time.monotonic() + 10  # a liveness deadline: node exits slowly on a loaded machine
     while left := {pid: cmd for pid, cmd in family.items() if alive(pid)}:
         if time.monotonic() > deadline:
             for pid in left:
@@ -83,7 +83,7 @@ def test_sigterm_stops_the_gateway_and_its_npx_upstream() -> None:
     gateway, family = started_gateway()
     try:
         gateway.send_signal(signal.SIGTERM)
-        assert gateway.wait(timeout=30) == 128 + signal.SIGTERM
+        assert gateway.wait(timeout=10) == 128 + signal.SIGTERM
         assert_gone(family)
     finally:
         if gateway.poll() is None:
@@ -97,7 +97,7 @@ def test_sigterm_during_the_shutdown_after_stdin_closed_still_stops_the_upstream
         gateway.stdin.close()  # the client has gone: the gateway begins stopping its upstream
         time.sleep(1.8)  # as the Inspector: inside the SDK's 2 s grace for the upstream
         gateway.send_signal(signal.SIGTERM)  # and is told to stop meanwhile
-        gateway.wait(timeout=30)
+        gateway.wait(timeout=10)
         assert_gone(family)
     finally:
         if gateway.poll() is None:

@@ -121,7 +121,7 @@ class Deployed:
 
     def browser(self) -> tuple[httpx.Client, Balancer]:
         balancer = Balancer(httpx.URL(self.public), [httpx.URL(c.url) for c in self.replicas.values()])
-        return httpx.Client(transport=balancer, timeout=30), balancer
+        return httpx.Client(transport=balancer, timeout=10), balancer
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ async def _decline(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_t
 async def call(container: Container, token: str, tool: str, arguments: dict[str, Any] | None = None
                ) -> mcp_types.CallToolResult:
     """One call from a client that declares elicitation, URL mode included (it gets the links)."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10)
     async with Client(streamable_http_client(container.url + "/mcp", http_client=http),
                       elicitation_callback=_decline) as client:
         return await client.call_tool(tool, arguments or {})
@@ -194,7 +194,7 @@ async def test_an_approval_asked_on_one_replica_is_decided_and_used_on_the_other
     url = link(await call(gw1, trent, "crm__note", asked), "approval:crm_bulk")
     assert url.startswith(deployed.public + "/approvals/")  # made with --public-url
     decided = httpx.post(gw2.url + url.removeprefix(deployed.public), json={"decision": "approve"},
-                         headers={"Authorization": f"Bearer {tess}"}, timeout=30)
+                         headers={"Authorization": f"Bearer {tess}"}, timeout=10)
     assert (decided.status_code, decided.json()["state"]) == (200, "approved"), decided.text
     assert text(await call(gw2, trent, "crm__note", asked)) == "trent: delete the 42 leads of ACME"
     again = await call(gw1, trent, "crm__note", asked)  # single use, across replicas

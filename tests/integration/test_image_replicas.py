@@ -79,7 +79,7 @@ class Fleet:
         assert self.redis.command("SET", "image:launch.window", value) == "+OK"
 
     def revisions(self) -> dict[str, str]:
-        return {name: httpx.get(c.url + "/readyz", timeout=30).json()["policy"]
+        return {name: httpx.get(c.url + "/readyz", timeout=10).json()["policy"]
                 for name, c in self.containers.items()}
 
 

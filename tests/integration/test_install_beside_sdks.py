@@ -30,6 +30,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy(ROOT / name, tree / name)
     shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+                            # work bound, not an event wait: pip builds the wheel
                             str(tree / "dist"), str(tree)], capture_output=True, text=True, timeout=600,
                            check=False)
     assert built.returncode == 0, built.stderr
@@ -40,6 +41,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_with_its_sdk_extras_leaves_the_installed_sdks_alone(wheel: Path) -> None:
     asked = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index",
                             "--quiet", "--report", "-", f"{wheel}[{SDK_EXTRAS}]"],
+                           # work bound, not an event wait: pip resolves the extras
                            capture_output=True, text=True, timeout=300, check=False)
     assert asked.returncode == 0, asked.stderr
     report = json.loads(asked.stdout)

@@ -85,17 +85,20 @@ def venv_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def fastmcp_venv(tmp_path_factory: pytest.TempPathFactory) -> FastmcpVenv:
     root = tmp_path_factory.mktemp("fastmcp-user") / "venv"
+    # work bound, not an event wait: a venv with pip
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
     tiny = root.parent / "tiny.py"
     tiny.write_text(TINY, encoding="utf-8")
     venv = FastmcpVenv(root, tiny)
     done = venv.run("python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    # work bound, not an event wait: pip, from the registry
                     "--upgrade", "fastmcp", "uvicorn", timeout=900)
     assert done.returncode == 0, done.stderr
     return venv
 
 
-@pytest.mark.timeout(1200)  # a fresh virtualenv: fastmcp and its dependencies from the registry
+# work bound, not an event wait: a fresh virtualenv: fastmcp and its dependencies from the registry
+@pytest.mark.timeout(1200)
 def test_fastmcp_alone_runs_gateway_serve_and_tools_and_pip_keeps_the_newest_uvicorn(
         fastmcp_venv: FastmcpVenv, wheel: Path, tmp_path: Path) -> None:  # noqa: F811
     """Issue 40: `[fastmcp]` alone could not run `gateway`, `serve` or `tools`, and adding `[mcp]`
@@ -106,7 +109,7 @@ def test_fastmcp_alone_runs_gateway_serve_and_tools_and_pip_keeps_the_newest_uvi
     before = venv.versions()
     assert Version(before["uvicorn"]) >= Version("0.55")  # the release the old `<0.55` refused
     core = venv.run("python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    str(wheel), timeout=600)
+                    str(wheel), timeout=600)  # work bound, not an event wait: pip installs the wheel
     assert core.returncode == 0, core.stderr
     policy = tmp_path / "policy.toml"
     policy.write_text("[tools.echo]\nrequirements = []\n", encoding="utf-8")
@@ -122,6 +125,7 @@ def test_fastmcp_alone_runs_gateway_serve_and_tools_and_pip_keeps_the_newest_uvi
                f"{'it' if len(absent) == 1 else 'them'}): install mcp-preconditions with [mcp] "
                '(README.md, "Install")\n')
     report = venv.run("python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                      # work bound, not an event wait: pip resolves
                       "--report", "-", f"{wheel}[fastmcp]", timeout=600)
     assert report.returncode == 0, report.stderr
     installed = {normalized(i["metadata"]["name"]) for i in json.loads(report.stdout)["install"]}

@@ -197,7 +197,7 @@ async def test_a_near_miss_serve_child_exits_before_a_client_gets_a_session(tmp_
     near, shown, tool = NEAR_MISSES[0]
     policy = near_miss_policy(tmp_path, near)
     done = subprocess.run([*CLI, "serve", "--policy", str(policy)], env=server_env(), cwd=ROOT,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10,
                           check=False)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", near_miss_line(policy, shown, tool))
     with pytest.RaisesGroup(pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="Connection closed"))):

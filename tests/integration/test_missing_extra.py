@@ -29,15 +29,17 @@ def core_only() -> Path:
     stamp = CORE_ONLY / ".pyproject-sha256"
     if not stamp.exists() or stamp.read_text() != digest:
         shutil.rmtree(CORE_ONLY, ignore_errors=True)
+        # work bound, not an event wait: a venv with pip
         subprocess.run([sys.executable, "-m", "venv", str(CORE_ONLY)], check=True, timeout=120)
         pip = [str(CORE_ONLY / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        # work bound, not an event wait: pip
         subprocess.run([*pip, "-e", str(ROOT)], check=True, timeout=600, capture_output=True)
         stamp.write_text(digest)
     return CORE_ONLY / "bin" / "mcp-preconditions"
 
 
 def run(command: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(command), *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
+    return subprocess.run([str(command), *args], capture_output=True, text=True, cwd=ROOT, timeout=10,
                           check=False)
 
 

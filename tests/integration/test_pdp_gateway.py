@@ -78,7 +78,7 @@ def gw(oidc_server: OidcServer, crm: TokenServer, cerbos: CerbosPdp,
 
 async def listed(url: str, token: str) -> list[str]:
     async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"}, timeout=60))) as client:
+            headers={"Authorization": f"Bearer {token}"}, timeout=10))) as client:
         return sorted(t.name for t in (await client.list_tools()).tools)
 
 

@@ -198,7 +198,7 @@ def _refused(method: str, said: str, server: str, fleet: bool) -> bool:
 @asynccontextmanager
 async def http_client(gw: Gateway, token: str, version: str, **hooks: Any) -> AsyncIterator[Client]:
     async with Client(streamable_http_client(gw.url, http_client=httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"}, timeout=60)), mode=MODES[version],
+            headers={"Authorization": f"Bearer {token}"}, timeout=10)), mode=MODES[version],
             **hooks) as client:
         yield client
 

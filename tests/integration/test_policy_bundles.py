@@ -80,7 +80,7 @@ class BundleServer:
     def answer(self, request: BaseHTTPRequestHandler) -> None:
         fault, body = self.faults.get(request.path), self.files.get(request.path)
         if fault == "hang":
-            self._release.wait(30)
+            self._release.wait(10)
         if fault == "500" or body is None:
             status = 500 if fault == "500" else 404
             self.log.append((request.path, status))

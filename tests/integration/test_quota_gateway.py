@@ -159,7 +159,7 @@ def _rotation(front: str, seen: set[str]) -> bool:
 
 @pytest.mark.interop
 @pytest.mark.integration
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180)  # work bound, not an event wait: three replicas, Redis and the calls below
 async def test_three_replicas_share_one_bucket_under_load(
         tmp_path: Path, redis_factory: Callable[[], RedisServer]) -> None:
     redis = redis_factory()
@@ -172,7 +172,7 @@ async def test_three_replicas_share_one_bucket_under_load(
                     seen.extend(verdicts([await session.call_tool("echo", {"text": "hi"})]))
 
         # As many calls as it takes (not a fixed time: a loaded machine makes fewer a second).
-        async with asyncio.timeout(100):
+        async with asyncio.timeout(100):  # work bound, not an event wait: as many calls as the bucket takes
             await asyncio.gather(*(client() for _ in range(CLIENTS)))
     allowed, errors = seen.count("allowed"), seen.count("error")
     assert allowed <= LIMIT and tool_calls(log).count("echo") == allowed

@@ -200,7 +200,7 @@ async def test_set_helper_writes_under_the_prefix(redis_server: RedisServer) -> 
 
 def get_calls(server: RedisServer) -> int:
     """How many GET commands the server has run (INFO commandstats, a RESP bulk string)."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(b"INFO commandstats\r\n")
         data = s.recv(65536)
         header, _, body = data.partition(b"\r\n")

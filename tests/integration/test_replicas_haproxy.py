@@ -181,15 +181,15 @@ def test_an_unknown_session_gets_404_and_the_replica_keeps_serving(cluster: Clus
             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                        "clientInfo": {"name": "raw", "version": "1"}}}
     gw1, gw2 = cluster.gateways["gw1"].url, cluster.gateways["gw2"].url
-    opened = httpx.post(gw1 + "/mcp", headers=head, json=init, timeout=30)
+    opened = httpx.post(gw1 + "/mcp", headers=head, json=init, timeout=10)
     session = opened.headers["mcp-session-id"]
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-    elsewhere = httpx.post(gw2 + "/mcp", json=listing, timeout=30,
+    elsewhere = httpx.post(gw2 + "/mcp", json=listing, timeout=10,
                            headers={**head, "mcp-session-id": session,
                                     "mcp-protocol-version": "2025-11-25"})
     assert elsewhere.status_code == 404
     assert elsewhere.json()["error"]["message"] == "Session not found"
-    assert httpx.post(gw2 + "/mcp", headers=head, json=init, timeout=30).status_code == 200
+    assert httpx.post(gw2 + "/mcp", headers=head, json=init, timeout=10).status_code == 200
     assert _status(gw2 + "/readyz") == 200
     assert cluster.gateways["gw2"].process.poll() is None
 

@@ -120,7 +120,7 @@ def test_the_page_decides_as_check(served: tuple[Swappable, str], tmp_path_facto
     holder.app = build_app(Workbench(Inputs(str(policy), text, listed, str(tools))), TOKEN)
     asked = {"policy": text, "claims": "" if w.claims is None else json.dumps(w.claims)}
 
-    page = httpx.post(url + "api/decisions", json=asked, headers=HEADERS, timeout=30).json()
+    page = httpx.post(url + "api/decisions", json=asked, headers=HEADERS, timeout=10).json()
     expected = check_json("--policy", str(policy), "--tools", str(tools), *caller)
     assert [{k: t[k] for k in ("name", "allowed", "unmet", "errors")} for t in page["tools"]] \
         == expected["tools"]
@@ -128,7 +128,7 @@ def test_the_page_decides_as_check(served: tuple[Swappable, str], tmp_path_facto
     tool = data.draw(st.sampled_from(list(code)))
     arguments = json.dumps(w.arguments)
     call = httpx.post(url + "api/call", json={**asked, "tool": tool, "arguments": arguments},
-                      headers=HEADERS, timeout=30).json()["call"]["decision"]
+                      headers=HEADERS, timeout=10).json()["call"]["decision"]
     expected = check_json("--policy", str(policy), "--tools", str(tools), *caller, "--tool", tool,
                           "--arguments", arguments)["tools"][0]
     assert (call["allowed"], call["unmet"], call["errors"]) == (

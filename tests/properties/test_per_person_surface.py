@@ -41,7 +41,7 @@ from tests.fixtures.per_person import (
     world,
 )
 
-ROW_SECONDS = 60.0  # the safety net of one row
+ROW_SECONDS = 10.0  # the safety net of one row
 ERAS = (LEGACY, MODERN)
 Row = Callable[[World], Awaitable[list[str]]]
 

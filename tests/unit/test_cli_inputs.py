@@ -48,7 +48,7 @@ def script(*argv: str, shell_redirect: str = "", **options: object) -> subproces
     kwargs: dict[str, object] = {"capture_output": True, **options}
     if "stdout" in options:
         kwargs = {"stderr": subprocess.PIPE, **options}
-    return subprocess.run(command, text=True, env=env, timeout=60, check=False,  # type: ignore[call-overload, no-any-return]
+    return subprocess.run(command, text=True, env=env, timeout=10, check=False,  # type: ignore[call-overload, no-any-return]
                           **kwargs)
 
 
@@ -99,7 +99,7 @@ def test_a_token_from_a_closed_stdin() -> None:
 
 def test_a_token_from_stdin_that_is_not_utf8() -> None:
     done = subprocess.run([str(SCRIPT), "check", "--policy", POLICY, "--tools", TOOLS, "--token", "-"],
-                          input=b"\xff\xfe\n", capture_output=True, timeout=60, check=False)
+                          input=b"\xff\xfe\n", capture_output=True, timeout=10, check=False)
     assert (done.returncode, done.stdout, done.stderr.decode()) == (
         2, b"", f"{ERROR}--token -: standard input: not UTF-8 (invalid start byte at byte 0)\n")
 
@@ -123,7 +123,7 @@ def test_a_reader_that_went_away_exits_non_zero() -> None:
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # before the child writes: its first write meets a broken pipe
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 2
+    assert proc.wait(timeout=10) == 2
     assert err == f"{ERROR}standard output: cannot write: Broken pipe\n"
 
 

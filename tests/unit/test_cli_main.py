@@ -109,7 +109,7 @@ def test_an_os_error_is_one_line(capsys: pytest.CaptureFixture[str],
 def script(*argv: str) -> subprocess.CompletedProcess[str]:
     assert SCRIPT.exists(), f"console script not installed at {SCRIPT}"
     env = {k: v for k, v in os.environ.items() if k != "MCP_PRECONDITIONS_ENVIRONMENT"}
-    return subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, env=env, timeout=60,
+    return subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, env=env, timeout=10,
                           check=False)
 
 

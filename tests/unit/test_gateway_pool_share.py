@@ -49,10 +49,10 @@ async def test_one_callers_requests_hold_at_most_half_the_pool() -> None:
         bob = AsCaller("bob", Credential.bearer("bob", "per-subject"))
         release, full = holding(double, "Bearer alice", 2)
         try:
-            hers = [asyncio.ensure_future(sessions.request(alice, "tools/call", {}, timeout=30))
+            hers = [asyncio.ensure_future(sessions.request(alice, "tools/call", {}, timeout=10))
                     for _ in range(10)]
             await full.wait()  # two of hers at the server, held
-            answer = await sessions.request(bob, "tools/call", {}, timeout=30)
+            answer = await sessions.request(bob, "tools/call", {}, timeout=10)
             assert answer["content"][0]["text"] != ""  # bob's, answered while hers are held
             assert not any(h.done() for h in hers)
             assert [p.authorization for p in double.calls()].count("Bearer alice") == 2
@@ -105,7 +105,7 @@ async def test_through_the_gateway_another_callers_call_is_answered_while_one_ho
                 as_caller(url, "bob") as bob:
             hers = [asyncio.ensure_future(alice.call_tool("crm__echo", {})) for _ in range(120)]
             await full.wait()
-            with anyio.fail_after(60):  # (a deadline for the failure only: it waits for nothing)
+            with anyio.fail_after(10):  # (a deadline for the failure only: it waits for nothing)
                 result: Any = await bob.call_tool("crm__echo", {})
             assert not result.is_error and not any(h.done() for h in hers)
             held = [p.authorization for p in crm.calls()].count(secret("crm", "alice"))

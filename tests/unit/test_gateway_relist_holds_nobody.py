@@ -50,7 +50,7 @@ async def test_a_slow_relist_holds_no_call_and_its_server_calls_use_the_last_goo
         gateway = Gateway(guard, [ServerSpec("a", "a__", url=a.url), ServerSpec("b", "b__", url=b.url)],
                           lambda _call: ANONYMOUS)
         async with served(gateway) as url, Client(url, mode="legacy") as client:
-            with anyio.fail_after(30):
+            with anyio.fail_after(10):
                 while {"a__echo", "b__echo"} - {t.name for t in (await client.list_tools()).tools}:
                     await anyio.sleep(0.02)
                 await b.streaming.wait()  # the gateway's own session's GET stream, at b
@@ -65,7 +65,7 @@ async def test_a_slow_relist_holds_no_call_and_its_server_calls_use_the_last_goo
             assert not other.is_error and not own.is_error
             assert "b__late" not in tools and {"a__echo", "b__echo"} <= tools
             release.set()
-            with anyio.fail_after(30):  # once it is in, the new listing is the catalog
+            with anyio.fail_after(10):  # once it is in, the new listing is the catalog
                 while "b__late" not in {t.name for t in (await client.list_tools()).tools}:
                     await anyio.sleep(0.02)
 
@@ -108,7 +108,7 @@ async def test_a_slow_relist_of_prompts_and_resources_holds_no_routed_request(
                           [ServerSpec("a", "a__", url=a.url), ServerSpec("b", "b__", url=b.url)],
                           lambda _call: ANONYMOUS)
         async with served(gateway) as url, Client(url, mode="legacy") as client:
-            with anyio.fail_after(30):
+            with anyio.fail_after(10):
                 assert {p.name for p in (await client.list_prompts()).prompts} == \
                     {"a__greet", "b__greet"}
                 await client.list_resources()
@@ -125,7 +125,7 @@ async def test_a_slow_relist_of_prompts_and_resources_holds_no_routed_request(
             assert [p.params["uri"] for p in b.calls("resources/subscribe")] == ["b://None"]
             assert [p.params["uri"] for p in b.calls("resources/unsubscribe")] == ["b://None"]
             release.set()
-            with anyio.fail_after(30):  # once it is in, the new listing routes
+            with anyio.fail_after(10):  # once it is in, the new listing routes
                 while "b__late" not in {p.name for p in (await client.list_prompts()).prompts}:
                     await anyio.sleep(0.02)
                 await client.get_prompt("b__late")

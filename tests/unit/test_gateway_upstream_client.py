@@ -94,7 +94,7 @@ async def raw_server(*replies: Reply) -> AsyncIterator[RawServer]:
 
 async def exchange(pool: Pool, body: bytes) -> bytes | UpstreamError:
     try:
-        async with asyncio.timeout(30):  # a safety net on two loaded cores, never reached
+        async with asyncio.timeout(10):  # a safety net on two loaded cores, never reached
             response = await pool.request("POST", HEADERS, body)
             return await response.read()
     except UpstreamError as exc:
@@ -220,7 +220,7 @@ async def test_connections_per_server_are_capped() -> None:
     async with raw_server(*replies) as server:
         pool = Pool(server.url, bounds=BOUNDS, limit=2)
         calls = [asyncio.create_task(exchange(pool, str(i).encode())) for i in range(3)]
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(10):
             while len(server.connections) < 2:
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)  # a third connection, were it opened, would be by now

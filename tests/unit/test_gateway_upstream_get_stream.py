@@ -21,7 +21,7 @@ from mcp_preconditions.gateway.upstream import http, session
 from mcp_preconditions.gateway.upstream.http import GET_ATTEMPTS, HttpLink
 from mcp_preconditions.gateway.upstream.session import HttpTarget, Upstream
 
-WAIT = 30.0
+WAIT = 10.0
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             b"\r\n")
 CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}

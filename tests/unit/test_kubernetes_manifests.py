@@ -129,7 +129,7 @@ def test_the_prometheus_rule_is_the_shipped_alerts_file_and_promtool_checks_it(t
     rules = tmp_path / "rules.yml"
     rules.write_text(yaml.safe_dump(find("PrometheusRule")["spec"]), encoding="utf-8")
     done = subprocess.run([binary("promtool"), "check", "rules", str(rules)], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=10)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS: 8 rules found" in done.stdout
 

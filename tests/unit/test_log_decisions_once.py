@@ -104,6 +104,8 @@ def test_a_guarded_mcpserver_script_prints_each_record_once() -> None:
     """As a user runs it: MCPServer puts its own handler on the root logger (it printed every
     record a second time, over several lines). Interop: a fresh interpreter's own logging set-up
     and what it prints on stderr are what is judged; pytest's capture would stand in for both."""
+    # work bound, not an event wait: a fresh interpreter importing the SDK and running a whole
+    # session (5 s alone, past 10 s at load 16)
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                           timeout=60, env=server_env(), cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr

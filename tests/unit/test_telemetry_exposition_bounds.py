@@ -28,17 +28,17 @@ def test_slow_clients_are_timed_out_and_bounded(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(exposition, "MAX_SCRAPES", 3)
     listener = MetricsListener(Metrics(), "127.0.0.1", 0)
     try:
-        slow = [socket.create_connection(("127.0.0.1", listener.port), timeout=30) for _ in range(3)]
+        slow = [socket.create_connection(("127.0.0.1", listener.port), timeout=10) for _ in range(3)]
         for sock in slow:
             sock.sendall(b"GET /metr")  # half a request line, and then nothing
-        over = socket.create_connection(("127.0.0.1", listener.port), timeout=30)
+        over = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
         busy = read_all(over)
         over.close()
         for sock in slow:  # each is closed by the listener: the read ends instead of hanging
             assert read_all(sock) == b""
             sock.close()
         for _ in range(100):  # a slot is free again once its thread has ended
-            page = httpx.get(listener.url, timeout=30)
+            page = httpx.get(listener.url, timeout=10)
             if page.status_code == 200:
                 break
     finally:

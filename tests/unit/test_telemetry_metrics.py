@@ -290,8 +290,8 @@ def test_the_listener_serves_metrics_on_its_own_port() -> None:
     listener = MetricsListener(m, "127.0.0.1", 0)
     try:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", listener.url)
-        page = httpx.get(listener.url, timeout=30)
-        other = httpx.get(listener.url.removesuffix("/metrics") + "/", timeout=30)
+        page = httpx.get(listener.url, timeout=10)
+        other = httpx.get(listener.url.removesuffix("/metrics") + "/", timeout=10)
     finally:
         listener.close()
     assert page.status_code == 200 and "mcp_preconditions_decisions_total" in page.text
