@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable,
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import RequirementError
+from .errors import ListingError, RequirementError
 from .guard import Guard
 from .outcomes import Refusal, Refused
 from .principal import Credentials
@@ -28,10 +28,6 @@ MAX_PAGES = 1000
 FetchPage = Callable[[str | None], Awaitable[object]]
 # A caller's view of its tool list: two equal views are two equal lists (`view`).
 View = Callable[[Credentials], Awaitable[Hashable]]
-
-
-class ListingError(Exception):
-    """A listing that cannot be read, in one line naming the method and what is wrong."""
 
 
 async def every_page(fetch: FetchPage, method: str = "tools/list", field: str = "tools",

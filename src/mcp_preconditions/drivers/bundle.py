@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-from ..errors import InputError, PolicyError, PreconditionsError
+from ..errors import BundleError, BundleNotFound, InputError, PreconditionsError
 from ..files import read_bounded
 from ..policy.load import PolicySource, load_policy, parse_policy
 from .reload import OnChange, PolicyChange, PolicyReloader, log
@@ -32,19 +32,6 @@ MAX_BUNDLE_BYTES = 16 << 20  # a 100,000-tool policy is a few MiB; anything far 
 DEFAULT_TIMEOUT = 5.0  # seconds for a whole exchange (connect, headers, body), per request
 SIGNATURE_SUFFIX = ".sig"
 PublicKeyLike: TypeAlias = "Ed25519PublicKey | str | Path"
-
-
-class BundleError(PolicyError):
-    """A policy bundle could not be fetched or verified: one line, `URL: problem`."""
-
-    def __init__(self, source: str, problem: str) -> None:
-        self.source = source
-        self.problems = [problem]
-        InputError.__init__(self, f"{source}: {problem}")  # one line, unlike an invalid-policy list
-
-
-class _NotFound(BundleError):
-    """The server answered 404: for a signature, the bundle is unsigned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +121,7 @@ def _verify(url: str, body: bytes, key: Ed25519PublicKey, timeout: float) -> Non
     sig_url = url + SIGNATURE_SUFFIX
     try:
         fetched = _get(sig_url, None, timeout)
-    except _NotFound:
+    except BundleNotFound:
         raise BundleError(url, f"unsigned: {sig_url} answered HTTP 404, and a signature is "
                                f"required (a public key is configured)") from None
     except BundleError as exc:
@@ -179,7 +166,7 @@ def _get(url: str, etag: str | None, timeout: float) -> _Fetched:
             if response.status_code == 304 and etag is not None:
                 return _Fetched(None, etag)
             if response.status_code != 200:
-                error = _NotFound if response.status_code == 404 else BundleError
+                error = BundleNotFound if response.status_code == 404 else BundleError
                 raise error(url, f"answered HTTP {response.status_code}")
             body = _read_body(url, response, deadline, timeout)
             return _Fetched(body, response.headers.get("etag"))

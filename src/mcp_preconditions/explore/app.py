@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..client import FilterMode
-from ..errors import PreconditionsError
+from ..errors import BadRequest, PreconditionsError
 from ..files import MAX_FILE_BYTES_ENV, max_file_bytes, parse_json
 from ..policy.load import key_path
 from .access import HEADER, TokenRequired
@@ -73,14 +73,6 @@ class _ClientRequest(_Request):
     knowledge: str | None = None
     knowledge_preset: str | None = None
     mode: FilterMode = FilterMode.HIDE
-
-
-class BadRequest(Exception):
-    """A request the page would never send (wrong shape, too large): its status and message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def request_bound(bench: Workbench) -> int:

@@ -20,7 +20,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from ..envelope import echo_of
-from ..toolset import ListingError, advertise, every_page
+from ..errors import ListingError
+from ..toolset import advertise, every_page
 from ._approvals import reply_of, without_round
 from ._hosted import (
     REQUIREMENTS_ATTR,
