@@ -106,8 +106,9 @@ async def _body(request: Request, media_type: str, bound: int, name: str = "the 
 
 
 async def _asked(request: Request, model: type[_Asked], bound: int) -> _Asked:
+    body = await _body(request, JSON, bound)  # (its BadRequest is a PreconditionsError: not below)
     try:
-        raw = parse_json(await _body(request, JSON, bound), "request")
+        raw = parse_json(body, "request")
     except PreconditionsError as exc:
         raise BadRequest(400, str(exc)) from None
     try:
