@@ -19,9 +19,9 @@ from starlette.testclient import TestClient
 from mcp_preconditions.auth.base import PassThroughAuthenticator
 from mcp_preconditions.credentials import Caller, ConnectedAccounts, ConnectFlow, MemoryTickets, MemoryVault
 from mcp_preconditions.credentials.accounts import Connection
-from mcp_preconditions.credentials.pages import CredentialPages
 from mcp_preconditions.credentials.signin import SESSION_COOKIE
 from mcp_preconditions.errors import CredentialBackendError
+from mcp_preconditions.pages.credentials import CredentialPages
 from tests.unit.credentials_doubles import ISSUER, AuthServer, Clock
 from tests.unit.test_credentials_accounts import oauth_settings
 from tests.unit.test_credentials_signin import sign_in

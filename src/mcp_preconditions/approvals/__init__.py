@@ -5,9 +5,8 @@ binding.py (what an approval is bound to, RFC 8785), lifecycle.py (requested →
 expired; approved → used), store.py and store_redis.py (atomic, one process or every replica),
 bounds.py (how many requests one caller keeps),
 approvers.py (who may approve), question.py (the `self` question), plan.py (one call's approvals),
-resolver.py (the namespace), stage.py (the late stage), record.py (records and metrics), and the
-approver pages (pages.py, page_views.py, page_session.py; starlette, imported on their own by a
-gateway that serves them). No MCP SDK here: the adapters ask.
+resolver.py (the namespace), stage.py (the late stage), record.py (records and metrics). The
+approver pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 """
 
 from __future__ import annotations

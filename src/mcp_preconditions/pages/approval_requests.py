@@ -12,8 +12,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..approvals.lifecycle import Decision
 from ..errors import BackendError, FlowError, PageRefused
-from .lifecycle import Decision
 
 log = logging.getLogger("mcp_preconditions.approvals")
 

@@ -6,7 +6,7 @@ pages on its HTTP listener (or a stdio gateway's `--pages-listen`):
     GET  /approvals/sign-in    starts the sign-in (`[auth.sign_in]`, credentials/signin.py), back
                                to `?next=` (an approvals page)
     GET  /approvals/callback   the sign-in's redirect
-    GET  /approvals/ID         one request, the whole call (page_views.py), and buttons
+    GET  /approvals/ID         one request, the whole call (approval_views.py), and buttons
     POST /approvals/ID         the page's form (a signed-in approver, CSRF token), or a script's
                                `{"decision": "approve" | "refuse"}` with a bearer token: 200 taken,
                                400 malformed, 401 no token, 403 not an approver (or the caller),
@@ -34,18 +34,21 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..approvals.approvers import Evaluate, judge_approver
+from ..approvals.binding import Party
+from ..approvals.lifecycle import ApprovalRequest, Decision, State
+from ..approvals.plan import CompiledApproval
+from ..approvals.record import Event, events_of
+from ..approvals.resolver import NAMESPACE, PAGES_PATH, ApprovalResolver
+from ..approvals.store import ApprovalStore, Changed, Cursor
 from ..auth.base import Authenticator
 from ..auth.header import credentials_from_authorization_header
-from ..credentials.pages import FLOW_COOKIE, _cookie, page
 from ..credentials.pkce import random_id
 from ..credentials.signin import SESSION_SECONDS, SignIn
 from ..errors import PageRefused
 from ..principal import Identity
-from . import page_views as views
-from .approvers import Evaluate, judge_approver
-from .binding import Party
-from .lifecycle import ApprovalRequest, Decision, State
-from .page_requests import (
+from . import approval_views as views
+from .approval_requests import (
     REFUSALS,
     SIGN_IN_CALLBACK,
     UNKNOWN,
@@ -55,11 +58,9 @@ from .page_requests import (
     refusal_of,
     scripted,
 )
-from .page_session import APPROVER_COOKIE, ApproverSessions
-from .plan import CompiledApproval
-from .record import Event, events_of
-from .resolver import NAMESPACE, PAGES_PATH, ApprovalResolver
-from .store import ApprovalStore, Changed, Cursor
+from .approver_sessions import APPROVER_COOKIE, ApproverSessions
+from .cookies import set_cookie
+from .parts import FLOW_COOKIE, page
 
 if TYPE_CHECKING:
     from ..snapshot import Snapshot
@@ -190,7 +191,7 @@ class ApprovalPages:
         url = await self.sign_in.begin(back, self.base_url + SIGN_IN_CALLBACK, binding)
         response = RedirectResponse(url, status_code=303, headers=_HEADERS)
         if request.cookies.get(FLOW_COOKIE) != binding:
-            _cookie(response, request, FLOW_COOKIE, binding, SESSION_SECONDS)
+            set_cookie(response, request, FLOW_COOKIE, binding, SESSION_SECONDS)
         return response
 
     async def signed_in(self, request: Request) -> Response:
@@ -200,7 +201,7 @@ class ApprovalPages:
             request.query_params, request.cookies.get(FLOW_COOKIE))
         cookie = self.sessions.seal(claims)
         response = RedirectResponse(return_to, status_code=303, headers=_HEADERS)
-        _cookie(response, request, APPROVER_COOKIE, cookie, SESSION_SECONDS)
+        set_cookie(response, request, APPROVER_COOKIE, cookie, SESSION_SECONDS)
         return response
 
     # -- pages -----------------------------------------------------------------------------------------
