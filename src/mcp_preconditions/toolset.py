@@ -96,6 +96,13 @@ _TWICE = Refusal(Refused.UNLISTED, "its server lists more than one tool of that 
 _MALFORMED = Refusal(Refused.MALFORMED, "its requirements cannot be read")
 
 
+def unusable(who: str) -> str:
+    """What a caller is told of a policy that cannot be applied to the server's tools (a near
+    miss), for every adapter: one sentence naming whose policy it is ("server", "gateway"); the
+    problem itself, which names the policy's entries, goes to the log only (`names.unusable_line`)."""
+    return f"the {who}'s policy is unusable"
+
+
 def refused(*, unusable: str | None, twice: bool, malformed: str | None
             ) -> tuple[Refusal, str] | None:
     """Why a call is refused whoever calls, before the guard evaluates anything (`Guard.refuse`),

@@ -11,8 +11,9 @@ approver pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 
 from __future__ import annotations
 
+from ..canonical import canonical_json
 from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approver
-from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind, canonical_json
+from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind
 from .bounds import MAX_ENDED_PER_CALLER, MAX_PENDING_PER_CALLER
 from .lifecycle import ApprovalRequest, Refusal, State
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep, CompiledApproval, Remedy

@@ -2,10 +2,11 @@
 the server and nothing else, progress goes back to the caller, and input rounds are carried between
 protocol versions (a 2026-07-28 client in front of a 2025-11-25 server, and the reverse).
 
-A call to a server with `credentials` (SPEC §14) goes as its caller, with the credential its
-decision obtained (in the call's sidecar) and none of the static headers; a server that refuses it
-(401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the call ends as an
-unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error.
+A call to a server with `credentials` (SPEC §14) goes as its caller: as what its decision left in
+the call's sidecar says (`late.Held.outbound`: whose request it is, and its headers in place of the
+static ones); a server that refuses it (401/403 with `WWW-Authenticate`) has it renewed once
+(`Outbound.challenged`), and if that fails the call ends as an unmet `credential:KEY`
+(`CredentialRefused`), never as a generic upstream error.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Any
 
 import anyio
 
-from ..credentials.stage import HeldCredential
-from ..late import Sidecar
+from ..late import Outbound, Sidecar
 from ..outcomes import Outcome, Status
 from ..principal import Credentials, Identity
 from ..telemetry.gateway import GatewayTelemetry
@@ -29,7 +29,6 @@ from .fleet import Member
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
 from .schemas import input_required_methods, is_input_required
-from .upstream.caller_sessions import AsCaller
 from .upstream.peer import ProgressHook
 from .upstream.session import Upstream
 
@@ -88,7 +87,7 @@ class Forward:
 
     async def send(self, ctx: Call | None, member: Member, method: str,
                    params: Mapping[str, Any] | None, timeout: float,
-                   held: HeldCredential | None = None, own: str | None = None) -> dict[str, Any]:
+                   held: Outbound | None = None, own: str | None = None) -> dict[str, Any]:
         """One request to the server, progress mapped back to the caller; the server's faults
         become JSON-RPC errors (never a crash, never a result the server did not send). What the
         caller is told names the server's key only; the details go to the log. `held`: the
@@ -113,9 +112,8 @@ class Forward:
                 if held is None:
                     return await upstream.request(method, sent, timeout=timeout,
                                                   on_progress=on_progress)
-                as_caller = held.sent_as or _sent_as(held)
                 try:  # as the caller (`_renewed`, inline: every call with a credential)
-                    return await upstream.request_as(as_caller, method, sent, timeout=timeout,
+                    return await upstream.request_as(held, method, sent, timeout=timeout,
                                                      on_progress=on_progress)
                 except UpstreamChallenged as exc:
                     log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
@@ -123,8 +121,7 @@ class Forward:
                 except UpstreamSessionGone:  # their session, ended by the server: it ran nothing
                     log.info("server %s ended a caller's session: sending on a new one, once",
                              upstream.key)
-                    return await _again(upstream, held, own, as_caller, method, sent, timeout,
-                                       on_progress)
+                    return await _again(upstream, held, own, method, sent, timeout, on_progress)
                 return await _renewed(upstream, held, own, method, sent, timeout, on_progress)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
@@ -132,7 +129,7 @@ class Forward:
 
     async def _in_rounds(self, ctx: Call, member: Member, method: str,
                          params: Mapping[str, Any] | None, timeout: float,
-                         held: HeldCredential | None, own: str | None) -> dict[str, Any]:
+                         held: Outbound | None, own: str | None) -> dict[str, Any]:
         """A 2026-07-28 client's call to a 2025-11-25 server: the server's requests come back as
         `input_required`, and the retry carrying the answers continues the same call there (the
         retry was decided by the guard again before it got here). A round belongs to its caller's
@@ -156,7 +153,7 @@ class Forward:
 
     async def _answer_rounds(self, ctx: Call, member: Member, method: str,
                              params: Mapping[str, Any] | None, result: dict[str, Any],
-                             timeout: float, held: HeldCredential | None, own: str | None
+                             timeout: float, held: Outbound | None, own: str | None
                              ) -> dict[str, Any]:
         """A 2026-07-28 server's `input_required` for a 2025-11-25 client: each input request is
         put to the caller on its request's stream, and the call retried with the answers."""
@@ -183,38 +180,29 @@ class Forward:
                        f"server {member.key} asked for input more than {MAX_INPUT_ROUNDS} times")
 
 
-def _held(member: Member, method: str, sidecar: Sidecar | None) -> HeldCredential | None:
-    """The caller's credential a call to `member` goes with: a `tools/call` to a server with
-    `credentials` goes only as its caller. Without one (a call no decision obtained one for) it
-    is refused here, never sent with the gateway's static headers."""
+def _held(member: Member, method: str, sidecar: Sidecar | None) -> Outbound | None:
+    """Whom a call to `member` goes as: a `tools/call` to a server with `credentials` goes only as
+    its caller (what its decision left: `Held.outbound`). Without one (a call no decision obtained
+    a credential for) it is refused here, never sent with the gateway's static headers."""
     requirement = member.credential
     if requirement is None or method != "tools/call":
         return None
-    # `held_for(sidecar, member.key)`, with the member's requirement string: every such call.
     held = sidecar.held.get(requirement) if sidecar is not None else None
-    if held.__class__ is not HeldCredential or held.credential is None:
+    outbound = held.outbound if held is not None else None
+    if outbound is None:
         raise CredentialRefused(Outcome(requirement, Status.UNSATISFIED,
                                         "no credential was obtained for this call", transient=True))
-    found: HeldCredential = held
-    return found
+    return outbound
 
 
-def _sent_as(held: HeldCredential) -> AsCaller:
-    """Whom the request goes as, built once per held credential (one per credential and
-    principal object: `CredentialStage.decide`)."""
-    assert held.credential is not None  # (`_held`)
-    sent = held.sent_as = AsCaller(held.owner, held.credential)
-    return sent
-
-
-async def _again(upstream: Upstream, held: HeldCredential, own: str | None, caller: AsCaller,
-                 method: str, params: Mapping[str, Any] | None, timeout: float,
+async def _again(upstream: Upstream, held: Outbound, own: str | None, method: str,
+                 params: Mapping[str, Any] | None, timeout: float,
                  on_progress: ProgressHook | None) -> dict[str, Any]:
     """The request as the caller once more, on a new session of theirs, after the server answered
     404 for the one it went on (`Forward.send`): it ran nothing there, so this still runs it at
     most once (SPEC §10). The server refusing the credential now renews it, as on the first try."""
     try:
-        return await upstream.request_as(caller, method, params, timeout=timeout,
+        return await upstream.request_as(held, method, params, timeout=timeout,
                                          on_progress=on_progress)
     except UpstreamChallenged as exc:
         log.info("server %s refused a caller's credential (HTTP %d): renewing it once",
@@ -222,27 +210,27 @@ async def _again(upstream: Upstream, held: HeldCredential, own: str | None, call
     return await _renewed(upstream, held, own, method, params, timeout, on_progress)
 
 
-async def _renewed(upstream: Upstream, held: HeldCredential, own: str | None, method: str,
+async def _renewed(upstream: Upstream, held: Outbound, own: str | None, method: str,
                    params: Mapping[str, Any] | None, timeout: float,
                    on_progress: ProgressHook | None) -> dict[str, Any]:
     """The request as the caller again, after the server answered 401/403 with
     `WWW-Authenticate` (`Forward.send`): an answer the server gave instead of running the call,
     so sending it again once with a renewed credential still runs it at most once (SPEC §10,
     §14); a second refusal, or no renewed credential, is CredentialRefused."""
-    renewed = await held.renew(own)
-    if renewed.credential is None:
-        raise CredentialRefused(renewed.outcome)
-    caller = AsCaller(held.owner, renewed.credential)
+    renewed = await held.challenged(own)
+    if isinstance(renewed, Outcome):
+        raise CredentialRefused(renewed)
     try:
         try:
-            return await upstream.request_as(caller, method, params, timeout=timeout,
+            return await upstream.request_as(renewed, method, params, timeout=timeout,
                                              on_progress=on_progress)
         except UpstreamSessionGone:  # as `Forward.send`: it ran nothing; a new session, once
             log.info("server %s ended a caller's session: sending on a new one, once",
                      upstream.key)
-        return await upstream.request_as(caller, method, params, timeout=timeout,
+        return await upstream.request_as(renewed, method, params, timeout=timeout,
                                          on_progress=on_progress)
     except UpstreamChallenged:
-        raise CredentialRefused(Outcome(
-            held.requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "
-            "credential, renewed once", transient=True)) from None
+        again = await renewed.challenged(own)  # renewed once: the unmet outcome
+        if isinstance(again, Outcome):
+            raise CredentialRefused(again) from None
+        raise  # (a stage that renews twice: the server's refusal, as an upstream error)

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 
@@ -38,12 +38,24 @@ MAX_SESSIONS = 1000
 SWEEP_SECONDS = 30.0
 
 
+class Sender(Protocol):
+    """Whom a request goes as (a call's `late.Outbound`): whose it is (issuer and subject: their
+    session) and the headers it carries instead of the gateway's static headers."""
+
+    @property
+    def owner(self) -> Hashable: ...
+
+    def headers(self) -> Mapping[str, str]: ...
+
+
 class AsCaller(NamedTuple):
-    """A request made as one caller: whose it is (issuer and subject: their session) and the
-    credential it carries instead of the gateway's static headers."""
+    """The simplest `Sender`: one caller with one credential, never renewed here."""
 
     owner: Hashable
     credential: Credential
+
+    def headers(self) -> Mapping[str, str]:
+        return self.credential.headers()
 
 
 class _Session:
@@ -91,7 +103,7 @@ class CallerSessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def request(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
+    def request(self, caller: Sender, method: str, params: Mapping[str, Any] | None, *,
                 timeout: float, on_progress: ProgressHook | None = None
                 ) -> Awaitable[dict[str, Any]]:
         """One request of `caller`'s on their own session (opened now if they have none), with
@@ -109,18 +121,18 @@ class CallerSessions:
         self._sessions.move_to_end(owner)
         session.used = self._clock()  # its last use: when this request starts
         return session.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                    headers=caller.credential.headers())
+                                    headers=caller.headers())
 
-    async def _first(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None,
+    async def _first(self, caller: Sender, method: str, params: Mapping[str, Any] | None,
                      timeout: float, on_progress: ProgressHook | None) -> dict[str, Any]:
         """`request` with no live session at hand: one opened (or joined) first."""
         session = await self._session(caller, timeout)
         session.used = self._clock()
         return await session.peer.request(method, params, timeout=timeout,
                                           on_progress=on_progress,
-                                          headers=caller.credential.headers())
+                                          headers=caller.headers())
 
-    async def _session(self, caller: AsCaller, timeout: float) -> _Session:
+    async def _session(self, caller: Sender, timeout: float) -> _Session:
         owner = caller.owner
         found = self._sessions.get(owner)
         if found is not None:
@@ -142,9 +154,9 @@ class CallerSessions:
         if not task.cancelled():
             task.exception()  # retrieved: its waiters have it, or nobody waits any more
 
-    async def _open(self, caller: AsCaller, timeout: float) -> _Session:
+    async def _open(self, caller: Sender, timeout: float) -> _Session:
         holder: list[Peer] = []
-        link = HttpLink(self._url, caller.credential.headers(), lambda m: holder[0].received(m),
+        link = HttpLink(self._url, caller.headers(), lambda m: holder[0].received(m),
                         self._label, self._bounds, pool=self._pool)
         peer = Peer(link, self._label, self._on_request, self._on_notification)
         holder.append(peer)

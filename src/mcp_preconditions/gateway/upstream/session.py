@@ -29,7 +29,7 @@ from ...telemetry.gateway import GatewayTelemetry
 from ...toolset import every_page
 from ..errors import UpstreamError, UpstreamProtocolError, UpstreamRefused, UpstreamUnavailable
 from ..jsonrpc import RpcError
-from .caller_sessions import AsCaller, CallerSessions
+from .caller_sessions import CallerSessions, Sender
 from .client import DEFAULT_BOUNDS, Bounds
 from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed, handshake, initialize
 from .http import HttpLink
@@ -329,7 +329,7 @@ class Upstream:
         return await connected.peer.request(method, params, timeout=timeout,
                                             on_progress=on_progress)
 
-    def request_as(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
+    def request_as(self, caller: Sender, method: str, params: Mapping[str, Any] | None, *,
                    timeout: float, on_progress: ProgressHook | None = None
                    ) -> Awaitable[dict[str, Any]]:
         """`request`, made as `caller`, with their credential and none of the static headers: on
@@ -345,7 +345,7 @@ class Upstream:
         if not isinstance(connected.link, HttpLink):  # (the config refuses credentials on stdio)
             raise UpstreamError("a stdio server takes no per-caller credentials")
         return connected.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                      headers=caller.credential.headers())
+                                      headers=caller.headers())
 
     @property
     def modern(self) -> bool:
