@@ -20,7 +20,7 @@ The rules, each decided once:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +36,12 @@ from mcp_preconditions.client import DENIAL_META_KEY
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations.fastmcp import guard_fastmcp
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer, guard_server
+from mcp_preconditions.late import LateCall
 from mcp_preconditions.names import near_miss_message, unusable_line
+from mcp_preconditions.outcomes import Outcome, Status
 from mcp_preconditions.policy.load import load_policy, parse_policy
 from mcp_preconditions.principal import Credentials, Principal
+from mcp_preconditions.resolvers import Resolver
 from mcp_preconditions.telemetry import Metrics
 from mcp_preconditions.toolset import unusable
 from tests.fixtures.inprocess import cli_gateway
@@ -124,15 +127,16 @@ def _fastmcp(guard: Guard) -> Served:
 
 
 @asynccontextmanager
-async def serving(adapter: str, tmp_path: Path, policy: bytes,
-                  caplog: pytest.LogCaptureFixture) -> AsyncIterator[Served]:
-    """`adapter` serving TOOLS under `policy` (a file, as the gateway reads it) to ALICE."""
+async def serving(adapter: str, tmp_path: Path, policy: bytes, caplog: pytest.LogCaptureFixture,
+                  resolvers: Sequence[Resolver] = ()) -> AsyncIterator[Served]:
+    """`adapter` serving TOOLS under `policy` (a file, as the gateway reads it) to ALICE, with
+    `resolvers` beside the built-in ones (a hosted adapter's guard only)."""
     path = tmp_path / "policy.toml"
     path.write_bytes(policy)
     caplog.set_level("INFO", logger="mcp_preconditions")
     if adapter != "gateway":
         served = {"mcpserver": _mcpserver, "lowlevel": _lowlevel, "fastmcp": _fastmcp}[adapter](
-            Guard(load_policy(path), entry_points=False))
+            Guard(load_policy(path), resolvers=resolvers, entry_points=False))
         served.log = lambda: "\n".join(r.getMessage() for r in caplog.records)
         yield served
         return
@@ -226,3 +230,79 @@ async def test_a_call_answered_with_an_input_round_is_counted_once_by_its_retry(
         assert (result.is_error, served.ran) == (False, ["wipe"])
         metrics = served.metrics()
     assert (_counted(metrics, "wipe", "allowed"), _counted(metrics, "wipe", "denied")) == (1, 0)
+
+
+class _Budget:
+    """A third party's late stage (docs/library.md's budget, in brief): `budget:NAME` is met while
+    the caller has a unit left, and a unit is spent only once the call ran (`Held.finished`)."""
+
+    namespace = "budget"
+    order = 700
+    not_a_condition = "a budget is spent, not looked at"
+    timeout = None
+    carries = True
+
+    def __init__(self, units: int) -> None:
+        self.left = units
+        self.told: list[tuple[bool, bool]] = []
+
+    def validate(self, requirement: str) -> str | None:
+        return None
+
+    def resolve(self, requirement: str, context: Any) -> Outcome:
+        return Outcome(requirement, Status.UNSATISFIED, "decided late")
+
+    def stage(self, requirements: Sequence[str]) -> _Budget:
+        self.requirements = tuple(requirements)
+        return self
+
+    def decide(self, call: LateCall) -> tuple[Outcome, ...]:
+        has = call.sidecar is not None and self.left > 0
+        outcomes = tuple(Outcome(r, Status.SATISFIED if has else Status.UNSATISFIED, "budget",
+                                 transient=True) for r in self.requirements)
+        if call.sidecar is not None:
+            held = _Spent(self, outcomes)
+            call.sidecar.held.update(dict.fromkeys(self.requirements, held))
+            if has:
+                call.sidecar.told.append(held)
+        return outcomes
+
+    def release(self, call: LateCall) -> None:
+        return None
+
+
+@dataclass
+class _Spent:
+    budget: _Budget
+    outcomes: tuple[Outcome, ...]
+    question: None = None
+    outbound: None = None
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        return self.budget.requirements
+
+    async def answer(self, answer: Any) -> bool:
+        return False
+
+    def finished(self, allowed: bool, ran: bool) -> None:
+        self.budget.told.append((allowed, ran))
+        self.budget.left -= ran
+
+    async def offer(self, requirement: str, call: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS[:3])
+async def test_a_third_partys_late_stage_is_carried_and_told_by_every_hosted_adapter(
+        adapter: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A stage that `carries` gets a sidecar from an adapter that asks nobody, and hears how each
+    call it allowed ended: the second call, over budget, is denied and never ran."""
+    budget = _Budget(1)
+    policy = b'[tools.wipe]\nrequirements = ["budget:wipes"]\n'
+    async with serving(adapter, tmp_path, policy, caplog, [budget]) as served, \
+            served.client() as client:
+        first = await client.call_tool("wipe", {"path": "/"})
+        second = await client.call_tool("wipe", {"path": "/"})
+    assert (first.is_error, second.is_error, served.ran) == (False, True, ["wipe"])
+    assert (budget.left, budget.told) == (0, [(True, True)])
