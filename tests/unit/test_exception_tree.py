@@ -1,8 +1,7 @@
 """One exception tree (issue 42, item 4): every error class of the library derives from
 `PreconditionsError`, is defined in one module per layer (`errors.py` for the core,
 `gateway/errors.py` for the gateway), and says what it is in a one-line docstring (httpx's
-`_exceptions.py` is the model). The gateway's classes are phase 2 of the issue: their rows are
-expected to fail until then (strict: a row that passes early fails, so the mark goes with the fix).
+`_exceptions.py` is the model).
 """
 
 from __future__ import annotations
@@ -44,11 +43,7 @@ def test_the_walk_finds_the_tree() -> None:
     assert {"PreconditionsError", "PolicyError", "ListingError", "PageRefused"} <= names
 
 
-@pytest.mark.parametrize("error", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="issue 42 phase 2: the gateway's "
-                                            "classes")) if c.__module__.startswith(
-        "mcp_preconditions.gateway") else c for c in CLASSES],
-    ids=[f"{c.__module__}.{c.__qualname__}" for c in CLASSES])
+@pytest.mark.parametrize("error", CLASSES, ids=[f"{c.__module__}.{c.__qualname__}" for c in CLASSES])
 def test_each_error_is_in_its_layers_module_under_the_one_base(error: type[BaseException]) -> None:
     assert issubclass(error, PreconditionsError)
     assert error.__module__ == _layer(error.__module__)

@@ -28,8 +28,8 @@ from ..toolset import Views, advertise, refused, seen, shown_names
 from . import bridge, jsonrpc
 from .downstream.clients import Call
 from .downstream.listen import SUBSCRIPTION_ID_META_KEY
+from .errors import CredentialRefused
 from .fleet import UNUSABLE, Fleet, Member
-from .forward import CredentialRefused
 from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 from .route import visible
 

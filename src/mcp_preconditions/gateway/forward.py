@@ -24,7 +24,7 @@ from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
 from .downstream.callers import Downstream
 from .downstream.clients import Call
-from .errors import UpstreamChallenged, UpstreamError, UpstreamSessionGone
+from .errors import CredentialRefused, UpstreamChallenged, UpstreamError, UpstreamSessionGone
 from .fleet import Member
 from .jsonrpc import INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
@@ -40,15 +40,6 @@ MAX_INPUT_ROUNDS = 8
 STATE_ONLY_PAUSE = 0.05
 
 Authenticate = Callable[[Credentials], Awaitable[Identity]]
-
-
-class CredentialRefused(Exception):
-    """The server refused the caller's credential, and renewing it did not give one it accepts:
-    the call did not run, and ends as this unmet `credential:KEY` outcome (`Guard.overrule`)."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        super().__init__(outcome.reason)
-        self.outcome = outcome
 
 
 class Forward:
