@@ -216,10 +216,9 @@ class GuardedMCPServer(MCPServer[Any]):
         name = params.name
         self._register_call(name)
         reply = _reply(params)
-        if reply is not None:  # the guard's own round: nothing of it for the tool's Context
-            ran = params.model_copy(update={"request_state": None, "input_responses": None})
-        else:
-            ran = params
+        # The guard's own round: nothing of it for the tool's Context.
+        ran = params if reply is None else params.model_copy(
+            update={"request_state": None, "input_responses": None})
         return await self.preconditions.take(
             ctx.request, name, params.arguments, lambda: self._sdk_call_tool(ctx, ran),
             typed=lambda: self._typed(name), session=ctx.session, echo=echo_of(params.meta),
@@ -235,8 +234,7 @@ class GuardedMCPServer(MCPServer[Any]):
         return await super()._handle_call_tool(ctx, params)
 
     def _typed(self, name: str) -> bool:
-        """Whether tool `name` declares an outputSchema (its denial's payload goes in `_meta`): the
-        server's one look-up, made for a denial only."""
+        """Whether tool `name` declares an outputSchema (the server's one look-up, for a denial)."""
         tool = self._tool_manager.get_tool(name)
         return tool is not None and tool.output_schema is not None
 
