@@ -12,8 +12,7 @@ included) and renewals, against a small reference of the rule.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Sequence
-from types import SimpleNamespace
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -41,6 +40,7 @@ HANDSHAKE_ANSWERS = ("ok", "401", "500")
 
 class _Member:
     key = "double"
+    credential = "credential:double"
 
     def __init__(self, sessions: CallerSessions) -> None:
         self.upstream = _Upstream(sessions)
@@ -62,25 +62,26 @@ class _Upstream:
 
 
 class _Held:
-    """A call's held credential: whom it is sent as, and a renewal that gives a credential or
-    none (`renew_ok`), counted."""
+    """Whom a call is sent as (`late.Outbound`): the caller with a credential, and a renewal on a
+    challenge that gives another (`renew_ok`) or the unmet outcome, counted."""
 
     requirement = "credential:double"
 
     def __init__(self, renew_ok: bool) -> None:
         self.owner = "alice"
         self.credential = Credential.bearer("first", "token-exchange")
-        self.sent_as = AsCaller(self.owner, self.credential)
         self.renew_ok = renew_ok
         self.renewals = 0
 
-    async def renew(self, token: str | None) -> Any:
+    def headers(self) -> Mapping[str, str]:
+        return self.credential.headers()
+
+    async def challenged(self, token: str | None, challenge: str | None) -> Any:
         self.renewals += 1
         if self.renew_ok:
-            return SimpleNamespace(credential=Credential.bearer(f"renewed{self.renewals}",
-                                                                "token-exchange"), outcome=None)
-        return SimpleNamespace(credential=None, outcome=Outcome(
-            self.requirement, Status.UNSATISFIED, "no credential", transient=True))
+            return AsCaller(self.owner, Credential.bearer(f"renewed{self.renewals}",
+                                                          "token-exchange"))
+        return Outcome(self.requirement, Status.UNSATISFIED, "no credential", transient=True)
 
 
 def _forward() -> Forward:
