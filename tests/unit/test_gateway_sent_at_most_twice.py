@@ -72,12 +72,14 @@ class _Held:
         self.credential = Credential.bearer("first", "token-exchange")
         self.renew_ok = renew_ok
         self.renewals = 0
+        self.challenges: list[str | None] = []  # what each renewal was given
 
     def headers(self) -> Mapping[str, str]:
         return self.credential.headers()
 
     async def challenged(self, token: str | None, challenge: str | None) -> Any:
         self.renewals += 1
+        self.challenges.append(challenge)
         if self.renew_ok:
             return AsCaller(self.owner, Credential.bearer(f"renewed{self.renewals}",
                                                           "token-exchange"))
@@ -93,8 +95,8 @@ def _forward() -> Forward:
                    GatewayTelemetry())
 
 
-async def _run(calls: Sequence[str], handshakes: Sequence[str], renew_ok: bool
-               ) -> tuple[str, int, int]:
+async def _run(calls: Sequence[str], handshakes: Sequence[str], renew_ok: bool,
+               held: _Held | None = None) -> tuple[str, int, int]:
     """What became of one call (ran / refused / error), how often it was POSTed, and how many of
     those POSTs the server ran."""
     left = {"tools/call": list(calls), "initialize": list(handshakes)}
@@ -113,7 +115,7 @@ async def _run(calls: Sequence[str], handshakes: Sequence[str], renew_ok: bool
         sessions = CallerSessions(double.url, "double", NO_CLIENT)
         try:
             member: Any = _Member(sessions)
-            held: Any = _Held(renew_ok)
+            held = held or _Held(renew_ok)
             try:
                 await _forward().send(None, member, "tools/call", {"name": "t"}, 5.0, held)
                 outcome = "ran"
@@ -172,6 +174,18 @@ async def test_a_call_is_sent_at_most_twice(calls: list[str], renew_ok: bool,
     outcome, posts, ran = await _run(calls, [], renew_ok)
     assert (outcome, posts) == expected == reference(calls, [], renew_ok)
     assert ran == (1 if outcome == "ran" else 0)
+
+
+@pytest.mark.parametrize("status", ["401", "403"])
+async def test_the_servers_challenge_reaches_the_renewal(status: str) -> None:
+    """SPEC §17: the renewal is given the server's `WWW-Authenticate` (a step-up's scope is in it),
+    through `Outbound.challenged`; once, whatever follows."""
+    held = _Held(renew_ok=True)
+    assert await _run([status, "ok"], [], True, held) == ("ran", 2, 1)
+    assert held.challenges == ['Bearer error="invalid_token"']
+    held = _Held(renew_ok=True)
+    assert await _run([status, status, "ok"], [], True, held) == ("refused", 2, 0)
+    assert held.renewals == 1
 
 
 @settings(max_examples=150, deadline=None)
