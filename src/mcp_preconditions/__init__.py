@@ -35,12 +35,14 @@ from .errors import (
     ToolsFileError,
 )
 from .guard import Guard
+from .late import Held, LateCall, LateResolver, LateStage, Outbound, Sidecar
+from .namespaces import LiveSources
 from .outcomes import Decision, Outcome, Refusal, Refused, Status, Verdict
 from .policy import Policy, PolicySource, load_policy, parse_policy, policy_schema
 from .principal import ANONYMOUS, Credentials, Identity, Principal
 from .replica import replica_labels
 from .requirements import Finding, body_of, lint, merge, namespace_of
-from .resolvers import FlagSource, LiveSources, Registry, Resolver, StateSource
+from .resolvers import FlagSource, Registry, Resolver, StateSource
 from .resolvers.base import CallContext, Dependencies
 
 try:
@@ -65,11 +67,16 @@ __all__ = [
     "Finding",
     "FlagSource",
     "Guard",
+    "Held",
     "Identity",
     "InputError",
     "Knowledge",
+    "LateCall",
+    "LateResolver",
+    "LateStage",
     "LiveSources",
     "LoggingRecorder",
+    "Outbound",
     "Outcome",
     "PassThroughAuthenticator",
     "Policy",
@@ -85,6 +92,7 @@ __all__ = [
     "RegistryError",
     "RequirementError",
     "Resolver",
+    "Sidecar",
     "StateSource",
     "Status",
     "TokenError",

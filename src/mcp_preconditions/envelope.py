@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from cachetools import TTLCache
 
-from .approvals.binding import canonical_json
+from .canonical import canonical_json
 from .outcomes import Outcome, Status
 
 log = logging.getLogger(__name__)

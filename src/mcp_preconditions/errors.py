@@ -1,4 +1,5 @@
-"""The library's exceptions, the whole hierarchy in one place.
+"""The library's exceptions, the whole hierarchy in one place (the gateway's own are
+`gateway/errors.py`, under the same base).
 
 Lower layers' exceptions (pyjwt, authlib, redis, OpenFeature, pydantic) are mapped into these at the
 boundary; inside a resolver they never escape, they become an `error` Outcome instead.
@@ -22,13 +23,11 @@ class InputError(PreconditionsError):
 
 
 class UsageError(InputError):
-    """A command's options do not fit together; the command line prints it with the command's name,
-    as argparse prints its own usage errors."""
+    """A command's options do not fit together (printed with the command's name, as argparse does)."""
 
 
 class PolicyError(InputError):
-    """A policy file (or a file like it: `what` says which) is invalid; `problems` lists every
-    problem by key path."""
+    """A policy file (or one like it: `what`) is invalid; `problems` lists each by key path."""
 
     def __init__(self, source: str, problems: list[str], what: str = "invalid policy") -> None:
         self.source = source
@@ -40,6 +39,19 @@ class PolicyError(InputError):
         return [f"{self.source}: {p}" for p in self.problems]
 
 
+class BundleError(PolicyError):
+    """A policy bundle could not be fetched or verified: one line, `URL: problem`."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        self.source = source
+        self.problems = [problem]
+        InputError.__init__(self, f"{source}: {problem}")  # one line, unlike an invalid-policy list
+
+
+class BundleNotFound(BundleError):
+    """A bundle's server answered 404 (for a signature: the bundle is unsigned)."""
+
+
 class ToolsFileError(InputError):
     """A tools, knowledge or claims file cannot be read or has the wrong shape."""
 
@@ -48,8 +60,7 @@ class ToolsFileError(InputError):
 
 
 class FileReadError(ToolsFileError):
-    """Any input file cannot be read at all: missing, unreadable, too large. `problem` omits the
-    path, so a caller that reports by key path (a policy) can say `(file): <problem>`."""
+    """An input file cannot be read at all (missing, unreadable, too large); `problem` omits the path."""
 
     def __init__(self, source: str, problem: str) -> None:
         self.source = source
@@ -82,14 +93,17 @@ class AuthBackendError(PreconditionsError):
     """The token issuer's JWKS or introspection endpoint is unreachable, slow or malformed."""
 
 
+class NoDocumentError(AuthBackendError):
+    """An issuer answered, but not with a JSON document (an HTTP error status, or not JSON)."""
+
+
 # --- upstream credentials (SPEC §14) --------------------------------------------------------------
 class CredentialError(PreconditionsError):
     """No credential for a caller and a server; the message is a reason without any secret."""
 
 
 class NoCredentialError(CredentialError):
-    """There is none to be had: an anonymous caller, no connected account, no entry, or an
-    authorization server that refused (`credential:KEY` is `unsatisfied`)."""
+    """There is no credential to be had (anonymous, not connected, refused): `unsatisfied`."""
 
 
 class CredentialBackendError(CredentialError):
@@ -97,8 +111,7 @@ class CredentialBackendError(CredentialError):
 
 
 class FlowError(CredentialError):
-    """A step of a browser flow (a connect link, a sign-in, a callback) is refused; `status` is the
-    HTTP status its page answers with, the message what the person is told."""
+    """A step of a browser flow is refused: `status` its page answers with, the message a person reads."""
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status
@@ -106,10 +119,43 @@ class FlowError(CredentialError):
 
 
 class SealError(PreconditionsError):
-    """A sealed (encrypted) value does not open: tampered with, moved to another owner, or sealed
-    with another key."""
+    """A sealed value does not open: tampered with, moved to another owner, or another key's."""
 
 
 # --- live facts ---------------------------------------------------------------------------------
 class BackendError(PreconditionsError):
     """A state or flag backend is down, slow or returned garbage."""
+
+
+class DecisionPointError(PreconditionsError):
+    """A `pdp:` decision point gave no decision (one line, no token): `error`, which denies."""
+
+
+# --- what a peer sent -----------------------------------------------------------------------------
+class ListingError(PreconditionsError):
+    """A server's listing cannot be read: one line naming the method and what is wrong."""
+
+
+class Malformed(PreconditionsError, ValueError):
+    """An AuthZEN request or answer is malformed: one line naming the key path."""
+
+
+# --- requests a page or an endpoint refuses -------------------------------------------------------
+class PageRefused(PreconditionsError):
+    """A step the approval pages refuse: its HTTP status, JSON error code, and what a person reads."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status, self.code = status, code
+        super().__init__(message)
+
+
+class BadRequest(PreconditionsError):
+    """A request the explorer's page would never send (wrong shape, too large): status and message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TooLarge(PreconditionsError):
+    """A request body over the decision point's bound."""

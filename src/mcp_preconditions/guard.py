@@ -28,6 +28,7 @@ from .decision_sinks import build_recorder
 from .decisions import DecisionRecorder, ToolLabels
 from .envelope import context_id_for, echoed, new_context_id
 from .late import Sidecar
+from .namespaces import LiveSources
 from .outcomes import (
     MALFORMED_REQUIREMENTS,
     POLICY_UNUSABLE,
@@ -41,7 +42,7 @@ from .outcomes import (
 )
 from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity
-from .resolvers import LiveSources, Resolver
+from .resolvers import Resolver
 from .snapshot import Snapshot
 from .tool_registry import ToolRegistry, _state
 
@@ -108,16 +109,16 @@ class Guard(ToolRegistry):
 
     @property
     def live(self) -> LiveSources:
-        """The live sources this guard's snapshots share (memory quotas and approvals; the
-        approvals' metric callback, set by the owner that counts them)."""
+        """The live sources this guard's snapshots share (their memory stores, and the metric
+        callbacks an owner that counts them sets)."""
         return self._live
 
     async def check(self, tool: str, credentials: Credentials = ANONYMOUS,
                     arguments: Mapping[str, Any] | None = None, *, record: bool = True,
                     sidecar: Sidecar | None = None, echo: object = None) -> Decision:
         """Decide one call. The handler may run only if `decision.allowed`. `sidecar`: what the
-        call carries beside its decision (late.py), for an adapter that forwards it (the gateway:
-        a credential for the server). `echo`: the context ID the request echoed
+        call carries beside its decision (late.py: what its late stages hold for it), for the
+        adapter that runs or forwards it. `echo`: the context ID the request echoed
         (`envelope.echo_of`): recorded when well formed; it grants nothing."""
         decided = self.check_now(tool, credentials, arguments, record=record, sidecar=sidecar,
                                  echo=echo)
@@ -313,8 +314,8 @@ class Guard(ToolRegistry):
                                 None if allowed else _context_id(compiled, outcomes))
         if record:
             self.recorder.record(decision)
-        if sidecar is not None and sidecar.finished:
-            _tell(sidecar, allowed)
+        if sidecar is not None and sidecar.told and not (allowed and sidecar.reports):
+            sidecar.finish(allowed, allowed)  # (a refused call never runs; see late.py `Sidecar`)
         return decision
 
     async def _echoed(self, decided: Decision | Awaitable[Decision], echo: object,
@@ -326,8 +327,8 @@ class Guard(ToolRegistry):
         return decision
 
     def overrule(self, decision: Decision, outcome: Outcome) -> Decision:
-        """An allowed call that did not run after all: its server refused the credential a late
-        stage obtained, and renewing it failed (SPEC §14). The same decision with `outcome` in
+        """An allowed call that did not run after all: its server refused what a late stage sent it
+        as (`late.Outbound`), and renewing it failed (SPEC §14). The same decision with `outcome` in
         place of that requirement's, denied, recorded like every decision."""
         start = perf_counter_ns()
         outcomes = tuple(outcome if o.requirement == outcome.requirement else o
@@ -376,12 +377,3 @@ async def _listed(snap: Snapshot, identity: Identity, names: list[str]) -> list[
 def _context_id(compiled: CompiledTool, outcomes: tuple[Outcome, ...]) -> str | None:
     """A denial's context ID: none for one that only quotas refused (no envelope, SPEC §15)."""
     return new_context_id() if compiled.late is None else context_id_for(outcomes)
-
-
-def _tell(sidecar: Sidecar, allowed: bool) -> None:
-    """The late stages that asked to know (late.py `Sidecar.finished`) learn the call's fate."""
-    for told in sidecar.finished:
-        try:
-            told(allowed)
-        except Exception:  # counting must not change the decision
-            log.exception("a late stage's callback failed")

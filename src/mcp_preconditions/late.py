@@ -1,65 +1,145 @@
-"""Requirements decided after every other requirement of a call (SPEC §13 quotas, §14 credentials,
-§15 approvals): a resolver that declares `order` and `stage(requirements)` has a tool's
-requirements of its namespace compiled into one `LateStage`; the snapshot decides a call's stages
-in `order`, each only once every other requirement and every earlier stage held (a call refused
-for another reason never costs an exchange, never takes a quota unit).
+"""The extension point for requirements decided after every other requirement of a call (SPEC §13
+quotas, §14 credentials, §15 approvals, §16 a PDP, or a third party's budget or sign-off): a
+resolver that declares `order` and `stage(requirements)` has a tool's requirements of its
+namespace compiled into one `LateStage`; the snapshot decides a call's stages in `order`, each only
+once every other requirement and every earlier stage held (a call refused for another reason never
+costs an exchange, never takes a quota unit). docs/library.md walks through writing one.
 
-And the `Sidecar`: what one call carries beside its decision, never inside it. The adapter that
-will forward the call makes one and hands it to `Guard.check`; stages read the caller's raw token
-from it and leave there what the forwarding needs (a credential) and what the record says.
+How a stage plugs in: its resolver declares `order` (the built-ins': namespaces.py),
+`not_a_condition` (the error when a capability grant names one) and `stage(requirements) ->
+LateStage`. Its stage's `decide(call)` gives one outcome per requirement, at once or awaited (under
+`timeout`, the snapshot's lookup timeout when None); `release(call)` gives back what `decide` took
+when a later stage refuses the call. A stage may also offer `quick` (`Quick`): the answer `decide`
+would give at once, for the common call it knows already, or None for `decide` to give; a tool
+whose only late stage it is asks it first (no `LateCall` is built); `asks`: how many questions
+it may put to the caller of one call (a tool whose stages may ask is in `Snapshot.asking`); and
+`carries`: True when it must leave something for every call, whatever the adapter (what to do
+once the call finished, say): every adapter then carries a sidecar for the tool
+(`Snapshot.carrying`), which it would otherwise make only to forward a call or ask its caller.
 
-How a next stage plugs in (docs/ARCHITECTURE.md says it too): its resolver declares
-`order` (credentials 100, approvals 500, quotas 900: a quota unit is taken last, by a call about
-to run),
-`not_a_condition` (the error when a capability grant names one) and
-`stage(requirements) -> LateStage`. Its stage's `decide(call)` gives one outcome per requirement,
-at once or awaited (under `timeout`, the snapshot's lookup timeout when None); `release(call)`
-gives back what `decide` took when a later stage refuses the call. A stage may also offer `quick`
-(`Quick`): the answer `decide` would give at once, for the common call it knows already, or None
-for `decide` to give; a tool whose only late stage it is asks it first (no `LateCall` is built).
-Nothing else changes: listing filtering skips late stages (their outcomes are transient),
-capability grants refuse them as conditions, and the one rule (`outcomes.ruling`) decides on every
-outcome in the tool's order.
+What a stage leaves for the rest of the call is one small answer, `Held` (Envoy ext_authz's
+`CheckResponse`: the proxy never knows which callout answered), put in the call's `Sidecar` under
+each requirement it decided: its outcomes; a question for the caller (the adapter asks it, the
+stage keeps the answer, and the call is decided again); whom the request to the server goes as and
+with which headers (`Outbound`, renewed once when the server refuses it with a 401/403 challenge);
+what to do once the call finished (allowed or not, ran or not); and the remedy it offers a denial.
+Adapters read only that, through one orchestration (calls.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from .asking import Answer, Question
+from .offers import Offer, OfferCall
 from .outcomes import Outcome
 from .principal import Identity
 
-CREDENTIAL_ORDER = 100
-APPROVAL_ORDER = 500  # after a credential (an approval is not spent on a call that cannot run)
-QUOTA_ORDER = 900
+log = logging.getLogger("mcp_preconditions.guard")
 
 Found = tuple[Outcome, ...]  # one stage's outcomes, one per requirement, in its order
+
+
+class Outbound(Protocol):
+    """Whom a call's request to its server goes as (Envoy's headers to add upstream): `owner`, whose
+    request it is (the server's session is theirs: issuer and subject, never a token's bytes), and
+    `headers()`, what it carries in place of the server's static headers."""
+
+    @property
+    def owner(self) -> Hashable: ...
+
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def challenged(self, token: str | None, challenge: str | None) -> Outbound | Outcome:
+        """The server refused these headers with a 401/403 and `challenge` (its
+        `WWW-Authenticate`: a step-up's scope), having run nothing: what to send the request with
+        once more, or the unmet outcome the call ends with. The request is sent at most twice in
+        all (the gateway never asks the one it returns); that one answers a challenge with the
+        outcome: renewed once. `token`: the caller's own (`Sidecar.token`). Never raises."""
+        ...
+
+
+class Held(Protocol):
+    """What a late stage leaves for one call once it decided (late.py's docstring): kept in the
+    call's `Sidecar.held` under each of `requirements`, and read by the adapters, the forwarding and
+    the denial through calls.py, never by its class."""
+
+    @property
+    def requirements(self) -> tuple[str, ...]: ...
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        """Allowed (every one satisfied) or refused, one outcome per requirement."""
+        ...
+
+    @property
+    def question(self) -> Question | None:
+        """A question to ask the caller before the call is decided again (None: nothing to ask)."""
+        ...
+
+    async def answer(self, answer: Answer | None) -> bool:
+        """The caller's answer to `question` (None: none in time, or garbage), kept; whether it was
+        an accept that was kept. The call is then decided again with `Sidecar(answered=
+        question.request_id, accepted=that)`. Raises when it cannot be kept (a store is down)."""
+        ...
+
+    @property
+    def outbound(self) -> Outbound | None:
+        """Whom the request to the server goes as; None: as the server's own (its static headers)."""
+        ...
+
+    def finished(self, allowed: bool, ran: bool) -> None:
+        """Told once the call is over, when the stage asked to be (`Sidecar.told`): whether it was
+        allowed, and whether it ran (an allowed call a server refused did not). Never raises."""
+        ...
+
+    def offer(self, requirement: str, call: OfferCall) -> Awaitable[Offer | None]:
+        """The remedy of this unmet requirement in the call's denial (offers.Remedial)."""
+        ...
 
 
 class Sidecar:
     """What one call carries beside its decision. `token`: the caller's raw bearer token (set by
     `Guard.check` from the call's credentials), read by a stage that must present it somewhere
-    (token exchange) and by nothing else. `held`: by requirement, what a stage left for the
-    forwarding (a `credentials.HeldCredential`, an `approvals.HeldApproval`). `notes`: fields the
-    decision record adds (`{"credential": {"kind", "cached"}}`): never a secret. `can_ask`: the
-    adapter can ask the caller in flight (its client declared form elicitation: a `self`
-    approval's question); `answered`: the approval question this very call continues or just
-    answered, and `accepted` whether its caller's accept of it was kept (None: not answered yet;
-    approvals/plan.py). `finished`: told whether the call was allowed, once its Decision is made
-    (an approval counts `used` only for a call that runs)."""
+    (token exchange) and by nothing else. `held`: by requirement, what a stage left (`Held`).
+    `notes`: fields the decision record adds (`{"credential": {"kind", "cached"}}`): never a
+    secret. `can_ask`: the adapter can ask the caller in flight (its client declared form
+    elicitation); `answered`: the question this very call continues or just answered, and
+    `accepted` whether its caller's accept of it was kept (None: not answered yet). `told`: the
+    held answers to tell how the call ended (`Held.finished`): by the adapter once it ran or not
+    when it `reports` (calls.py), else by the Guard as it decides (an allowed call taken as run)."""
 
-    __slots__ = ("accepted", "answered", "can_ask", "finished", "held", "notes", "token")
+    __slots__ = ("accepted", "answered", "can_ask", "held", "notes", "reports", "token", "told")
 
     def __init__(self, *, can_ask: bool = False, answered: str | None = None,
-                 accepted: bool | None = None) -> None:
+                 accepted: bool | None = None, reports: bool = False) -> None:
         self.token: str | None = None
-        self.held: dict[str, Any] = {}
+        self.held: dict[str, Held] = {}
         self.notes: dict[str, Any] = {}
         self.can_ask = can_ask
         self.answered = answered
         self.accepted = accepted
-        self.finished: list[Callable[[bool], None]] = []
+        self.reports = reports
+        self.told: list[Held] = []
+
+    def question(self) -> tuple[Held, Question] | None:
+        """The first question a held answer asks, with that answer (None: none asks)."""
+        for held in self.held.values():
+            question = held.question
+            if question is not None:
+                return held, question
+        return None
+
+    def finish(self, allowed: bool, ran: bool) -> None:
+        """Tell each held answer that asked how the call ended, once (`Held.finished`)."""
+        told, self.told = self.told, []
+        for held in told:
+            try:
+                held.finished(allowed, ran)
+            except Exception:  # telling must not change how the call ended
+                log.exception("a late stage failed to hear how a call ended")
 
     def __repr__(self) -> str:  # never the token
         return f"Sidecar(held={sorted(self.held)}, notes={self.notes})"
@@ -81,7 +161,8 @@ class LateCall(NamedTuple):
 
 
 class LateStage(Protocol):
-    """One tool's requirements of one late namespace, compiled once per snapshot."""
+    """One tool's requirements of one late namespace, compiled once per snapshot. (Optional, read
+    by the snapshot when present: `quick`, a `Quick`; `asks`, an int; `carries`, a bool.)"""
 
     namespace: str
     requirements: tuple[str, ...]

@@ -21,14 +21,14 @@ from pydantic import TypeAdapter
 
 from . import __version__
 from .credentials.resolver import requirement_for
-from .errors import InputError
+from .errors import InputError, ListingError
 from .gateway.config import ServerSpec
 from .gateway.fleet import target_of
 from .gateway.route import ServerListing, build_routes, visible
 from .gateway.upstream.session import HttpTarget, StdioTarget
 from .requirements import merge
 from .tls import client_context
-from .toolset import MAX_PAGES, ListingError, every_page, read_listing
+from .toolset import MAX_PAGES, every_page, read_listing
 from .wire import with_requirements
 
 _RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])

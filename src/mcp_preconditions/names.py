@@ -146,6 +146,13 @@ def host_problems(source: str, policy_names: Iterable[str], tools: Iterable[str]
     return tuple(near_miss_message(name, tool) for name, tool in near)
 
 
+def unusable_line(where: str, problems: Iterable[str]) -> str:
+    """The operator's one log line for a policy a server refuses (every adapter's): `where` names
+    the policy file or the gateway's server ("server fs"), `problems` are `near_miss_message`s."""
+    return (f"{where}: the policy nearly matches this server's tools; every call is refused until "
+            f"it is fixed: {'; '.join(problems)}")
+
+
 def near_miss_message(policy_name: str, tool: str) -> str:
     """One problem line, both names escaped so invisible differences show."""
     return (f"tools.{_shown(policy_name)}: names no tool, but nearly matches the tool "

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from .approvals import decided_by
-from .late import CREDENTIAL_ORDER, Found, LateCall
+from .credentials.obtaining import CREDENTIAL_ORDER
+from .late import Found, LateCall
 from .outcomes import Decision, Outcome, Status
 from .requirements import body_of
 from .resolvers.base import Registry

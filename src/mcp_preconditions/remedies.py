@@ -1,8 +1,8 @@
-"""What a denial offers its caller for each unmet requirement (SPEC §15's table, `remedy_of`), and
-the extension point by which a resolver offers a remedy of its own (`Remedial`: `credential:` a
-connect URL, `approval:` the approval page), asked by `recipient_of` before the denial is shaped.
-denials.py turns the remedies into the SEP-2643 envelope, and `what_to_do` into the one sentence of
-the denial's text that says what to do, for every client. No MCP SDK here.
+"""What a denial offers its caller for each unmet requirement (SPEC §15's table, `remedy_of`), with
+the offers of the call's late stages and of the resolvers (offers.py: `Remedial`), asked by
+`recipient_of` before the denial is shaped. denials.py turns the remedies into the SEP-2643
+envelope, and `what_to_do` into the one sentence of the denial's text that says what to do, for
+every client. No MCP SDK here.
 """
 
 from __future__ import annotations
@@ -11,30 +11,24 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple
 
 from .envelope import AuthorizationDenial, Remediation, RemediationHint, parse
+from .namespaces import AUTHORIZATION_SERVERS
+from .offers import Offer, OfferCall, Remedial
 from .outcomes import Decision, Outcome, Status
 from .principal import Identity
 from .resolvers.base import Registry
+
+__all__ = ["ASK_AN_OPERATOR", "AVAILABLE", "DECLARED", "NOBODY", "OFFER_SECONDS", "QUOTA_PREFIX",
+           "SCOPE_PREFIX", "UNAVAILABLE", "UNDISCLOSED", "Offer", "OfferCall", "Recipient",
+           "Remedial", "declares_url_elicitation", "recipient_of", "remedy_of", "what_to_do"]
 
 log = logging.getLogger(__name__)
 
 SCOPE_PREFIX = "auth:scope:"
 QUOTA_PREFIX = "quota:"
 OFFER_SECONDS = 5.0  # a resolver's offer that takes longer is given up: the remedy is undisclosed
-
-
-class Offer(NamedTuple):
-    """The remedy of one unmet requirement: its remediation, hints (only with `available`), and
-    `said`: what to do, in plain words, lower case and without a final stop ("connect your account
-    for wiki at https://gw.example/connections"). The words go to every client, whatever the
-    remediation (a page that signs the person in is no secret); "" says nothing, and an
-    `unavailable` remedy that says nothing is "ask an operator"."""
-
-    remediation: Remediation
-    hints: tuple[RemediationHint, ...] = ()
-    said: str = ""
 
 
 _SATISFIED, _UNSATISFIED = Status.SATISFIED, Status.UNSATISFIED
@@ -46,7 +40,6 @@ UNDISCLOSED = Offer(Remediation.UNDISCLOSED)
 # verifier, an exchange, a refresh) is named as such; any other backend is not named.
 _RETRY_AUTH = Offer(Remediation.UNDISCLOSED, (), "the authorization server did not answer; try again")
 _RETRY = Offer(Remediation.UNDISCLOSED, (), "a service the check needs did not answer; try again")
-_AUTHORIZATION_SERVERS = ("auth:", "credential:")
 _NO_OFFERS: Mapping[str, Offer] = MappingProxyType({})
 
 
@@ -61,33 +54,6 @@ class Recipient(NamedTuple):
 
 NOBODY = Recipient()  # a client that declared nothing, and nothing offered
 DECLARED = Recipient(url_elicitation=True)  # a client that declared URL elicitation, nothing offered
-
-
-class OfferCall(NamedTuple):
-    """What a resolver's `offer` knows of the denied call: its Decision (tool, subject, revision,
-    context ID), the caller's verified Identity, the arguments, and whether the client can be
-    given a URL (an offer made for one that cannot is shaped as `undisclosed` all the same)."""
-
-    decision: Decision
-    identity: Identity
-    arguments: Mapping[str, Any] | None
-    url_elicitation: bool
-    # What the call's late stages left in its sidecar (late.py), by requirement: an approval's
-    # request, whose page the remedy names.
-    held: Mapping[str, Any] = MappingProxyType({})
-
-
-@runtime_checkable
-class Remedial(Protocol):
-    """A resolver that can say what fixes its own unmet requirement. `offer` is asked once per
-    denial for each of its namespace's requirements that ended `unsatisfied` (not `error`, and
-    never when a confidential requirement is unmet: that denial is `undisclosed` whatever else),
-    within `OFFER_SECONDS`. It returns the Offer (a `url` hint to a page, say), or None for the
-    table's default. An offer that fails, is late or is malformed is `undisclosed`."""
-
-    namespace: str
-
-    def offer(self, requirement: str, call: OfferCall) -> Awaitable[Offer | None]: ...
 
 
 def declares_url_elicitation(capabilities: object) -> bool:
@@ -106,7 +72,7 @@ def remedy_of(outcome: Outcome, recipient: Recipient) -> Offer:
     operator" (`auth:oauth2` included: over HTTP its remedy is the transport's 401)."""
     requirement = outcome.requirement
     if outcome.status is Status.ERROR:
-        return _RETRY_AUTH if requirement.startswith(_AUTHORIZATION_SERVERS) else _RETRY
+        return _RETRY_AUTH if requirement.startswith(AUTHORIZATION_SERVERS) else _RETRY
     offer = recipient.offers.get(requirement) if recipient.offers else None
     if offer is not None:
         if not recipient.url_elicitation and any(h.type == "url" for h in offer.hints):
@@ -148,21 +114,27 @@ def recipient_of(decision: Decision, registry: Registry, *, url_elicitation: boo
                  identity: Callable[[], Awaitable[Identity]],
                  arguments: Mapping[str, Any] | None, held: Mapping[str, Any] | None = None
                  ) -> Recipient | Awaitable[Recipient]:
-    """The Recipient of a denial: what its client declared, and the offers of the `Remedial`
-    resolvers of its unmet requirements. At once when no resolver is to be asked (the built-in
-    namespaces offer nothing: the table decides), else a coroutine that asks them (`identity`,
-    the caller's, is awaited first). `held`: the call's `Sidecar.held`, when it had one."""
+    """The Recipient of a denial: what its client declared, and the offers for its unmet
+    requirements: what a late stage holds for the call (`held`, the call's `Sidecar.held`: late.py
+    `Held.offer`) is asked first, else the `Remedial` resolver of the requirement's namespace. At
+    once when nobody is to be asked (the static namespaces offer nothing: the table decides), else
+    a coroutine that asks them (`identity`, the caller's, is awaited first)."""
     offering = _offering(registry)
     asked: list[tuple[str, Remedial]] = []
     confidential = decision.confidential
-    for outcome in decision.outcomes if offering else ():
+    for outcome in decision.outcomes if offering or held else ():
         if outcome.status is _SATISFIED:
             continue
-        if outcome.requirement in confidential:  # `undisclosed` whatever is offered: ask nobody
+        requirement = outcome.requirement
+        if requirement in confidential:  # `undisclosed` whatever is offered: ask nobody
             return DECLARED if url_elicitation else NOBODY
-        namespace = outcome.requirement.partition(":")[0]
-        if outcome.status is _UNSATISFIED and namespace in offering:
-            asked.append((outcome.requirement, offering[namespace]))
+        if outcome.status is not _UNSATISFIED:
+            continue
+        answer = held.get(requirement) if held else None
+        offers = answer if answer is not None and callable(getattr(answer, "offer", None)) else \
+            offering.get(requirement.partition(":")[0])
+        if offers is not None:
+            asked.append((requirement, offers))
     if not asked:
         return DECLARED if url_elicitation else NOBODY
     return _offers(decision, asked, url_elicitation, identity, arguments, held or {})
@@ -191,16 +163,16 @@ async def _offers(decision: Decision, asked: list[tuple[str, Remedial]], url_eli
                   identity: Callable[[], Awaitable[Identity]],
                   arguments: Mapping[str, Any] | None, held: Mapping[str, Any]) -> Recipient:
     call = OfferCall(decision, await identity(), arguments, url_elicitation, held)
-    offers = {requirement: await _offer(resolver, requirement, call)
-              for requirement, resolver in asked}
+    offers = {requirement: await _offer(offering, requirement, call)
+              for requirement, offering in asked}
     return Recipient(url_elicitation, {r: o for r, o in offers.items() if o is not None})
 
 
-async def _offer(resolver: Remedial, requirement: str, call: OfferCall) -> Offer | None:
-    """One resolver's offer, checked by the rules an envelope is read by (envelope.parse)."""
+async def _offer(offering: Remedial, requirement: str, call: OfferCall) -> Offer | None:
+    """One offer, checked by the rules an envelope is read by (envelope.parse)."""
     try:
         async with asyncio.timeout(OFFER_SECONDS):
-            offer = await resolver.offer(requirement, call)
+            offer = await offering.offer(requirement, call)
         if offer is None:
             return None
         if not isinstance(offer, Offer) or not isinstance(offer.remediation, Remediation) or not all(
@@ -209,6 +181,7 @@ async def _offer(resolver: Remedial, requirement: str, call: OfferCall) -> Offer
         parse(AuthorizationDenial(offer.remediation, "checked", offer.hints).to_dict())
         return offer
     except Exception as exc:  # a broken offer must not break the denial: it is undisclosed
-        log.warning("resolver %r: its offer for %r was ignored: %s", resolver.namespace, requirement,
+        log.warning("resolver %r: its offer for %r was ignored: %s",
+                    getattr(offering, "namespace", requirement.partition(":")[0]), requirement,
                     type(exc).__name__ if isinstance(exc, TimeoutError) else exc)
         return UNDISCLOSED

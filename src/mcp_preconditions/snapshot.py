@@ -15,17 +15,17 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from .approvals.approvers import approver_findings
 from .arguments import ArgumentCondition
 from .compiled import Check, CompiledTool, Staged, being_cancelled, coerce, short_reason
 from .errors import RequirementError
 from .late import LateCall, Sidecar, late_resolver
 from .memo import CallerMemo, reads_of
+from .namespaces import LiveSources, build_registry
 from .outcomes import MALFORMED_REQUIREMENTS, Outcome, Ruling, ruling
 from .policy.load import PolicySource
 from .principal import Identity
 from .requirements import Finding, check_shape, lint, merge, namespace_of, validate
-from .resolvers import LiveSources, Registry, Resolver, build_registry
+from .resolvers import Registry, Resolver
 from .resolvers.base import CallContext, Dependencies
 from .staged import merged_one, settle
 
@@ -60,7 +60,7 @@ class Snapshot:
                                                      live=live, entry_points=entry_points)
             self._checks: dict[str, Check] = {}  # one per distinct string: tools share them
             self._check_grants(strict)
-            self._check_approvers()
+            self._check_resolvers()
             self._grant_findings = list(self.findings)
         else:
             self.registry = base.registry
@@ -84,9 +84,20 @@ class Snapshot:
                 self.findings.extend(found)
             if compiled is not None and compiled.requirements:
                 self.tools[name] = compiled
-        # The tools with an `approval:` requirement: an adapter asks their callers (SPEC §15).
-        self.approving = frozenset(n for n, t in self.tools.items() if t.late is not None and any(
-            stage.namespace == "approval" for stage in t.late.stages))
+        # The tools whose late stages may ask their caller, and how many questions at most (one
+        # per `self` approval, SPEC §15): an adapter that can ask carries a sidecar for them.
+        # And the tools a late stage leaves something for whatever the adapter (`carries`: what to
+        # do once the call finished, say): every adapter carries a sidecar for them.
+        self.asking: dict[str, int] = {}
+        carrying = set()
+        for name, compiled_tool in self.tools.items():
+            stages = compiled_tool.late.stages if compiled_tool.late is not None else ()
+            asks = sum(getattr(stage, "asks", 0) for stage in stages)
+            if asks:
+                self.asking[name] = asks
+            if any(getattr(stage, "carries", False) for stage in stages):
+                carrying.add(name)
+        self.carrying = frozenset(carrying)
         errors = [str(f) for f in self.findings if f.severity == "error"]
         if errors and strict:
             raise RequirementError(errors)
@@ -110,17 +121,13 @@ class Snapshot:
                                                  f"requirement {req!r}: {problem}", req,
                                                  self.source.source))
 
-    def _check_approvers(self) -> None:
-        """An approver's requirements are decided like a grant's conditions: never a late one."""
-        approvals = self.source.policy.approvals
-        self.findings.extend(approver_findings(approvals, self.registry, self.source.source))
-        for name, approval in approvals.items():
-            for req in () if approval.approvers == "self" else approval.approvers:
-                late = late_resolver(self.registry.for_requirement(req))
-                if late is not None:
-                    self.findings.append(Finding(
-                        "error", f"(policy approvals.{name}.approvers)",
-                        f"requirement {req!r}: {late.not_a_condition}", req, self.source.source))
+    def _check_resolvers(self) -> None:
+        """What each resolver finds wrong in the part of the policy it was built from, once per
+        registry (`policy_findings(registry)`: an approver requirement of an unknown namespace, say)."""
+        for namespace in self.registry.namespaces():
+            findings = getattr(self.registry.get(namespace), "policy_findings", None)
+            if callable(findings):
+                self.findings.extend(findings(self.registry))
 
     def _compile(self, name: str, raw: Any, strict: bool) -> CompiledTool:
         code, shape_errors = check_shape(name, raw)
@@ -293,9 +300,9 @@ class Snapshot:
                  sidecar: Sidecar | None = None) -> Ruling | Awaitable[Ruling]:
         """The call's ruling: every requirement's outcome, in the tool's order, and whether they
         allow it; awaitable only if some lookup is async. A tool the caller alone decides answers
-        from its memo after the first call. A tool's late requirements (credentials, quotas:
-        late.py) are decided last, each stage only when every other requirement and every earlier
-        stage holds (`staged.settle`); `sidecar` is what the call carries beside its decision."""
+        from its memo after the first call. A tool's late requirements (late.py) are decided
+        last, each stage only when every other requirement and every earlier stage holds
+        (`staged.settle`); `sidecar` is what the call carries beside its decision."""
         late = tool.late
         if late is not None:
             others = self.evaluate(late.rest, identity, arguments)
@@ -305,7 +312,7 @@ class Snapshot:
             allowed, outcomes = others
             if outcomes and not allowed:  # refused without its late outcomes (`_settled_later`)
                 return allowed, outcomes
-            quick = late.quick  # the one stage's answer at once (a credential at hand): no call
+            quick = late.quick  # the one stage's answer at once (what it holds already): no call
             if quick is not None:
                 try:
                     found = quick(identity, sidecar)
@@ -356,7 +363,7 @@ class Snapshot:
                              ) -> Ruling:
         """A tool's late stages once its other requirements' awaited ruling is in. A call they
         refuse is refused without its late outcomes: no stage is asked, and none is reported (a
-        quota not checked is neither satisfied nor used up, a credential not obtained neither)."""
+        quota not checked is neither satisfied nor used up, nothing is obtained)."""
         allowed, others = await pending
         if others and not allowed:
             return allowed, others

@@ -25,7 +25,7 @@ Bounded = Callable[[str, Awaitable[Any], float | None], Awaitable[tuple[Any, str
 def settle(staged: Staged, others: tuple[Outcome, ...], call: LateCall, bounded: Bounded
            ) -> Ruling | Awaitable[Ruling]:
     """The ruling on a call whose other requirements all held, with these `others` outcomes."""
-    if len(staged.stages) == 1:  # the usual tool: one stage (quotas, credentials: every call)
+    if len(staged.stages) == 1:  # the usual tool: one stage (a quota; a forwarded call's own)
         stage = staged.stages[0]
         try:
             found = stage.decide(call)
@@ -54,7 +54,7 @@ def merged_one(staged: Staged, others: tuple[Outcome, ...], found: Any) -> Rulin
 
 def _one(staged: Staged, others: tuple[Outcome, ...], found: Found) -> Ruling:
     """A one-stage tool's ruling: its outcomes after the others' (`last`), before them (first, as
-    the gateway puts a server's `credential:KEY`), else each at its place (nothing to give back
+    a gateway puts what reaches its server), else each at its place (nothing to give back
     either way: no stage came before it)."""
     if staged.last:
         return ruling(others + found)

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable,
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import RequirementError
+from .errors import ListingError, RequirementError
 from .guard import Guard
 from .outcomes import Refusal, Refused
 from .principal import Credentials
@@ -28,10 +28,6 @@ MAX_PAGES = 1000
 FetchPage = Callable[[str | None], Awaitable[object]]
 # A caller's view of its tool list: two equal views are two equal lists (`view`).
 View = Callable[[Credentials], Awaitable[Hashable]]
-
-
-class ListingError(Exception):
-    """A listing that cannot be read, in one line naming the method and what is wrong."""
 
 
 async def every_page(fetch: FetchPage, method: str = "tools/list", field: str = "tools",
@@ -98,6 +94,13 @@ def read_listing(items: Iterable[object]) -> Listed:
 
 _TWICE = Refusal(Refused.UNLISTED, "its server lists more than one tool of that name")
 _MALFORMED = Refusal(Refused.MALFORMED, "its requirements cannot be read")
+
+
+def unusable(who: str) -> str:
+    """What a caller is told of a policy that cannot be applied to the server's tools (a near
+    miss), for every adapter: one sentence naming whose policy it is ("server", "gateway"); the
+    problem itself, which names the policy's entries, goes to the log only (`names.unusable_line`)."""
+    return f"the {who}'s policy is unusable"
 
 
 def refused(*, unusable: str | None, twice: bool, malformed: str | None

@@ -25,11 +25,11 @@ from starlette.testclient import TestClient
 
 from mcp_preconditions import Credentials, Guard
 from mcp_preconditions.approvals import MemoryApprovalStore, Party
-from mcp_preconditions.approvals.pages import ApprovalPages, approving_of
 from mcp_preconditions.late import Sidecar
+from mcp_preconditions.namespaces import LiveSources
+from mcp_preconditions.pages.approvals import ApprovalPages, approving_of
 from mcp_preconditions.policy.load import PolicySource
 from mcp_preconditions.policy.model import Policy
-from mcp_preconditions.resolvers import LiveSources
 from tests.fixtures.hosted import ISSUER
 from tests.fixtures.oidc import AUDIENCE, OPAQUE, ROOT, OidcServer
 

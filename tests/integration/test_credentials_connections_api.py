@@ -32,7 +32,7 @@ from mcp_preconditions.credentials import (
 )
 from mcp_preconditions.credentials.accounts import Connection
 from mcp_preconditions.credentials.caller import Caller
-from mcp_preconditions.credentials.pages import CredentialPages
+from mcp_preconditions.pages.credentials import CredentialPages
 from mcp_preconditions.principal import Credentials
 from tests.fixtures.asgi_bridge import AsgiBridge
 from tests.fixtures.local_issuer import ISSUER_KEY

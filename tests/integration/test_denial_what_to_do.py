@@ -55,12 +55,12 @@ from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, Remediation, Reme
 from mcp_preconditions.gateway import Gateway, ServerSpec
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations.mcp_sdk import guard_server
+from mcp_preconditions.namespaces import LiveSources
 from mcp_preconditions.outcomes import Outcome
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import Credentials, Principal
 from mcp_preconditions.remedies import Offer, OfferCall
 from mcp_preconditions.requirements import body_of
-from mcp_preconditions.resolvers import LiveSources
 from mcp_preconditions.wire import META_KEY
 from tests.fixtures.inprocess import served
 from tests.fixtures.listed_server import build

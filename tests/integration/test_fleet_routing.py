@@ -24,6 +24,7 @@ import pytest
 from mcp import Client
 
 from mcp_preconditions.gateway.fleet import UNUSABLE
+from mcp_preconditions.names import near_miss_message, unusable_line
 from tests.fixtures.fleet import Entry, command, write_gateway_toml
 from tests.fixtures.gateway_upstream import LoggingUpstream, read_log, tool_calls
 from tests.fixtures.inprocess import InProcess, cli_gateway
@@ -88,7 +89,7 @@ async def test_a_one_server_policy_reused_in_a_fleet_refuses_the_tool_it_names_u
         assert result == {"content": [{"type": "text", "text": UNUSABLE}], "isError": True}
     assert tool_calls(logs["fs"]) == []
     assert other["isError"] is False and tool_calls(logs["other"]) == ["echo"]
-    assert "[tools.'write_file'] nearly matches 'fs__write_file'" in output
+    assert unusable_line("server fs", [near_miss_message("write_file", "fs__write_file")]) in output
 
 
 async def test_a_policy_name_for_a_server_that_never_starts_condemns_no_other(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from mcp import Client
 
 from mcp_preconditions.drivers.reload import PolicyReloader
 from mcp_preconditions.guard import Guard
+from mcp_preconditions.namespaces import LiveSources
 from mcp_preconditions.policy.load import load_policy
-from mcp_preconditions.resolvers import LiveSources
 from tests.fixtures.mcp_servers import FLAVOURS, Flavour, raw_tools
 
 WAIT = 10.0  # the safety net of each wait on a notification

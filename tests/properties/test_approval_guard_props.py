@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from mcp_preconditions.approvals import ApprovalResolver, MemoryApprovalStore, Party
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.late import Sidecar
+from mcp_preconditions.namespaces import LiveSources
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import Credentials, Principal
-from mcp_preconditions.resolvers import LiveSources
 
 POLICY = """[approvals.deploy]
 approvers = ["auth:claim:role:rm"]

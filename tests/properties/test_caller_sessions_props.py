@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 from mcp_preconditions.credentials import Credential
 from mcp_preconditions.gateway.errors import UpstreamUnavailable
 from mcp_preconditions.gateway.upstream import caller_sessions
-from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller, CallerSessions, _Session
+from mcp_preconditions.gateway.upstream.caller_sessions import (
+    AsCaller,
+    CallerSessions,
+    Sender,
+    _Session,
+)
 from mcp_preconditions.gateway.upstream.peer import OwnerHooks
 
 LIMIT, IDLE = 3, 300.0
@@ -86,7 +91,7 @@ def test_sessions_follow_the_reference_model(ops: list[tuple[str, Any]]) -> None
                                   limit=LIMIT, idle=IDLE, clock=lambda: now[0])
         owners_of: dict[int, str] = {}
 
-        async def fake_open(caller: AsCaller, timeout: float) -> _Session:
+        async def fake_open(caller: Sender, timeout: float) -> _Session:
             session = _Session(_Peer(str(caller.owner), next_gate), _Link(), now[0])  # type: ignore[arg-type]
             owners_of[id(session)] = str(caller.owner)
             sessions._sessions[caller.owner] = session

@@ -15,7 +15,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mcp_preconditions.gateway.downstream import sessions as module
-from mcp_preconditions.gateway.downstream.sessions import OverCap, Sessions
+from mcp_preconditions.gateway.downstream.sessions import Sessions
+from mcp_preconditions.gateway.errors import OverCap
 from mcp_preconditions.owner import Owner
 
 # Two tokens of one principal (other clients), another principal, and the anonymous callers.

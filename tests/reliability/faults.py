@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 import mcp_preconditions.snapshot as snapshot_module
 from mcp_preconditions import CallContext, Credentials, Identity, Outcome
-from mcp_preconditions.resolvers import Registry, build_registry
+from mcp_preconditions.namespaces import build_registry
+from mcp_preconditions.resolvers import Registry
 
 FAULTS = ("raises", "times out", "backend down", "returns garbage")
 GARBAGE: tuple[Any, ...] = ("yes", None, 1, {"ok": True}, Outcome.satisfied("other:thing", "forged"))

@@ -18,8 +18,8 @@ from mcp_preconditions.approvals import (
 )
 from mcp_preconditions.approvals.binding import Binding
 from mcp_preconditions.approvals.lifecycle import ApprovalRequest, requested
+from mcp_preconditions.namespaces import build_registry
 from mcp_preconditions.outcomes import Outcome
-from mcp_preconditions.resolvers import build_registry
 from mcp_preconditions.resolvers.base import CallContext
 
 POLICY = b"""

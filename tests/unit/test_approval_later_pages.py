@@ -16,7 +16,7 @@ from mcp_preconditions.cli._approvals import LaterPages
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.policy.load import parse_policy
 
-HEAVY = ("starlette", "cryptography", "httpx2", "mcp_preconditions.approvals.pages")
+HEAVY = ("starlette", "cryptography", "httpx2", "mcp_preconditions.pages.approvals")
 APPROVED = b'[approvals.payout]\napprovers = ["auth:claim:role:treasury"]\n'
 
 

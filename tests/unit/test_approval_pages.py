@@ -21,12 +21,12 @@ from starlette.testclient import TestClient
 from mcp_preconditions import Guard, Identity, Principal, parse_policy
 from mcp_preconditions.approvals import MemoryApprovalStore, State, bind
 from mcp_preconditions.approvals.binding import Binding
-from mcp_preconditions.approvals.page_session import APPROVER_COOKIE
-from mcp_preconditions.approvals.page_views import FOLDED_CHARACTERS, ToolFacts
-from mcp_preconditions.approvals.pages import ApprovalPages, approving_of
 from mcp_preconditions.credentials import Caller
+from mcp_preconditions.namespaces import LiveSources
+from mcp_preconditions.pages.approval_views import FOLDED_CHARACTERS, ToolFacts
+from mcp_preconditions.pages.approvals import ApprovalPages, approving_of
+from mcp_preconditions.pages.approver_sessions import APPROVER_COOKIE
 from mcp_preconditions.principal import Credentials
-from mcp_preconditions.resolvers import LiveSources
 
 ISSUER = "https://idp.example"
 BASE = "http://testserver"

@@ -13,11 +13,11 @@ from mcp_preconditions.approvals.stage import NOT_DECIDED, HeldApproval
 from mcp_preconditions.envelope import Remediation, RemediationHint
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.late import Sidecar
+from mcp_preconditions.namespaces import BUILTIN_NAMESPACES, LiveSources
 from mcp_preconditions.outcomes import Decision, Status
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import Credentials, Principal
 from mcp_preconditions.remedies import Offer, OfferCall, Recipient, recipient_of
-from mcp_preconditions.resolvers import BUILTIN_NAMESPACES, LiveSources
 
 POLICY = """
 [quotas.once]
@@ -165,7 +165,7 @@ async def test_a_self_approval_is_asked_then_runs_once_on_accept() -> None:
     sidecar = Sidecar(can_ask=True)
     asked = await guard.check("wipe", ALICE, {"path": "/"}, sidecar=sidecar)
     held = sidecar.held["approval:confirm"]
-    assert not asked.allowed and held.question is not None
+    assert not asked.allowed and isinstance(held, HeldApproval) and held.question is not None
     assert held.question.tool == "wipe" and held.question.arguments == '{"path":"/"}'
     assert await held.answer("accept") is True
     rerun = await guard.check("wipe", ALICE, {"path": "/"},

@@ -13,9 +13,9 @@ import pytest
 
 from mcp_preconditions.auth import KeySet, fetch
 from mcp_preconditions.auth import keys as keys_module
-from mcp_preconditions.auth.fetch import NoDocumentError, discover_jwks_uri, metadata_urls
+from mcp_preconditions.auth.fetch import discover_jwks_uri, metadata_urls
 from mcp_preconditions.auth.keys import JWKS_MAX_AGE_SECONDS, keys_from_jwks, quote
-from mcp_preconditions.errors import AuthBackendError
+from mcp_preconditions.errors import AuthBackendError, NoDocumentError
 from tests.fixtures.oidc import SigningKey
 
 URI = "https://issuer.test/jwks"

@@ -14,7 +14,6 @@ from mcp_preconditions.authzen.wire import (
     Action,
     Entity,
     Evaluation,
-    Malformed,
     Metadata,
     Semantic,
     batch_json,
@@ -24,6 +23,7 @@ from mcp_preconditions.authzen.wire import (
     evaluations_of,
     metadata_of,
 )
+from mcp_preconditions.errors import Malformed
 
 ALICE = {"type": "user", "id": "alice@example.com"}
 READ = {"name": "can_read"}

@@ -171,7 +171,7 @@ async def test_two_servers_one_cached_one_awaited_each_counted_once_in_order() -
     assert decision.allowed and [o.requirement for o in decision.outcomes] == [REQ, WIKI]
     assert [o.reason.endswith("(cached)") for o in decision.outcomes] == [True, False]
     assert seen == [("crm", "obtained"), ("crm", "cached"), ("wiki", "obtained")]
-    assert {k: v.credential.headers() for k, v in sidecar.held.items()} == {
+    assert {k: v.outbound.headers() for k, v in sidecar.held.items() if v.outbound is not None} == {
         REQ: {"Authorization": "Bearer https://crm.test"},
         WIKI: {"Authorization": "Bearer https://wiki.test"}}
     assert isinstance(guard.check_now("both", credentials(), sidecar=Sidecar()), Decision)

@@ -1,4 +1,4 @@
-"""The pages' cookie rule (SPEC §14, issue 39.14; credentials/cookies.py): on a gateway whose public
+"""The pages' cookie rule (SPEC §14, issue 39.14; pages/cookies.py): on a gateway whose public
 URL is https every cookie is `__Host-`, Secure, Path=/ and has no Domain, and only `__Host-`
 cookies are read (one tossed in by a sibling host without the prefix is ignored); over plain http
 (loopback, where a browser refuses both) the plain name, without Secure. Before, no cookie was
@@ -12,8 +12,8 @@ from http.cookies import SimpleCookie
 import pytest
 from starlette.testclient import TestClient
 
-from mcp_preconditions.credentials.cookies import HostCookies, host_cookies_only, secured
 from mcp_preconditions.credentials.signin import SESSION_COOKIE
+from mcp_preconditions.pages.cookies import HostCookies, host_cookies_only, secured
 from tests.unit.test_credentials_pages import ALICE, HTML, Site
 
 

@@ -22,8 +22,6 @@ from mcp_preconditions.credentials import (
 from mcp_preconditions.credentials.cache import TokenKeys
 from mcp_preconditions.credentials.caller import Caller
 from mcp_preconditions.credentials.credential import Credential
-from mcp_preconditions.gateway.forward import _sent_as
-from mcp_preconditions.gateway.upstream.caller_sessions import AsCaller
 from mcp_preconditions.late import LateCall, Sidecar
 from mcp_preconditions.principal import Identity
 from tests.unit.credentials_doubles import ISSUER, AuthServer, Clock, caller, exchanged
@@ -149,20 +147,22 @@ async def test_what_a_call_holds_and_whom_it_is_sent_as_are_built_once_per_princ
         assert isinstance(found, HeldCredential)
         return found
     first = held(alice)
-    sent = _sent_as(first)
-    assert sent == AsCaller(Caller(ISSUER, "alice"), obtained.credential)  # type: ignore[arg-type]
-    assert held(alice) is first and first.sent_as is sent  # remembered for alice's principal
+    sent = first.outbound
+    assert sent is not None and (sent.owner, sent.headers()) == (
+        Caller(ISSUER, "alice"), obtained.credential.headers())  # type: ignore[union-attr]
+    assert held(alice) is first and first.outbound is sent  # remembered for alice's principal
     # Kept while the credential is cached, it keeps no token of the caller's: a renewal is given
     # the call's own.
     assert all(getattr(first, name) != TOKEN for name in HeldCredential.__slots__)
     # Another principal object (bob's, or alice's token verified again) holds its own, sent as
     # itself, never as another; the credential then remembers the latest principal's.
     other = held(bob)
-    assert other is not first and _sent_as(other).owner == Caller(ISSUER, "bob")
+    assert other is not first and getattr(other.outbound, "owner", None) == Caller(ISSUER, "bob")
     again = held(caller("alice"))
-    assert again is not first and _sent_as(again).owner == Caller(ISSUER, "alice")
+    assert again is not first and getattr(again.outbound, "owner", None) == Caller(ISSUER, "alice")
     anonymous = HeldCredential(resolver, REQ, Identity(), TOKEN, obtained)
-    assert _sent_as(anonymous).owner[0] == "token"  # type: ignore[index]
+    sent = anonymous.outbound
+    assert sent is not None and sent.owner[0] == "token"  # type: ignore[index]
 
 
 def test_a_read_keeps_an_entry_among_the_recently_used() -> None:

@@ -12,8 +12,8 @@ import pytest
 import mcp_preconditions.credentials as credentials
 
 HEAVY = ("httpx2", "cryptography", "starlette", "mcp_preconditions.credentials.accounts",
-         "mcp_preconditions.credentials.pages", "mcp_preconditions.credentials.build",
-         "mcp_preconditions.approvals.pages")
+         "mcp_preconditions.pages.credentials", "mcp_preconditions.credentials.build",
+         "mcp_preconditions.pages.approvals")
 
 
 @pytest.mark.interop

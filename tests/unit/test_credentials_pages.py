@@ -19,9 +19,9 @@ from starlette.testclient import TestClient
 from mcp_preconditions.auth.base import PassThroughAuthenticator
 from mcp_preconditions.credentials import Caller, ConnectedAccounts, ConnectFlow, MemoryTickets, MemoryVault
 from mcp_preconditions.credentials.accounts import Connection
-from mcp_preconditions.credentials.pages import CredentialPages
 from mcp_preconditions.credentials.signin import SESSION_COOKIE
 from mcp_preconditions.errors import CredentialBackendError
+from mcp_preconditions.pages.credentials import CredentialPages
 from tests.unit.credentials_doubles import ISSUER, AuthServer, Clock
 from tests.unit.test_credentials_accounts import oauth_settings
 from tests.unit.test_credentials_signin import sign_in
@@ -185,6 +185,6 @@ def test_the_gateway_serves_its_client_id_metadata_document() -> None:
         "client_uri": BASE, "redirect_uris": [f"{BASE}/oauth/callback"],
         "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
         "token_endpoint_auth_method": "none", "application_type": "web"}
-    from mcp_preconditions.credentials.pages import PATHS
+    from mcp_preconditions.pages.credentials import PATHS
 
     assert "/client-metadata.json" in PATHS  # the listener routes it to the pages

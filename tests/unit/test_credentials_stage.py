@@ -25,6 +25,7 @@ from mcp_preconditions.credentials import (
     TokenExchange,
     held_for,
 )
+from mcp_preconditions.credentials.obtaining import CredentialSources
 from mcp_preconditions.decisions import decision_record
 from mcp_preconditions.envelope import Remediation
 from mcp_preconditions.errors import RequirementError
@@ -199,6 +200,36 @@ async def test_renewing_exchanges_once_more_and_an_overruled_call_is_recorded_de
     assert [r["allowed"] for r in records.records] == [True, False]
     assert records.records[1]["credential"] == {"kind": "token-exchange", "cached": False}
     assert len(server.requests) == 2 and counted[-1] == ("crm", "obtained")
+
+
+async def test_the_servers_challenge_reaches_the_renewal_and_a_renewed_one_is_not_renewed_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC §14, §17: what a call goes as (`Held.outbound`) hands the server's `WWW-Authenticate`
+    to the renewal (a step-up's scope is in it); what that returns answers a second challenge
+    with the unmet outcome, asking no authorization server (renewed once)."""
+    answers = iter([exchanged("first"), exchanged("second")])
+    guard, server, _, _ = setup(lambda form: (200, next(answers)))
+    sidecar = Sidecar()
+    await guard.check("read", reader(), sidecar=sidecar)
+    held = held_for(sidecar, "crm")
+    assert held is not None and held.outbound is not None
+    told: list[str | None] = []
+    renew = CredentialSources.renew
+
+    async def recorded(self: CredentialSources, requirement: str, identity: Identity,
+                       token: str | None, stale: Any, challenge: str | None = None) -> Obtained:
+        told.append(challenge)
+        return await renew(self, requirement, identity, token, stale, challenge)
+    monkeypatch.setattr(CredentialSources, "renew", recorded)
+    step_up = 'Bearer error="insufficient_scope", scope="crm:write"'
+    renewed = await held.outbound.challenged(sidecar.token, step_up)
+    assert told == [step_up]
+    assert not isinstance(renewed, Outcome)
+    assert renewed.owner == held.owner and renewed.headers()["Authorization"] == "Bearer second"
+    again = await renewed.challenged(sidecar.token, step_up)
+    assert isinstance(again, Outcome) and again.requirement == REQ
+    assert again.status is Status.UNSATISFIED and again.transient
+    assert told == [step_up] and len(server.requests) == 2
 
 
 def _identity(identity: Identity) -> Any:

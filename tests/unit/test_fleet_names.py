@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from mcp_preconditions import Guard
 from mcp_preconditions.gateway import Gateway, ServerSpec
+from mcp_preconditions.names import near_miss_message
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import Credentials
 
@@ -27,6 +28,11 @@ def lists(gateway: Gateway, key: str, *names: str) -> None:
     catalog.apply_tools(listing.items)
 
 
+def near(*pairs: tuple[str, str]) -> str:
+    """A server's problem: its near misses (policy name, tool), each as the operator is told it."""
+    return "; ".join(near_miss_message(name, tool) for name, tool in pairs)
+
+
 def problems(gateway: Gateway) -> dict[str, str | None]:
     return {m.key: m.problem for m in gateway.fleet}
 
@@ -39,7 +45,7 @@ def test_a_servers_own_name_under_a_prefix_is_a_near_miss() -> None:
     lists(gateway, "fs", "read_file", "write_file")
     lists(gateway, "time", "get_time")
     assert problems(gateway) == {
-        "fs": "[tools.'write_file'] nearly matches 'fs__write_file'", "time": None}
+        "fs": near(("write_file", "fs__write_file")), "time": None}
 
 
 def test_a_name_some_server_shows_bare_is_no_near_miss_of_another() -> None:
@@ -72,8 +78,7 @@ def test_a_name_carrying_no_servers_prefix_is_judged_against_every_server() -> N
                        ("fs", "fs__"), ("fs2", "fs2__"), ("bare", ""))
     lists(gateway, "fs", "write_file", "read_file")
     assert problems(gateway) == {
-        "fs": "[tools.'fs_write_file'] nearly matches 'fs__write_file'; "
-              "[tools.'FS__read_file'] nearly matches 'fs__read_file'",
+        "fs": near(("fs_write_file", "fs__write_file"), ("FS__read_file", "fs__read_file")),
         "fs2": None, "bare": None}
 
 
@@ -81,8 +86,8 @@ def test_a_server_without_a_prefix_is_judged_against_every_name() -> None:
     gateway = fleet_of('[tools.fs__wirte_file]\nrequirements = ["auth:oauth2"]\n',
                        ("fs", "fs__"), ("bare", ""))
     lists(gateway, "fs", "write_file")  # bare has not listed: fs's near miss is still one
-    assert problems(gateway)["fs"] == "[tools.'fs__wirte_file'] nearly matches 'fs__write_file'"
+    assert problems(gateway)["fs"] == near(("fs__wirte_file", "fs__write_file"))
     lists(gateway, "bare", "fs__wirte_fil")
     assert problems(gateway) == {
-        "fs": "[tools.'fs__wirte_file'] nearly matches 'fs__write_file'",
-        "bare": "[tools.'fs__wirte_file'] nearly matches 'fs__wirte_fil'"}
+        "fs": near(("fs__wirte_file", "fs__write_file")),
+        "bare": near(("fs__wirte_file", "fs__wirte_fil"))}

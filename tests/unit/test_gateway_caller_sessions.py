@@ -15,7 +15,6 @@ import json
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -229,10 +228,11 @@ async def test_a_session_the_server_ended_is_lost_and_the_next_request_opens_a_n
 
 
 class _Member:
-    """What `Forward.send` reads of a fleet member: its key and its upstream."""
+    """What `Forward.send` reads of a fleet member: its key, requirement and upstream."""
 
     def __init__(self, upstream: Any) -> None:
         self.key = "double"
+        self.credential = "credential:double"
         self.upstream = upstream
 
 
@@ -253,15 +253,17 @@ class _Upstream:
 
 
 class _Held:
-    """A call's held credential (`credentials.stage.HeldCredential`): whom it is sent as; a
-    renewal is never asked for here."""
+    """Whom a call is sent as (`late.Outbound`, a held credential's): the caller, with their
+    credential; a renewal is never asked for here."""
 
     def __init__(self, caller: AsCaller) -> None:
-        self.sent_as = caller
         self.owner = caller.owner
         self.credential = caller.credential
 
-    async def renew(self, token: str | None, challenge: str | None = None) -> Any:
+    def headers(self) -> Any:
+        return self.credential.headers()
+
+    async def challenged(self, token: str | None, challenge: str | None) -> Any:
         raise AssertionError("a session the server ended is not a refused credential")
 
 
@@ -287,7 +289,7 @@ async def test_a_call_on_a_session_the_server_ended_is_sent_once_more_on_a_new_o
             _end_the_next_session(double)
         forward = _forward()
         member: Any = _Member(_Upstream(sessions))  # (what `send` reads of a Member)
-        held: Any = _Held(alice)  # (what `send` reads of a HeldCredential)
+        held: Any = _Held(alice)  # (what `send` reads of an Outbound)
         if ended == 1:
             result = await forward.send(None, member, "tools/call", {"name": "t"}, 5.0, held)
             assert result == {"session": "s2", "auth": "Bearer alice-token"}
@@ -306,8 +308,8 @@ class _Renewing(_Held):
         super().__init__(caller)
         self.renewed = renewed
 
-    async def renew(self, token: str | None, challenge: str | None = None) -> Any:
-        return SimpleNamespace(credential=self.renewed, outcome=None)
+    async def challenged(self, token: str | None, challenge: str | None) -> Any:
+        return _Held(AsCaller(self.owner, self.renewed))
 
 
 async def test_a_renewed_call_whose_session_the_server_ended_is_not_sent_a_third_time() -> None:

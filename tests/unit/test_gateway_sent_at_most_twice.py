@@ -12,8 +12,7 @@ included) and renewals, against a small reference of the rule.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Sequence
-from types import SimpleNamespace
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -41,6 +40,7 @@ HANDSHAKE_ANSWERS = ("ok", "401", "500")
 
 class _Member:
     key = "double"
+    credential = "credential:double"
 
     def __init__(self, sessions: CallerSessions) -> None:
         self.upstream = _Upstream(sessions)
@@ -62,25 +62,28 @@ class _Upstream:
 
 
 class _Held:
-    """A call's held credential: whom it is sent as, and a renewal that gives a credential or
-    none (`renew_ok`), counted."""
+    """Whom a call is sent as (`late.Outbound`): the caller with a credential, and a renewal on a
+    challenge that gives another (`renew_ok`) or the unmet outcome, counted."""
 
     requirement = "credential:double"
 
     def __init__(self, renew_ok: bool) -> None:
         self.owner = "alice"
         self.credential = Credential.bearer("first", "token-exchange")
-        self.sent_as = AsCaller(self.owner, self.credential)
         self.renew_ok = renew_ok
         self.renewals = 0
+        self.challenges: list[str | None] = []  # what each renewal was given
 
-    async def renew(self, token: str | None) -> Any:
+    def headers(self) -> Mapping[str, str]:
+        return self.credential.headers()
+
+    async def challenged(self, token: str | None, challenge: str | None) -> Any:
         self.renewals += 1
+        self.challenges.append(challenge)
         if self.renew_ok:
-            return SimpleNamespace(credential=Credential.bearer(f"renewed{self.renewals}",
-                                                                "token-exchange"), outcome=None)
-        return SimpleNamespace(credential=None, outcome=Outcome(
-            self.requirement, Status.UNSATISFIED, "no credential", transient=True))
+            return AsCaller(self.owner, Credential.bearer(f"renewed{self.renewals}",
+                                                          "token-exchange"))
+        return Outcome(self.requirement, Status.UNSATISFIED, "no credential", transient=True)
 
 
 def _forward() -> Forward:
@@ -92,8 +95,8 @@ def _forward() -> Forward:
                    GatewayTelemetry())
 
 
-async def _run(calls: Sequence[str], handshakes: Sequence[str], renew_ok: bool
-               ) -> tuple[str, int, int]:
+async def _run(calls: Sequence[str], handshakes: Sequence[str], renew_ok: bool,
+               held: _Held | None = None) -> tuple[str, int, int]:
     """What became of one call (ran / refused / error), how often it was POSTed, and how many of
     those POSTs the server ran."""
     left = {"tools/call": list(calls), "initialize": list(handshakes)}
@@ -112,7 +115,7 @@ async def _run(calls: Sequence[str], handshakes: Sequence[str], renew_ok: bool
         sessions = CallerSessions(double.url, "double", NO_CLIENT)
         try:
             member: Any = _Member(sessions)
-            held: Any = _Held(renew_ok)
+            held = held or _Held(renew_ok)
             try:
                 await _forward().send(None, member, "tools/call", {"name": "t"}, 5.0, held)
                 outcome = "ran"
@@ -171,6 +174,18 @@ async def test_a_call_is_sent_at_most_twice(calls: list[str], renew_ok: bool,
     outcome, posts, ran = await _run(calls, [], renew_ok)
     assert (outcome, posts) == expected == reference(calls, [], renew_ok)
     assert ran == (1 if outcome == "ran" else 0)
+
+
+@pytest.mark.parametrize("status", ["401", "403"])
+async def test_the_servers_challenge_reaches_the_renewal(status: str) -> None:
+    """SPEC §17: the renewal is given the server's `WWW-Authenticate` (a step-up's scope is in it),
+    through `Outbound.challenged`; once, whatever follows."""
+    held = _Held(renew_ok=True)
+    assert await _run([status, "ok"], [], True, held) == ("ran", 2, 1)
+    assert held.challenges == ['Bearer error="invalid_token"']
+    held = _Held(renew_ok=True)
+    assert await _run([status, status, "ok"], [], True, held) == ("refused", 2, 0)
+    assert held.renewals == 1
 
 
 @settings(max_examples=150, deadline=None)

@@ -54,7 +54,7 @@ async def test_a_refusal_carries_its_challenge_and_tells_the_link_of_its_own_hea
         status: int) -> None:
     told: list[str] = []
     async with refusing(status) as url:
-        link = HttpLink(url, {"Authorization": "Bearer lent"}, lambda _m: None, "raw",
+        link = HttpLink(url, {"Authorization": "Bearer lent"}, lambda _m, _via: None, "raw",
                         refused=told.append)
         with pytest.raises(UpstreamChallenged) as own:
             await link.send(CALL)
@@ -70,7 +70,7 @@ async def test_no_get_stream_and_no_session_is_not_a_lost_session() -> None:
     """Before, a server answering 404 to the GET (an Express app serving POST only, as the
     conformance suite's servers are) lost the gateway's session each time it was opened."""
     async with refusing(401, get_status=404) as url:
-        link = HttpLink(url, {}, lambda _m: None, "raw")
+        link = HttpLink(url, {}, lambda _m, _via: None, "raw")
         answered = asyncio.Event()
         link.listen(answered.set)
         assert link._listening is not None

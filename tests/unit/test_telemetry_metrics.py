@@ -21,7 +21,8 @@ from mcp_preconditions.drivers.reload import PolicyReloader
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.outcomes import Decision, Outcome, Status
 from mcp_preconditions.policy.load import load_policy
-from mcp_preconditions.telemetry import Metrics, MetricsListener, metrics_app, result_of, watch_policy
+from mcp_preconditions.telemetry import Metrics, MetricsListener, metrics_app, watch_policy
+from mcp_preconditions.telemetry.labels import result_of
 
 SECRET = "state:secret.door"
 TOOLS = {"open_door": ["env:production"],

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from mcp_preconditions.errors import ListingError
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.outcomes import Refusal, Refused
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS, Credentials
 from mcp_preconditions.toolset import (
-    ListingError,
     Views,
     enforce,
     every_page,

@@ -5,15 +5,15 @@ binding.py (what an approval is bound to, RFC 8785), lifecycle.py (requested →
 expired; approved → used), store.py and store_redis.py (atomic, one process or every replica),
 bounds.py (how many requests one caller keeps),
 approvers.py (who may approve), question.py (the `self` question), plan.py (one call's approvals),
-resolver.py (the namespace), stage.py (the late stage), record.py (records and metrics), and the
-approver pages (pages.py, page_views.py, page_session.py; starlette, imported on their own by a
-gateway that serves them). No MCP SDK here: the adapters ask.
+resolver.py (the namespace), stage.py (the late stage), record.py (records and metrics). The
+approver pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 """
 
 from __future__ import annotations
 
+from ..canonical import canonical_json
 from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approver
-from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind, canonical_json
+from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind
 from .bounds import MAX_ENDED_PER_CALLER, MAX_PENDING_PER_CALLER
 from .lifecycle import ApprovalRequest, Refusal, State
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep, CompiledApproval, Remedy

@@ -18,21 +18,24 @@ from ..requirements import Finding, FormChecker
 from ..resolvers.base import CallContext
 from .binding import Party
 from .lifecycle import ApprovalRequest
+from .plan import CompiledApproval
 
 # The snapshot's `evaluate_one`: one requirement for one call, through its resolver, under the
 # snapshot's timeout; never raises.
 Evaluate = Callable[[str, CallContext], Outcome | Awaitable[Outcome]]
 
 
-def approver_findings(approvals: Mapping[str, Approval], registry: FormChecker, source: str
-                      ) -> list[Finding]:
+def approver_findings(approvals: Mapping[str, Approval] | Mapping[str, CompiledApproval],
+                      registry: FormChecker, source: str) -> list[Finding]:
     """Start-up errors for approver requirements a resolver does not accept (unknown namespace,
-    wrong form), each naming the approval and the requirement, like a grant's conditions."""
+    wrong form), each naming the approval and the requirement, like a grant's conditions.
+    `approvals`: the policy's, or as compiled (`approvers` None for "self")."""
     found = []
     for name, approval in approvals.items():
-        if approval.approvers == "self":
+        approvers = approval.approvers
+        if approvers == "self" or approvers is None:
             continue
-        for req in approval.approvers:
+        for req in approvers:
             problem = registry.check_form(req)
             if problem is not None:
                 found.append(Finding("error", f"(policy approvals.{name}.approvers)",

@@ -3,35 +3,35 @@
 The namespace's resolver validates the form (the policy defines `[approvals.NAME]`) and compiles
 each tool's `ApprovalPlan` into a late stage (stage.py), decided after every other requirement and
 the call's credential, before quotas. `resolve` is what an approval is when asked anywhere else (a
-grant's condition): unsatisfied. `offer` is a denial's remedy: the approval page's `url`.
+grant's condition): unsatisfied. A denial's remedy is what the stage holds for the call
+(`HeldApproval.offer`: the approval page's `url`); `offer` here is for a call nothing decided.
+`policy_findings` checks the approvers of the policy's approvals as a snapshot compiles.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from ..errors import RequirementError
-from ..late import APPROVAL_ORDER
+from ..late import late_resolver
+from ..offers import Offer, OfferCall
 from ..outcomes import Outcome, Status
 from ..policy.load import PolicySource
-from ..requirements import body_of
+from ..requirements import Finding, body_of
 from ..resolvers.base import CallContext, Registry
-from .lifecycle import State
+from .approvers import approver_findings
 from .plan import ApprovalPlan, CompiledApproval
 from .record import Event
-from .stage import ApprovalStage, HeldApproval
+from .stage import UNDISCLOSED, ApprovalStage, HeldApproval
 from .store import ApprovalStore, MemoryApprovalStore
-
-if TYPE_CHECKING:
-    from ..remedies import Offer, OfferCall
 
 log = logging.getLogger("mcp_preconditions.approvals")
 NAMESPACE = "approval"
 PAGES_PATH = "/approvals"  # where the gateway serves the approval pages (pages.py)
 # Who decides an approval, as `check`, `policy test` and the explorer show it: a person, per call.
 ASKS_THE_CALLER, NEEDS_AN_APPROVER = "asks_the_caller", "needs_an_approver"
+APPROVAL_ORDER = 500  # after a credential (an approval is not spent on a call that cannot run)
 # Told each (approval name, result) an operation made: the approvals_total metric. No caller.
 Observe = Callable[[str, str], None]
 
@@ -47,13 +47,15 @@ class ApprovalResolver:
                        "after its other requirements")
 
     def __init__(self, approvals: Mapping[str, CompiledApproval], *, pages_url: str | None = None,
-                 observe: Observe | None = None) -> None:
+                 observe: Observe | None = None, taken_as_given: bool = False,
+                 source: str = "(policy)") -> None:
         self.approvals = dict(approvals)
         self.pages_url = pages_url.rstrip("/") if pages_url else None
         self.observe = observe
         # `policy test` only (LiveSources.approvals_taken_as_given): a call without a sidecar has
         # its approvals satisfied, "taken as given", and is decided on the rest.
-        self.taken_as_given = False
+        self.taken_as_given = taken_as_given
+        self.source = source  # the policy file, named in findings
 
     def decided_by(self, requirement: str) -> str | None:
         """ASKS_THE_CALLER or NEEDS_AN_APPROVER for a defined approval (None: not one)."""
@@ -64,7 +66,22 @@ class ApprovalResolver:
 
     def stage(self, requirements: Sequence[str]) -> ApprovalStage:
         """A tool's `approval:` requirements as its late stage (compiled once per snapshot)."""
-        return ApprovalStage(self, requirements)
+        return ApprovalStage(self.namespace, self.plan(requirements), self.count,
+                             pages_url=self.pages_url, taken_as_given=self.taken_as_given)
+
+    def policy_findings(self, registry: Registry) -> list[Finding]:
+        """Start-up errors in the approvers of the policy's approvals: a requirement no resolver
+        accepts, or a late one (an approver's requirements are decided like a grant's conditions:
+        never a late one)."""
+        found = approver_findings(self.approvals, registry, self.source)
+        for name, approval in self.approvals.items():
+            for req in approval.approvers or ():
+                late = late_resolver(registry.for_requirement(req))
+                if late is not None:
+                    found.append(Finding("error", f"(policy approvals.{name}.approvers)",
+                                         f"requirement {req!r}: {late.not_a_condition}", req,
+                                         self.source))
+        return found
 
     def count(self, events: Iterable[Event]) -> None:
         """Each result an operation made, to `observe` (counting never changes an answer)."""
@@ -78,33 +95,11 @@ class ApprovalResolver:
                 log.exception("approval %s: counting %s failed", name, state.value)
 
     async def offer(self, requirement: str, call: OfferCall) -> Offer | None:
-        """The remedy of an unmet `approval:NAME` (SPEC §15): an approver's request is `available`
-        with a `url` hint to its page, for a client that declared URL elicitation and a gateway
-        with pages (else `undisclosed`: the request exists all the same); a `self` question that
-        could not be asked is `undisclosed`; refused, declined, expired: `unavailable`. Each says
-        in words what happened and where to go ("waiting for an approver: request ID,
-        GATEWAY/approvals"), for every client."""
-        # (envelope.py imports approvals.binding: these come when a denial is shaped)
-        from ..envelope import Remediation, RemediationHint
-        from ..remedies import UNDISCLOSED, Offer
-
+        """The remedy of an unmet `approval:NAME`: what its stage holds for the call says it
+        (`HeldApproval.offer`); an approval no stage decided (the adapter carried no sidecar) is
+        `undisclosed`."""
         held = call.held.get(requirement)
-        step = held.step(requirement) if isinstance(held, HeldApproval) else None
-        if step is None or step.remedy == "ask":
-            return UNDISCLOSED
-        if step.remedy == "undisclosed":
-            return Offer(Remediation.UNDISCLOSED, (), "the caller must confirm this call, and this "
-                         "client cannot ask (it declared no elicitation)")
-        request = step.request
-        if step.remedy != "approver" or request is None:
-            said = _ended(request.state, request.self_approval) if request is not None else ""
-            return Offer(Remediation.UNAVAILABLE, (), said) if said else None
-        pages = f", {self.pages_url}/approvals" if self.pages_url is not None else ""
-        said = f"waiting for an approver: request {request.id}{pages}"
-        if not call.url_elicitation or self.pages_url is None:
-            return Offer(Remediation.UNDISCLOSED, (), said)
-        url = f"{self.pages_url}/approvals/{request.id}"
-        return Offer(Remediation.AVAILABLE, (RemediationHint("url", url=url),), said)
+        return await held.offer(requirement, call) if isinstance(held, HeldApproval) else UNDISCLOSED
 
     def validate(self, requirement: str) -> str | None:
         name = body_of(requirement)
@@ -122,17 +117,6 @@ class ApprovalResolver:
         """How to decide these approvals (a tool's, in its order), compiled once per snapshot."""
         return ApprovalPlan(tuple(requirements),
                             tuple(self.approvals[body_of(r)] for r in requirements))
-
-
-def _ended(state: State, self_approval: bool) -> str:
-    """What a denial says of a request that will not approve this call: a person said no, or
-    nobody answered in time (a new call asks again)."""
-    if state is State.REFUSED:
-        return "the caller declined" if self_approval else "refused by an approver"
-    if state is State.EXPIRED:
-        return ("the caller did not answer in time; call again to be asked again" if self_approval
-                else "the approval expired; call again to request a new one")
-    return ""
 
 
 def approval_resolver(source: PolicySource, memory: MemoryApprovalStore,
@@ -161,7 +145,8 @@ def approval_resolver(source: PolicySource, memory: MemoryApprovalStore,
         approvers = None if approval.approvers == "self" else tuple(approval.approvers)
         compiled[name] = CompiledApproval(name, approvers, approval.expires_seconds,
                                           approval.timeout_seconds, store)
-    return ApprovalResolver(compiled, pages_url=pages_url, observe=observe)
+    return ApprovalResolver(compiled, pages_url=pages_url, observe=observe, source=source.source)
+
 
 
 def needing_pages(source: PolicySource) -> str | None:

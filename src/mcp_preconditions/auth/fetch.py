@@ -14,14 +14,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
-from ..errors import AuthBackendError
+from ..errors import AuthBackendError, NoDocumentError
 from ..tls import client_context
 
 MAX_DOCUMENT_BYTES = 1 << 20  # a JWKS or metadata document larger than 1 MiB is not one
-
-
-class NoDocumentError(AuthBackendError):
-    """The server answered, but not with a JSON document (an HTTP error status, or not JSON)."""
 
 
 def describe(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ app (`app`, which needs orjson: the `mcp` extra). docs/authzen.md says how to us
 
 from __future__ import annotations
 
+from ..errors import Malformed
 from .point import DecisionPoint, answer
 from .reading import Call, Reading
 from .wire import (
@@ -16,7 +17,6 @@ from .wire import (
     Entity,
     Evaluation,
     Evaluations,
-    Malformed,
     Metadata,
     Semantic,
 )

@@ -15,13 +15,13 @@ from typing import Any
 
 import orjson
 
+from ..errors import Malformed, TooLarge
 from ..rebinding import Security
 from .point import DecisionPoint, batch_json
 from .wire import (
     EVALUATION_PATH,
     EVALUATIONS_PATH,
     METADATA_PATH,
-    Malformed,
     Metadata,
     evaluation_of,
     evaluations_of,
@@ -34,10 +34,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _JSON = (b"content-type", b"application/json")
 _TEXT = (b"content-type", b"text/plain; charset=utf-8")
-
-
-class TooLarge(Exception):
-    """A request body over MAX_BODY."""
 
 
 class AuthzenApp:

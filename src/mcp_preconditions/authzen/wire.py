@@ -15,16 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import Malformed
+
 EVALUATION_PATH = "/access/v1/evaluation"
 EVALUATIONS_PATH = "/access/v1/evaluations"
 METADATA_PATH = "/.well-known/authzen-configuration"
 MAX_EVALUATIONS = 1024  # items of one batch: more is a malformed request, never a long wait
 
 Json = dict[str, Any]
-
-
-class Malformed(ValueError):
-    """What is wrong with a request or an answer, in one line naming the key path."""
 
 
 class Semantic(enum.StrEnum):

@@ -18,10 +18,10 @@ from ..policy.load import PolicySource
 from ._credentials import own_url
 
 if TYPE_CHECKING:
-    from ..approvals.page_views import ToolFacts
     from ..gateway import Gateway
     from ..gateway.downstream.app import ASGIApp, Receive, Scope, Send
     from ..guard import Guard
+    from ..pages.approval_views import ToolFacts
 
 log = logging.getLogger("mcp_preconditions.approvals")
 
@@ -63,7 +63,7 @@ def _without_pages(args: argparse.Namespace, source: PolicySource,
 def tool_facts(gateway: Gateway, name: str) -> ToolFacts | None:
     """What an approval page shows of the tool a caller called `name`: its server and its
     description, as the server listed it; None when no one server lists it now."""
-    from ..approvals.page_views import ToolFacts
+    from ..pages.approval_views import ToolFacts
 
     fleet = gateway.fleet
     target = fleet.routes.tools.get(name)

@@ -176,7 +176,7 @@ def pages(wired: Wired, authenticator: Authenticator, sign_in: SignIn | None) ->
     if flow is None:  # (nothing below is imported then: starlette, httpx2, cryptography)
         return None
     assert sign_in is not None  # wire() refused kind = "oauth" without [auth.sign_in]
-    from ..credentials.pages import PATHS, CredentialPages
     from ..gateway.downstream.app import Pages
+    from ..pages.credentials import PATHS, CredentialPages
 
     return Pages(PATHS, CredentialPages(flow, authenticator, sign_in).app())

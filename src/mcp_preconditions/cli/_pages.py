@@ -7,7 +7,7 @@ The sign-in cookies (and the sign-in flows' records, and the forms' CSRF tokens)
 the key in $MCP_PRECONDITIONS_PAGES_KEY (32 bytes, base64): replicas that share their flows in
 Redis must share it too; without it each process draws its own. The sign-in flows under way are
 bounded (credentials.signin.MAX_FLOWS) in memory or Redis alike. Every cookie of every page follows
-one rule (credentials/cookies.py): `__Host-` and Secure when the public URL is https.
+one rule (pages/cookies.py): `__Host-` and Secure when the public URL is https.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from ._credentials import pages as credential_pages
 from ._sockets import http_address, listening_socket
 
 if TYPE_CHECKING:
-    from ..approvals.pages import Describe
     from ..credentials import SignIn
     from ..gateway.downstream.app import ASGIApp, Pages, Receive, Scope, Send
     from ..guard import Guard
+    from ..pages.approvals import Describe
 
 
 def pages(args: argparse.Namespace, wired: Wired, guard: Guard, source: PolicySource,
@@ -77,7 +77,7 @@ def with_decision_point(pages: Pages | None, guard: Guard, public_url: str | Non
 
 
 def _cookie_rule(pages: Pages, base_url: str) -> Pages:
-    """Every page's cookies by credentials/cookies.py's rule: on an https public URL, `__Host-`
+    """Every page's cookies by pages/cookies.py's rule: on an https public URL, `__Host-`
     and Secure (behind a TLS proxy the listener itself speaks http)."""
     from ..gateway.downstream.app import Pages
 
@@ -88,7 +88,7 @@ def _cookies(app: ASGIApp, base_url: str) -> ASGIApp:
     """`app` with its cookies by that rule."""
     from urllib.parse import urlsplit
 
-    from ..credentials.cookies import HostCookies
+    from ..pages.cookies import HostCookies
 
     return HostCookies(app, urlsplit(base_url).scheme == "https")
 
@@ -97,7 +97,7 @@ def _approval_app(wired: Wired, guard: Guard, signed: tuple[SignIn | None, bytes
                   describe: Describe | None) -> ASGIApp:
     """The approval pages (`signed`: the sign-in the other pages use; None: made now, for a
     policy a reload put in force)."""
-    from ..approvals.pages import ApprovalPages, approving_of
+    from ..pages.approvals import ApprovalPages, approving_of
 
     sign_in, key = signed if signed is not None else _sign_in(wired, guard.snapshot.source)
     assert wired.base_url is not None

@@ -16,11 +16,12 @@ from ..diagnostics import explained_outcomes, start_up_errors
 from ..errors import InputError
 from ..files import arguments_of, parse_json, read_claims, read_json, read_knowledge, read_line, read_tools
 from ..guard import Guard
+from ..namespaces import LiveSources
 from ..offline import NEEDS_A_CREDENTIAL, OfflineCredentials, credential_offline, verdict
 from ..outcomes import Decision
 from ..policy import load_policy
 from ..principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal
-from ..resolvers import LiveSources, fresh_quota_store
+from ..resolvers import fresh_quota_store
 from ..wire import raw_requirements
 from ._output import OK, add_format, escape, fail, print_json, table, warn
 from ._resolvers import add_resolver_option, resolvers_from

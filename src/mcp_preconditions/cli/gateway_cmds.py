@@ -28,9 +28,9 @@ from ..decisions import (
 from ..errors import InputError
 from ..files import read_claims
 from ..guard import Guard
+from ..namespaces import LiveSources
 from ..policy.load import PolicySource
 from ..principal import ANONYMOUS, Credentials, Principal
-from ..resolvers import LiveSources
 from . import _approvals as approvals
 from . import _credentials as credentials
 from . import _pages

@@ -1,9 +1,8 @@
 """Each caller reaches a server as themselves (SPEC §14): per-caller upstream credentials, obtained
 by token exchange (RFC 8693), from an account the caller connected (OAuth with PKCE), or from a
-per-subject secrets file; the `credential:KEY` resolver that decides them; and the pages (connect
-links, callbacks, a caller's connections, sign-in) a gateway mounts. No MCP SDK and no gateway
-internals here: the gateway calls in. The pages (`credentials.pages`, starlette) are imported on
-their own, by a gateway that serves them.
+per-subject secrets file; the `credential:KEY` resolver that decides them; the connect flow and
+the sign-in that the people's pages (`mcp_preconditions.pages`) show. No MCP SDK and no gateway
+internals here: the gateway calls in.
 """
 
 from __future__ import annotations

@@ -1,24 +1,26 @@
 """`credential:KEY` as a late stage (late.py): obtained for a call only once every other requirement
 held (a call refused for another reason costs no exchange), before a quota unit is taken, under
-the source's own timeout. The credential goes to the call's sidecar as a `HeldCredential`, beside
-the decision, never inside it: the gateway's request to the server reads it, renews it once when
-the server refuses it, and a denial's remedy asks it for the caller's connect link.
+the source's own timeout. The credential goes to the call's sidecar as a `HeldCredential` (a
+`late.Held`), beside the decision, never inside it: the request to the server goes as its
+`outbound` (`SentAs`: the caller, with their credential), renewed once when the server refuses it,
+and a denial's remedy is the caller's connect link.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Hashable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Hashable, Mapping, Sequence
 
+from ..asking import Answer
 from ..late import LateCall, Sidecar
-from ..outcomes import Outcome
+from ..offers import Offer, OfferCall
+from ..outcomes import Outcome, Status
 from ..principal import Identity
 from ..requirements import body_of
 from .caller import caller_of
 from .credential import Credential, Obtained
-from .resolver import NAMESPACE, CredentialResolver, requirement_for
+from .obtaining import NAMESPACE, NOT_OBTAINED, CredentialSources, requirement_for
 
 log = logging.getLogger("mcp_preconditions.credentials")
 
@@ -33,30 +35,49 @@ def owner_of(identity: Identity, token: str | None) -> Hashable:
 
 
 class HeldCredential:
-    """A call's credential for one server (or the attempt that found none). One held at hand
-    serves every call of its principal object while the credential is at hand (a cached
-    credential's call builds none: `CredentialStage.decide`), so it never changes, and keeps no
-    token: a renewal is given the call's own, and is the answer of `renew`. Its repr names no
+    """A call's credential for one server (or the attempt that found none): its `late.Held`. One
+    held at hand serves every call of its principal object while the credential is at hand (a
+    cached credential's call builds none: `CredentialStage.decide`), so it never changes, and keeps
+    no token: a renewal is given the call's own, and is the answer of `renew`. Its repr names no
     secret; it is not pickled or copied."""
 
-    __slots__ = ("_identity", "_resolver", "credential", "obtained", "owner", "principal",
-                 "requirement", "sent_as")
+    __slots__ = ("_identity", "_resolver", "credential", "obtained", "outbound", "owner",
+                 "principal", "requirement", "requirements")
 
-    def __init__(self, resolver: CredentialResolver, requirement: str, identity: Identity,
+    question = None  # nothing to ask the caller
+
+    def __init__(self, resolver: CredentialSources, requirement: str, identity: Identity,
                  token: str | None, obtained: Obtained) -> None:
         self._resolver = resolver
         self.requirement = requirement
+        self.requirements = (requirement,)
         self._identity = identity
         self.obtained = obtained
         self.credential: Credential | None = obtained.credential  # (`obtained`'s, kept with it)
         # The verified principal the credential is held for (what a memo on it is bound to).
         self.principal: object = identity.principal
         self.owner: Hashable = owner_of(identity, token)  # whose requests (their sessions)
-        self.sent_as: Any = None  # whom the gateway sends the request as (gateway/forward.py)
+        # Whom the request goes as (built once, like this held credential); None: no credential.
+        self.outbound: SentAs | None = SentAs(self, self.credential) \
+            if self.credential is not None else None
 
     @property
     def server(self) -> str:
         return body_of(self.requirement)
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        return (self.obtained.outcome,)
+
+    async def answer(self, answer: Answer | None) -> bool:
+        return False  # (it asks nothing)
+
+    def finished(self, allowed: bool, ran: bool) -> None:
+        """(Nothing to do: a credential stays cached for the caller's next call.)"""
+
+    def offer(self, requirement: str, call: OfferCall) -> Awaitable[Offer | None]:
+        """The connect link of an unmet `credential:KEY` (`CredentialSources.offer`)."""
+        return self._resolver.offer(requirement, call)
 
     async def renew(self, token: str | None, challenge: str | None = None) -> Obtained:
         """Once, after the server answered 401/403 with `challenge` (its `WWW-Authenticate`): the
@@ -84,12 +105,50 @@ class HeldCredential:
         raise TypeError("a HeldCredential holds a caller's credential: it is not pickled or copied")
 
 
+class SentAs:
+    """A request to a server made as its caller (`late.Outbound`): whose it is (`owner`, their
+    session) and their credential's header, in place of the server's static headers. Refused with
+    a challenge, it renews the credential once (`challenged`); the renewed one answers a second
+    challenge with the unmet outcome."""
+
+    __slots__ = ("_held", "credential", "owner", "renewed")
+
+    def __init__(self, held: HeldCredential, credential: Credential, renewed: bool = False) -> None:
+        self._held = held
+        self.owner = held.owner
+        self.credential = credential
+        self.renewed = renewed
+
+    def headers(self) -> Mapping[str, str]:
+        return self.credential.headers()
+
+    async def challenged(self, token: str | None, challenge: str | None) -> SentAs | Outcome:
+        """The server answered 401/403 with `challenge` (its `WWW-Authenticate`) to this
+        credential, running nothing: the credential obtained once more (`HeldCredential.renew`;
+        the challenge's scope for a step-up, SPEC §17), or the unmet outcome (SPEC §14: never a
+        generic upstream error)."""
+        held = self._held
+        if self.renewed:
+            return Outcome(held.requirement, Status.UNSATISFIED, f"server '{held.server}' refused "
+                           "this caller's credential, renewed once", transient=True)
+        renewed = await held.renew(token, challenge)
+        if renewed.credential is None:
+            return renewed.outcome
+        return SentAs(held, renewed.credential, renewed=True)
+
+    def __repr__(self) -> str:
+        return f"SentAs({self._held.requirement}, renewed={self.renewed})"
+
+    def __reduce__(self) -> str | tuple[object, ...]:
+        raise TypeError("a SentAs holds a caller's credential: it is not pickled or copied")
+
+
 class CredentialStage:
     """A tool's `credential:` requirements (one per server; usually one), obtained in order."""
 
     namespace = NAMESPACE
 
-    def __init__(self, resolver: CredentialResolver, requirements: Sequence[str]) -> None:
+    def __init__(self, resolver: CredentialSources, requirements: Sequence[str]) -> None:
         self.resolver = resolver
         self.requirements = tuple(requirements)
         # A backstop: each request to an authorization server has the source's own timeout, which
@@ -139,7 +198,8 @@ class CredentialStage:
         first that is not (an exchange, a store), each source under its own single flight."""
         sidecar = call.sidecar
         if sidecar is None:  # nowhere to carry a credential: the call cannot reach its server
-            return tuple(self.resolver.resolve(r, None) for r in self.requirements)
+            return tuple(Outcome(r, Status.UNSATISFIED, NOT_OBTAINED, transient=True)
+                         for r in self.requirements)
         resolver, identity, token = self.resolver, call.identity, sidecar.token
         for i, (requirement, source) in enumerate(self._sources):
             obtained = resolver.at_hand(requirement, source, identity, token)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-from ..errors import InputError, PolicyError, PreconditionsError
+from ..errors import BundleError, BundleNotFound, InputError, PreconditionsError
 from ..files import read_bounded
 from ..policy.load import PolicySource, load_policy, parse_policy
 from .reload import OnChange, PolicyChange, PolicyReloader, log
@@ -34,19 +34,6 @@ DEFAULT_TIMEOUT = 5.0  # seconds for a whole exchange (connect, headers, body), 
 SIGNATURE_SUFFIX = ".sig"
 PublicKeyLike: TypeAlias = "Ed25519PublicKey | str | Path"
 Timer = Callable[[], float]  # seconds, for a whole exchange's deadline (time.monotonic; tests: a fake)
-
-
-class BundleError(PolicyError):
-    """A policy bundle could not be fetched or verified: one line, `URL: problem`."""
-
-    def __init__(self, source: str, problem: str) -> None:
-        self.source = source
-        self.problems = [problem]
-        InputError.__init__(self, f"{source}: {problem}")  # one line, unlike an invalid-policy list
-
-
-class _NotFound(BundleError):
-    """The server answered 404: for a signature, the bundle is unsigned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +123,7 @@ def _verify(url: str, body: bytes, key: Ed25519PublicKey, timeout: float, timer:
     sig_url = url + SIGNATURE_SUFFIX
     try:
         fetched = _get(sig_url, None, timeout, timer)
-    except _NotFound:
+    except BundleNotFound:
         raise BundleError(url, f"unsigned: {sig_url} answered HTTP 404, and a signature is "
                                f"required (a public key is configured)") from None
     except BundleError as exc:
@@ -182,7 +169,7 @@ def _get(url: str, etag: str | None, timeout: float, timer: Timer) -> _Fetched:
             if response.status_code == 304 and etag is not None:
                 return _Fetched(None, etag)
             if response.status_code != 200:
-                error = _NotFound if response.status_code == 404 else BundleError
+                error = BundleNotFound if response.status_code == 404 else BundleError
                 raise error(url, f"answered HTTP {response.status_code}")
             body = _read_body(url, response, deadline, timeout, timer)
             return _Fetched(body, response.headers.get("etag"))

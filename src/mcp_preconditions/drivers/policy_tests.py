@@ -21,11 +21,12 @@ from ..approvals import decided_by
 from ..errors import InputError, PolicyError, RequirementError
 from ..files import read_bounded, read_tools
 from ..guard import Guard
+from ..namespaces import LiveSources
 from ..outcomes import Decision
 from ..policy.load import PolicySource, key_path, load_policy
 from ..policy.model import FlagValue
 from ..principal import ANONYMOUS_IDENTITY, Identity, Principal
-from ..resolvers import FixedQuotaStore, LiveSources
+from ..resolvers import FixedQuotaStore
 from ..resolvers.base import Resolver
 from ..wire import raw_requirements
 

@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..client import FilterMode
-from ..errors import PreconditionsError
+from ..errors import BadRequest, PreconditionsError
 from ..files import MAX_FILE_BYTES_ENV, max_file_bytes, parse_json
 from ..policy.load import key_path
 from .access import HEADER, TokenRequired
@@ -75,14 +75,6 @@ class _ClientRequest(_Request):
     mode: FilterMode = FilterMode.HIDE
 
 
-class BadRequest(Exception):
-    """A request the page would never send (wrong shape, too large): its status and message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def request_bound(bench: Workbench) -> int:
     """The bound of a JSON request from the page: it holds the policy (JSON-escaped, at most 6
     bytes a byte), a caller and arguments, so 4 MiB, or 8 times the policy file when that is more;
@@ -114,8 +106,9 @@ async def _body(request: Request, media_type: str, bound: int, name: str = "the 
 
 
 async def _asked(request: Request, model: type[_Asked], bound: int) -> _Asked:
+    body = await _body(request, JSON, bound)  # (its BadRequest is a PreconditionsError: not below)
     try:
-        raw = parse_json(await _body(request, JSON, bound), "request")
+        raw = parse_json(body, "request")
     except PreconditionsError as exc:
         raise BadRequest(400, str(exc)) from None
     try:

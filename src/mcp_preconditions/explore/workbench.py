@@ -19,11 +19,12 @@ from ..diagnostics import finding_line, lint_findings, requirement_problems, sta
 from ..errors import InputError, PolicyError, PreconditionsError
 from ..files import claims_of, parse_json
 from ..guard import Guard
+from ..namespaces import LiveSources
 from ..offline import OfflineCredentials
 from ..outcomes import Decision
 from ..policy import PolicySource, parse_policy
 from ..principal import ANONYMOUS, ANONYMOUS_IDENTITY, Credentials, Identity, Principal
-from ..resolvers import LiveSources, Resolver, fresh_quota_store
+from ..resolvers import Resolver, fresh_quota_store
 from ..wire import raw_requirements
 from .reach import new_reaches
 

@@ -13,8 +13,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
-from ..approvals import Answer, HeldApproval, Question, answer_of, asks_forms
-from ..approvals.question import answering, input_answer
+from .. import calls
+from ..asking import Answer, Question, answer_of, answering, asks_forms, input_answer
 from ..denials import DENIAL_CODE, denial_error_data, denial_result, denial_text, step_up
 from ..envelope import echo_of
 from ..guard import Guard
@@ -22,7 +22,7 @@ from ..late import Sidecar
 from ..outcomes import Decision, Refusal, Refused
 from ..policy.model import Policy
 from ..principal import Credentials
-from ..remedies import Recipient, declares_url_elicitation, recipient_of
+from ..remedies import Recipient, declares_url_elicitation
 from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
 from ..toolset import Views, advertise, refused, seen, shown_names
 from . import bridge, jsonrpc
@@ -190,29 +190,34 @@ class Decide:
             refusal, detail = found
             refused = await self._guard.refuse(name, credentials, refusal, detail, echo=echo)
             return await self._refuse(ctx, server, refused, credentials, arguments)
-        # What the decision leaves beside it: the caller's credential (§14), its approvals (§15).
+        # Decided with what its late stages leave beside it (late.py, calls.py): the caller's
+        # credential (§14), the questions their approvals ask them (§15).
         answering = _answering(ctx)  # a 2026-07-28 retry carrying the answer to our question
-        sidecar = Sidecar(can_ask=name in self._guard.snapshot.approving and _can_ask(ctx),
-                          answered=answering)
-        decision = await self._telemetry.decision(name, self._guard.check(
-            name, credentials, arguments, sidecar=sidecar, echo=echo))
-        if not decision.allowed and sidecar.can_ask:
-            decision, sidecar, ask = await self._confirmed(ctx, name, credentials, arguments, echo,
-                                                           decision, sidecar, answering)
-            if ask is not None:
-                return bridge.downstream_result("tools/call", ask, version)
+        guard, telemetry = self._guard, self._telemetry
+
+        def check(sidecar: Sidecar | None) -> Awaitable[Decision]:
+            return telemetry.decision(name, guard.check(name, credentials, arguments,
+                                                         sidecar=sidecar, echo=echo))
+        pending = calls.decide(guard, name, credentials, arguments, echo=echo, carry=True,
+                               client=_client(ctx, answering) if name in guard.snapshot.asking
+                               else None, check=check)
+        decided = pending if isinstance(pending, calls.Decided) else await pending
+        if decided.round is not None:  # asked at 2026-07-28: its retry carries the answer
+            return bridge.downstream_result("tools/call", decided.round, version)
+        decision = decided.decision
         if not decision.allowed:
-            return await self._refuse(ctx, server, decision, credentials, arguments, sidecar)
-        self._telemetry.decided(server, decision)
+            return await self._refuse(ctx, server, decision, credentials, arguments, decided)
+        telemetry.decided(server, decision)
         member = fleet.members[server]
         params = {**(ctx.params or {}), "name": target.name}
         if answering is not None:  # the round was the gateway's own: nothing for the server
-            params.pop("requestState", None)
-            params.pop("inputResponses", None)
+            params = calls.without_round(params)
+        ran = True
         try:
-            result = await forward(ctx, member, "tools/call", params, sidecar)
+            result = await forward(ctx, member, "tools/call", params, decided.sidecar)
         except CredentialRefused as exc:  # the server refused it, renewed once: an unmet credential
-            return await self._refuse(ctx, server, self._guard.overrule(decision, exc.outcome),
+            ran = False
+            return await self._refuse(ctx, server, guard.overrule(decision, exc.outcome),
                                       credentials, arguments)
         except RpcError as exc:
             if exc.code not in _SERVER_FAULTS:
@@ -221,44 +226,12 @@ class Decide:
             text = said if said.startswith(f"server {member.key} ") else \
                 f"server {member.key} failed: {said}"
             return bridge.downstream_result("tools/call", _fault(text), version)
+        finally:
+            calls.finish(decided, ran)
         return bridge.downstream_result("tools/call", result, version)
 
-    async def _confirmed(self, ctx: Call, name: str, credentials: Credentials,
-                         arguments: Mapping[str, Any] | None, echo: object, decision: Decision,
-                         sidecar: Sidecar, answering: str | None
-                         ) -> tuple[Decision, Sidecar, dict[str, Any] | None]:
-        """A call denied only until its caller confirms (`approvers = "self"`, SPEC §15). At
-        2025-11-25 each question is put to the client (`elicitation/create`, form mode, on this
-        call's stream); at 2026-07-28 it is an input round of the gateway's own (returned:
-        `input_required`, its `requestState` naming the approval request) and the retry carries
-        the answer (`answering`). The answer is kept, and the call decided again with it: an
-        accept kept for this call's own question lets it run once; decline, cancel, no answer in
-        `timeout_seconds`, a client error, or an answer another retry gave first deny it. A state
-        grants nothing: an answer counts only for the very call (caller, tool, arguments,
-        revision) its question is bound to, and a concurrent identical call is asked its own."""
-        for _ in range(len(self._policy().approvals) + 1):  # one question per approval at most
-            held = next((h for h in sidecar.held.values() if isinstance(h, HeldApproval)), None)
-            question = held.question if held is not None else None
-            if held is None or question is None:
-                break
-            if ctx.modern and answering != question.request_id:  # not answered yet: the round
-                return decision, sidecar, question.input_round()
-            try:
-                taken = await held.answer(_input(ctx) if ctx.modern else
-                                          await _elicited(ctx, question))
-            except Exception as exc:  # the store is down: the call stays denied
-                log.warning("approval %s: the caller's answer was not kept: %s", question.approval,
-                            type(exc).__name__)
-                break
-            sidecar = Sidecar(can_ask=True, answered=question.request_id, accepted=taken)
-            decision = await self._telemetry.decision(name, self._guard.check(
-                name, credentials, arguments, sidecar=sidecar, echo=echo))
-            if decision.allowed:
-                break
-        return decision, sidecar, None
-
     async def _refuse(self, ctx: Call, server: str, decision: Decision, credentials: Credentials,
-                      arguments: Mapping[str, Any] | None, sidecar: Sidecar | None = None
+                      arguments: Mapping[str, Any] | None, decided: calls.Decided | None = None
                       ) -> dict[str, Any]:
         """A refused call, counted once, in the one shape every server's denials take, its envelope
         shaped for the client that asked (what it declared, in `initialize` or the request). Over
@@ -271,11 +244,8 @@ class Decide:
             answer = step_up(decision, await guard.authenticate(credentials))
             if answer is not None:
                 ctx.extra[STEP_UP] = answer
-        recipient = recipient_of(decision, guard.snapshot.registry,
-                                 url_elicitation=declares_url_elicitation(ctx.capabilities),
-                                 identity=lambda: guard.authenticate(credentials),
-                                 arguments=arguments,
-                                 held=sidecar.held if sidecar is not None else None)
+        recipient = calls.recipient(guard, decided or calls.Decided(decision), credentials,
+                                    arguments, declares_url_elicitation(ctx.capabilities))
         if not isinstance(recipient, Recipient):
             recipient = await recipient
         if self._policy().guard.denial == "jsonrpc":
@@ -294,30 +264,25 @@ class Decide:
         return tool is not None and tool.get("outputSchema") is not None
 
 
-def _can_ask(ctx: Call) -> bool:
-    """Whether this call's caller can be asked in flight: a client that declared form elicitation
-    (in `initialize` at 2025-11-25, on a connection the gateway can send a request to; in the
-    request's `_meta` at 2026-07-28, asked through an input round)."""
-    return (ctx.modern or ctx.client is not None) and asks_forms(ctx.capabilities)
+def _client(ctx: Call, answering: str | None) -> calls.Client:
+    """What the gateway knows of the client of a call whose caller may be asked (calls.py): it can
+    be asked when it declared form elicitation (in `initialize` at 2025-11-25, on a connection the
+    gateway can send a request to; in the request's `_meta` at 2026-07-28, asked through an input
+    round, whose retry answers: `answering`)."""
+    modern = ctx.modern
+    reply = calls.Reply(answering, input_answer((ctx.params or {}).get("inputResponses"))) \
+        if answering is not None else None
 
-
-async def _elicited(ctx: Call, question: Question) -> Answer | None:
-    """The 2025-11-25 client's answer to `question`, asked on its call's stream."""
-    try:
+    async def elicit(question: Question) -> Answer | None:  # on the call's stream (2025-11-25)
         return answer_of(await ctx.ask("elicitation/create", question.elicitation_params(),
                                        question.timeout_seconds))
-    except RpcError:  # timed out, closed, or the client refused to answer: no answer
-        return None
-
-
-def _input(ctx: Call) -> Answer | None:
-    """The answer a 2026-07-28 retry carries for the gateway's own round."""
-    return input_answer((ctx.params or {}).get("inputResponses"))
+    return calls.Client(can_ask=(modern or ctx.client is not None) and asks_forms(ctx.capabilities),
+                        modern=modern, reply=reply, elicit=None if modern else elicit)
 
 
 def _answering(ctx: Call) -> str | None:
-    """The approval request a 2026-07-28 retry answers (its `requestState` one of the gateway's
-    own approval rounds: `Question.input_round`), else None (a server's round, or no round)."""
+    """The question a 2026-07-28 retry answers (its `requestState` one of the gateway's own
+    rounds: `asking.input_round`), else None (a server's round, or no round)."""
     return answering((ctx.params or {}).get("requestState")) if ctx.modern else None
 
 

@@ -1,20 +1,49 @@
-"""What can go wrong on a server's side of the gateway, mapped once (as agentgateway's UpstreamError):
-the server is unavailable, it broke the protocol, it closed the connection, it did not answer in
-time. None of them is ever "your request is invalid": a caller is never blamed for a server.
+"""The gateway's exceptions, one module (the core's are `mcp_preconditions.errors`; every one derives
+from `PreconditionsError`). What can go wrong on a server's side is mapped once (as agentgateway's
+UpstreamError): the server is unavailable, it broke the protocol, it closed the connection, it did
+not answer in time; none of them is ever "your request is invalid": a caller is never blamed for a
+server. `RpcError` is what a caller is answered; the rest stay inside the gateway.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import mcp_types as types
+
+from ..errors import PreconditionsError
 from ..outcomes import Outcome
-from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
 
 
-class UpstreamError(Exception):
-    """A server failed one exchange. The text is for the gateway's log; `what` is what a caller is
-    told after the server's key (`server KEY is unavailable`), and `code` its JSON-RPC code."""
+class RpcError(PreconditionsError):
+    """A JSON-RPC error: raised by a stage, answered to the caller as `{"code", "message", "data"}`."""
 
-    code = INTERNAL_ERROR
-    what = "failed"
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def wire(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+    @classmethod
+    def of(cls, error: Any) -> RpcError:
+        """From a wire error object (a malformed one is an internal error)."""
+        if isinstance(error, dict) and isinstance(error.get("code"), int) \
+                and isinstance(error.get("message"), str):
+            return cls(error["code"], error["message"], error.get("data"))
+        return cls(types.INTERNAL_ERROR, "malformed error")
+
+
+class UpstreamError(PreconditionsError):
+    """A server failed one exchange (the text is for the log; `what` and `code` for the caller)."""
+
+    code = types.INTERNAL_ERROR
+    what = "failed"  # what a caller is told after the server's key (`server KEY is unavailable`)
 
     def rpc(self, server: str) -> RpcError:
         """The error a caller sees: the server's key and what happened, never the details."""
@@ -49,40 +78,53 @@ class UpstreamRefused(UpstreamError):
 
 
 class UpstreamChallenged(UpstreamRefused):
-    """The server answered 401 or 403 with `WWW-Authenticate`: it refused the credential the
-    request carried, and ran nothing (SPEC §14: a caller's credential is renewed once).
-    `challenge`: that header, for the renewal to read (SPEC §17: a step-up's scope)."""
+    """The server refused the request's credential (401/403, `WWW-Authenticate`) and ran nothing."""
 
     def __init__(self, status: int, challenge: str | None = None) -> None:
         super().__init__(status)
-        self.challenge = challenge
+        self.challenge = challenge  # that header, for the renewal to read (SPEC §17: a step-up)
 
 
 class UpstreamClosed(UpstreamError):
     """The connection ended before the server's answer came (the request may have run)."""
 
-    code = CONNECTION_CLOSED
+    code = types.CONNECTION_CLOSED
     what = "closed the connection"
 
 
 class UpstreamSessionGone(UpstreamClosed):
-    """The server answered 404 for the session the request named: it ended that session (expired,
-    restarted) and ran nothing."""
+    """The server answered 404 for the session the request named: it ended it and ran nothing."""
 
 
 class UpstreamTimeout(UpstreamError):
     """The server did not accept or answer within the time given."""
 
-    code = REQUEST_TIMEOUT
+    code = types.REQUEST_TIMEOUT
     what = "timed out"
 
 
-class CredentialRefused(Exception):
-    """A caller's request to a server with credentials did not go: they have no credential for
-    it, or the server refused theirs and renewing it did not give one it accepts. Nothing ran;
-    the request ends as this unmet `credential:KEY` outcome (a call: `Guard.overrule`; any
-    other request: the AUTHORIZATION_DENIED refusal, `credentialed.py`)."""
+class CredentialRefused(PreconditionsError):
+    """A caller's request did not go: no credential, or the server refused it, renewed once."""
 
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(outcome.reason)
+        # The unmet `credential:KEY`; nothing ran (a call: `Guard.overrule`; any other request:
+        # the AUTHORIZATION_DENIED refusal, `credentialed.py`).
         self.outcome = outcome
+
+
+class OverCap(PreconditionsError):
+    """A session or stream refused because a bound is reached: the HTTP status and the message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class HttpRefused(PreconditionsError):
+    """An HTTP request the listener cannot serve: answer these bytes and close the connection."""
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__("refused")
+        self.answer = answer

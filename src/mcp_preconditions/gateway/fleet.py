@@ -16,11 +16,11 @@ import anyio
 
 from ..credentials.resolver import requirement_for
 from ..guard import Guard
-from ..names import near_misses
+from ..names import near_miss_message, near_misses, unusable_line
 from ..policy.model import Policy
 from ..requirements import merge
 from ..telemetry.gateway import GatewayTelemetry
-from ..toolset import enforce
+from ..toolset import enforce, unusable
 from .catalog import Catalog
 from .config import ServerSpec
 from .route import Routes, ServerListing, build_routes
@@ -32,7 +32,7 @@ log = logging.getLogger("mcp_preconditions.gateway")
 
 # What a caller is told when the policy cannot be applied to a server's tools (the details, which
 # name the policy's entries and its file, go to the gateway's log only).
-UNUSABLE = "the gateway's policy is unusable"
+UNUSABLE = unusable("gateway")
 _KINDS = {"notifications/tools/list_changed": ("tools",),
           "notifications/prompts/list_changed": ("prompts",),
           "notifications/resources/list_changed": ("resources", "templates")}
@@ -301,11 +301,10 @@ class Fleet:
             near = near_misses(mine, self.routes.tool_of(member.key))
             problem = None
             if near:
-                problem = "; ".join(f"[tools.{p!r}] nearly matches {t!r}" for p, t in near)
+                problems = [near_miss_message(p, t) for p, t in near]
+                problem = "; ".join(problems)
                 if problem != member.problem:
-                    log.error("server %s: the policy names a near miss of its tools (%s); every "
-                              "call to this server is refused until the policy is fixed",
-                              member.key, problem)
+                    log.error("%s", unusable_line(f"server {member.key}", problems))
             member.problem = problem
         if all(m.catalog.listings["tools"].loaded for m in self):
             for name in sorted(set(unmatched) - self._warned):

@@ -2,15 +2,15 @@
 the server and nothing else, progress goes back to the caller, and input rounds are carried between
 protocol versions (a 2026-07-28 client in front of a 2025-11-25 server, and the reverse).
 
-A call to a server with `credentials` (SPEC §14) goes as its caller, with the credential its
-decision obtained (in the call's sidecar) and none of the static headers; so does every other
-request for a caller (its credential obtained here: `credentialed.py`), or it is refused and
-nothing is sent. Whose a request is goes with it (`Downstream.in_flight`): what the server sends
-back on their session or their request's stream is theirs alone. A server that refuses the
-credential (401/403 with `WWW-Authenticate`) gets it renewed once, and if that fails the request
-ends as an unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error. A
-request is sent at most twice: the second time only after an answer that proves the first did not
-run.
+A call to a server with `credentials` (SPEC §14) goes as its caller: as what its decision left in
+the call's sidecar says (`late.Held.outbound`: whose request it is, and its headers in place of the
+static ones); so does every other request for a caller (their credential obtained here:
+`credentialed.py`), or it is refused and nothing is sent. Whose a request is goes with it
+(`Downstream.in_flight`): what the server sends back on their session or their request's stream is
+theirs alone. A server that refuses the credential (401/403 with `WWW-Authenticate`) gets it
+renewed once (`Outbound.challenged`, given the challenge), and if that fails the request ends as an
+unmet `credential:KEY` (`CredentialRefused`), never as a generic upstream error. A request is sent
+at most twice: the second time only after an answer that proves the first did not run.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import Any
 
 import anyio
 
-from ..credentials.stage import HeldCredential
-from ..late import Sidecar
+from ..late import Outbound, Sidecar
 from ..outcomes import Outcome, Status
 from ..principal import Credentials, Identity
 from ..telemetry.gateway import GatewayTelemetry
@@ -35,7 +34,6 @@ from .fleet import Member
 from .jsonrpc import AUTHORIZATION_DENIED, INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
 from .schemas import input_required_methods, is_input_required
-from .upstream.caller_sessions import AsCaller
 from .upstream.peer import ProgressHook
 from .upstream.session import Upstream
 
@@ -109,14 +107,14 @@ class Forward:
 
     async def send(self, ctx: Call | None, member: Member, method: str,
                    params: Mapping[str, Any] | None, timeout: float,
-                   held: HeldCredential | None = None, own: str | None = None,
+                   held: Outbound | None = None, own: str | None = None,
                    origin: PendingCall | None = None) -> dict[str, Any]:
         """One request to the server, progress mapped back to the caller; the server's faults
         become JSON-RPC errors (never a crash, never a result the server did not send). What the
-        caller is told names the server's key only; the details go to the log. `held`: the
-        caller's credential, when the request goes as them; `own`: their token, to renew it.
-        What the server asks on the request's own stream goes to `ctx` (or the bridged call it
-        belongs to, `origin`)."""
+        caller is told names the server's key only; the details go to the log. `held`: whom the
+        request goes as (`Held.outbound`), when it goes as its caller; `own`: their token, to
+        renew it. What the server asks on the request's own stream goes to `ctx` (or the bridged
+        call it belongs to, `origin`)."""
         token = bridge.progress_token(params)
         on_progress = None
         if token is not None and ctx is not None:
@@ -142,20 +140,20 @@ class Forward:
                 if held is None:
                     return await upstream.request(method, sent, timeout=timeout,
                                                   on_progress=on_progress, origin=asker)
-                as_caller = held.sent_as or _sent_as(held)
                 try:  # as the caller (inline: every call with a credential)
-                    return await upstream.request_as(as_caller, method, sent, timeout=timeout,
+                    return await upstream.request_as(held, method, sent, timeout=timeout,
                                                      on_progress=on_progress, origin=asker)
                 except (UpstreamChallenged, UpstreamSessionGone) as exc:  # it did not run
-                    return await _once_more(upstream, held, own, exc, method, sent, timeout,
-                                            on_progress, asker)
+                    assert member.credential is not None  # (a server the call goes as a caller to)
+                    return await _once_more(upstream, member.credential, held, own, exc, method,
+                                            sent, timeout, on_progress, asker)
         except UpstreamError as exc:  # the server's failure, mapped once (errors.py)
             log.warning("server %s: %s: %s", upstream.label, method, exc)
             raise exc.rpc(member.key) from None
 
     async def _in_rounds(self, ctx: Call, member: Member, method: str,
                          params: Mapping[str, Any] | None, timeout: float,
-                         held: HeldCredential | None, own: str | None) -> dict[str, Any]:
+                         held: Outbound | None, own: str | None) -> dict[str, Any]:
         """A 2026-07-28 client's call to a 2025-11-25 server: the server's requests come back as
         `input_required`, and the retry carrying the answers continues the same call there (the
         retry was decided by the guard again before it got here). A round belongs to its caller's
@@ -180,7 +178,7 @@ class Forward:
 
     async def _answer_rounds(self, ctx: Call, member: Member, method: str,
                              params: Mapping[str, Any] | None, result: dict[str, Any],
-                             timeout: float, held: HeldCredential | None, own: str | None
+                             timeout: float, held: Outbound | None, own: str | None
                              ) -> dict[str, Any]:
         """A 2026-07-28 server's `input_required` for a 2025-11-25 client: each input request is
         put to the caller on its request's stream, and the call retried with the answers."""
@@ -207,31 +205,22 @@ class Forward:
                        f"server {member.key} asked for input more than {MAX_INPUT_ROUNDS} times")
 
 
-def _held(member: Member, sidecar: Sidecar | None) -> HeldCredential | None:
-    """The caller's credential a request to `member` goes with: every request for a caller to a
-    server with `credentials` goes only as them. Without one it is refused here, never sent with
-    the gateway's static headers."""
+def _held(member: Member, sidecar: Sidecar | None) -> Outbound | None:
+    """Whom a request to `member` goes as: every request for a caller to a server with
+    `credentials` goes only as them (what its decision left: `Held.outbound`). Without one it is
+    refused here, never sent with the gateway's static headers."""
     requirement = member.credential
     if requirement is None:
         return None
-    # `held_for(sidecar, member.key)`, with the member's requirement string: every such call.
     held = sidecar.held.get(requirement) if sidecar is not None else None
-    if held.__class__ is not HeldCredential or held.credential is None:
+    outbound = held.outbound if held is not None else None
+    if outbound is None:
         raise CredentialRefused(Outcome(requirement, Status.UNSATISFIED,
                                         "no credential was obtained for this call", transient=True))
-    found: HeldCredential = held
-    return found
+    return outbound
 
 
-def _sent_as(held: HeldCredential) -> AsCaller:
-    """Whom the request goes as, built once per held credential (one per credential and
-    principal object: `CredentialStage.decide`)."""
-    assert held.credential is not None  # (`_held`)
-    sent = held.sent_as = AsCaller(held.owner, held.credential)
-    return sent
-
-
-async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
+async def _once_more(upstream: Upstream, requirement: str, held: Outbound, own: str | None,
                      answer: UpstreamError, method: str, params: Mapping[str, Any] | None,
                      timeout: float, on_progress: ProgressHook | None, origin: object | None
                      ) -> dict[str, Any]:
@@ -241,14 +230,14 @@ async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
     a third time, whatever this one is answered (SPEC §14): a second refusal of the credential is
     CredentialRefused, a second lost session the server's failure; a renewal that gives no
     credential ends the call as CredentialRefused, not sent again."""
-    caller = held.sent_as or _sent_as(held)
+    caller = held
     if isinstance(answer, UpstreamChallenged):
         log.info("server %s refused a caller's credential (HTTP %d): renewing it, and sending "
                  "once more", upstream.key, answer.status)
-        renewed = await held.renew(own, answer.challenge)  # (a step-up's scope: SPEC §17)
-        if renewed.credential is None:
-            raise CredentialRefused(renewed.outcome)
-        caller = AsCaller(held.owner, renewed.credential)
+        renewed = await held.challenged(own, answer.challenge)  # (a step-up's scope: SPEC §17)
+        if isinstance(renewed, Outcome):
+            raise CredentialRefused(renewed)
+        caller = renewed
     else:  # their session, ended by the server
         log.info("server %s ended a caller's session: sending on a new one, once", upstream.key)
     try:  # the second and last time
@@ -256,5 +245,5 @@ async def _once_more(upstream: Upstream, held: HeldCredential, own: str | None,
                                          on_progress=on_progress, origin=origin)
     except UpstreamChallenged:
         raise CredentialRefused(Outcome(
-            held.requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "
+            requirement, Status.UNSATISFIED, f"server '{upstream.key}' refused this caller's "
             "credential; the call was not sent a third time", transient=True)) from None

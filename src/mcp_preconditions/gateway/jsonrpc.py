@@ -10,6 +10,8 @@ from typing import Any, Final, TypeGuard
 
 import mcp_types as types
 
+from .errors import RpcError as RpcError  # (defined with the gateway's other errors)
+
 try:  # a third of the relay's own CPU per call is JSON (docs/gateway-performance.md)
     import orjson
 except ImportError:  # pragma: no cover - orjson comes with the mcp extra
@@ -39,30 +41,6 @@ REQUEST_CANCELLED: Final = -32800
 # so the server reads the string the guard decided on (UTF-8 cannot carry it: it would arrive as
 # U+FFFD, or as bytes that are not UTF-8 at all).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
-
-
-class RpcError(Exception):
-    """A JSON-RPC error: raised by a stage, answered to the caller as `{"code", "message", "data"}`."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def wire(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
-
-    @classmethod
-    def of(cls, error: Any) -> RpcError:
-        """From a wire error object (a malformed one is an internal error)."""
-        if isinstance(error, dict) and isinstance(error.get("code"), int) \
-                and isinstance(error.get("message"), str):
-            return cls(error["code"], error["message"], error.get("data"))
-        return cls(INTERNAL_ERROR, "malformed error")
 
 
 def loads(data: bytes | str) -> Any:

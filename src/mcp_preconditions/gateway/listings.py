@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from ..late import Sidecar
-from ..outcomes import Outcome
+from ..outcomes import Outcome, Status
 from ..toolset import every_page
 from .credentialed import CallerCredentials
 from .downstream.callers import Downstream
@@ -32,7 +32,7 @@ from .forward import Forward
 from .jsonrpc import INVALID_PARAMS, RpcError
 from .route import Routes, build_routes, visible
 from .subscriptions import Subscriptions
-from .upstream.caller_sessions import AsCaller
+from .upstream.caller_sessions import Sender
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -117,7 +117,7 @@ class Listings:
         except CredentialRefused as exc:  # refused by the server, renewed once: not sent
             raise await self._callers.refusal(ctx, method, exc.outcome) from None
 
-    async def holder(self, ctx: Call, uri: str) -> tuple[Subscriptions, AsCaller | None] | None:
+    async def holder(self, ctx: Call, uri: str) -> tuple[Subscriptions, Sender | None] | None:
         """Whose subscriptions hold `uri` for `ctx`'s listen stream, and as whom (None: no single
         server lists it for this caller). RpcError for a caller without the credential it needs."""
         routes, _, unmet = await self._resource_routes(ctx)
@@ -132,7 +132,7 @@ class Listings:
         return member.subscriptions, (await self._caller(ctx, member, "resources/subscribe"))[1]
 
     async def _caller(self, ctx: Call, member: Member, method: str
-                      ) -> tuple[Sidecar, AsCaller]:
+                      ) -> tuple[Sidecar, Sender]:
         """`ctx`'s caller's credential for `member` (a sidecar, and whom it goes as), or their
         refusal (RpcError)."""
         assert member.credential is not None
@@ -140,8 +140,12 @@ class Listings:
             sidecar = await self._callers.sidecar(ctx, member.credential)
         except CredentialRefused as exc:
             raise await self._callers.refusal(ctx, method, exc.outcome) from None
-        held = sidecar.held[member.credential]
-        return sidecar, AsCaller(held.owner, held.credential)
+        outbound = sidecar.held[member.credential].outbound  # (whom it goes as: `Held.outbound`)
+        if outbound is None:  # (`sidecar` holds a credential: never, but never as anyone else)
+            raise await self._callers.refusal(ctx, method, Outcome(
+                member.credential, Status.UNSATISFIED, "no credential was obtained for this "
+                "request", transient=True))
+        return sidecar, outbound
 
     # -- routing -----------------------------------------------------------------------------------
     async def _prompt(self, ctx: Call, name: Any) -> tuple[Member, str]:

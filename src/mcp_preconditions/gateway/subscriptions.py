@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from .upstream.caller_sessions import AsCaller
+from .upstream.caller_sessions import Sender
 from .upstream.session import Upstream
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -23,7 +23,7 @@ log = logging.getLogger("mcp_preconditions.gateway")
 ACK_SECONDS = 5.0  # how long a listen stream upstream may take to be acknowledged
 
 # Whose a subscription is: None, the gateway's own session's (a server without credentials);
-# else the caller's owner key (`AsCaller.owner`).
+# else the caller's owner key (`Sender.owner`).
 Key = tuple[Hashable | None, str]
 
 
@@ -34,17 +34,17 @@ class Subscriptions:
         self._upstream = upstream
         self._holders: dict[Key, set[int]] = {}  # (whose, URI) -> the clients holding it
         self._streams: dict[Key, anyio.CancelScope] = {}  # (whose, URI) -> its listen stream
-        self._callers: dict[Hashable, AsCaller] = {}  # a caller's latest credential, to renew
+        self._callers: dict[Hashable, Sender] = {}  # a caller's latest credential, to renew
 
     @property
     def modern(self) -> bool:
         """Whether the server speaks 2026-07-28 (subscriptions ride listen streams there)."""
         return self._upstream.modern
 
-    def held_by_others(self, uri: str, key: int, caller: AsCaller | None = None) -> bool:
+    def held_by_others(self, uri: str, key: int, caller: Sender | None = None) -> bool:
         return bool(self._holders.get(_key(caller, uri), set()) - {key})
 
-    def note(self, uri: str, key: int, held: bool, caller: AsCaller | None = None) -> None:
+    def note(self, uri: str, key: int, held: bool, caller: Sender | None = None) -> None:
         """Record a hold (or its release) that the caller took care of upstream."""
         whose = _key(caller, uri)
         holders = self._holders.setdefault(whose, set())
@@ -61,7 +61,7 @@ class Subscriptions:
                     self._callers.pop(caller.owner, None)
                     self._upstream.keep(caller.owner, False)
 
-    async def hold(self, uri: str, key: int, caller: AsCaller | None = None) -> None:
+    async def hold(self, uri: str, key: int, caller: Sender | None = None) -> None:
         """Subscribe upstream (as `caller`, on a server with credentials), if no one holds `uri`
         that way yet; MCPError or an upstream error when the upstream refuses."""
         whose = _key(caller, uri)
@@ -69,7 +69,7 @@ class Subscriptions:
             await self._subscribe(uri, caller)
         self.note(uri, key, True, caller)
 
-    async def release(self, uri: str, key: int, caller: AsCaller | None = None) -> None:
+    async def release(self, uri: str, key: int, caller: Sender | None = None) -> None:
         """Let go of `uri`; the upstream is told when no one holds it (that way) any more."""
         self.note(uri, key, False, caller)
         if _key(caller, uri) not in self._holders:
@@ -98,7 +98,7 @@ class Subscriptions:
         return any(whose == owner for whose, _ in self._holders)
 
     # -- the upstream's side ---------------------------------------------------------------------
-    async def _subscribe(self, uri: str, caller: AsCaller | None) -> None:
+    async def _subscribe(self, uri: str, caller: Sender | None) -> None:
         upstream = self._upstream
         if not upstream.modern:
             if caller is None:
@@ -118,7 +118,7 @@ class Subscriptions:
         if failure:
             raise failure[0]
 
-    async def _listen(self, uri: str, caller: AsCaller | None, scope: anyio.CancelScope,
+    async def _listen(self, uri: str, caller: Sender | None, scope: anyio.CancelScope,
                       acked: anyio.Event, failure: list[BaseException]) -> None:
         """A listen stream naming `uri` (as `caller`): its updates reach the gateway's clients
         through the upstream's notification hooks (a caller's: theirs alone)."""
@@ -134,7 +134,7 @@ class Subscriptions:
                 if self._streams.get(whose) is scope:
                     del self._streams[whose]
 
-    async def _unsubscribe(self, uri: str, caller: AsCaller | None) -> Any:
+    async def _unsubscribe(self, uri: str, caller: Sender | None) -> Any:
         scope = self._streams.pop(_key(caller, uri), None)
         if scope is not None:
             scope.cancel()
@@ -147,5 +147,5 @@ class Subscriptions:
                                                 timeout=ACK_SECONDS)
 
 
-def _key(caller: AsCaller | None, uri: str) -> Key:
+def _key(caller: Sender | None, uri: str) -> Key:
     return (caller.owner if caller is not None else None, uri)

@@ -10,27 +10,30 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import anyio
 from mcp_types import CallToolResult, InputRequiredResult
 
+from .. import calls
 from ..approvals import refuse_without_pages
+from ..calls import Reply
 from ..errors import RequirementError
 from ..guard import Guard
+from ..names import unusable_line
 from ..outcomes import Decision, Refusal
 from ..policy.load import PolicySource
 from ..principal import Credentials
-from ..remedies import NOBODY, Recipient, recipient_of
+from ..remedies import NOBODY, Recipient
 from ..requirements import merge, validate
 from ..telemetry.metrics import Metrics
 from ..telemetry.tracing import recording_span
-from ..toolset import Listed, Views, enforce, read_listing, refused, seen, shown_names
+from ..toolset import Listed, Views, enforce, read_listing, refused, seen, shown_names, unusable
 from ..wire import meta_requirements
-from ._approvals import Reply, approving, confirmed, held_for, input_round
+from ._asking import client_of, input_required
 from ._calls import credentials_from_request, denial_error, denial_result, url_elicitation_of
 from ._sessions import TargetedBus
-from ._telemetry import HostedMetrics, observed_check
+from ._telemetry import HostedMetrics, observed
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +43,13 @@ REQUIREMENTS_ATTR = "__mcp_requirements__"  # where decorators leave a tool func
 TOOLS_ATTR = "__mcp_preconditions_tools__"
 # What a caller is told when the policy cannot be applied to the server's tools (a near miss); the
 # problem, which names the policy's entries, goes to the server's log only.
-UNUSABLE = "the server's policy is unusable"
+UNUSABLE = unusable("server")
 
 # Maps the call's HTTP request (a Starlette Request; None on stdio and in-process) to credentials.
 CredentialsHook = Callable[[Any], Credentials]
 DenialMode = Literal["result", "jsonrpc"]
 R = TypeVar("R")
+D = TypeVar("D")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -147,8 +151,7 @@ class ServerGuard:
         if known != self.known or source is not self._checked:
             problems = self.guard.tools_known(sorted(known))
             if problems and problems != self.unusable:
-                log.error("%s: the policy nearly matches this server's tools; every call is "
-                          "refused until it is fixed: %s", source.source, "; ".join(problems))
+                log.error("%s", unusable_line(source.source, problems))
             self.known, self.unusable, self._checked = known, problems, source
         self.ready = not (self.unusable or self.refused or self.listing.duplicates)
 
@@ -281,37 +284,53 @@ class ServerGuard:
         return refused(unusable=UNUSABLE if self.unusable else None,
                        twice=name in self.listing.duplicates, malformed=self.refused.get(name))
 
-    def check_now(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
-                  echo: object = None) -> Decision | Coroutine[Any, Any, Decision]:
-        """The guard's decision on one call (`Guard.check_now`): the Decision, or a coroutine to
-        await for it. Counted when metrics are on, and traced under a recording server span.
-        `echo`: the context ID the request echoed (`envelope.echo_of` of its `_meta`)."""
-        if self.telemetry is None and recording_span() is None:
-            return self.guard.check_now(tool, self.credentials(request), arguments, echo=echo)
-        listed = self.known is not None and tool in self.known
-        return observed_check(self.guard, self.telemetry, self.name, self.credentials(request), tool,
-                              arguments, listed, echo)
+    @overload
+    def take(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
+             run: Callable[[], Awaitable[R]], *, typed: Callable[[], bool], session: Any = None,
+             echo: object = None, reply: Reply | None = None, deny: None = None, ask: None = None
+             ) -> Coroutine[Any, Any, R | CallToolResult | InputRequiredResult]: ...
 
-    async def decide(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
-                     echo: object = None, session: Any = None, reply: Reply | None = None
-                     ) -> Decision:
-        """Decide one call; `request` is the call's HTTP request (None on stdio); `session` the
-        SDK session of the call, through which a `self` approval's question is asked; `reply`
-        what a 2026-07-28 retry answers to such a question's round (`_approvals.reply_of`)."""
-        if not self.ready:
-            refused = self.refusal_of(tool)
-            if refused is not None:
-                decision = await self.guard.refuse(tool, self.credentials(request), *refused,
-                                                   echo=echo)
-                if self.telemetry is not None:
-                    self.telemetry.observe(decision)
-                return decision
-        if session is not None and approving(self.guard, tool):  # SPEC §15 (_approvals.py)
-            return await confirmed(self.guard, tool, self.credentials(request), arguments, echo,
-                                   session, self.telemetry.observe if self.telemetry else None,
-                                   reply)
-        decided = self.check_now(request, tool, arguments, echo)
-        return decided if isinstance(decided, Decision) else await decided
+    @overload
+    def take(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
+             run: Callable[[], Awaitable[R]], *, typed: Callable[[], bool], session: Any = None,
+             echo: object = None, reply: Reply | None = None,
+             deny: Callable[[Decision, Recipient], D], ask: Callable[[dict[str, Any]], D]
+             ) -> Coroutine[Any, Any, R | D]: ...
+
+    def take(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
+             run: Callable[[], Awaitable[R]], *, typed: Callable[[], bool], session: Any = None,
+             echo: object = None, reply: Reply | None = None,
+             deny: Callable[[Decision, Recipient], D] | None = None,
+             ask: Callable[[dict[str, Any]], D] | None = None
+             ) -> Coroutine[Any, Any, Any]:
+        """One call through calls.py: refused before the guard when `refusal_of` says so, decided
+        (its `self` approvals' questions asked through `session`, the SDK session of the call;
+        `reply`: what a 2026-07-28 retry answers to such a question's round), counted and traced,
+        then denied or run (`run`, the tool's handler). `request`: the call's HTTP request (None
+        on stdio); `typed`: whether the tool declares an `outputSchema` (asked for a denial only);
+        `echo`: the context ID the request echoed; `deny` and `ask` shape a denial and an input
+        round for the adapter (default: the SDK's result types)."""
+        credentials = self.credentials(request)
+        check, observe = self._observed(tool, credentials, arguments, echo)
+        client = client_of(session, reply) if tool in self.guard.snapshot.asking else None
+        refusal = None if self.ready else self.refusal_of(tool)
+        shape: Callable[[Decision, Recipient], Any] = deny if deny is not None else \
+            (lambda decision, recipient: self.refusal(decision, typed(), recipient))
+        return calls.take(self.guard, tool, credentials, arguments, run=lambda _: run(),
+                          deny=shape, ask=ask if ask is not None else input_required,
+                          url_elicitation=url_elicitation_of(session), echo=echo, client=client,
+                          refusal=refusal, check=check, observe=observe)
+
+    def _observed(self, tool: str, credentials: Credentials, arguments: Mapping[str, Any] | None,
+                  echo: object) -> tuple[calls.Check | None, calls.Observe | None]:
+        """How the call is checked and its decision observed: counted when metrics are on, and
+        traced under a recording server span (integrations/_telemetry.py); neither, else."""
+        span = recording_span()
+        if self.telemetry is None and span is None:
+            return None, None
+        listed = self.known is not None and tool in self.known
+        return observed(self.guard, self.telemetry, self.name, span, credentials, tool,
+                        arguments, listed, echo)
 
     def refusal(self, decision: Decision, typed: bool = False,
                 recipient: Recipient = NOBODY) -> CallToolResult:
@@ -323,42 +342,21 @@ class ServerGuard:
                 raise error
         return denial_result(decision, typed, recipient)
 
-    def recipient(self, decision: Decision, request: Any, session: Any,
-                  arguments: Mapping[str, Any] | None) -> Recipient | Awaitable[Recipient]:
-        """Who a denial goes to (`remedies.recipient_of`): whether the client of `session` (the SDK
-        request context's) declared URL-mode elicitation, and the resolvers' offers; at once when
-        no resolver is asked, else to await."""
-        guard = self.guard
-        return recipient_of(decision, guard.snapshot.registry,
-                            url_elicitation=url_elicitation_of(session),
-                            identity=lambda: guard.authenticate(self.credentials(request)),
-                            arguments=arguments, held=held_for(decision))
-
     async def denied(self, decision: Decision, typed: bool, request: Any, session: Any,
-                     arguments: Mapping[str, Any] | None) -> CallToolResult | InputRequiredResult:
-        """`refusal`, its envelope shaped for the call's client (`recipient`); or, for a call
-        denied until its 2026-07-28 caller answers a `self` approval, the input round asking it."""
-        asking = input_round(decision)
-        if asking is not None:
-            return asking
-        recipient = self.recipient(decision, request, session, arguments)
+                     arguments: Mapping[str, Any] | None) -> CallToolResult:
+        """`refusal` of a call decided without a sidecar (a hot path's), its envelope shaped for
+        the call's client (calls.recipient: what it declared, what the resolvers offer)."""
+        recipient = calls.recipient(self.guard, calls.Decided(decision), self.credentials(request),
+                                    arguments, url_elicitation_of(session))
         if not isinstance(recipient, Recipient):
             recipient = await recipient
         return self.refusal(decision, typed, recipient)
 
     def typed(self, name: str) -> bool:
-        """Whether the last listing showed `name` with an `outputSchema`."""
+        """Whether the last listing showed `name` with an `outputSchema` (the lowlevel Server's
+        one look-up: its tools exist only in its listing)."""
         tool = self.listing.tools.get(name)
         return tool is not None and tool.get("outputSchema") is not None
-
-    async def call(self, request: Any, tool: str, arguments: Mapping[str, Any] | None,
-                   handler: Callable[[], Awaitable[R]], session: Any = None
-                   ) -> R | CallToolResult | InputRequiredResult:
-        """Run the guard, then `handler` only if the call is allowed."""
-        decision = await self.decide(request, tool, arguments, session=session)
-        if not decision.allowed:
-            return await self.denied(decision, self.typed(tool), request, session, arguments)
-        return await handler()
 
     # -- list changes ----------------------------------------------------------------------------
     @property

@@ -19,9 +19,10 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from ..calls import reply_of, without_round
 from ..envelope import echo_of
-from ..toolset import ListingError, advertise, every_page
-from ._approvals import reply_of, without_round
+from ..errors import ListingError
+from ..toolset import advertise, every_page
 from ._hosted import (
     REQUIREMENTS_ATTR,
     TOOLS_ATTR,
@@ -108,13 +109,12 @@ class Preconditions(ServerGuard):
         arguments = params.get("arguments")
         arguments = arguments if isinstance(arguments, Mapping) else None
         reply = reply_of(params.get("requestState"), params.get("inputResponses"))
-        decision = await self.decide(ctx.request, name, arguments, echo_of(params.get("_meta")),
-                                     ctx.session, reply)
-        if not decision.allowed:
-            return await self.denied(decision, self.typed(name), ctx.request, ctx.session, arguments)
-        if reply is not None:  # the round was the guard's own: nothing of it for the handler
-            ctx = dataclasses.replace(ctx, params=without_round(params))
-        return await call_next(ctx)
+        # The round was the guard's own: nothing of it for the handler.
+        ran = ctx if reply is None else dataclasses.replace(ctx, params=without_round(params))
+        result: HandlerResult = await self.take(
+            ctx.request, name, arguments, lambda: call_next(ran), typed=lambda: self.typed(name),
+            session=ctx.session, echo=echo_of(params.get("_meta")), reply=reply)
+        return result
 
     async def _learn_listing(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
         """Ask the rest of the chain for the whole `tools/list` (every page) and adopt what it

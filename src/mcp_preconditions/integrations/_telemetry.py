@@ -8,7 +8,7 @@ only adds to it. With no tracer provider installed, a call pays one `recording_s
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
@@ -16,14 +16,16 @@ from mcp.server.lowlevel.server import Server
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from ..calls import Check, Observe
 from ..decision_sinks import ATTRIBUTE_PREFIX
 from ..guard import Guard
+from ..late import Sidecar
 from ..outcomes import Decision, Refused
 from ..principal import Credentials
 from ..telemetry.labels import UNLISTED, result_of
 from ..telemetry.metrics import Metrics
 from ..telemetry.propagation import carrier, incoming_context
-from ..telemetry.tracing import call_attributes, decision_span, recording_span
+from ..telemetry.tracing import call_attributes, decision_span
 
 
 class HostedMetrics:
@@ -60,44 +62,34 @@ class HostedMetrics:
         self._known, self._registration, self._revision = known, registration, snapshot.revision
 
 
-def observed_check(guard: Guard, telemetry: HostedMetrics | None, server: str,
-                   credentials: Credentials, tool: str, arguments: Mapping[str, Any] | None,
-                   listed: bool, echo: object = None) -> Decision | Coroutine[Any, Any, Decision]:
-    """`Guard.check_now` for one call of `server`'s, counted and traced: the Decision, or a
-    coroutine for it. `listed`: whether `tool` is one of the server's tools (else its span says
-    `(unlisted)`); `echo`: the context ID the request echoed (Guard.check)."""
-    span = recording_span()
-    if span is not None:
-        return _traced(guard, telemetry, server, span, credentials, tool, arguments, listed, echo)
-    decided = guard.check_now(tool, credentials, arguments, echo=echo)
-    if not isinstance(decided, Decision):
-        return _observed_later(telemetry, decided)
-    if telemetry is not None:
-        telemetry.observe(decided)
-    return decided
-
-
-async def _observed_later(telemetry: HostedMetrics | None, pending: Awaitable[Decision]) -> Decision:
-    decision = await pending
-    if telemetry is not None:
-        telemetry.observe(decision)
-    return decision
-
-
-async def _traced(guard: Guard, telemetry: HostedMetrics | None, server: str, span: trace.Span,
-                  credentials: Credentials, tool: str, arguments: Mapping[str, Any] | None,
-                  listed: bool, echo: object) -> Decision:
-    if not listed:  # the SDK named its span after the caller's text: a bounded name instead
+def observed(guard: Guard, telemetry: HostedMetrics | None, server: str, span: trace.Span | None,
+             credentials: Credentials, tool: str, arguments: Mapping[str, Any] | None,
+             listed: bool, echo: object = None) -> tuple[Check | None, Observe]:
+    """How one call of `server`'s is checked and observed (calls.py): under a recording server
+    `span`, each check in a decision span, the final decision written on the server span; counted
+    when `telemetry` is on. `listed`: whether `tool` is one of the server's tools (else its spans
+    say `(unlisted)`); `echo`: the context ID the request echoed (Guard.check)."""
+    if span is not None and not listed:  # the SDK named its span after the caller's text
         span.update_name(f"tools/call {UNLISTED}")
-    # The decision-log span sink writes the decision's attributes on the decision span.
-    with decision_span(tool if listed else UNLISTED) as decided:
-        decision = await guard.check(tool, credentials, arguments, echo=echo)
-        if not listed:
-            decided.set_attribute(ATTRIBUTE_PREFIX + "tool", UNLISTED)
-    if telemetry is not None:
-        telemetry.observe(decision)
-    span.set_attributes(call_attributes(server, decision, result_of(decision, listed)))
-    return decision
+
+    def observe(decision: Decision) -> None:
+        if telemetry is not None:
+            telemetry.observe(decision)
+        if span is not None:
+            span.set_attributes(call_attributes(server, decision, result_of(decision, listed)))
+
+    if span is None:
+        return None, observe
+
+    async def check(sidecar: Sidecar | None) -> Decision:
+        # The decision-log span sink writes the decision's attributes on the decision span.
+        with decision_span(tool if listed else UNLISTED) as decided:
+            decision = await guard.check(tool, credentials, arguments, sidecar=sidecar, echo=echo)
+            if not listed:
+                decided.set_attribute(ATTRIBUTE_PREFIX + "tool", UNLISTED)
+        return decision
+
+    return check, observe
 
 
 class TraceHeaderContext:

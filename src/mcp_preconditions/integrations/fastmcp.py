@@ -37,15 +37,17 @@ from fastmcp.utilities.versions import VersionSpec
 from mcp.server.subscriptions import ListenHandler
 from mcp_types import SubscriptionsListenRequestParams
 
+from ..calls import reply_of, without_round
 from ..denials import denial_result
 from ..envelope import echo_of
 from ..guard import Guard
+from ..outcomes import Decision
 from ..remedies import Recipient
 from ..requirements import merge
 from ..telemetry.exposition import METRICS_PATH, metrics_endpoint
 from ..telemetry.metrics import Metrics
 from ..wire import meta_requirements
-from ._approvals import input_round, reply_of, without_round
+from ._asking import input_required
 from ._calls import credentials_from_request, denial_error
 from ._server import CredentialsHook, DenialMode, Preconditions, requirements_of
 from ._sessions import SessionOwners
@@ -206,30 +208,33 @@ class PreconditionsMiddleware(Middleware):
         await self._tell(server, tool.name)
         self.preconditions.attach(tool.name, await requirements_of_tool(tool))
         pre = self.preconditions
-        request = _http_request()
         reply = reply_of(params.request_state, params.input_responses)
-        decision = await pre.decide(request, tool.name, params.arguments, echo_of(params.meta),
-                                    _session(context), reply)
-        if decision.allowed:
+
+        async def run() -> ToolResult:
             if reply is None:
                 return await call_next(context)
             with _without_round():  # the round was the guard's own: nothing of it for the tool
                 return await call_next(context.copy(message=params.model_copy(
                     update={"request_state": None, "input_responses": None})))
-        asking = input_round(decision)
-        if asking is not None:  # a 2026-07-28 caller asked to confirm (fastmcp seals the state)
-            return InputRequiredToolResult(asking)
-        recipient = pre.recipient(decision, request, _session(context), params.arguments)
-        if not isinstance(recipient, Recipient):
-            recipient = await recipient
-        error = denial_error(decision, recipient) if pre.denial == "jsonrpc" else None
-        if error is not None:
-            raise error
-        # The one denial every server gives (a ToolError would lose its payload), in fastmcp's type.
-        denied = denial_result(decision, typed=tool.output_schema is not None, recipient=recipient)
-        return ToolResult(content=denied["content"][0]["text"],
-                          structured_content=denied.get("structuredContent"),
-                          meta=denied.get("_meta"), is_error=True)
+
+        def deny(decision: Decision, recipient: Recipient) -> ToolResult:
+            error = denial_error(decision, recipient) if pre.denial == "jsonrpc" else None
+            if error is not None:
+                raise error
+            # The one denial every server gives (a ToolError would lose its payload), in
+            # fastmcp's type.
+            denied = denial_result(decision, typed=tool.output_schema is not None,
+                                   recipient=recipient)
+            return ToolResult(content=denied["content"][0]["text"],
+                              structured_content=denied.get("structuredContent"),
+                              meta=denied.get("_meta"), is_error=True)
+
+        # A 2026-07-28 caller asked to confirm: fastmcp's own result seals the round's state.
+        return await pre.take(_http_request(), tool.name, params.arguments, run,
+                              typed=lambda: tool.output_schema is not None,
+                              session=_session(context), echo=echo_of(params.meta), reply=reply,
+                              deny=deny, ask=lambda round_: InputRequiredToolResult(
+                                  input_required(round_)))
 
 
 def guard_fastmcp(app: FastMCP[Any], guard: Guard, *,

@@ -32,6 +32,7 @@ from mcp_types import (
 )
 from starlette.applications import Starlette
 
+from ..calls import Reply, reply_of
 from ..envelope import CONTEXT_ID_META_KEY as CONTEXT_ID_KEY
 from ..envelope import echo_of
 from ..guard import Guard
@@ -41,7 +42,6 @@ from ..spans import CurrentSpan
 from ..telemetry.exposition import METRICS_PATH, metrics_endpoint
 from ..telemetry.metrics import Metrics
 from ..wire import META_KEY, meta_requirements
-from ._approvals import Reply, approving, reply_of
 from ._calls import DENIAL_CODE, STEP_UP_META_KEY, credentials_from_request
 from ._server import (
     TOOLS_ATTR,
@@ -93,31 +93,32 @@ class PreconditionsExtension(RequirementsExtension):
     (through `intercept_tool_call`): for a plain `MCPServer` built with `extensions=[...]`."""
 
     def __init__(self, preconditions: Preconditions,
-                 register: Callable[[str], bool] | None = None) -> None:
+                 register: Callable[[str], object] | None = None,
+                 typed: Callable[[str], bool] | None = None) -> None:
         self.preconditions = preconditions
         # Called with the tool name before each decision: makes sure the guard holds what the tool
-        # that will run carries, and says whether it declares an outputSchema
-        # (`GuardedMCPServer._register_call`).
+        # that will run carries (`GuardedMCPServer._register_call`).
         self.register = register
+        # Whether a tool declares an outputSchema (its denial's payload goes in `_meta`): the
+        # server's one look-up (default: the listing the guard read).
+        self.typed = typed or preconditions.typed
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: Callable[[ServerRequestContext[Any, Any]], Any]
                                   ) -> HandlerResult:
-        pre = self.preconditions
-        typed = pre.typed(params.name)
-        if self.register is not None:
-            # Registers what will run (requirements put on it later count); says whether it
-            # declares an outputSchema.
-            typed = self.register(params.name)
+        name = params.name
+        if self.register is not None:  # what will run (requirements put on it later count)
+            self.register(name)
         reply = _reply(params)
-        decision = await pre.decide(ctx.request, params.name, params.arguments, echo_of(params.meta),
-                                   ctx.session, reply)
-        if not decision.allowed:
-            return await pre.denied(decision, typed, ctx.request, ctx.session, params.arguments)
-        if reply is not None:  # the guard's own round: the handler gets these very params
-            params.request_state = params.input_responses = None
-        result: HandlerResult = await call_next(ctx)
-        return result
+
+        async def run() -> HandlerResult:
+            if reply is not None:  # the guard's own round: the handler gets these very params
+                params.request_state = params.input_responses = None
+            result: HandlerResult = await call_next(ctx)
+            return result
+        return await self.preconditions.take(ctx.request, name, params.arguments, run,
+                                             typed=lambda: self.typed(name), session=ctx.session,
+                                             echo=echo_of(params.meta), reply=reply)
 
 
 class GuardedMCPServer(MCPServer[Any]):
@@ -152,7 +153,7 @@ class GuardedMCPServer(MCPServer[Any]):
         self._guard_in_handler = (_HANDLER_HOOK and type(self)._handle_call_tool
                                   is GuardedMCPServer._handle_call_tool)
         extension = (RequirementsExtension() if self._guard_in_handler
-                     else PreconditionsExtension(self.preconditions, self._register_call))
+                     else PreconditionsExtension(self.preconditions, self._register_call, self._typed))
         kwargs["extensions"] = [*kwargs.get("extensions", ()), extension]
         super().__init__(name, **kwargs)
         # The SDK's own handler, bound once (`super()` on every call cost 0.1 µs, bench_mcp).
@@ -209,18 +210,19 @@ class GuardedMCPServer(MCPServer[Any]):
 
     async def _guarded_call(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
                             ) -> CallToolResult | InputRequiredResult:
-        """The guard's whole path for a call: the tool names told, what the tool carries
-        registered, a pending refusal, metrics and traces, then the decision."""
-        typed = self._register_call(params.name)
-        pre = self.preconditions
+        """The guard's whole path for a call (calls.py): the tool names told, what the tool
+        carries registered, a pending refusal, a `self` approval's questions, metrics and traces,
+        then the denial or the SDK's handler."""
+        name = params.name
+        self._register_call(name)
         reply = _reply(params)
-        decision = await pre.decide(ctx.request, params.name, params.arguments, echo_of(params.meta),
-                                   ctx.session, reply)
-        if not decision.allowed:
-            return await pre.denied(decision, typed, ctx.request, ctx.session, params.arguments)
-        if reply is not None:  # the guard's own round: nothing of it for the tool's Context
-            params = params.model_copy(update={"request_state": None, "input_responses": None})
-        return await super()._handle_call_tool(ctx, params)
+        # The guard's own round: nothing of it for the tool's Context.
+        ran = params if reply is None else params.model_copy(
+            update={"request_state": None, "input_responses": None})
+        return await self.preconditions.take(
+            ctx.request, name, params.arguments, lambda: self._sdk_call_tool(ctx, ran),
+            typed=lambda: self._typed(name), session=ctx.session, echo=echo_of(params.meta),
+            reply=reply)
 
     async def _decided_later(self, pending: Coroutine[Any, Any, Decision],
                              ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
@@ -232,7 +234,7 @@ class GuardedMCPServer(MCPServer[Any]):
         return await super()._handle_call_tool(ctx, params)
 
     def _typed(self, name: str) -> bool:
-        """Whether tool `name` declares an outputSchema (its denial's payload goes in `_meta`)."""
+        """Whether tool `name` declares an outputSchema (the server's one look-up, for a denial)."""
         tool = self._tool_manager.get_tool(name)
         return tool is not None and tool.output_schema is not None
 
@@ -284,25 +286,23 @@ class GuardedMCPServer(MCPServer[Any]):
         the tools changed."""
         self.preconditions.know(t.name for t in self._tool_manager.list_tools())
 
-    def _register_call(self, name: str) -> bool:
+    def _register_call(self, name: str) -> None:
         """Before a call: the guard knows the tool names and holds what the tool that will run
-        carries (its function's requirements, its `_meta` mirror). Whether it declares an
-        outputSchema."""
+        carries (its function's requirements, its `_meta` mirror)."""
         pre = self.preconditions
         if not pre.ready:
             self._know()
         tool = self._tool_manager.get_tool(name)
         if tool is None:
-            return False
+            return
         pre.attach_function(name, tool.fn, tool.meta)
         # Clear for the handler's fast path while the guard's tools stay as they are now: a tool
         # whose function hears of a later `requires` itself (`register_function`) and that has no
         # `_meta` (a mirror may change in place, so it is read on every call).
         # A tool with an approval is never clear: its caller may be asked (the session's path).
         if tool.meta is None and (pre, name) in getattr(tool.fn, TOOLS_ATTR, ()) \
-                and not approving(pre.guard, name):
+                and name not in pre.guard.snapshot.asking:
             self._clear[name] = pre.guard.registration
-        return tool.output_schema is not None
 
     async def _sync(self) -> None:
         """Register every tool's requirements up front (for list_changed session views)."""

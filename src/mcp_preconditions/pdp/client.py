@@ -2,8 +2,8 @@
 asked for a batch of evaluations in one `POST /access/v1/evaluations`, or one `POST
 /access/v1/evaluation` each when its metadata announces no batch endpoint. Answers are read
 strictly (authzen/wire.py): another status, a body over 1 MiB, malformed JSON, a missing boolean
-`decision` or a timeout is a `Failure` for every evaluation of the request (fail closed). The
-token is sent only to this endpoint and appears in no message.
+`decision` or a timeout is a `DecisionPointError` for every evaluation of the request (fail
+closed). The token is sent only to this endpoint and appears in no message.
 """
 
 from __future__ import annotations
@@ -22,18 +22,14 @@ from ..authzen.wire import (
     EVALUATIONS_PATH,
     METADATA_PATH,
     AccessDecision,
-    Malformed,
     decision_of,
     decisions_of,
     metadata_of,
 )
+from ..errors import DecisionPointError, Malformed
 from ..tls import client_context
 
 MAX_ANSWER_BYTES = 1 << 20
-
-
-class Failure(Exception):
-    """Why a decision point gave no decision (one line, no token): `error`, which denies."""
 
 
 class Endpoint:
@@ -56,18 +52,19 @@ class Endpoint:
         return f"Endpoint({self.url!r})"
 
     async def decide(self, items: Sequence[Mapping[str, Any]]) -> tuple[AccessDecision, ...]:
-        """One decision per item, in order; Failure when there is none to be had."""
+        """One decision per item, in order; DecisionPointError when there is none to be had."""
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._decide(items)
         except TimeoutError:
-            raise Failure(f"the decision point {self.url} did not answer within "
-                          f"{self.timeout:g} s") from None
+            raise DecisionPointError(f"the decision point {self.url} did not answer within "
+                                     f"{self.timeout:g} s") from None
         except httpx2.HTTPError as exc:
-            raise Failure(f"cannot reach the decision point {self.url}: {describe(exc)}") from None
+            raise DecisionPointError(f"cannot reach the decision point {self.url}: "
+                                     f"{describe(exc)}") from None
         except OSError as exc:
-            raise Failure(f"cannot reach the decision point {self.url}: "
-                          f"{exc.strerror or type(exc).__name__}") from None
+            raise DecisionPointError(f"cannot reach the decision point {self.url}: "
+                                     f"{exc.strerror or type(exc).__name__}") from None
 
     async def _decide(self, items: Sequence[Mapping[str, Any]]) -> tuple[AccessDecision, ...]:
         if self.batches is None:
@@ -94,10 +91,10 @@ class Endpoint:
     async def _post(self, path: str, payload: Mapping[str, Any]) -> Any:
         status, body = await self._send("POST", path, json.dumps(payload).encode())
         if status != 200:
-            raise Failure(f"the decision point {self.url} answered {status} to {path}")
+            raise DecisionPointError(f"the decision point {self.url} answered {status} to {path}")
         if body is _NOT_JSON:
-            raise Failure(f"the decision point {self.url} answered {path} with a body that is not "
-                          f"JSON")
+            raise DecisionPointError(f"the decision point {self.url} answered {path} with a body "
+                                     "that is not JSON")
         return body
 
     async def _send(self, method: str, path: str, content: bytes | None) -> tuple[int, Any]:
@@ -108,8 +105,8 @@ class Endpoint:
             async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) > MAX_ANSWER_BYTES:
-                    raise Failure(f"the decision point {self.url} sent more than "
-                                  f"{MAX_ANSWER_BYTES} bytes")
+                    raise DecisionPointError(f"the decision point {self.url} sent more than "
+                                             f"{MAX_ANSWER_BYTES} bytes")
             status = response.status_code
         try:
             return status, json.loads(bytes(body))
@@ -140,4 +137,4 @@ def _read(body: Any, asked: int | None) -> tuple[AccessDecision, ...]:
     try:
         return decisions_of(body, asked) if asked is not None else (decision_of(body),)
     except Malformed as exc:
-        raise Failure(f"the decision point's answer is malformed: {exc}") from None
+        raise DecisionPointError(f"the decision point's answer is malformed: {exc}") from None

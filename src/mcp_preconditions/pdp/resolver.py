@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..authzen.wire import MAX_EVALUATIONS
 from ..credentials.flight import Flights
+from ..errors import DecisionPointError
 from ..outcomes import Outcome, Status
 from ..principal import Identity, Principal
 from ..requirements import body_of
@@ -203,14 +204,12 @@ class PdpResolver:
         return [v for v in found if v is not None]
 
     async def _batch(self, asks: Sequence[Ask]) -> tuple[Verdict, ...]:
-        from .client import Failure
-
         endpoint = asks[0].table.endpoint
         flight = (id(endpoint), tuple(a.key for a in asks))
         try:
             answers, _ = await self._flights.once(
                 flight, lambda: endpoint.decide([a.request for a in asks]))
-        except Failure as exc:
+        except DecisionPointError as exc:
             log.warning("pdp: %s", exc)
             verdicts = tuple(Verdict(a.table.name, None, False, None, str(exc)) for a in asks)
         except Exception as exc:  # a bug must not allow a call

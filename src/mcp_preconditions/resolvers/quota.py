@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..late import QUOTA_ORDER, LateCall
+from ..late import LateCall
 from ..outcomes import Outcome, OutcomeMemo, Status
 from ..principal import Identity
 from ..requirements import body_of
@@ -61,7 +61,7 @@ def bucket_key(name: str, by: str, identity: Identity) -> Key | None:
 class QuotaResolver:
     namespace = "quota"
     forms = ("quota:NAME, where the policy defines [quotas.NAME]",)
-    order = QUOTA_ORDER  # a late stage, the last: a unit is taken by a call about to run
+    order = 900  # a late stage, the last: a unit is taken by a call about to run (namespaces.py)
     not_a_condition = ("a quota is not a grant condition: put it in the tool's requirements, where "
                        "an allowed call takes a unit")
 

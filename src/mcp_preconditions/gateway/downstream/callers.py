@@ -26,7 +26,7 @@ from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcErro
 from ..rounds import PendingCall, Rounds
 from ..schemas import SERVER_REQUESTS, SERVER_RESULTS
 from ..subscriptions import Subscriptions
-from ..upstream.caller_sessions import AsCaller
+from ..upstream.caller_sessions import Sender
 from .clients import LEVELS, Call, Client
 from .listen import Listeners
 from .sse import Reply
@@ -38,7 +38,7 @@ _CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elic
 
 Exchange = Call | PendingCall
 # Where a listen stream's resource is held, and as whom (listings.py `Listings.holder`).
-Holder = Callable[[Call, str], Awaitable["tuple[Subscriptions, AsCaller | None] | None"]]
+Holder = Callable[[Call, str], Awaitable["tuple[Subscriptions, Sender | None] | None"]]
 # The owner of what a server with credentials sends on the gateway's own session: no client.
 NOBODY: Final = ("nobody",)
 
@@ -122,7 +122,7 @@ class Downstream:
 
     async def subscription(self, call: Call, subscriptions: Subscriptions,
                            forward: Callable[[], Awaitable[dict[str, Any]]],
-                           caller: AsCaller | None = None) -> dict[str, Any]:
+                           caller: Sender | None = None) -> dict[str, Any]:
         """A 2025-11-25 client's `resources/subscribe` or `unsubscribe`: held upstream once per
         URI for all clients (on a server with credentials, once per URI and `caller`, as them).
         A 2025-11-25 upstream is sent the client's own request (`forward`), except an unsubscribe

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import httptools
 
+from ..errors import HttpRefused
 from .admission import Admission
 from .exchange import Exchange, write
 
@@ -57,13 +58,6 @@ class Listener:
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.closing = False  # shutting down: each connection closes after its answer
-
-
-class _Refused(Exception):
-    """The request cannot be served: answer these bytes and close."""
-
-    def __init__(self, answer: bytes) -> None:
-        self.answer = answer
 
 
 class Connection(asyncio.Protocol):
@@ -113,14 +107,14 @@ class Connection(asyncio.Protocol):
                 self._head += len(data)
             self._parser.feed_data(data)
             if self._parsing is None and self._head > MAX_HEAD:
-                raise _Refused(HEAD_TOO_LARGE)
-        except _Refused as refused:
+                raise HttpRefused(HEAD_TOO_LARGE)
+        except HttpRefused as refused:
             self._refuse(refused.answer)
         except httptools.HttpParserUpgrade:
             self._stop_reading()  # what follows an Upgrade is not HTTP/1.1: answered, then closed
         except httptools.HttpParserError as exc:
             context = exc.__context__
-            self._refuse(context.answer if isinstance(context, _Refused) else BAD_REQUEST)
+            self._refuse(context.answer if isinstance(context, HttpRefused) else BAD_REQUEST)
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes: a client that half-closes has gone
@@ -203,7 +197,7 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         if len(self._url) + sum(len(n) + len(v) + 4 for n, v in self._headers) > MAX_HEAD:
-            raise _Refused(HEAD_TOO_LARGE)
+            raise HttpRefused(HEAD_TOO_LARGE)
         self._head = 0
         parser = self._parser
         version = parser.get_http_version()
@@ -215,12 +209,12 @@ class Connection(asyncio.Protocol):
             try:
                 parsed = httptools.parse_url(url)
             except httptools.HttpParserInvalidURLError:
-                raise _Refused(BAD_REQUEST) from None
+                raise HttpRefused(BAD_REQUEST) from None
             raw_path, query = parsed.path or b"/", parsed.query or b""
         try:
             path = raw_path.decode("ascii")
         except UnicodeDecodeError:
-            raise _Refused(BAD_REQUEST) from None
+            raise HttpRefused(BAD_REQUEST) from None
         scope = {"type": "http", "asgi": _ASGI, "http_version": version, "scheme": "http",
                  "method": parser.get_method().decode("ascii"),
                  "path": unquote(path) if "%" in path else path,
@@ -266,7 +260,7 @@ class Connection(asyncio.Protocol):
 
     def _judged(self, data: bytes) -> bytes:
         """A request that may only be a health check, judged on its request line: the bytes to
-        parse once it is one (then it is the connection's last), else _Refused."""
+        parse once it is one (then it is the connection's last), else HttpRefused."""
         start = (self._gate or b"") + data
         verdict = health_check(start)
         if verdict is None:
@@ -275,7 +269,7 @@ class Connection(asyncio.Protocol):
         self._gate = None
         if not verdict:
             self.listener.admission.refused("over_cap")
-            raise _Refused(OVER_CAPACITY)
+            raise HttpRefused(OVER_CAPACITY)
         self._last = True
         return start
 

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...owner import Owner, PrincipalKey, principal_key
+from ..errors import OverCap
 from .clients import Client
 from .connection import Connection
 from .sse import Polled, Stream
@@ -20,15 +21,6 @@ IDLE_SECONDS = 30 * 60
 MAX_SESSIONS = 10_000
 SESSIONS_PER_PRINCIPAL = 64
 STREAMS_PER_PRINCIPAL = 16
-
-
-class OverCap(Exception):
-    """A session or stream refused because a bound is reached: the HTTP status and the message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 # What a refused caller reads: the listener is full (503), or it holds its own bound (429).

@@ -21,6 +21,7 @@ from ...telemetry.metrics import RefusalReason
 from .. import jsonrpc
 from ..decide import STEP_UP
 from ..dispatch import Dispatch, envelope
+from ..errors import OverCap
 from ..inbound import (
     ERROR_CODE_HTTP_STATUS,
     InboundLadderRejection,
@@ -39,7 +40,7 @@ from ..jsonrpc import (
 )
 from .clients import Call
 from .connection import answered
-from .sessions import HttpSession, OverCap, Sessions
+from .sessions import HttpSession, Sessions
 from .sse import SSE_HEADERS, Receive, Reply, Send, Stream, Unanswered
 from .wire import accepts, empty, read_body, read_headers, rpc_error, text
 

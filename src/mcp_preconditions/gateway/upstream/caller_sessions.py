@@ -25,7 +25,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 
@@ -44,12 +44,24 @@ MAX_SESSIONS = 1000
 SWEEP_SECONDS = 30.0
 
 
+class Sender(Protocol):
+    """Whom a request goes as (a call's `late.Outbound`): whose it is (issuer and subject: their
+    session) and the headers it carries instead of the gateway's static headers."""
+
+    @property
+    def owner(self) -> Hashable: ...
+
+    def headers(self) -> Mapping[str, str]: ...
+
+
 class AsCaller(NamedTuple):
-    """A request made as one caller: whose it is (issuer and subject: their session) and the
-    credential it carries instead of the gateway's static headers."""
+    """The simplest `Sender`: one caller with one credential, never renewed here."""
 
     owner: Hashable
     credential: Credential
+
+    def headers(self) -> Mapping[str, str]:
+        return self.credential.headers()
 
 
 class _Session:
@@ -103,7 +115,7 @@ class CallerSessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def request(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
+    def request(self, caller: Sender, method: str, params: Mapping[str, Any] | None, *,
                 timeout: float, on_progress: ProgressHook | None = None,
                 origin: object | None = None) -> Awaitable[dict[str, Any]]:
         """One request of `caller`'s on their own session (opened now if they have none), with
@@ -122,9 +134,9 @@ class CallerSessions:
         self._sessions.move_to_end(owner)
         session.used = self._clock()  # its last use: when this request starts
         return session.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                    headers=caller.credential.headers(), origin=origin)
+                                    headers=caller.headers(), origin=origin)
 
-    async def _first(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None,
+    async def _first(self, caller: Sender, method: str, params: Mapping[str, Any] | None,
                      timeout: float, on_progress: ProgressHook | None, origin: object | None
                      ) -> dict[str, Any]:
         """`request` with no live session at hand: one opened (or joined) first."""
@@ -132,9 +144,9 @@ class CallerSessions:
         session.used = self._clock()
         return await session.peer.request(method, params, timeout=timeout,
                                           on_progress=on_progress,
-                                          headers=caller.credential.headers(), origin=origin)
+                                          headers=caller.headers(), origin=origin)
 
-    async def _session(self, caller: AsCaller, timeout: float) -> _Session:
+    async def _session(self, caller: Sender, timeout: float) -> _Session:
         owner = caller.owner
         found = self._sessions.get(owner)
         if found is not None:
@@ -156,12 +168,12 @@ class CallerSessions:
         if not task.cancelled():
             task.exception()  # retrieved: its waiters have it, or nobody waits any more
 
-    async def _open(self, caller: AsCaller, timeout: float) -> _Session:
+    async def _open(self, caller: Sender, timeout: float) -> _Session:
         holder: list[Peer] = []
 
         def received(message: Any, via: RequestId | None = None) -> None:
             holder[0].received(message, via)
-        link = HttpLink(self._url, caller.credential.headers(), received, self._label,
+        link = HttpLink(self._url, caller.headers(), received, self._label,
                         self._bounds, pool=self._pool, owner=caller.owner, streams=self._streams)
         peer = Peer(link, self._label, _nobody, _nothing, owner=caller.owner, for_owner=self._hooks,
                     ids=self._ids)

@@ -29,7 +29,7 @@ from ...telemetry.gateway import GatewayTelemetry
 from ...toolset import every_page
 from ..errors import UpstreamError, UpstreamProtocolError, UpstreamRefused, UpstreamUnavailable
 from ..jsonrpc import RequestId, RpcError
-from .caller_sessions import AsCaller, CallerSessions
+from .caller_sessions import CallerSessions, Sender
 from .client import DEFAULT_BOUNDS, Bounds
 from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed, handshake, initialize
 from .http import HttpLink
@@ -332,7 +332,7 @@ class Upstream:
             settled()
 
     async def listen(self, notifications: dict[str, Any], acknowledged: Callable[[], None],
-                     caller: AsCaller | None = None) -> None:
+                     caller: Sender | None = None) -> None:
         """Hold a `subscriptions/listen` stream open until cancelled (or the session ends);
         `acknowledged` is called when the server confirms it. As `caller` (their credential;
         what the stream carries is theirs alone), or the gateway's own."""
@@ -345,7 +345,7 @@ class Upstream:
         try:
             await connected.peer.request(
                 "subscriptions/listen", {"notifications": notifications}, timeout=None,
-                request_id=rid, headers=caller.credential.headers() if caller is not None else None,
+                request_id=rid, headers=caller.headers() if caller is not None else None,
                 owner=caller.owner if caller is not None else None)
         finally:
             connected.peer.acks.pop(rid, None)
@@ -364,7 +364,7 @@ class Upstream:
         return await connected.peer.request(method, params, timeout=timeout,
                                             on_progress=on_progress, origin=origin)
 
-    def request_as(self, caller: AsCaller, method: str, params: Mapping[str, Any] | None, *,
+    def request_as(self, caller: Sender, method: str, params: Mapping[str, Any] | None, *,
                    timeout: float, on_progress: ProgressHook | None = None,
                    origin: object | None = None) -> Awaitable[dict[str, Any]]:
         """`request`, made as `caller`, with their credential and none of the static headers: on
@@ -380,7 +380,7 @@ class Upstream:
         if not isinstance(connected.link, HttpLink):  # (the config refuses credentials on stdio)
             raise UpstreamError("a stdio server takes no per-caller credentials")
         return connected.peer.request(method, params, timeout=timeout, on_progress=on_progress,
-                                      headers=caller.credential.headers(), owner=caller.owner,
+                                      headers=caller.headers(), owner=caller.owner,
                                       origin=origin)
 
     def keep(self, owner: Hashable, kept: bool) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..errors import BackendError, FlowError
-from .lifecycle import Decision
+from ..approvals.lifecycle import Decision
+from ..errors import BackendError, FlowError, PageRefused
 
 log = logging.getLogger("mcp_preconditions.approvals")
 
@@ -21,46 +21,38 @@ MAX_BODY_BYTES = 1024  # `{"decision": "approve"}`, or the page's form with its 
 SIGN_IN_CALLBACK = "/approvals/callback"
 
 
-class Refused(Exception):
-    """A step the pages refuse: its HTTP status, the JSON error code, and what a person is told."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        self.status, self.code = status, code
-        super().__init__(message)
-
-
-UNKNOWN = Refused(404, "not_found", "Unknown or expired approval request.")
-REFUSALS = {"unknown": UNKNOWN, "decided": Refused(409, "already_decided", "This request was "
-             "decided already."), "own": Refused(403, "forbidden", "Nobody approves their own call.")}
+UNKNOWN = PageRefused(404, "not_found", "Unknown or expired approval request.")
+REFUSALS = {"unknown": UNKNOWN, "decided": PageRefused(409, "already_decided", "This request was "
+             "decided already."), "own": PageRefused(403, "forbidden", "Nobody approves their own call.")}
 
 
 async def read_body(request: Request) -> bytes:
     """The request's body, at most MAX_BODY_BYTES (413 past it, before reading the rest)."""
     declared = request.headers.get("content-length", "0")
     if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
-        raise Refused(413, "too_large", f"The body is larger than {MAX_BODY_BYTES} bytes.")
+        raise PageRefused(413, "too_large", f"The body is larger than {MAX_BODY_BYTES} bytes.")
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY_BYTES:
-            raise Refused(413, "too_large", f"The body is larger than {MAX_BODY_BYTES} bytes.")
+            raise PageRefused(413, "too_large", f"The body is larger than {MAX_BODY_BYTES} bytes.")
     return body
 
 
 def decision_of(value: Any) -> Decision:
     if value == "approve" or value == "refuse":
         return "approve" if value == "approve" else "refuse"
-    raise Refused(400, "invalid_request", 'The decision must be "approve" or "refuse".')
+    raise PageRefused(400, "invalid_request", 'The decision must be "approve" or "refuse".')
 
 
 def json_decision(body: bytes) -> Decision:
     try:
         data = json.loads(body)
     except ValueError:
-        raise Refused(400, "invalid_request", 'The body must be JSON: {"decision": "approve" | '
+        raise PageRefused(400, "invalid_request", 'The body must be JSON: {"decision": "approve" | '
                       '"refuse"}.') from None
     if not isinstance(data, dict) or set(data) != {"decision"}:
-        raise Refused(400, "invalid_request", 'The body must be {"decision": "approve" | '
+        raise PageRefused(400, "invalid_request", 'The body must be {"decision": "approve" | '
                       '"refuse"} and nothing else.')
     return decision_of(data["decision"])
 
@@ -77,17 +69,17 @@ def _route(request: Request) -> str:
     return "/approvals/ID" if path.startswith("/approvals/") and path != SIGN_IN_CALLBACK else path
 
 
-def refusal_of(request: Request, exc: Exception) -> Refused:
+def refusal_of(request: Request, exc: Exception) -> PageRefused:
     """What a failed step answers: its own refusal, a sign-in's page, a 503 for a backend that is
     down, else a 500 logged in one line with the exception's type only (a message may hold a code
     or a state)."""
-    if isinstance(exc, Refused):
+    if isinstance(exc, PageRefused):
         return exc
     if isinstance(exc, FlowError):
-        return Refused(exc.status, "refused", str(exc))
+        return PageRefused(exc.status, "refused", str(exc))
     if isinstance(exc, BackendError):
         log.warning("approval page %s: a backend failed: %s", _route(request), type(exc).__name__)
-        return Refused(503, "temporarily_unavailable", "A service the gateway needs is "
+        return PageRefused(503, "temporarily_unavailable", "A service the gateway needs is "
                        "unavailable; try again.")
     log.error("approval page %s failed: %s", _route(request), type(exc).__name__)
-    return Refused(500, "server_error", "The gateway could not complete this step.")
+    return PageRefused(500, "server_error", "The gateway could not complete this step.")

@@ -1,4 +1,4 @@
-"""What the credential pages share (credentials/pages.py, credentials/connections_page.py): a plain
+"""What the credential pages share (credentials.py, connections.py): a plain
 page, a redirect, the headers every answer carries, and the browser's flow binding (a random value
 in a cookie that a `state` is bound to, so a stolen callback URL is refused in another browser).
 """
@@ -10,9 +10,9 @@ import html
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from ..credentials.pkce import random_id
+from ..credentials.signin import SESSION_SECONDS
 from .cookies import set_cookie
-from .pkce import random_id
-from .signin import SESSION_SECONDS
 
 FLOW_COOKIE = "mcp_preconditions_flow"
 SIGN_IN_CALLBACK = "/connect/callback"

@@ -6,7 +6,7 @@ pages on its HTTP listener (or a stdio gateway's `--pages-listen`):
     GET  /approvals/sign-in    starts the sign-in (`[auth.sign_in]`, credentials/signin.py), back
                                to `?next=` (an approvals page)
     GET  /approvals/callback   the sign-in's redirect
-    GET  /approvals/ID         one request, the whole call (page_views.py), and buttons
+    GET  /approvals/ID         one request, the whole call (approval_views.py), and buttons
     POST /approvals/ID         the page's form (a signed-in approver, CSRF token), or a script's
                                `{"decision": "approve" | "refuse"}` with a bearer token: 200 taken,
                                400 malformed, 401 no token, 403 not an approver (or the caller),
@@ -34,32 +34,33 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..approvals.approvers import Evaluate, judge_approver
+from ..approvals.binding import Party
+from ..approvals.lifecycle import ApprovalRequest, Decision, State
+from ..approvals.plan import CompiledApproval
+from ..approvals.record import Event, events_of
+from ..approvals.resolver import NAMESPACE, PAGES_PATH, ApprovalResolver
+from ..approvals.store import ApprovalStore, Changed, Cursor
 from ..auth.base import Authenticator
 from ..auth.header import credentials_from_authorization_header
-from ..credentials.pages import FLOW_COOKIE, _cookie, page
 from ..credentials.pkce import random_id
 from ..credentials.signin import SESSION_SECONDS, SignIn
+from ..errors import PageRefused
 from ..principal import Identity
-from . import page_views as views
-from .approvers import Evaluate, judge_approver
-from .binding import Party
-from .lifecycle import ApprovalRequest, Decision, State
-from .page_requests import (
+from . import approval_views as views
+from .approval_requests import (
     REFUSALS,
     SIGN_IN_CALLBACK,
     UNKNOWN,
-    Refused,
     decision_of,
     json_decision,
     read_body,
     refusal_of,
     scripted,
 )
-from .page_session import APPROVER_COOKIE, ApproverSessions
-from .plan import CompiledApproval
-from .record import Event, events_of
-from .resolver import NAMESPACE, PAGES_PATH, ApprovalResolver
-from .store import ApprovalStore, Changed, Cursor
+from .approver_sessions import APPROVER_COOKIE, ApproverSessions
+from .cookies import set_cookie
+from .parts import FLOW_COOKIE, page
 
 if TYPE_CHECKING:
     from ..snapshot import Snapshot
@@ -157,8 +158,8 @@ class ApprovalPages:
         if identity.principal is not None:
             return identity
         if identity.error:
-            raise Refused(503, "temporarily_unavailable", "The token could not be verified now.")
-        raise Refused(401, "invalid_token", "A valid bearer token is needed.")
+            raise PageRefused(503, "temporarily_unavailable", "The token could not be verified now.")
+        raise PageRefused(401, "invalid_token", "A valid bearer token is needed.")
 
     def _person(self, request: Request) -> tuple[Identity, str] | None:
         """The signed-in approver of this browser (and their cookie), or None."""
@@ -170,7 +171,7 @@ class ApprovalPages:
         """The signed-in person, or the page offering a sign-in (nothing is stored for a visitor
         until they start one: `start_sign_in`)."""
         if self.sign_in is None:
-            raise Refused(403, "sign_in_not_configured", "Sign-in is not configured on this gateway "
+            raise PageRefused(403, "sign_in_not_configured", "Sign-in is not configured on this gateway "
                           "([auth.sign_in]): approve with POST /approvals/ID and a bearer token.")
         person = self._person(request)
         if person is not None:
@@ -180,27 +181,27 @@ class ApprovalPages:
     async def start_sign_in(self, request: Request) -> Response:
         """The visitor asked to sign in: a flow is begun (and stored) now, back to `next`."""
         if self.sign_in is None:
-            raise Refused(404, "not_found", "This gateway signs nobody in.")
+            raise PageRefused(404, "not_found", "This gateway signs nobody in.")
         back = request.query_params.get("next", "/approvals")
         if not _NEXT.fullmatch(back):
-            raise Refused(400, "invalid_request", "A sign-in returns only to an approvals page.")
+            raise PageRefused(400, "invalid_request", "A sign-in returns only to an approvals page.")
         if self._person(request) is not None:
             return RedirectResponse(back, status_code=303, headers=_HEADERS)
         binding = request.cookies.get(FLOW_COOKIE) or random_id()
         url = await self.sign_in.begin(back, self.base_url + SIGN_IN_CALLBACK, binding)
         response = RedirectResponse(url, status_code=303, headers=_HEADERS)
         if request.cookies.get(FLOW_COOKIE) != binding:
-            _cookie(response, request, FLOW_COOKIE, binding, SESSION_SECONDS)
+            set_cookie(response, request, FLOW_COOKIE, binding, SESSION_SECONDS)
         return response
 
     async def signed_in(self, request: Request) -> Response:
         if self.sign_in is None or self.sessions is None:
-            raise Refused(404, "not_found", "This gateway signs nobody in.")
+            raise PageRefused(404, "not_found", "This gateway signs nobody in.")
         _, claims, return_to = await self.sign_in.finish_with_claims(
             request.query_params, request.cookies.get(FLOW_COOKIE))
         cookie = self.sessions.seal(claims)
         response = RedirectResponse(return_to, status_code=303, headers=_HEADERS)
-        _cookie(response, request, APPROVER_COOKIE, cookie, SESSION_SECONDS)
+        set_cookie(response, request, APPROVER_COOKIE, cookie, SESSION_SECONDS)
         return response
 
     # -- pages -----------------------------------------------------------------------------------------
@@ -279,13 +280,13 @@ class ApprovalPages:
             return JSONResponse({"id": decided.id, "state": decided.state.value}, headers=_HEADERS)
         person = self._person(request) if self.sign_in is not None else None
         if person is None:
-            raise Refused(403, "forbidden", "Sign in first: open this request's page again.")
+            raise PageRefused(403, "forbidden", "Sign in first: open this request's page again.")
         body = await read_body(request)
         form = parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
         given = (form.get("csrf") or [""])[0]
         assert self.sessions is not None
         if not self._same_origin(request) or not self.sessions.csrf_ok(person[1], request_id, given):
-            raise Refused(403, "forbidden", "This form was not sent from its page: open it again.")
+            raise PageRefused(403, "forbidden", "This form was not sent from its page: open it again.")
         decision = decision_of((form.get("decision") or [""])[0])
         decided = await self._decide(request_id, decision, person[0], on_page=decision == "approve")
         said = "approved: the caller can now make the call again, once" \
@@ -295,7 +296,7 @@ class ApprovalPages:
     # -- the decision ----------------------------------------------------------------------------------
     async def _judged(self, request_id: str, identity: Identity, now: Approving | None = None
                       ) -> tuple[ApprovalRequest, CompiledApproval]:
-        """The request and its approval, when `identity` may decide it; else Refused (404 before
+        """The request and its approval, when `identity` may decide it; else PageRefused (404 before
         403: an approver never learns more than that a request they cannot decide exists)."""
         now = now or self.current()
         found, approval = await _find(request_id, now)
@@ -303,16 +304,16 @@ class ApprovalPages:
         ruling = await judge_approver(approval.approvers, found, identity, now.evaluate,
                                       now.confidential)
         if ruling.error:
-            raise Refused(503, "temporarily_unavailable", "Whether you may approve this could not "
+            raise PageRefused(503, "temporarily_unavailable", "Whether you may approve this could not "
                           "be decided now (a backend did not answer); try again.")
         if not ruling.allowed:
-            raise Refused(403, "forbidden", f"You cannot decide this request: {ruling.reason}.")
+            raise PageRefused(403, "forbidden", f"You cannot decide this request: {ruling.reason}.")
         return found, approval
 
     async def _viewed(self, request_id: str, identity: Identity
                       ) -> tuple[ApprovalRequest, CompiledApproval, bool]:
         """The request, when `identity` may decide it or is its caller (who sees it, `own`, and
-        decides nothing); else Refused as `_judged`."""
+        decides nothing); else PageRefused as `_judged`."""
         now = self.current()
         found, approval = await _find(request_id, now)
         party = Party.of(identity)
@@ -327,7 +328,7 @@ class ApprovalPages:
         now = self.current()
         found, approval = await self._judged(request_id, identity, now)
         if on_page and not views.request_page(found, None, "", self._facts(found)).complete:
-            raise Refused(409, "incomplete", "This page cannot show the whole call, so it cannot be "
+            raise PageRefused(409, "incomplete", "This page cannot show the whole call, so it cannot be "
                                              "approved here.")
         changed = await approval.store.decide(found.id, decision, Party.of(identity))
         if not isinstance(changed, Changed):

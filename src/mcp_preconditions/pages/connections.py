@@ -23,12 +23,12 @@ from urllib.parse import parse_qs, urlsplit
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from ..credentials.accounts import Connection
+from ..credentials.caller import Caller
+from ..credentials.connect import ConnectFlow
+from ..credentials.signin import SESSION_COOKIE, SignIn
 from ..errors import FlowError
-from .accounts import Connection
-from .caller import Caller
-from .connect import ConnectFlow
-from .page_parts import HEADERS, SIGN_IN_CALLBACK, binding_of, redirect, with_binding
-from .signin import SESSION_COOKIE, SignIn
+from .parts import HEADERS, SIGN_IN_CALLBACK, binding_of, redirect, with_binding
 
 log = logging.getLogger("mcp_preconditions.credentials")
 

@@ -7,11 +7,12 @@ gateway mounts on its HTTP listener (or a stdio gateway's `--pages-listen`):
     GET    /connect/callback    the sign-in's redirect
     GET    /oauth/callback      the authorization server's redirect: the account is connected
     GET    /connections         the bearer's own connections (JSON); in a browser, the signed-in
-                                person's, with Connect and Disconnect (connections_page.py)
+                                person's, with Connect and Disconnect (connections.py)
     GET    /connections/sign-in, POST /connections: that page's sign-in and forms
     DELETE /connections/KEY     remove one of the bearer's: 200, or 404 when there is none
-    GET    /client-metadata.json  the gateway's Client ID Metadata Document (registration.py):
-                                its URL is its client_id where an authorization server takes one
+    GET    /client-metadata.json  the gateway's Client ID Metadata Document
+                                (credentials/registration.py): its URL is its client_id where an
+                                authorization server takes one
 
 No token, code, verifier or secret is logged or shown; pages are plain text in HTML, never cached,
 never framed, and send no referrer (a link's id is a secret). A refused step is logged at WARNING
@@ -30,21 +31,20 @@ from starlette.routing import Route
 
 from ..auth.base import Authenticator
 from ..auth.header import credentials_from_authorization_header
+from ..credentials.caller import Caller, caller_of
+from ..credentials.connect import ConnectFlow
+from ..credentials.registration import CLIENT_METADATA_PATH, client_metadata
+from ..credentials.signin import SESSION_COOKIE, SESSION_SECONDS, SignIn
 from ..errors import CredentialBackendError, FlowError
-from .caller import Caller, caller_of
-from .connect import ConnectFlow
-from .connections_page import PATH, SIGN_IN_PATH, ConnectionsPage, wants_page
+from .connections import PATH, SIGN_IN_PATH, ConnectionsPage, wants_page
 from .cookies import set_cookie
-from .page_parts import FLOW_COOKIE, HEADERS, SIGN_IN_CALLBACK, binding_of, page, redirect, with_binding
-from .registration import CLIENT_METADATA_PATH, client_metadata
-from .signin import SESSION_COOKIE, SESSION_SECONDS, SignIn
+from .parts import FLOW_COOKIE, HEADERS, SIGN_IN_CALLBACK, binding_of, page, redirect, with_binding
 
 log = logging.getLogger("mcp_preconditions.credentials")
 
 PATHS = ("/connect/", "/oauth/callback", PATH, CLIENT_METADATA_PATH)  # what the gateway routes here
-_cookie = set_cookie  # (the approval pages' name for it)
 _NOSNIFF = {"X-Content-Type-Options": "nosniff"}
-__all__ = ["FLOW_COOKIE", "PATHS", "SIGN_IN_CALLBACK", "CredentialPages", "_cookie", "page"]
+__all__ = ["PATHS", "CredentialPages"]
 
 
 def _route(request: Request) -> str:
