@@ -31,8 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 NOT_PASSING: dict[str, set[str]] = {
     "2025-11-25": set(),
-    "2026-07-28": {"request-metadata", "http-standard-headers", "http-custom-headers",
-                   "http-invalid-tool-headers"},
+    "2026-07-28": {"http-invalid-tool-headers"},
 }
 AUTH_SCORED = {"2025-11-25": 14, "2026-07-28": 25}
 

@@ -133,6 +133,10 @@ class HttpLink:
                 headers[MCP_NAME_HEADER] = encode_header_value(named)
             if method == "tools/call":
                 headers.update(self._param_headers(params))
+        elif method == "initialize" and isinstance(version := params.get("protocolVersion"), str):
+            # the opening says its version and method as a 2026-07-28 request does (handshake.py)
+            headers[MCP_PROTOCOL_VERSION_HEADER] = version
+            headers[MCP_METHOD_HEADER] = method
         meta = params.get("_meta")
         if isinstance(meta, dict) and "traceparent" in meta:  # the trace context in a header too,
             from ...telemetry.propagation import carrier  # as HTTP servers and proxies read it

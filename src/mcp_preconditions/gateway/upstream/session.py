@@ -27,11 +27,19 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from ...telemetry.gateway import GatewayTelemetry
 from ...toolset import every_page
-from ..errors import UpstreamError, UpstreamProtocolError, UpstreamRefused, UpstreamUnavailable
+from ..errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
 from ..jsonrpc import RequestId, RpcError
 from .caller_sessions import CallerSessions, Sender
 from .client import DEFAULT_BOUNDS, Bounds
-from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed, handshake, initialize
+from .handshake import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    Link,
+    ModernPeer,
+    closed,
+    discover,
+    initialize,
+)
 from .http import HttpLink
 from .peer import (
     Dropped,
@@ -232,7 +240,7 @@ class Upstream:
         peer, link = await self._open(modern=False)
         try:
             init = await initialize(peer, link, timeout)
-        except (RpcError, UpstreamRefused):  # refused (a server's error, or an HTTP error status)
+        except (RpcError, UpstreamRefused, ModernPeer):  # refused, or answered as 2026-07-28
             await closed(peer, link)
             return await self._discover(timeout)
         except BaseException:  # a server that does not answer at all is not asked another way
@@ -247,13 +255,11 @@ class Upstream:
                          callers)
 
     async def _discover(self, timeout: float | None) -> Connected:
-        """A server that refused the handshake: 2026-07-28, where it describes itself on request."""
+        """A server that refused the handshake, or answered it with 2026-07-28: 2026-07-28, where it
+        describes itself on request."""
         peer, link = await self._open(modern=True)
         try:
-            found = await handshake(peer, link, "server/discover", None, timeout)
-            if LATEST_MODERN_VERSION not in (found.get("supportedVersions") or ()):
-                raise UpstreamProtocolError("the server supports no protocol version the gateway "
-                                            "speaks")
+            found = await discover(peer, link, timeout)
         except BaseException:
             await closed(peer, link)
             raise
