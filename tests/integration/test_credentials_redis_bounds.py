@@ -123,5 +123,7 @@ def test_a_callers_flows_in_redis_are_bounded_and_a_visitor_writes_nothing(
             started = client.get(site.base + "/connections/sign-in")
             back = sign_in(client, started.headers["location"], site.base + "/connect/callback", "alice")
             assert client.get(back).status_code == 303
-            done = client.get(f"{site.base}/oauth/callback?state={states[-1]}&code=made-up")
+            # (with the provider's `iss`, which it advertises it always sends: RFC 9207)
+            done = client.get(f"{site.base}/oauth/callback",
+                              params={"state": states[-1], "code": "made-up", "iss": oidc_server.issuer})
         assert done.status_code == 400 and "refused the code" in html.unescape(done.text)
