@@ -62,6 +62,10 @@ class UpstreamProtocolError(UpstreamError):
     what = "sent a malformed response"
 
 
+class ModernPeer(UpstreamProtocolError):
+    """The server answered `initialize` with 2026-07-28: it is to be discovered, not initialized."""
+
+
 class UpstreamTooLarge(UpstreamProtocolError):
     """The server passed a bound (a body, an SSE event or a line): its stream is closed."""
 

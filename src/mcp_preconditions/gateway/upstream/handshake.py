@@ -24,7 +24,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 
 from ... import __version__
-from ..errors import UpstreamProtocolError
+from ..errors import ModernPeer, UpstreamProtocolError
 from ..jsonrpc import UNSUPPORTED_PROTOCOL_VERSION, RpcError
 from .http import HttpLink
 from .peer import Peer
@@ -36,10 +36,6 @@ CLIENT_CAPABILITIES = {"sampling": {}, "elicitation": {"form": {}, "url": {}},
                        "roots": {"listChanged": True}}
 HANDSHAKE_VERSION = "2025-11-25"
 Link = StdioLink | HttpLink
-
-
-class ModernPeer(UpstreamProtocolError):
-    """The server answered `initialize` with 2026-07-28: it is to be discovered, not initialized."""
 
 
 async def initialize(peer: Peer, link: Link, timeout: float | None) -> dict[str, Any]:

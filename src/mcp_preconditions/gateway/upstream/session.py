@@ -27,7 +27,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from ...telemetry.gateway import GatewayTelemetry
 from ...toolset import every_page
-from ..errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
+from ..errors import ModernPeer, UpstreamError, UpstreamRefused, UpstreamUnavailable
 from ..jsonrpc import RequestId, RpcError
 from .caller_sessions import CallerSessions, Sender
 from .client import DEFAULT_BOUNDS, Bounds
@@ -35,7 +35,6 @@ from .handshake import (
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
     Link,
-    ModernPeer,
     closed,
     discover,
     initialize,
