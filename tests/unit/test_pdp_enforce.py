@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mcp_preconditions import Credentials, Guard, LiveSources, Principal, Status, parse_policy
+from mcp_preconditions.calls import decide
 from mcp_preconditions.late import Sidecar
 from mcp_preconditions.pdp.live import PdpLive
 from tests.fixtures.fake_pdp import FakePdp
@@ -64,6 +65,17 @@ async def test_the_request_is_coaz_mcp_with_the_verified_caller_as_subject() -> 
         "context": {"requirement": "pdp:corp"}}]}]
     assert decision.notes == {"pdp": [{"name": "corp", "decision": True, "cached": False,
                                        "reason_admin": None}]}
+
+
+async def test_every_adapter_records_the_pdp_notes_without_a_sidecar_of_its_own() -> None:
+    """A hosted adapter with no session to ask through (calls.decide, client None) still carries a
+    sidecar for a `pdp:` tool, so its decision record has the `pdp` field (SPEC §16)."""
+    decided = decide(guard(FakePdp()), "add", who(OPERATOR), {"a": 1})
+    if not isinstance(decided, tuple):
+        decided = await decided
+    assert decided.decision.allowed
+    assert decided.decision.notes == {"pdp": [{"name": "corp", "decision": True, "cached": False,
+                                               "reason_admin": None}]}
 
 
 async def test_a_deny_is_unsatisfied_and_its_reason_admin_goes_to_the_record_only() -> None:

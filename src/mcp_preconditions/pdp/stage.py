@@ -19,6 +19,9 @@ class PdpStage:
     """A tool's `pdp:` requirements (usually one), decided together."""
 
     namespace = "pdp"
+    # Every adapter carries a sidecar for a `pdp:` tool (late.py's `carries`), so that the decision
+    # record's `pdp` notes (SPEC §16) are written on the hosted paths too, not only the gateway's.
+    carries = True
 
     def __init__(self, resolver: PdpResolver, requirements: Sequence[str]) -> None:
         self.resolver = resolver
