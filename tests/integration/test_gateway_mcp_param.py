@@ -1,8 +1,10 @@
 """At 2026-07-28 the gateway sends the `Mcp-Param-*` headers a server's tools declare, as the SDK's
 client does: a real 2026-07-28-only SDK server (tests/fixtures/gateway_upstream.py over HTTP) lists a
 tool whose `region` argument declares `x-mcp-header`, and checks every call's headers against its
-body (the SDK's own check refuses a call without them). A tool whose annotation is unusable gets no
-headers; a value that is not a plain token goes in the SDK's base64 sentinel. And as a server, the
+body (the SDK's own check refuses a call without them). A tool whose annotation is unusable is left
+out of the gateway's listing and never called (SEP-2243: a client excludes it; the conformance
+suite's `http-invalid-tool-headers`); a value that is not a plain token goes in the SDK's base64
+sentinel. And as a server, the
 gateway checks a 2026-07-28 caller's headers against the call's body as the SDK's server does.
 
 In-process (tests/fixtures/inprocess.py): the server's SDK app on a socket of the test's event loop
@@ -83,6 +85,7 @@ async def test_the_headers_a_tool_declares_are_sent_and_the_sdk_server_accepts_t
         async with gw.client("legacy") as client:
             plain = await call(client, "regional", {"region": "eu-west", "shard": 7, "note": "x"})
             sentinel = await call(client, "regional", {"region": "été ", "note": "y"})
+            listed = [t.name for t in (await client.list_tools()).tools]
             unusable = await call(client, "unusable", {"size": 1.5})
         async with gw.http() as http:
             checked = {case: await post_2026(http, headers) for case, headers in CALLERS.items()}
@@ -96,11 +99,13 @@ async def test_the_headers_a_tool_declares_are_sent_and_the_sdk_server_accepts_t
     }
     assert plain["content"] == [{"type": "text", "text": "regional done"}]
     assert plain["isError"] is False
-    assert sentinel["isError"] is False and unusable["isError"] is False
+    assert sentinel["isError"] is False
+    assert "regional" in listed and "unusable" not in listed  # `unusable` left out
+    assert unusable["isError"] is True  # refused by the gateway: never sent
     sent = headers_of(log, "regional")
     assert [{k: v for k, v in h.items() if k.startswith("mcp-param-")} for h in sent] == [
         {"mcp-param-region": "eu-west", "mcp-param-shard": "7"},
         {"mcp-param-region": "=?base64?w6l0w6kg?="},
         {"mcp-param-region": "us", "mcp-param-shard": "3"}]  # the agreeing caller's only
     assert all(h["mcp-method"] == "tools/call" and h["mcp-name"] == "regional" for h in sent)
-    assert not any(k.startswith("mcp-param-") for h in headers_of(log, "unusable") for k in h)
+    assert headers_of(log, "unusable") == []

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from ..toolset import Listed, read_listing
+from .inbound import find_invalid_x_mcp_header
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -117,9 +118,11 @@ class Catalog:
                  tools_changed: Callable[[], None], other_changed: Callable[[], None]) -> None:
         self.key = key
         self.listed = read_listing(())  # its last tools listing, read
+        self._unusable: set[str] = set()  # tools left out for their x-mcp-header (warned once)
         self._tools_changed = tools_changed
         self.listings = {
-            "tools": Listing("tools", lambda: fetch("tools/list", "tools"), self.apply_tools),
+            "tools": Listing("tools", lambda: self._usable(fetch("tools/list", "tools")),
+                             self.apply_tools),
             "prompts": Listing("prompts", lambda: fetch("prompts/list", "prompts"),
                                lambda _items: other_changed()),
             "resources": Listing("resources", lambda: fetch("resources/list", "resources"),
@@ -153,3 +156,20 @@ class Catalog:
                       "until it lists it once", self.key, name)
         self.listed = listed
         self._tools_changed()
+
+    async def _usable(self, fetched: Awaitable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The server's tools but those whose `x-mcp-header` annotations are invalid, left out as
+        SEP-2243 asks of a client (neither listed to callers nor routed), with a WARNING naming
+        why, once per tool."""
+        items = await fetched
+        kept = []
+        for item in items:
+            problem = find_invalid_x_mcp_header(item.get("inputSchema")) if isinstance(item, dict) \
+                else None
+            if problem is None:
+                kept.append(item)
+            elif item.get("name") not in self._unusable:
+                self._unusable.add(str(item.get("name")))
+                log.warning("server %s lists the tool %r with an invalid x-mcp-header (%s): it is "
+                            "left out (SEP-2243)", self.key, item.get("name"), problem)
+        return kept
