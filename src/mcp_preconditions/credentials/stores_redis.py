@@ -23,7 +23,9 @@ from ..resolvers.state_redis import RedisStateSource
 
 DEFAULT_PREFIX = "mcp-preconditions:credentials:"
 
-# KEYS: the ticket, the index it joins (a sorted set: ticket key -> deadline in ms). ARGV: the
+# KEYS: the ticket, the index it joins (a sorted set: ticket key -> deadline in ms, strictly
+# increasing in the order tickets are put: two put within one millisecond would tie, and the limit
+# must push out the older, not the one that sorts first by name). ARGV: the
 # value, its time to live (ms), the index's limit, "1" to forget first the members whose ticket is
 # gone (a small index: an owner's; a store's own index forgets a ticket as it is taken). Returns how
 # many tickets were pushed out.
@@ -32,7 +34,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-redis.call('ZADD', KEYS[2], now + ttl, KEYS[1])
+local score = now + ttl
+local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if top[2] and top[1] ~= KEYS[1] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+redis.call('ZADD', KEYS[2], score, KEYS[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if ARGV[4] == '1' then
   for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
