@@ -1,5 +1,5 @@
 """Reports the reliability counts at the end of a run that included tests/reliability (and writes them
-to `.run/reliability.json`, the numbers the README's reliability paragraph quotes: both tiers' counts
+to `.run/reliability.json`, the numbers docs/testing.md's reliability paragraph quotes: both tiers' counts
 added up, tally.py). Under pytest-xdist each worker hands its counts to the controller, which adds
 them up and reports them once.
 """

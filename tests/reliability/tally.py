@@ -1,6 +1,6 @@
 """The reliability suite's counts (cases tried, calls made, calls wrongly allowed, tracebacks,
 confidential requirement names a caller saw), kept for the run and written to
-`.run/reliability.json` and the terminal summary for the README.
+`.run/reliability.json` and the terminal summary for docs/testing.md.
 
 The suite runs in both tiers (tests/fixtures/tiers.py), which `make test` runs as two pytest runs:
 each tier's counts are written to `.run/reliability-TIER.json` (`default`, `interop`), and
