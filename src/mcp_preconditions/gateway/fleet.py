@@ -198,8 +198,11 @@ class Fleet:
 
     async def _settle(self, wait: float, ready: Callable[[Member], bool], graced: dict[str, int]
                       ) -> None:
+        # A server that refused the gateway's own session for want of a credential is not waited
+        # for: only a person connecting an account brings it up (a 401 would stall every handshake).
         with anyio.move_on_after(wait):
-            while not any(ready(m) for m in self):
+            while not any(ready(m) for m in self) \
+                    and not all(m.upstream.refused_credential for m in self):
                 await anyio.sleep(0.02)
         # Servers that are starting (not failing) get a short grace, once per attempt to connect:
         # one that failed its last attempt, or that had its grace and is still not there (it

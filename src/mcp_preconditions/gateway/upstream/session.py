@@ -125,6 +125,9 @@ class Upstream:
         self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
         self.attempts = 0
         self.last_error: str | None = None
+        # The last attempt was refused for want of a credential (HTTP 401 or 403): waiting does not
+        # bring this server up; a person connecting an account does (SPEC §14).
+        self.refused_credential = False
         self._background: TaskGroup | None = None
         self._listens = 0
         self._pinging: asyncio.Task[bool] | None = None
@@ -182,6 +185,7 @@ class Upstream:
                 delay = BACKOFF_FIRST
                 await self._serve(connected)
             except Exception as exc:  # whatever the upstream or its transport does: retry later
+                self.refused_credential = isinstance(exc, UpstreamRefused) and exc.status in (401, 403)
                 error = describe(exc)
                 if error != self.last_error:  # once per failure, not once per retry
                     log.warning("upstream %s: %s (retrying with backoff)", self.label, error)
@@ -192,6 +196,7 @@ class Upstream:
     async def _serve(self, connected: Connected) -> None:
         self.current = connected
         self.last_error = None
+        self.refused_credential = False
         self.telemetry.connected(self.key, True)
         self._signal()
         failed: Exception | None = None
