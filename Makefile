@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 EXTRAS := mcp,explore,fastmcp,redis,openfeature,otel,pydantic-ai,openai-agents,bench,dev
 
-.PHONY: all install install-core node services demo test check lint typecheck pytest pytest-lowest coverage bench bench-peers clean
+.PHONY: all install install-core node services demo test check lint typecheck pytest pytest-lowest coverage bench bench-peers clean side-image
 
 all: test
 
@@ -28,7 +28,9 @@ $(VENV)/.all: $(PY) pyproject.toml examples/custom_resolver/pyproject.toml
 	touch $(VENV)/.core $@
 
 install-core: $(VENV)/.core
-install: $(VENV)/.all node services
+# The three installers run side by side (pip, npm, apt: mostly downloads).
+install:
+	@$(MAKE) --no-print-directory -j3 $(VENV)/.all node services
 
 # npm, pinned in package-lock.json: oidc-provider (real signed tokens), the MCP Inspector CLI, the
 # third-party servers the gateway is tested in front of (server-everything, -filesystem, -memory), and
@@ -47,8 +49,10 @@ conformance: conformance-client
 conformance-client: $(VENV)/.all node
 	$(PY) -m tests.fixtures.conformance_client_leg
 
-# Debian's redis-server and haproxy; the tests start and stop their own instances on 127.0.0.1.
-SERVICES := redis-server haproxy chromium prometheus
+# Debian's redis-server, haproxy, Chromium and Prometheus (the tests start and stop their own
+# instances on 127.0.0.1), and podman, runc and mmdebstrap for the image tests (`make image`): one
+# apt-get for them all (two would wait on each other's lock).
+SERVICES := redis-server haproxy chromium prometheus podman runc mmdebstrap
 services:
 	@missing=""; for s in $(SERVICES); do command -v $$s >/dev/null 2>&1 || missing="$$missing $$s"; done; \
 	if [ -n "$$missing" ]; then \
@@ -199,14 +203,17 @@ pytest-lowest: install $(LOWEST)/.installed
 	cat $(LOWEST).constraints.txt
 	$(LOWEST)/bin/pytest -q -ra -n auto --maxprocesses 4 --dist loadfile -p no:cacheprovider $(LOWEST_TESTS)
 
-# `make test`: lint, the types and the lowest pass's virtualenv are made beside the main pytest run
-# (their log follows it), which waits mostly on the servers it starts; the image tests build the
-# image of this tree themselves (`make image`, tests/fixtures/containers.py), also during that run.
-# Then the lowest pass. Any part failing fails `make test`.
+# `make test`: lint, the types, the lowest pass's virtualenv and the image are made beside the main
+# pytest run (their log follows it), which waits mostly on the servers it starts. The image tests
+# build the image of this tree themselves (`make image`, tests/fixtures/containers.py) under the
+# same lock file (.run/image.lock), so they find it built, or wait for the build in progress. Then
+# the lowest pass. Any part failing fails `make test`.
 SIDE_LOG := .run/make-test-side.log
+side-image:
+	@mkdir -p .run && flock .run/image.lock $(MAKE) --no-print-directory image
 test: install
 	@mkdir -p .run
-	@( $(MAKE) --no-print-directory lint typecheck $(LOWEST)/.installed > $(SIDE_LOG) 2>&1; \
+	@( $(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck $(LOWEST)/.installed side-image > $(SIDE_LOG) 2>&1; \
 	   echo $$? > $(SIDE_LOG).rc ) & \
 	$(MAKE) --no-print-directory pytest; tests=$$?; wait; \
 	echo "-- lint, types, the lowest pass's virtualenv:"; cat $(SIDE_LOG); \
