@@ -28,9 +28,9 @@ from ..toolset import Views, advertise, refused, seen, shown_names
 from . import bridge, jsonrpc
 from .downstream.clients import Call
 from .downstream.listen import SUBSCRIPTION_ID_META_KEY
-from .errors import CredentialRefused
+from .errors import CredentialRefused, PeerFailed
 from .fleet import UNUSABLE, Fleet, Member
-from .jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, RpcError
+from .jsonrpc import RpcError
 from .route import visible
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -39,8 +39,6 @@ log = logging.getLogger("mcp_preconditions.gateway")
 # -> raw result.
 Forward = Callable[[Call, Member, str, Mapping[str, Any] | None, Sidecar | None],
                    Awaitable[dict[str, Any]]]
-# Errors that mean "the server failed", not "the server refused": a tool error, not JSON-RPC.
-_SERVER_FAULTS = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR})
 LIST_CHANGED = "notifications/tools/list_changed"
 # `Call.extra` key: the 403 step-up (`denials.StepUp`) an HTTP listener answers instead of the
 # call's in-band denial (downstream/streamable.py).
@@ -219,9 +217,7 @@ class Decide:
             ran = False
             return await self._refuse(ctx, server, guard.overrule(decision, exc.outcome),
                                       credentials, arguments)
-        except RpcError as exc:
-            if exc.code not in _SERVER_FAULTS:
-                raise  # the server's own answer (bad arguments, ...): passed on as is
+        except PeerFailed as exc:  # the server failed: a tool error (its own answer goes on as is)
             said = exc.message
             text = said if said.startswith(f"server {member.key} ") else \
                 f"server {member.key} failed: {said}"

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from . import jsonrpc, schemas
 from .downstream.clients import Call, Client
-from .errors import UpstreamError
+from .errors import PeerFailed, UpstreamError
 from .gateway import SERVED, SERVER_INFO, Gateway
 from .inbound import (
     MCP_PARAM_HEADER_PREFIX,
@@ -60,8 +60,8 @@ class Dispatch:
             return jsonrpc.error(call.id, RpcError(INVALID_PARAMS, "Invalid request parameters", ""))
         except UpstreamError as exc:  # a server's failure, never the caller's (errors.py)
             log.warning("request %s: a server failed: %s", call.method, exc)
-            return jsonrpc.error(call.id, RpcError(INTERNAL_ERROR, "a server behind the gateway "
-                                                   "failed"))
+            return jsonrpc.error(call.id, PeerFailed(INTERNAL_ERROR, "a server behind the gateway "
+                                                     "failed"))
         except Exception:
             log.exception("request %s failed", call.method)
             return jsonrpc.error(call.id, RpcError(INTERNAL_ERROR, "Internal server error"))

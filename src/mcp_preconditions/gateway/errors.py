@@ -3,6 +3,15 @@ from `PreconditionsError`). What can go wrong on a server's side is mapped once 
 UpstreamError): the server is unavailable, it broke the protocol, it closed the connection, it did
 not answer in time; none of them is ever "your request is invalid": a caller is never blamed for a
 server. `RpcError` is what a caller is answered; the rest stay inside the gateway.
+
+"The server failed" and "the server answered an error" are told apart by type, never by code: a
+peer's JSON-RPC error answer is typed where it is read (`answered`: upstream/peer.py for a server,
+downstream/clients.py for a client the gateway asked), the only place a code is compared for it.
+`PeerFailed` is a failure: an answer of -32603 (or the SDK's -32000/-32001), or an exchange that
+ended without an answer (an `UpstreamError` as a caller sees it, a client gone or silent, an
+invalid result); `PeerAnswered` is the peer's own answer. Above that, a stage catches the type: a
+tool call that ends in `PeerFailed` is a tool error (decide.py), one that ends in `PeerAnswered`
+gets that answer as is. The codes the gateway answers of its own (refusals, -32602, ...) stay codes.
 """
 
 from __future__ import annotations
@@ -39,15 +48,36 @@ class RpcError(PreconditionsError):
         return cls(types.INTERNAL_ERROR, "malformed error")
 
 
+class PeerAnswered(RpcError):
+    """A server's (or an asked client's) own JSON-RPC error answer: passed on to the caller as is."""
+
+
+class PeerFailed(RpcError):
+    """A request failed instead of being answered: a tool call that ends so is a tool error."""
+
+
+# The codes of an error answer that say the peer failed rather than answered: its own -32603, and
+# the MCP SDK's -32000 (connection closed) and -32001 (request timed out) it lost a request with.
+_FAILURE_CODES = frozenset({types.INTERNAL_ERROR, types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT})
+
+
+def answered(error: Any) -> PeerAnswered | PeerFailed:
+    """A peer's wire error object as its type (a malformed one is a failure): the one place the
+    gateway reads a code to tell a failure from an answer."""
+    read = RpcError.of(error)
+    kind = PeerFailed if read.code in _FAILURE_CODES else PeerAnswered
+    return kind(read.code, read.message, read.data)
+
+
 class UpstreamError(PreconditionsError):
     """A server failed one exchange (the text is for the log; `what` and `code` for the caller)."""
 
     code = types.INTERNAL_ERROR
     what = "failed"  # what a caller is told after the server's key (`server KEY is unavailable`)
 
-    def rpc(self, server: str) -> RpcError:
+    def rpc(self, server: str) -> PeerFailed:
         """The error a caller sees: the server's key and what happened, never the details."""
-        return RpcError(self.code, f"server {server} {self.what}")
+        return PeerFailed(self.code, f"server {server} {self.what}")
 
 
 class UpstreamUnavailable(UpstreamError):

@@ -29,7 +29,13 @@ from . import bridge, rounds
 from .credentialed import CallerCredentials
 from .downstream.callers import Downstream
 from .downstream.clients import Call
-from .errors import CredentialRefused, UpstreamChallenged, UpstreamError, UpstreamSessionGone
+from .errors import (
+    CredentialRefused,
+    PeerFailed,
+    UpstreamChallenged,
+    UpstreamError,
+    UpstreamSessionGone,
+)
 from .fleet import Member
 from .jsonrpc import AUTHORIZATION_DENIED, INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
@@ -187,11 +193,11 @@ class Forward:
                 return result
             asks = result.get("inputRequests")
             if asks is not None and not isinstance(asks, dict):
-                raise RpcError(INTERNAL_ERROR, f"server {member.key} sent an invalid result")
+                raise PeerFailed(INTERNAL_ERROR, f"server {member.key} sent an invalid result")
             answers: dict[str, Any] = {}
             for key, ask in (asks or {}).items():
                 if not isinstance(ask, dict) or not isinstance(ask.get("method"), str):
-                    raise RpcError(INTERNAL_ERROR, f"server {member.key} sent an invalid result")
+                    raise PeerFailed(INTERNAL_ERROR, f"server {member.key} sent an invalid result")
                 answers[key] = await ctx.ask(ask["method"], dict(ask.get("params") or {}), timeout)
             if not answers:
                 await anyio.sleep(STATE_ONLY_PAUSE)  # the server is working: ask again shortly
@@ -201,8 +207,8 @@ class Forward:
             if result.get("requestState") is not None:
                 retry["requestState"] = result["requestState"]
             result = await self.send(ctx, member, method, retry, timeout, held, own)
-        raise RpcError(INTERNAL_ERROR,
-                       f"server {member.key} asked for input more than {MAX_INPUT_ROUNDS} times")
+        raise PeerFailed(INTERNAL_ERROR,
+                         f"server {member.key} asked for input more than {MAX_INPUT_ROUNDS} times")
 
 
 def _held(member: Member, sidecar: Sidecar | None) -> Outbound | None:

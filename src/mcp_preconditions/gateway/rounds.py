@@ -24,6 +24,7 @@ import anyio
 
 from ..principal import Credentials, Identity
 from .downstream.clients import Call
+from .errors import PeerFailed
 from .inbound import MISSING_REQUIRED_CLIENT_CAPABILITY
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_TIMEOUT, RpcError
 from .round_state import Round, Sealer, answers_question, question_key
@@ -147,7 +148,7 @@ class PendingCall:
         """The upstream's request, answered by the client's next retry (or refused on expiry). A
         question the client did not declare it can answer is refused at once (and remembered)."""
         if self._expired or self._outcome is not None or self.scope.cancel_called:
-            raise RpcError(REQUEST_TIMEOUT, _ENDED)
+            raise PeerFailed(REQUEST_TIMEOUT, _ENDED)
         capability = _CAPABILITY.get(method)
         if capability is not None and capability not in self.capabilities:
             self._refused.add(capability)
@@ -180,7 +181,7 @@ class PendingCall:
                 except Exception as exc:
                     self._outcome = self._missing(exc)
                 finally:  # the upstream's call is over: nothing it asked can matter now
-                    self.fail(RpcError(REQUEST_TIMEOUT, _ENDED))
+                    self.fail(PeerFailed(REQUEST_TIMEOUT, _ENDED))
                 self._signal()
 
     def _missing(self, outcome: dict[str, Any] | Exception) -> dict[str, Any] | Exception:
@@ -197,7 +198,7 @@ class PendingCall:
         """The call is over for the client: forgotten, and the upstream call (and whatever it
         still asks) ended."""
         self._rounds.forget(self)
-        self.fail(RpcError(REQUEST_TIMEOUT, _ENDED))
+        self.fail(PeerFailed(REQUEST_TIMEOUT, _ENDED))
         self.scope.cancel()
 
     async def _expire_when_abandoned(self) -> None:
@@ -214,7 +215,7 @@ class PendingCall:
         log.warning("a client did not answer the upstream's request within %s s", self.timeout)
         self._expired = True
         self._rounds.forget(self)
-        self.fail(RpcError(REQUEST_TIMEOUT, _LATE))
+        self.fail(PeerFailed(REQUEST_TIMEOUT, _LATE))
 
     def fail(self, error: RpcError) -> None:
         for ask in list(self._asks.values()):

@@ -14,6 +14,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from .. import jsonrpc
+from ..errors import PeerFailed, answered
 from ..jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
 
 LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert",
@@ -62,7 +63,7 @@ class Client:
         """Send the client a request on `sink` (a request's stream, or the standalone one) and
         wait for its answer, which comes back through `answered`."""
         if self.closed or not sink.open:
-            raise RpcError(CONNECTION_CLOSED, "Connection closed")
+            raise PeerFailed(CONNECTION_CLOSED, "Connection closed")
         self._next += 1
         rid = self._next
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -74,7 +75,7 @@ class Client:
         except TimeoutError:
             sink.push(jsonrpc.notification("notifications/cancelled",
                                            {"requestId": rid, "reason": f"timed out after {timeout}s"}))
-            raise RpcError(jsonrpc.REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
+            raise PeerFailed(jsonrpc.REQUEST_TIMEOUT, f"Request {method!r} timed out") from None
         finally:
             self._asked.pop(rid, None)
 
@@ -86,7 +87,7 @@ class Client:
         if "result" in message:
             future.set_result(message["result"])
         else:
-            future.set_exception(RpcError.of(message.get("error")))
+            future.set_exception(answered(message.get("error")))
 
     def close(self) -> None:
         """The client has gone: what was put to it fails, and whatever it held is let go."""
@@ -95,7 +96,7 @@ class Client:
         self.closed = True
         for future in self._asked.values():
             if not future.done():
-                future.set_exception(RpcError(CONNECTION_CLOSED, "Connection closed"))
+                future.set_exception(PeerFailed(CONNECTION_CLOSED, "Connection closed"))
         for hook in self.on_close:
             hook()
 
@@ -156,5 +157,5 @@ class Call:
             raise RpcError(INVALID_REQUEST,
                            f"gateway: {method} cannot reach a 2026-07-28 client during {self.method}")
         if self.closed:
-            raise RpcError(CONNECTION_CLOSED, "Connection closed")
+            raise PeerFailed(CONNECTION_CLOSED, "Connection closed")
         return await self.client.ask(method, params, timeout, self.stream)

@@ -1,8 +1,9 @@
 """The gateway's JSON-RPC session with one server, over one link (a stdio process or streamable HTTP):
 request ids and their answers, timeouts and cancellation told to the server, progress mapped back,
 the server's own requests (at most MAX_SERVING at once) and notifications handed to the gateway.
-What the link or the server fails with is an UpstreamError (`errors.py`); a server's own JSON-RPC
-error is an RpcError. A notification the server does not accept within NOTIFY_SECONDS is given up.
+What the link or the server fails with is an UpstreamError (`errors.py`); a server's JSON-RPC
+error answer is typed here (`errors.answered`): PeerFailed for its -32603, else PeerAnswered. A
+notification the server does not accept within NOTIFY_SECONDS is given up.
 
 An answer is delivered only to the request that sent it: matched by its id on this session (an
 HTTP link hands on only the answer to the request whose POST carried it); a second answer, a late
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ...telemetry.metrics import DropReason
 from .. import jsonrpc
-from ..errors import UpstreamClosed, UpstreamError, UpstreamTimeout
+from ..errors import UpstreamClosed, UpstreamError, UpstreamTimeout, answered
 from ..jsonrpc import METHOD_NOT_FOUND, Message, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -141,11 +142,12 @@ class Peer:
                       headers: Mapping[str, str] | None = None,
                       owner: Hashable | None = None, origin: object | None = None
                       ) -> dict[str, Any]:
-        """Send one request and wait for its result (the server's raw dict). RpcError: the server's
-        own error; UpstreamTimeout, UpstreamClosed (the link is lost meanwhile) or whatever else
-        the link failed this request with. `headers`: the request's own, in place of the link's
-        (a caller's credential); `owner`: that caller, on a session that is not theirs alone;
-        `origin`: whom it is made for (what the server asks on its stream goes to them)."""
+        """Send one request and wait for its result (the server's raw dict). PeerAnswered or
+        PeerFailed: the server's own error answer (`errors.answered`); UpstreamTimeout,
+        UpstreamClosed (the link is lost meanwhile) or whatever else the link failed it with.
+        `headers`: the request's own, in place of the link's (a caller's credential); `owner`:
+        that caller, on a session that is not theirs alone; `origin`: whom it is made for (what
+        the server asks on its stream goes to them)."""
         if self.closed:
             raise UpstreamClosed("Connection closed")
         rid = self.next_id() if request_id is None else request_id
@@ -238,7 +240,7 @@ class Peer:
             if what == "response":
                 future.set_result(message["result"])
             else:
-                future.set_exception(RpcError.of(message["error"]))
+                future.set_exception(answered(message["error"]))
             return
         owner = self.owner if via is None or not self._owners else self._owners.get(via, self.owner)
         if what == "notification":
