@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..authzen.wire import MAX_EVALUATIONS
 from ..credentials.flight import Flights
 from ..errors import DecisionPointError
 from ..outcomes import Outcome, Status
 from ..principal import Principal
 from .cache import DecisionCache
 from .request import Caller, Digests, cache_key, caller_of, evaluation, plain
+from .wire import MAX_EVALUATIONS
 
 if TYPE_CHECKING:
     from .client import Endpoint  # (httpx2: loaded by a policy with [pdp.*] tables)
