@@ -13,8 +13,8 @@ from typing import Any, Protocol
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
-from .. import jsonrpc
-from ..jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
+from . import jsonrpc
+from .jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
 
 LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert",
                            "emergency")  # least severe first (the spec's LoggingLevel)
@@ -45,7 +45,7 @@ class Client:
         self.modern = False  # a stdio connection whose first request carried the 2026 envelope
         self.level: str | None = None  # what `logging/setLevel` asked for
         # Whose connection it is, once a request of it went to a server as its caller (SPEC §14):
-        # what servers send that caller reaches it (downstream/callers.py).
+        # what servers send that caller reaches it (callers.py).
         self.owner: Hashable | None = None
         self.closed = False
         self.on_close: list[Callable[[], None]] = []

@@ -21,15 +21,15 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from .. import jsonrpc
-from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
-from ..rounds import PendingCall, Rounds
-from ..schemas import SERVER_REQUESTS, SERVER_RESULTS
-from ..subscriptions import Subscriptions
-from ..upstream.caller_sessions import Sender
+from . import jsonrpc
 from .clients import LEVELS, Call, Client
+from .downstream.sse import Reply
+from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
 from .listen import Listeners
-from .sse import Reply
+from .rounds import PendingCall, Rounds
+from .schemas import SERVER_REQUESTS, SERVER_RESULTS
+from .subscriptions import Subscriptions
+from .upstream.caller_sessions import Sender
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
