@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
@@ -29,6 +29,14 @@ class Sink(Protocol):
 
     @property
     def open(self) -> bool: ...
+
+
+@runtime_checkable
+class Pollable(Protocol):
+    """A sink that can be closed before its answer, for the client to resume it (SEP-1699): a
+    2025-11-25 session's reply to a POST (`downstream/sse.py`'s `Reply`)."""
+
+    def poll(self, retry: float) -> None: ...
 
 
 class Client:
