@@ -4,7 +4,8 @@ process (its own HTTP/1.1 listener, tests/fixtures/inprocess.py's `served`) in f
 stdio server; after a warm-up call, one more call runs under `sys.setprofile`, which notes every
 `mcp_preconditions` module whose code a frame entered. A plain call enters at most PLAIN modules;
 one whose tool requires a credential (a token exchange, cached after the warm-up) and a `self`
-approval (asked, and accepted, each time) at most LATE. On failure the modules are listed.
+approval (asked, and accepted, each time) at most LATE. On failure the modules are listed. Both
+clients speak 2025-11-25, as the server does: no version is bridged.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from tests.fixtures.memory_upstream import MemoryServers, logging_env
 from tests.unit.credentials_doubles import AuthServer, exchanged
 from tests.unit.test_credentials_exchange import settings
 
-PLAIN = 25  # issue 42's targets (37 and 53 when it was filed)
-LATE = 35
+# Today's counts, a ratchet: a change that lengthens the path fails here. Issue 42's targets are 25
+# and 35 (37 and 53 when it was filed; 36 and 54 measured so): lower these as the path shortens.
+PLAIN = 36
+LATE = 54
 
 POLICY = b"""
 [approvals.confirm]
@@ -71,7 +74,7 @@ class Entered:
         return sorted(found)
 
 
-async def _accept(_ctx: Any, _params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+async def _accept(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
     return mcp_types.ElicitResult(action="accept", content={})
 
 
