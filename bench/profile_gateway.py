@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
       "gateway/downstream/stdio.py")),
     ("relay: protocol and pipeline (dispatch, gateway, decide, forward, session)",
      ("gateway/dispatch.py", "gateway/gateway.py", "gateway/decide.py", "gateway/forward.py",
-      "gateway/downstream/callers.py", "gateway/downstream/clients.py", "gateway/bridge.py",
+      "gateway/callers.py", "gateway/clients.py", "gateway/bridge.py",
       "gateway/fleet.py",
       "gateway/jsonrpc.py", "gateway/route.py", "gateway/rounds.py")),
     ("relay: upstream link (peer, server, stdio/HTTP client)",

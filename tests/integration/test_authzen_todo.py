@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from mcp_preconditions.authzen import Semantic
-from mcp_preconditions.authzen.wire import decisions_of
+from mcp_preconditions.pdp.wire import decisions_of
 from tests.fixtures.authzen import TODO_POLICY, PdpProcess, pdp_server, todo_decisions
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_every_batch_of_the_file(todo: PdpProcess, index: int, semantic: str) ->
     answer = post(todo, "/access/v1/evaluations",
                   {**case["request"], "options": {"evaluations_semantic": semantic}})
     assert [d["decision"] for d in answer["evaluations"]] == short_circuited(expected, semantic)
-    # and an enforcement point's reader (authzen/wire.py) takes the answer as it is
+    # and an enforcement point's reader (pdp/wire.py) takes the answer as it is
     read = decisions_of(answer, len(expected), Semantic(semantic))
     assert [d.decision for d in read] == short_circuited(expected, semantic)
 

@@ -8,7 +8,7 @@ against the faithful 2025-11-25 server of tests/fixtures/conformance_server.py a
   but those named in LOST (with why): with an HTTP upstream, none (SSE polling is relayed).
 - At 2026-07-28 every scored scenario passes through the gateway, in the whole run (where the
   suite leaves calls waiting for a retry that never comes: a server's question still reaches the
-  call that asks, gateway/downstream/callers.py) and on a gateway of its own.
+  call that asks, gateway/callers.py) and on a gateway of its own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Whose call a server's question is for, with several calls in flight (gateway/downstream/callers.py),
+"""Whose call a server's question is for, with several calls in flight (gateway/callers.py),
 in process: a `Gateway` served on 127.0.0.1 in front of the faithful conformance server
 (tests/fixtures/conformance_server.py), reached over streamable HTTP (in this event loop) or as a
 stdio server (in memory). Over HTTP each question arrives on the stream of the call that asks, and

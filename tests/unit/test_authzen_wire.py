@@ -1,4 +1,4 @@
-"""The AuthZEN 1.0 wire types (authzen/wire.py): every malformed request's one line, the batch's
+"""The AuthZEN 1.0 wire types (pdp/wire.py): every malformed request's one line, the batch's
 defaults and semantics, unknown keys ignored, and the enforcement point's side (a request written,
 a decision read strictly: no boolean `decision` is Malformed)."""
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from mcp_preconditions.authzen.wire import (
+from mcp_preconditions.errors import Malformed
+from mcp_preconditions.pdp.wire import (
     MAX_EVALUATIONS,
     AccessDecision,
     Action,
@@ -23,7 +24,6 @@ from mcp_preconditions.authzen.wire import (
     evaluations_of,
     metadata_of,
 )
-from mcp_preconditions.errors import Malformed
 
 ALICE = {"type": "user", "id": "alice@example.com"}
 READ = {"name": "can_read"}

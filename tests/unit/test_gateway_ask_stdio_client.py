@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mcp_preconditions.gateway.downstream.callers import Downstream
-from mcp_preconditions.gateway.downstream.clients import Call, Client
+from mcp_preconditions.gateway.callers import Downstream
+from mcp_preconditions.gateway.clients import Call, Client
 from mcp_preconditions.gateway.jsonrpc import METHOD_NOT_FOUND, Message, RpcError
 from mcp_preconditions.gateway.rounds import Rounds
 

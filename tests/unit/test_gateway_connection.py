@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcp_preconditions.gateway.downstream.clients import Call, Client
+from mcp_preconditions.gateway.clients import Call, Client
 from mcp_preconditions.gateway.downstream.connection import Connection, correlated
 from mcp_preconditions.gateway.jsonrpc import Message
 

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from mcp_preconditions.gateway import rounds as rounds_module
-from mcp_preconditions.gateway.downstream.clients import Call
+from mcp_preconditions.gateway.clients import Call
 from mcp_preconditions.gateway.jsonrpc import RpcError
 from mcp_preconditions.gateway.round_state import Round, Sealer, question_key
 from mcp_preconditions.gateway.rounds import (

@@ -62,8 +62,8 @@ def test_capabilities_are_shaped_by_the_clients_version() -> None:
 SERVE_2025 = """
 import sys
 from mcp_preconditions.cli import gateway_cmds
-from mcp_preconditions.gateway import bridge, dispatch, forward, schemas
-from mcp_preconditions.gateway.downstream import callers, listener
+from mcp_preconditions.gateway import bridge, callers, dispatch, forward, schemas
+from mcp_preconditions.gateway.downstream import listener
 dispatch.check("tools/call", "2025-11-25", {"name": "echo", "arguments": {}})
 bridge.downstream_capabilities({"tools": {}}, "2025-11-25")
 bridge.downstream_result("tools/list", {"tools": []}, "2025-11-25")

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter
 
-from mcp_preconditions.gateway.downstream.clients import Client as Downstream
+from mcp_preconditions.gateway.clients import Client as Downstream
 from mcp_preconditions.gateway.errors import (
     PeerAnswered,
     PeerFailed,

@@ -16,9 +16,7 @@ from typing import Any
 import orjson
 
 from ..errors import Malformed, TooLarge
-from ..rebinding import Security
-from .point import DecisionPoint, batch_json
-from .wire import (
+from ..pdp.wire import (
     EVALUATION_PATH,
     EVALUATIONS_PATH,
     METADATA_PATH,
@@ -26,6 +24,8 @@ from .wire import (
     evaluation_of,
     evaluations_of,
 )
+from ..rebinding import Security
+from .point import DecisionPoint, batch_json
 
 MAX_BODY = 1024 * 1024
 PATHS = (EVALUATION_PATH, EVALUATIONS_PATH, METADATA_PATH)

@@ -18,11 +18,11 @@ from ..auth.header import credentials_from_authorization_header
 from ..errors import Malformed
 from ..guard import Guard
 from ..outcomes import Decision, Refusal, Refused
+from ..pdp.wire import AccessDecision, Evaluation, Evaluations
 from ..policy.load import PolicySource
 from ..principal import Credentials
 from ..snapshot import Snapshot
 from .reading import Call, Reading
-from .wire import AccessDecision, Evaluation, Evaluations
 
 ALLOW = AccessDecision(True)
 UNLISTED = Refusal(Refused.UNLISTED, "the policy lists no requirements for it")

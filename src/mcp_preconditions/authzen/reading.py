@@ -20,9 +20,9 @@ from typing import Any
 from cachetools import LRUCache
 
 from ..errors import Malformed
+from ..pdp.wire import Entity, Evaluation
 from ..policy.model import PdpServer
 from ..principal import Principal
-from .wire import Entity, Evaluation
 
 TOOL_TYPE = "tool"  # the resource type of a request about a tool itself
 SUBJECTS_KEPT = 4096  # the principals of the last subjects asked about with properties

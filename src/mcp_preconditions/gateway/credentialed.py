@@ -23,7 +23,7 @@ from ..late import Sidecar
 from ..outcomes import Outcome, new_decision
 from ..principal import Credentials, Identity
 from ..remedies import Recipient, declares_url_elicitation, recipient_of
-from .downstream.clients import Call
+from .clients import Call
 from .errors import CredentialRefused
 from .jsonrpc import AUTHORIZATION_DENIED, RpcError
 

@@ -26,11 +26,11 @@ from ..remedies import Recipient, declares_url_elicitation
 from ..telemetry.gateway import NO_SERVER, GatewayTelemetry
 from ..toolset import Views, advertise, refused, seen, shown_names
 from . import bridge, jsonrpc
-from .downstream.clients import Call
-from .downstream.listen import SUBSCRIPTION_ID_META_KEY
+from .clients import Call
 from .errors import CredentialRefused, PeerFailed
 from .fleet import UNUSABLE, Fleet, Member
 from .jsonrpc import RpcError
+from .listen import SUBSCRIPTION_ID_META_KEY
 from .route import visible
 
 log = logging.getLogger("mcp_preconditions.gateway")

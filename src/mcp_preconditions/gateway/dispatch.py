@@ -15,7 +15,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from pydantic import ValidationError
 
 from . import jsonrpc, schemas
-from .downstream.clients import Call, Client
+from .clients import Call, Client
 from .errors import PeerFailed, UpstreamError
 from .gateway import SERVED, SERVER_INFO, Gateway
 from .inbound import (

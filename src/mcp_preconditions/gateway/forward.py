@@ -26,9 +26,9 @@ from ..outcomes import Outcome, Status
 from ..principal import Credentials, Identity
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
+from .callers import Downstream
+from .clients import Call
 from .credentialed import CallerCredentials
-from .downstream.callers import Downstream
-from .downstream.clients import Call
 from .errors import (
     CredentialRefused,
     PeerFailed,

@@ -20,11 +20,11 @@ from ..policy.model import Policy
 from ..principal import Credentials
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge
+from .callers import NOBODY, Downstream
+from .clients import Call
 from .config import ServerSpec
 from .credentialed import CallerCredentials
 from .decide import Decide
-from .downstream.callers import NOBODY, Downstream
-from .downstream.clients import Call
 from .fleet import Fleet, Member
 from .forward import Forward
 from .jsonrpc import INTERNAL_ERROR, RpcError

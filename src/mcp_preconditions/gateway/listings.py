@@ -23,9 +23,9 @@ import anyio
 from ..late import Sidecar
 from ..outcomes import Outcome, Status
 from ..toolset import every_page
+from .callers import Downstream
+from .clients import Call
 from .credentialed import CallerCredentials
-from .downstream.callers import Downstream
-from .downstream.clients import Call
 from .errors import CredentialRefused
 from .fleet import Fleet, Member
 from .forward import Forward

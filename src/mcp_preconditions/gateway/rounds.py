@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from ..principal import Credentials, Identity
-from .downstream.clients import Call
+from .clients import Call
 from .errors import PeerFailed
 from .inbound import MISSING_REQUIRED_CLIENT_CAPABILITY
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_TIMEOUT, RpcError

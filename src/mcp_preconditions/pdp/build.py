@@ -12,7 +12,8 @@ from ..errors import RequirementError
 from ..policy.load import PolicySource
 from .cache import DecisionCache
 from .live import PdpLive
-from .resolver import PdpResolver, Table, Verdict
+from .points import Table, Verdict
+from .resolver import PdpResolver
 
 
 def pdp_resolver(source: PolicySource, live: PdpLive,

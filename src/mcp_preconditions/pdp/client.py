@@ -1,7 +1,7 @@
 """The HTTP side of the enforcement point: one decision point's endpoint (its `url` and `token`),
 asked for a batch of evaluations in one `POST /access/v1/evaluations`, or one `POST
 /access/v1/evaluation` each when its metadata announces no batch endpoint. Answers are read
-strictly (authzen/wire.py): another status, a body over 1 MiB, malformed JSON, a missing boolean
+strictly (pdp/wire.py): another status, a body over 1 MiB, malformed JSON, a missing boolean
 `decision` or a timeout is a `DecisionPointError` for every evaluation of the request (fail
 closed). The token is sent only to this endpoint and appears in no message.
 """
@@ -17,7 +17,9 @@ from typing import Any
 import httpx2
 
 from ..auth.fetch import describe
-from ..authzen.wire import (
+from ..errors import DecisionPointError, Malformed
+from ..tls import client_context
+from .wire import (
     EVALUATION_PATH,
     EVALUATIONS_PATH,
     METADATA_PATH,
@@ -26,8 +28,6 @@ from ..authzen.wire import (
     decisions_of,
     metadata_of,
 )
-from ..errors import DecisionPointError, Malformed
-from ..tls import client_context
 
 MAX_ANSWER_BYTES = 1 << 20
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 
 from ..principal import Identity
 from ..requirements import body_of
+from .points import Ask, DecisionPoints, Verdict
 from .request import LIST
-from .resolver import Ask, PdpResolver, Verdict
 
 
-async def hidden(resolver: PdpResolver, identity: Identity,
+async def hidden(resolver: DecisionPoints, identity: Identity,
                  tools: Mapping[str, Sequence[str]]) -> set[str]:
     """The tools of `tools` (each with its `pdp:` requirements) this caller may not see."""
     by_tool: list[tuple[str, Ask]] = []

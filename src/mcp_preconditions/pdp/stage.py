@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Sequence
 from ..late import Found, LateCall
 from ..outcomes import Outcome
 from ..requirements import body_of
+from .points import Ask, DecisionPoints, Verdict, anonymous, outcome_of
 from .request import CALL
-from .resolver import Ask, PdpResolver, Verdict, anonymous, outcome_of
 
 
 class PdpStage:
@@ -23,7 +23,7 @@ class PdpStage:
     # record's `pdp` notes (SPEC §16) are written on the hosted paths too, not only the gateway's.
     carries = True
 
-    def __init__(self, resolver: PdpResolver, requirements: Sequence[str]) -> None:
+    def __init__(self, resolver: DecisionPoints, requirements: Sequence[str]) -> None:
         self.resolver = resolver
         self.requirements = tuple(requirements)
         self.tables = tuple(resolver.tables[body_of(r)] for r in self.requirements)

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from .. import jsonrpc
+from ..clients import Call, Client
 from ..jsonrpc import Message, RequestId
-from .clients import Call, Client
 
 Answer = Callable[[Call], Awaitable[Message]]
 Notified = Callable[[Client, str, dict[str, Any] | None, Mapping[str, str] | None], Awaitable[None]]

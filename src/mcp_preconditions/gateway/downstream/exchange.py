@@ -12,12 +12,9 @@ import asyncio
 import http
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...decision_sinks import write_held
-
-if TYPE_CHECKING:
-    from .http11 import Connection
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +36,25 @@ INTERNAL_ERROR = (b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/pla
 _BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _DISCONNECT = {"type": "http.disconnect"}
+
+
+class Carrier(Protocol):
+    """What an exchange needs of the connection it came on (http11.py's `Connection`): its loop,
+    writes (and whether they are paused), and to be told when the body was taken or the answer
+    is whole."""
+
+    loop: asyncio.AbstractEventLoop
+    write_paused: bool
+
+    def abort(self) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drained(self) -> None: ...
+
+    def body_taken(self) -> None: ...
+
+    def responded(self, exchange: Exchange) -> None: ...
 
 
 class Exchange:
@@ -65,7 +81,7 @@ class Exchange:
         "started",
     )
 
-    def __init__(self, connection: Connection, scope: dict[str, Any], *, keep_alive: bool,
+    def __init__(self, connection: Carrier, scope: dict[str, Any], *, keep_alive: bool,
                  expect_continue: bool) -> None:
         self._connection = connection
         self.scope = scope

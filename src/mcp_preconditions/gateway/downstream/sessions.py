@@ -12,8 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...owner import Owner, PrincipalKey, principal_key
+from ..clients import Client
 from ..errors import OverCap
-from .clients import Client
 from .connection import Connection
 from .sse import Polled, Stream
 

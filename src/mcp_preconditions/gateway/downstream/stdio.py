@@ -19,9 +19,9 @@ from typing import Any
 
 from ...decision_sinks import write_held
 from .. import jsonrpc
+from ..clients import Call, Client
 from ..dispatch import Dispatch, envelope, era_refusal, modern
 from ..jsonrpc import Message, RpcError
-from .clients import Call, Client
 from .connection import Connection
 
 log = logging.getLogger("mcp_preconditions.gateway")

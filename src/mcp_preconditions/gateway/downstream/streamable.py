@@ -19,6 +19,7 @@ from ...denials import send_step_up
 from ...owner import Owner
 from ...telemetry.metrics import RefusalReason
 from .. import jsonrpc
+from ..clients import Call
 from ..decide import STEP_UP
 from ..dispatch import Dispatch, envelope
 from ..errors import OverCap
@@ -38,7 +39,6 @@ from ..jsonrpc import (
     REQUEST_CANCELLED,
     RpcError,
 )
-from .clients import Call
 from .connection import answered
 from .sessions import HttpSession, Sessions
 from .sse import SSE_HEADERS, Receive, Reply, Send, Stream, Unanswered

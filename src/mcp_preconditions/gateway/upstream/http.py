@@ -59,7 +59,7 @@ from ..inbound import (
 )
 from ..jsonrpc import Message
 from .client import DEFAULT_BOUNDS, Bounds, Pool, Response, field_problem
-from .peer import Dropped, Polled
+from .peer import Dropped, Polled, ignored
 from .sse import Decoder, events
 
 log = logging.getLogger("mcp_preconditions.gateway")
@@ -96,7 +96,7 @@ class HttpLink:
         self.url = url
         self.bounds = bounds
         self.owner = owner  # whose session this is (None: the gateway's own)
-        self.dropped: Callable[[Dropped], None] = _count_nothing
+        self.dropped: Callable[[Dropped], None] = ignored
         self._headers = {**_BASE, **headers}
         self._challenged = refused  # told when the server refuses the link's own headers
         self._received = received
@@ -389,10 +389,6 @@ class HttpLink:
             self._pool.close()
         if self._own_streams:
             self._streams_pool.close()
-
-
-def _count_nothing(_reason: Dropped) -> None:
-    return None
 
 
 def _session_id(value: str) -> str:

@@ -118,7 +118,7 @@ class Peer:
         self._owners: dict[jsonrpc.RequestId, Hashable] = {}
         # Whom each request was made for (`origin`), by request id: what its stream carries is theirs.
         self._origins: dict[jsonrpc.RequestId, object] = {}
-        self.dropped: Callable[[Dropped], None] = _count_nothing
+        self.dropped: Callable[[Dropped], None] = ignored
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[dict[str, Any]]] = {}
         self._progress: dict[jsonrpc.RequestId, ProgressHook] = {}
         self._serving: dict[jsonrpc.RequestId, asyncio.Task[None]] = {}
@@ -333,8 +333,18 @@ class Peer:
         await self._post(answer, f"the answer to {method}")
 
 
-def _count_nothing(_reason: Dropped) -> None:
-    return None
+async def nobody_answers(*args: Any) -> dict[str, Any]:
+    """A hook's default for a server's request (its method the last argument but one): until the
+    gateway sets the hook, no client can answer it."""
+    raise RpcError(-32600, f"no client can answer {args[-2]}")
+
+
+def ignored(*_args: Any) -> None:
+    """A hook's default for what a server sends that needs no answer: nothing is done."""
+
+
+async def ignored_now() -> None:
+    """`on_connect`'s default: nothing to do when a session comes up."""
 
 
 def unknown_method(method: str) -> RpcError:

@@ -12,33 +12,21 @@ import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Mapping
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 import anyio
 from anyio.abc import TaskGroup
-from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    CLIENT_INFO_META_KEY,
-    PROTOCOL_VERSION_META_KEY,
-    SERVER_INFO_META_KEY,
-)
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import LATEST_MODERN_VERSION
 
 from ...telemetry.gateway import GatewayTelemetry
 from ...toolset import every_page
-from ..errors import ModernPeer, UpstreamError, UpstreamRefused, UpstreamUnavailable
+from ..errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
 from ..jsonrpc import RequestId, RpcError
 from .caller_sessions import CallerSessions, Sender
 from .client import DEFAULT_BOUNDS, Bounds
-from .handshake import (
-    CLIENT_CAPABILITIES,
-    CLIENT_INFO,
-    Link,
-    closed,
-    discover,
-    initialize,
-)
+from .connected import Connected, connect
+from .handshake import CLIENT_CAPABILITIES, CLIENT_INFO, Link, closed
 from .http import HttpLink
 from .peer import (
     Dropped,
@@ -49,6 +37,9 @@ from .peer import (
     ProgressHook,
     RequestHook,
     describe,
+    ignored,
+    ignored_now,
+    nobody_answers,
 )
 from .stdio import StdioLink
 from .targets import HttpTarget, StdioTarget, Target
@@ -63,24 +54,6 @@ LISTEN_ACK_SECONDS = 10.0
 MAX_NOTIFYING = 16  # the gateway's notifications to one server under way at once; more are dropped
 
 __all__ = ["HttpTarget", "StdioTarget", "Target", "Upstream", "UpstreamUnavailable"]
-
-
-@dataclass
-class Connected:
-    """What the upstream said about itself when this connection was made."""
-
-    peer: Peer
-    link: Link
-    protocol_version: str
-    capabilities: dict[str, Any]
-    server_info: dict[str, Any] | None
-    instructions: str | None
-    # A 2025-11-25 HTTP server's sessions of callers with credentials of their own (SPEC §14).
-    callers: CallerSessions | None = None
-
-    @property
-    def lost(self) -> asyncio.Event:
-        return self.link.lost
 
 
 class Upstream:
@@ -107,15 +80,15 @@ class Upstream:
         # Set by the gateway that serves this upstream's clients: what the server sends on the
         # gateway's own session, and what it sends for one caller (on their session, or on their
         # request's stream), with whose it is.
-        self.on_request: RequestHook = _no_client
-        self.on_notification: NotificationHook = _ignore
+        self.on_request: RequestHook = nobody_answers
+        self.on_notification: NotificationHook = ignored
         self.on_caller_request: Callable[[Hashable, str, dict[str, Any]],
-                                         Awaitable[dict[str, Any]]] = _no_caller
-        self.on_caller_notification: Callable[[Hashable, str, dict[str, Any]], None] = _ignored
-        self.on_connect: Callable[[], Awaitable[None]] = _nothing
+                                         Awaitable[dict[str, Any]]] = nobody_answers
+        self.on_caller_notification: Callable[[Hashable, str, dict[str, Any]], None] = ignored
+        self.on_connect: Callable[[], Awaitable[None]] = ignored_now
         # What comes on one request's own stream, for whoever the request was made for (its
         # `origin`, given with the request: a client's call).
-        self.for_origin = OriginHooks(_no_origin, _not_polled)
+        self.for_origin = OriginHooks(nobody_answers, ignored)
         self._for_owner = OwnerHooks(lambda o, m, p: self.on_caller_request(o, m, p),
                                      lambda o, m, p: self.on_caller_notification(o, m, p),
                                      OriginHooks(lambda o, m, p: self.for_origin.request(o, m, p),
@@ -125,9 +98,7 @@ class Upstream:
         self.changed = anyio.Event()  # set (and replaced) whenever a session comes or goes
         self.attempts = 0
         self.last_error: str | None = None
-        # The last attempt was refused for want of a credential (HTTP 401 or 403): waiting does not
-        # bring this server up; a person connecting an account does (SPEC §14).
-        self.refused_credential = False
+        self.refused_credential = False  # the last attempt got a 401/403: a person's account helps
         self._background: TaskGroup | None = None
         self._listens = 0
         self._pinging: asyncio.Task[bool] | None = None
@@ -195,8 +166,7 @@ class Upstream:
 
     async def _serve(self, connected: Connected) -> None:
         self.current = connected
-        self.last_error = None
-        self.refused_credential = False
+        self.last_error, self.refused_credential = None, False
         self.telemetry.connected(self.key, True)
         self._signal()
         failed: Exception | None = None
@@ -241,38 +211,10 @@ class Upstream:
     # -- the handshake ---------------------------------------------------------------------------
     async def _connect(self) -> Connected:
         timeout = self._connect_timeout() if self._connect_timeout is not None else None
-        peer, link = await self._open(modern=False)
-        try:
-            init = await initialize(peer, link, timeout)
-        except (RpcError, UpstreamRefused, ModernPeer):  # refused, or answered as 2026-07-28
-            await closed(peer, link)
-            return await self._discover(timeout)
-        except BaseException:  # a server that does not answer at all is not asked another way
-            await closed(peer, link)
-            raise
-        callers = None
-        if isinstance(link, HttpLink):
-            callers = CallerSessions(link.url, self.label, self._for_owner, link.bounds,
-                                     dropped=self._dropped)
-        return Connected(peer, link, init["protocolVersion"], _dict(init.get("capabilities")),
-                         _dict(init.get("serverInfo")) or None, _text(init.get("instructions")),
-                         callers)
+        return await connect(self._open, timeout, lambda link: CallerSessions(
+            link.url, self.label, self._for_owner, link.bounds, dropped=self._dropped))
 
-    async def _discover(self, timeout: float | None) -> Connected:
-        """A server that refused the handshake, or answered it with 2026-07-28: 2026-07-28, where it
-        describes itself on request."""
-        peer, link = await self._open(modern=True)
-        try:
-            found = await discover(peer, link, timeout)
-        except BaseException:
-            await closed(peer, link)
-            raise
-        meta = _dict(found.get("_meta"))
-        return Connected(peer, link, LATEST_MODERN_VERSION, _dict(found.get("capabilities")),
-                         _dict(meta.get(SERVER_INFO_META_KEY)) or None,
-                         _text(found.get("instructions")))
-
-    async def _open(self, *, modern: bool) -> tuple[Peer, Link]:
+    async def _open(self, modern: bool) -> tuple[Peer, Link]:
         envelope = {PROTOCOL_VERSION_META_KEY: LATEST_MODERN_VERSION,
                     CLIENT_INFO_META_KEY: CLIENT_INFO,
                     CLIENT_CAPABILITIES_META_KEY: CLIENT_CAPABILITIES} if modern else None
@@ -454,39 +396,3 @@ class Upstream:
         return await every_page(
             lambda cursor: self.request(method, {"cursor": cursor} if cursor else None,
                                         timeout=timeout), method, field)
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, dict) else {}
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-async def _no_client(method: str, _params: dict[str, Any]) -> dict[str, Any]:
-    raise RpcError(-32600, f"no client can answer {method}")
-
-
-def _ignore(_method: str, _params: dict[str, Any]) -> None:
-    return None
-
-
-async def _no_caller(_owner: Hashable, method: str, _params: dict[str, Any]) -> dict[str, Any]:
-    raise RpcError(-32600, f"no client can answer {method}")
-
-
-def _ignored(_owner: Hashable, _method: str, _params: dict[str, Any]) -> None:
-    return None
-
-
-async def _no_origin(_origin: object, method: str, _params: dict[str, Any]) -> dict[str, Any]:
-    raise RpcError(-32600, f"no client can answer {method}")
-
-
-def _not_polled(_origin: object, _retry: float) -> None:
-    return None
-
-
-async def _nothing() -> None:
-    return None

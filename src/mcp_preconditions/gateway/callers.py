@@ -21,15 +21,14 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from .. import jsonrpc
-from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
-from ..rounds import PendingCall, Rounds
-from ..schemas import SERVER_REQUESTS, SERVER_RESULTS
-from ..subscriptions import Subscriptions
-from ..upstream.caller_sessions import Sender
-from .clients import LEVELS, Call, Client
+from . import jsonrpc
+from .clients import LEVELS, Call, Client, Pollable
+from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
 from .listen import Listeners
-from .sse import Reply
+from .rounds import PendingCall, Rounds
+from .schemas import SERVER_REQUESTS, SERVER_RESULTS
+from .subscriptions import Subscriptions
+from .upstream.caller_sessions import Sender
 
 log = logging.getLogger("mcp_preconditions.gateway")
 
@@ -286,7 +285,7 @@ class Downstream:
         """A server closed the stream of a request made for `origin` before its answer, for
         polling (SEP-1699): a 2025-11-25 client's own stream of that call is closed likewise, to
         be resumed (`sse.Reply.poll`); another client just waits for its answer."""
-        if isinstance(origin, Call) and not origin.closed and isinstance(origin.stream, Reply):
+        if isinstance(origin, Call) and not origin.closed and isinstance(origin.stream, Pollable):
             origin.stream.poll(retry)
 
     async def _ask_anyone(self, method: str, params: dict[str, Any], timeout: float,

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Hashable
 from typing import Any
 
-from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from .clients import Call
+from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
-from .. import jsonrpc
-from ..errors import PeerFailed, answered
-from ..jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
+from . import jsonrpc
+from .errors import PeerFailed, answered
+from .jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, Message, RequestId, RpcError
 
 LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert",
                            "emergency")  # least severe first (the spec's LoggingLevel)
@@ -32,6 +32,14 @@ class Sink(Protocol):
     def open(self) -> bool: ...
 
 
+@runtime_checkable
+class Pollable(Protocol):
+    """A sink that can be closed before its answer, for the client to resume it (SEP-1699): a
+    2025-11-25 session's reply to a POST (`downstream/sse.py`'s `Reply`)."""
+
+    def poll(self, retry: float) -> None: ...
+
+
 class Client:
     """One client connection that outlives its requests: the stdio client (either protocol
     version) or a 2025-11-25 HTTP session. `standalone` is where messages outside any request go
@@ -46,7 +54,7 @@ class Client:
         self.modern = False  # a stdio connection whose first request carried the 2026 envelope
         self.level: str | None = None  # what `logging/setLevel` asked for
         # Whose connection it is, once a request of it went to a server as its caller (SPEC §14):
-        # what servers send that caller reaches it (downstream/callers.py).
+        # what servers send that caller reaches it (callers.py).
         self.owner: Hashable | None = None
         self.closed = False
         self.on_close: list[Callable[[], None]] = []
