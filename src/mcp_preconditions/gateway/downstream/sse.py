@@ -71,14 +71,18 @@ def _milliseconds(retry: float) -> int:
     return round(min(max(retry, 0.0), RETRY_MAX_SECONDS) * 1000)
 
 
-def priming(key: str, retry: float) -> bytes:
-    """The event a pollable stream begins with: its id, the reconnection delay, no data."""
-    return f"id: {key}.0\r\nretry: {_milliseconds(retry)}\r\ndata: \r\n\r\n".encode()
-
-
 def retry_field(retry: float) -> bytes:
     """The reconnection delay alone (an event with no data: nothing is dispatched)."""
-    return f"retry: {_milliseconds(retry)}\r\n\r\n".encode()
+    return b"retry: %d\r\n\r\n" % _milliseconds(retry)
+
+
+_PRIMED = b"retry: %d\r\ndata: \r\n\r\n" % _milliseconds(RETRY_SECONDS)  # made once: every call's
+
+
+def priming(key: str, retry: float) -> bytes:
+    """The event a pollable stream begins with: its id, the reconnection delay, no data."""
+    tail = _PRIMED if retry == RETRY_SECONDS else b"retry: %d\r\ndata: \r\n\r\n" % _milliseconds(retry)
+    return b"id: " + key.encode() + b".0\r\n" + tail
 
 
 class Backlog:

@@ -214,13 +214,16 @@ class Streamable:
                       polled=session.polled if polls else None)
         call = Call(message["method"], message.get("params"), message["id"], session.client.version,
                     reply, session.client, headers)
-        answer = await connection.serve(call, self.dispatch.answer)
-        if answer is None:  # the client cancelled it: its stream ends with that
-            answer = jsonrpc.error(call.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
-        elif await _stepped_up(call, reply, send, mine):
-            return 403
-        await reply.finish(answer)
-        return 200
+        try:
+            answer = await connection.serve(call, self.dispatch.answer)
+            if answer is None:  # the client cancelled it: its stream ends with that
+                answer = jsonrpc.error(call.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
+            elif await _stepped_up(call, reply, send, mine):
+                return 403
+            await reply.finish(answer)
+            return 200
+        finally:
+            reply.abandon()  # (answered: nothing; else its timer and its place are let go)
 
     # -- 2026-07-28: requests that stand alone ---------------------------------------------------
     async def _modern(self, scope: dict[str, Any], headers: dict[str, str], body: bytes,
