@@ -5,7 +5,7 @@ against the faithful 2025-11-25 server of tests/fixtures/conformance_server.py a
 (tests/fixtures/conformance.py runs them; docs/gateway-conformance.md shows the table).
 
 - At 2025-11-25 the gateway loses no check that passes against the server alone, scored or not,
-  but those named in LOST (with why): with an HTTP upstream, none (SSE polling is relayed).
+  SSE polling included, whatever its upstream (LOST: none).
 - At 2026-07-28 every scored scenario passes through the gateway, in the whole run (where the
   suite leaves calls waiting for a retry that never comes: a server's question still reaches the
   call that asks, gateway/callers.py) and on a gateway of its own.
@@ -26,14 +26,11 @@ from tests.fixtures.fleet import clock, command, fleet_http, write_gateway_toml
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 LEGACY, MODERN = REQUIREMENTS
-# SSE polling (SEP-1699) is relayed: a server that closes a call's stream mid-call is resumed, and
-# the client's stream of that call closed and resumed likewise (gateway/upstream/http.py,
-# gateway/downstream/sse.py). A stdio server cannot close a stream: there is no polling to relay,
-# and the gateway puts event ids only on a stream it closes for polling (none on a call answered
-# on its own stream), so the scenario's three checks (all SHOULDs) are not met through one.
-SSE_POLLING = {("server-sse-polling", c) for c in ("server-sse-priming-event", "server-sse-retry-field",
-                                                   "server-sse-disconnect-resume")}
-LOST: dict[str, set[tuple[str, str]]] = {"stdio": SSE_POLLING, "http": set()}
+# SSE polling (SEP-1699): a server that closes a call's stream mid-call is resumed, and the client's
+# stream of that call closed and resumed likewise (gateway/upstream/http.py); and whatever the
+# server (a stdio one closes nothing), every call's stream is primed and, with --sse-poll-seconds
+# (`conformance.POLLING`), closed for polling when the call runs longer (gateway/downstream/sse.py).
+LOST: dict[str, set[tuple[str, str]]] = {"stdio": set(), "http": set()}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +83,7 @@ def test_a_many_server_gateway_loses_nothing_at_2025(server_leg: ServerLeg, tmp_
     policy.write_text("# every tool open\n", encoding="utf-8")
     config = write_gateway_toml(tmp_path / "gateway.toml", policy, {
         "conformance": command(SERVER_STDIO, prefix=""), "time": clock()})
-    with fleet_http(config) as gateway:
+    with fleet_http(config, *conformance.POLLING) as gateway:
         through = run(gateway.url, LEGACY, tmp_path / "results")
     print(f"server leg, a many-server gateway, {LEGACY}: {through.total}")
     lost = server_leg.alone[LEGACY].successes() - through.successes()

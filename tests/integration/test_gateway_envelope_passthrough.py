@@ -100,7 +100,7 @@ class RawSession:
             "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
         assert answer.status_code == 200, answer.text
         return next(line[len("data: "):] for line in answer.text.splitlines()
-                    if line.startswith("data: "))
+                    if line.startswith("data: ") and line != "data: ")  # (not the priming event)
 
 
 async def test_a_servers_own_denials_reach_the_client_as_it_sent_them(tmp_path: Path) -> None:

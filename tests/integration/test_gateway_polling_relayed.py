@@ -3,7 +3,8 @@
 whose `test_reconnection` closes the call's stream before its answer and answers once its client
 reconnects with `Last-Event-ID`. The gateway reconnects to the server so, and closes its own
 client's stream of that call likewise: an event with an id and the server's `retry` first, then the
-end; the client's GET with that id gets the answer. A stream so kept is its session's alone, and
+end; the client's GET with that id gets the answer (every call's stream is primed so, whatever
+its server does: tests/integration/test_gateway_sse_polling.py). A stream so kept is its session's alone, and
 its principal's: anyone else's GET finds nothing.
 """
 
@@ -137,12 +138,16 @@ async def test_a_stream_the_server_closes_mid_call_is_closed_and_resumed_for_the
     assert all(e.id is not None and e.id != last for e in found)  # each resumable in turn
 
 
-async def test_a_call_answered_on_its_stream_has_no_event_ids() -> None:
-    """Only a stream closed for polling carries event ids: an ordinary call costs nothing more."""
+async def test_a_call_answered_on_its_stream_begins_with_a_priming_event_and_keeps_nothing() -> None:
+    """Every call's stream of a 2025-11-25 session is primed (SEP-1699), with its answer in the
+    same write when it comes at once; one answered on its own stream leaves nothing to resume."""
     async with gateway() as url, client() as http:
         mine = await session(http, url, "alice")
         async with http.stream("POST", url, headers=mine, json={
                 "jsonrpc": "2.0", "id": 2, "method": "tools/call",
                 "params": {"name": "test_simple_text", "arguments": {}}}) as posted:
             found = await events(posted)
-    assert [e.id for e in found] == [None] and answers(found)[0]["id"] == 2
+        assert found[0] == Event(found[0].id, 500, "") and found[0].id is not None
+        assert [e.id for e in found[1:]] == [None] and answers(found)[0]["id"] == 2
+        async with http.stream("GET", url, headers=resuming(mine, found[0].id)) as resumed:
+            assert resumed.status_code == 200 and await events(resumed) == []

@@ -94,6 +94,8 @@ def check(shown: str, seen: dict[str, dict[str, Any]], decisions: Path, log: Pat
     ("--max-streams-per-principal", "many", "--max-streams-per-principal: expected a positive "
                                             "number, got 'many'"),
     ("--max-sessions", "1.5", "--max-sessions: expected a positive number, got '1.5'"),
+    ("--sse-poll-seconds", "0", "--sse-poll-seconds: expected a positive number, got '0'"),
+    ("--sse-poll-seconds", "soon", "--sse-poll-seconds: expected a positive number, got 'soon'"),
 ])
 def test_a_bad_listener_or_decision_log_flag_is_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str,

@@ -1,8 +1,9 @@
-"""A 2025-11-25 call's stream closed for polling (SEP-1699) by the gateway's listener
-(gateway/downstream/sse.py `Reply.poll`, `Polled`, `Backlog`): closed after an event with an id and
-the delay, what comes after kept for a GET with `Last-Event-ID`, each bound held (streams per
-session, events and bytes per stream, how long one is kept), and a reply that may not be polled
-unchanged.
+"""A 2025-11-25 call's stream, SSE polling (SEP-1699) by the gateway's listener
+(gateway/downstream/sse.py `Reply`, `Polled`, `Backlog`): it begins with a priming event (an id, the
+delay, no data) written with its first bytes; closed for polling (by its server's doing or after the
+listener's `poll_seconds`), what comes after is kept for a GET with `Last-Event-ID`; each bound held
+(streams per session, events and bytes per stream, how long one is kept); and a reply that may not
+be polled unchanged.
 """
 
 from __future__ import annotations
@@ -84,9 +85,11 @@ async def test_past_the_sessions_bound_a_stream_stays_open_and_its_answer_comes_
     late = Reply(written, [], Unanswered(), loop, sse=True, polled=polled)
     late.poll(0.1)
     await late.finish(ANSWER)
-    assert written.body == sse.event(ANSWER)  # one event, no id: answered on its own stream
+    # Primed, not closed: answered on its own stream.
+    assert written.body == sse.priming("9", 0.1) + sse.event(ANSWER) and written.ended
+    assert polled.find("9.0") is None
     await kept[0].finish(ANSWER)  # a call over: its stream's place may be taken
-    assert polled.open() is not None and polled.find("1.0") is None
+    assert polled.open(polled.key()) is not None and polled.find("1.0") is None
 
 
 async def test_a_backlog_keeps_the_newest_events_within_its_bounds_and_always_the_answer(
@@ -105,7 +108,7 @@ async def test_a_backlog_keeps_the_newest_events_within_its_bounds_and_always_th
 @pytest.mark.parametrize("last", ["1", "1.", "1.x", "1.-1", "2.0", "1.0000000001", "", "1.٣"])
 def test_a_last_event_id_that_names_no_kept_stream_finds_nothing(last: str) -> None:
     polled = Polled()
-    assert polled.open() is not None  # "1"
+    assert polled.open(polled.key()) is not None  # "1"
     assert polled.find(last) is None
 
 
@@ -113,8 +116,95 @@ async def test_a_stream_is_forgotten_a_while_after_its_call_ended(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sse, "KEEP_SECONDS", 0.01)
     polled = Polled()
-    backlog = polled.open()
+    backlog = polled.open(polled.key())
     assert backlog is not None
     backlog.add(sse.event(ANSWER), last=True)
     assert polled.find("1.0") is not None
     await until(lambda: polled.find("1.0") is None, "the stream forgotten")
+
+
+# -- the gateway's own polling: every stream primed, closed on its listener's policy -------------
+
+async def test_a_pollable_reply_answered_at_once_is_its_priming_event_and_the_answer_in_one_write(
+        ) -> None:
+    """Fails on the old code: the answer alone, one event without an id (no priming, no retry)."""
+    polled, written = Polled(), Written()
+    reply = Reply(written, [], Unanswered(), asyncio.get_running_loop(), sse=True, polled=polled)
+    await reply.finish(ANSWER)
+    assert written.sent[0]["status"] == 200
+    assert written.sent[0]["headers"][0] == (b"content-type", b"text/event-stream")
+    bodies = [m["body"] for m in written.sent if m["type"] == "http.response.body"]
+    assert bodies == [b"id: 1.0\r\nretry: 500\r\ndata: \r\n\r\n" + sse.event(ANSWER)]
+    assert polled.find("1.0") is None  # answered on its stream: nothing kept to resume
+
+
+async def test_a_pollable_stream_begins_with_its_priming_event_and_each_has_its_own_id() -> None:
+    """Fails on the old code: the progress first, no event with an id."""
+    polled, loop = Polled(), asyncio.get_running_loop()
+    first, second = Written(), Written()
+    one = Reply(first, [], Unanswered(), loop, sse=True, polled=polled)
+    two = Reply(second, [], Unanswered(), loop, sse=True, polled=polled)
+    one.push(NOTE)
+    two.push(NOTE)
+    await one.finish(ANSWER)
+    await two.finish(ANSWER)
+    assert first.body == sse.priming("1", 0.5) + sse.event(NOTE) + sse.event(ANSWER)
+    assert second.body == sse.priming("2", 0.5) + sse.event(NOTE) + sse.event(ANSWER)
+
+
+async def test_a_call_unanswered_after_the_listeners_poll_seconds_is_closed_and_resumed() -> None:
+    """Whatever the server behind (a stdio one closes nothing): the stream ends after its priming
+    event and what was pushed, and the client's GET with its id gets the rest. Fails on the old
+    code: no `poll_seconds`, the stream stayed open for the answer."""
+    polled, written = Polled(), Written()
+    reply = Reply(written, [], Unanswered(poll_seconds=0.0), asyncio.get_running_loop(), sse=True,
+                  polled=polled)
+    reply.push(NOTE)
+    await until(lambda: written.ended, "the stream closed for polling")
+    assert written.body == sse.priming("1", 0.5) + sse.event(NOTE)
+    reply.push(NOTE)
+    await reply.finish(ANSWER)
+    found = polled.find("1.0")
+    assert found is not None
+    resumed = Written()
+    await found[0].serve(found[1], never, resumed, [])
+    assert resumed.body == b"id: 1.1\r\n" + sse.event(NOTE) + b"id: 1.2\r\n" + sse.event(ANSWER)
+
+
+async def test_a_call_answered_before_poll_seconds_is_answered_on_its_stream() -> None:
+    polled, written = Polled(), Written()
+    reply = Reply(written, [], Unanswered(poll_seconds=60.0), asyncio.get_running_loop(), sse=True,
+                  polled=polled)
+    await reply.finish(ANSWER)
+    assert written.body == sse.priming("1", 0.5) + sse.event(ANSWER)
+    assert polled.find("1.0") is None
+
+
+async def test_a_reply_that_may_not_poll_is_never_closed_by_poll_seconds() -> None:
+    """A 2026-07-28 request (closing its stream would cancel it), an older session's."""
+    unanswered, loop = Unanswered(poll_seconds=0.0), asyncio.get_running_loop()
+    written, beside = Written(), Written()
+    reply = Reply(written, [], unanswered, loop, sse=True)
+    pollable = Reply(beside, [], unanswered, loop, sse=True, polled=Polled())
+    reply.push(NOTE)
+    pollable.push(NOTE)
+    await until(lambda: beside.ended, "the pollable one closed for polling")
+    assert not written.ended
+    await reply.finish(ANSWER)
+    assert written.body == sse.event(NOTE) + sse.event(ANSWER)
+
+
+async def test_a_server_closing_a_primed_stream_gives_its_own_delay_then_the_stream_ends() -> None:
+    """Relayed (SEP-1699): the priming event is out already; the server's `retry` follows when it
+    differs, and the client resumes from the priming event's id."""
+    polled, written = Polled(), Written()
+    reply = Reply(written, [], Unanswered(), asyncio.get_running_loop(), sse=True, polled=polled)
+    reply.push(NOTE)
+    reply.poll(2.0)
+    await reply.finish(ANSWER)
+    assert written.body == sse.priming("1", 0.5) + sse.event(NOTE) + b"retry: 2000\r\n\r\n"
+    found = polled.find("1.0")
+    assert found is not None
+    resumed = Written()
+    await found[0].serve(found[1], never, resumed, [])
+    assert resumed.body == b"id: 1.1\r\n" + sse.event(ANSWER)

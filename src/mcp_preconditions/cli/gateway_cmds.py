@@ -261,7 +261,9 @@ def _limits(args: argparse.Namespace) -> Limits:
                   int(_positive(args.max_connections, "--max-connections", int)),
                   int(_positive(args.max_sessions, "--max-sessions", int)),
                   int(_positive(args.max_sessions_per_principal, "--max-sessions-per-principal", int)),
-                  int(_positive(args.max_streams_per_principal, "--max-streams-per-principal", int)))
+                  int(_positive(args.max_streams_per_principal, "--max-streams-per-principal", int)),
+                  poll_seconds=(None if args.sse_poll_seconds is None else
+                                _positive(args.sse_poll_seconds, "--sse-poll-seconds", float)))
 
 
 def _positive(value: str | None, option: str, kind: Callable[[str], float]) -> float:
@@ -335,6 +337,11 @@ def _add_http_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-streams-per-principal", default="16", metavar="N",
                         help="HTTP: at most N long-lived streams (GET, subscriptions/listen) per "
                              "caller; more get 429 (default 16)")
+    parser.add_argument("--sse-poll-seconds", default=None, metavar="S",
+                        help="HTTP: close a 2025-11-25 call's stream when it has run S seconds "
+                             "without its answer, for the client to resume it with GET and "
+                             "Last-Event-ID (SSE polling, SEP-1699); default: only when the "
+                             "server behind closes its own")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

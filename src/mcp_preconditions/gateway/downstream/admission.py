@@ -47,7 +47,8 @@ class Limits:
     had a request yet and have waited GRACE_SECONDS, and at most half of `connections` such
     fresh ones; at most `sessions` 2025-11-25 sessions, and per principal at most
     `sessions_per_principal` of them and `streams_per_principal` long-lived streams (GET,
-    `subscriptions/listen`)."""
+    `subscriptions/listen`); a 2025-11-25 call's stream is closed for polling after `poll_seconds`
+    without its answer (None: never, unless its server closes its own; SEP-1699)."""
 
     header_seconds: float = 10.0
     connections: int = 1000
@@ -56,6 +57,7 @@ class Limits:
     streams_per_principal: int = STREAMS_PER_PRINCIPAL
     waiting_seconds: float = WAITING_SECONDS
     waiting_per_address: int = 32
+    poll_seconds: float | None = None
 
 
 DEFAULT_LIMITS = Limits()

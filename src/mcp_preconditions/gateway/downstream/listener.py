@@ -76,7 +76,8 @@ async def serve_http(gateway: Gateway, sock: socket.socket, announce: str | None
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     sessions = Sessions(limit=limits.sessions, per_principal=limits.sessions_per_principal,
-                        streams_per_principal=limits.streams_per_principal)
+                        streams_per_principal=limits.streams_per_principal,
+                        poll_seconds=limits.poll_seconds)
     app = build_app(gateway, host, f"http://{shown}:{port}", metrics, sessions, pages)
     if announce is not None:
         print(announce.format(url=f"http://{shown}:{port}/mcp"), file=sys.stderr, flush=True)

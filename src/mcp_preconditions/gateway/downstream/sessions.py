@@ -58,8 +58,10 @@ class Sessions:
 
     def __init__(self, idle_seconds: float = IDLE_SECONDS, limit: int = MAX_SESSIONS,
                  per_principal: int = SESSIONS_PER_PRINCIPAL,
-                 streams_per_principal: int = STREAMS_PER_PRINCIPAL) -> None:
+                 streams_per_principal: int = STREAMS_PER_PRINCIPAL,
+                 poll_seconds: float | None = None) -> None:
         self.idle_seconds = idle_seconds
+        self.poll_seconds = poll_seconds  # a call's stream closed for polling after it (SEP-1699)
         self.limit = limit
         self.per_principal = per_principal
         self.streams_per_principal = streams_per_principal

@@ -2,11 +2,15 @@
 one JSON body unless something must reach the client before its answer (progress, a log message, a
 server's request), in which case the response becomes an SSE stream; a session's GET stream.
 
-SSE polling (SEP-1699), relayed: when a server closes a call's stream before its answer, the
-gateway closes its own client's stream of that call likewise (`Reply.poll`) after an event with an
-id (and the server's `retry`). What comes for the call after that is kept (`Backlog`: bounded) in
-the 2025-11-25 session (`Polled`), for the client's GET with `Last-Event-ID`. Only such streams carry
-event ids: a call answered on its own stream pays nothing for this.
+SSE polling (SEP-1699), the gateway's own: a call's stream in a 2025-11-25 session (`Reply` with
+`polled`) begins with a priming event (an id, the `retry` delay, no data), written with the stream's
+first bytes (no write of its own). The gateway closes that stream before its answer when the server
+closes its own (`Reply.poll`, relayed) or when the call is still unanswered after the listener's
+`poll_seconds` (`Unanswered`, off by default), whatever the server behind it. What comes for the
+call after that is kept (`Backlog`: bounded) in the session (`Polled`), for the client's GET with
+`Last-Event-ID`: a stream's id is its session's alone (another session, and so another principal,
+finds nothing under it). A 2026-07-28 request's stream, or an older session's, has no ids: closing
+one is cancelling it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ KEEP_SECONDS = 60.0
 MAX_BACKLOG = 256
 MAX_BACKLOG_BYTES = 4 << 20
 RETRY_MAX_SECONDS = 10.0  # the `retry` passed on to a client, at most
+RETRY_SECONDS = 0.5  # the `retry` of a priming event: a resumed GET waits for what is still to come
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
                (b"connection", b"keep-alive"), (b"x-accel-buffering", b"no")]
 _PING = b": ping\r\n\r\n"
@@ -45,10 +50,12 @@ def event(message: Message) -> bytes:
 class Unanswered:
     """The replies still waiting for their answer, for one sweep every few seconds to turn those
     waiting longer than `PING_SECONDS` into kept-alive streams (a timer per request would cost
-    every call)."""
+    every call). `poll_seconds`: a 2025-11-25 session's reply still unanswered that long is closed
+    for polling (a timer per such reply, only when it is set)."""
 
-    def __init__(self) -> None:
+    def __init__(self, poll_seconds: float | None = None) -> None:
         self.since: dict[Reply, float] = {}
+        self.poll_seconds = poll_seconds
 
     async def keep_alive(self) -> None:
         """Run until cancelled."""
@@ -60,10 +67,22 @@ class Unanswered:
                 reply.commit()
 
 
+def _milliseconds(retry: float) -> int:
+    return round(min(max(retry, 0.0), RETRY_MAX_SECONDS) * 1000)
+
+
+def retry_field(retry: float) -> bytes:
+    """The reconnection delay alone (an event with no data: nothing is dispatched)."""
+    return b"retry: %d\r\n\r\n" % _milliseconds(retry)
+
+
+_PRIMED = b"retry: %d\r\ndata: \r\n\r\n" % _milliseconds(RETRY_SECONDS)  # made once: every call's
+
+
 def priming(key: str, retry: float) -> bytes:
-    """The event a stream closed for polling ends with: its id, the reconnection delay, no data."""
-    milliseconds = round(min(max(retry, 0.0), RETRY_MAX_SECONDS) * 1000)
-    return f"id: {key}.0\r\nretry: {milliseconds}\r\ndata: \r\n\r\n".encode()
+    """The event a pollable stream begins with: its id, the reconnection delay, no data."""
+    tail = _PRIMED if retry == RETRY_SECONDS else b"retry: %d\r\ndata: \r\n\r\n" % _milliseconds(retry)
+    return b"id: " + key.encode() + b".0\r\n" + tail
 
 
 class Backlog:
@@ -136,23 +155,27 @@ class Backlog:
 
 
 class Polled:
-    """One 2025-11-25 session's streams closed for polling, by key (the part of their event ids
-    before the dot), for as long as each is kept: at most MAX_POLLED, each until KEEP_SECONDS after
-    its call ended. A session's alone: a GET on another session finds none of them."""
+    """One 2025-11-25 session's streams: each call's stream is named by a key (`key`: the part of
+    its event ids before the dot, new for each), and those closed for polling are kept by it for as
+    long as each is kept: at most MAX_POLLED, each until KEEP_SECONDS after its call ended. A
+    session's alone: a GET on another session finds none of them."""
 
     def __init__(self) -> None:
         self._streams: dict[str, Backlog] = {}
         self._count = 0
 
-    def open(self) -> Backlog | None:
-        """A new stream's backlog; None at the bound (when every one kept is of a call still on)."""
+    def key(self) -> str:
+        self._count += 1
+        return str(self._count)
+
+    def open(self, key: str) -> Backlog | None:
+        """The backlog of the stream named `key`, closed now; None at the bound (when every one
+        kept is of a call still on)."""
         if len(self._streams) >= MAX_POLLED:
-            done = next((key for key, backlog in self._streams.items() if backlog.over), None)
+            done = next((k for k, backlog in self._streams.items() if backlog.over), None)
             if done is None:
                 return None
             del self._streams[done]
-        self._count += 1
-        key = str(self._count)
         backlog = self._streams[key] = Backlog(key, self._ended)
         return backlog
 
@@ -174,13 +197,16 @@ class Reply:
     2026-07-28 answer with nothing before it is plain JSON, a 2025-11-25 one one SSE event (the
     MCP SDK answers each POST of a session as a stream, and conformance checks that it does). A
     request still unanswered after `PING_SECONDS` becomes a stream too (kept alive). A reply of a
-    2025-11-25 session (`polled`: that session's) may be closed for polling (`poll`)."""
+    2025-11-25 session (`polled`: that session's) begins with a priming event and may be closed
+    for polling (`poll`): by the server's doing, or after `unanswered.poll_seconds`."""
 
     def __init__(self, send: Send, headers: list[tuple[bytes, bytes]], unanswered: Unanswered,
                  loop: asyncio.AbstractEventLoop, *, sse: bool = False,
                  polled: Polled | None = None) -> None:
         self._send = send
         self._polled = polled
+        self._key: str | None = None  # its event ids' (once its priming event is written)
+        self._retry = RETRY_SECONDS  # what its priming event says
         self._backlog: Backlog | None = None  # once closed for polling: what comes after
         self._headers = headers
         self._sse = sse
@@ -190,7 +216,10 @@ class Reply:
         self._finished = False
         self._loop = loop
         self._unanswered = unanswered
+        self._timer: asyncio.TimerHandle | None = None
         unanswered.since[self] = loop.time()
+        if polled is not None and unanswered.poll_seconds is not None:
+            self._timer = loop.call_later(unanswered.poll_seconds, self.poll, RETRY_SECONDS)
 
     @property
     def open(self) -> bool:
@@ -216,24 +245,40 @@ class Reply:
         """Answer as a stream from now on (what is pushed goes out as it comes)."""
         if self._writer is None and not self._finished:
             self._unanswered.since.pop(self, None)
+            if self._polled is not None:
+                self._queue.insert(0, self._priming(self._polled))
             self._wake = asyncio.Event()
             self._writer = self._loop.create_task(self._stream())
 
+    def _priming(self, polled: Polled) -> bytes:
+        self._key = polled.key()
+        return priming(self._key, self._retry)
+
     def poll(self, retry: float) -> None:
         """Close the stream now, before the answer, for the client to resume it with a GET and
-        `Last-Event-ID` after `retry` seconds (SEP-1699): it ends with an event with an id and
-        that delay, and what comes after is kept for the client. Not a 2025-11-25 session's reply,
-        one already closed, or one past the session's bound: nothing changes."""
+        `Last-Event-ID` after `retry` seconds (SEP-1699): the priming event gave it an id (and the
+        delay, which is given again if it changed), and what comes after is kept for the client.
+        Not a 2025-11-25 session's reply, or one already closed: nothing changes; past the
+        session's bound the stream stays open, and its answer comes on it."""
         if self._finished or self._backlog is not None or self._polled is None:
             return
-        backlog = self._polled.open()
+        self._cancel_timer()
+        if self._writer is None:
+            self._retry = retry
+            self.commit()
+        elif retry != self._retry:
+            self._queue.append(retry_field(retry))
+        assert self._key is not None and self._wake is not None
+        backlog = self._polled.open(self._key)
         if backlog is None:
             return
-        self._queue.append(priming(backlog.key, retry))
         self._backlog = backlog
-        self.commit()
-        assert self._wake is not None
         self._wake.set()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def _stream(self) -> None:
         await self._send({"type": "http.response.start", "status": 200,
@@ -257,6 +302,7 @@ class Reply:
     async def finish(self, answer: Message, status: int = 200) -> None:
         """Send the answer and end the response (`status` applies to a JSON answer only)."""
         self._unanswered.since.pop(self, None)
+        self._cancel_timer()
         if self._finished:
             return
         if self._backlog is not None:  # closed for polling: the answer waits for its client
@@ -267,7 +313,9 @@ class Reply:
             return
         if self._writer is None:
             self._finished = True
-            if self._sse:
+            if self._polled is not None:  # one write: the priming event and the answer
+                body, kind = self._priming(self._polled) + event(answer), SSE_HEADERS[:3]
+            elif self._sse:
                 body, kind = event(answer), SSE_HEADERS[:3]
             else:
                 body, kind = jsonrpc.dumps(answer), [(b"content-type", b"application/json")]
@@ -284,6 +332,7 @@ class Reply:
     def abandon(self) -> None:
         """The request ended without an answer to send (its stream, if any, just ends)."""
         self._unanswered.since.pop(self, None)
+        self._cancel_timer()
         if not self._finished:
             self._finished = True
             if self._backlog is not None:

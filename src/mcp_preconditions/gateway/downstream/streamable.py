@@ -1,10 +1,11 @@
 """Streamable HTTP at `/mcp`, framed by the gateway itself (no SDK transport, no starlette): POST a
 message and read its answer (JSON, or SSE when something comes first), GET a session's stream,
-DELETE it (a GET with `Last-Event-ID` resumes a call's stream that was closed for polling, SEP-1699:
-`sse.Polled`); 2025-11-25 sessions by id, 2026-07-28 requests that stand alone; the Accept and
-protocol-version header checks, 404 for another's session, each principal's sessions and streams
-bounded (the Host/Origin checks, on every path, are the app's); a call that more scopes alone
-would allow is answered 403 `insufficient_scope` (SPEC §15, `denials.step_up`).
+DELETE it (a 2025-11-25 call's stream begins with a priming event, and a GET with `Last-Event-ID`
+resumes one that was closed for polling, SEP-1699: `sse.Polled`); 2025-11-25 sessions by id,
+2026-07-28 requests that stand alone; the Accept and protocol-version header checks, 404 for
+another's session, each principal's sessions and streams bounded (the Host/Origin checks, on every
+path, are the app's); a call that more scopes alone would allow is answered 403
+`insufficient_scope` (SPEC §15, `denials.step_up`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .sessions import HttpSession, Sessions
 from .sse import SSE_HEADERS, Receive, Reply, Send, Stream, Unanswered
 from .wire import accepts, empty, read_body, read_headers, rpc_error, text
 
+POLLING_SINCE = "2025-11-25"  # the first version with SSE polling (SEP-1699)
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves
 _STATUS = ERROR_CODE_HTTP_STATUS
 
@@ -56,7 +58,7 @@ class Streamable:
         self.dispatch = dispatch
         self.sessions = sessions
         self.refused = refused  # counts a refusal made before any decision, by reason (SPEC §13)
-        self.unanswered = Unanswered()
+        self.unanswered = Unanswered(sessions.poll_seconds)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -205,16 +207,23 @@ class Streamable:
             await empty(send, 202, mine)
             await connection.received(message, self.dispatch.notified, headers)
             return 202
-        reply = Reply(send, mine, self.unanswered, self.loop, sse=True, polled=session.polled)
+        # SSE polling (SEP-1699) is 2025-11-25's: an older client, or one not yet initialized,
+        # gets no priming event and no stream closed for polling.
+        polls = session.client.params is not None and session.client.version >= POLLING_SINCE
+        reply = Reply(send, mine, self.unanswered, self.loop, sse=True,
+                      polled=session.polled if polls else None)
         call = Call(message["method"], message.get("params"), message["id"], session.client.version,
                     reply, session.client, headers)
-        answer = await connection.serve(call, self.dispatch.answer)
-        if answer is None:  # the client cancelled it: its stream ends with that
-            answer = jsonrpc.error(call.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
-        elif await _stepped_up(call, reply, send, mine):
-            return 403
-        await reply.finish(answer)
-        return 200
+        try:
+            answer = await connection.serve(call, self.dispatch.answer)
+            if answer is None:  # the client cancelled it: its stream ends with that
+                answer = jsonrpc.error(call.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
+            elif await _stepped_up(call, reply, send, mine):
+                return 403
+            await reply.finish(answer)
+            return 200
+        finally:
+            reply.abandon()  # (answered: nothing; else its timer and its place are let go)
 
     # -- 2026-07-28: requests that stand alone ---------------------------------------------------
     async def _modern(self, scope: dict[str, Any], headers: dict[str, str], body: bytes,
