@@ -33,8 +33,12 @@ from hypothesis.stateful import (
 )
 
 from mcp_preconditions.approvals import Binding, Party
-from mcp_preconditions.approvals.bounds import MAX_ENDED_PER_CALLER, MAX_PENDING_PER_CALLER
-from mcp_preconditions.approvals.store import Changed, MemoryApprovalStore
+from mcp_preconditions.approvals.store import (
+    MAX_ENDED_PER_CALLER,
+    MAX_PENDING_PER_CALLER,
+    Changed,
+    MemoryApprovalStore,
+)
 from mcp_preconditions.approvals.store_redis import RedisApprovalStore
 from mcp_preconditions.resolvers.state_redis import RedisStateSource
 from tests.fixtures.redis import RedisServer

@@ -2,11 +2,11 @@
 (the caller, `approvers = "self"`, or an approver who meets the policy's requirements), once.
 
 binding.py (what an approval is bound to, RFC 8785), lifecycle.py (requested → approved | refused |
-expired; approved → used), store.py and store_redis.py (atomic, one process or every replica),
-bounds.py (how many requests one caller keeps),
-approvers.py (who may approve), question.py (the `self` question), plan.py (one call's approvals),
-resolver.py (the namespace), stage.py (the late stage), record.py (records and metrics). The
-approver pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
+expired; approved → used), store.py and store_redis.py (atomic, one process or every replica;
+the bounds of how many requests one caller keeps are store.py's), approvers.py (who may
+approve), question.py (the `self` question, and what a person is shown of a call), plan.py (one
+call's approvals), resolver.py (the namespace), stage.py (the late stage), record.py (records and
+metrics). The approver pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 from ..canonical import canonical_json
 from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approver
 from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind
-from .bounds import MAX_ENDED_PER_CALLER, MAX_PENDING_PER_CALLER
 from .lifecycle import ApprovalRequest, Refusal, State
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep, CompiledApproval, Remedy
 from .question import Answer, Question, answer_of, asks_forms
@@ -31,7 +30,13 @@ from .resolver import (
     refuse_without_pages,
 )
 from .stage import HeldApproval
-from .store import ApprovalStore, Changed, MemoryApprovalStore
+from .store import (
+    MAX_ENDED_PER_CALLER,
+    MAX_PENDING_PER_CALLER,
+    ApprovalStore,
+    Changed,
+    MemoryApprovalStore,
+)
 
 __all__ = [
     "ASKS_THE_CALLER", "MAX_ARGUMENTS_BYTES", "MAX_ENDED_PER_CALLER", "MAX_PENDING_PER_CALLER",

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from ..outcomes import Outcome, Status, ruling
-from ..policy.model import Approval
+from ..policy.deciders import Approval
 from ..principal import Identity
 from ..requirements import Finding, FormChecker
 from ..resolvers.base import CallContext

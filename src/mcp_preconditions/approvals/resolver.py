@@ -11,7 +11,7 @@ grant's condition): unsatisfied. A denial's remedy is what the stage holds for t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..errors import RequirementError
 from ..late import late_resolver
@@ -22,7 +22,7 @@ from ..requirements import Finding, body_of
 from ..resolvers.base import CallContext, Registry
 from .approvers import approver_findings
 from .plan import ApprovalPlan, CompiledApproval
-from .record import Event
+from .record import Observe, counting
 from .stage import UNDISCLOSED, ApprovalStage, HeldApproval
 from .store import ApprovalStore, MemoryApprovalStore
 
@@ -32,8 +32,6 @@ PAGES_PATH = "/approvals"  # where the gateway serves the approval pages (pages.
 # Who decides an approval, as `check`, `policy test` and the explorer show it: a person, per call.
 ASKS_THE_CALLER, NEEDS_AN_APPROVER = "asks_the_caller", "needs_an_approver"
 APPROVAL_ORDER = 500  # after a credential (an approval is not spent on a call that cannot run)
-# Told each (approval name, result) an operation made: the approvals_total metric. No caller.
-Observe = Callable[[str, str], None]
 
 
 class ApprovalResolver:
@@ -52,6 +50,7 @@ class ApprovalResolver:
         self.approvals = dict(approvals)
         self.pages_url = pages_url.rstrip("/") if pages_url else None
         self.observe = observe
+        self.count = counting(observe)  # each result an operation made, to `observe`
         # `policy test` only (LiveSources.approvals_taken_as_given): a call without a sidecar has
         # its approvals satisfied, "taken as given", and is decided on the rest.
         self.taken_as_given = taken_as_given
@@ -82,17 +81,6 @@ class ApprovalResolver:
                                          f"requirement {req!r}: {late.not_a_condition}", req,
                                          self.source))
         return found
-
-    def count(self, events: Iterable[Event]) -> None:
-        """Each result an operation made, to `observe` (counting never changes an answer)."""
-        observe = self.observe
-        if observe is None:
-            return
-        for name, state in events:
-            try:
-                observe(name, state.value)
-            except Exception:
-                log.exception("approval %s: counting %s failed", name, state.value)
 
     async def offer(self, requirement: str, call: OfferCall) -> Offer | None:
         """The remedy of an unmet `approval:NAME`: what its stage holds for the call says it

@@ -7,7 +7,7 @@ with the answer, a denial's remedy is its offer (the approval page, or what the 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable
 
 from ..asking import Answer
 from ..envelope import Remediation, RemediationHint
@@ -17,16 +17,13 @@ from ..outcomes import Outcome, Status
 from .lifecycle import State
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep
 from .question import Question
-from .record import Event
+from .record import Count
 
 NOT_DECIDED = ("an approval is decided only for a call whose adapter can carry it (the gateway, or "
                "a hosted server's tool call): this one cannot")
 TAKEN_AS_GIVEN = "taken as given (policy test): a person decides each call"
 # The remedy of an approval nothing decided for the call, or whose question was not asked (yet).
 UNDISCLOSED = Offer(Remediation.UNDISCLOSED)
-
-Count = Callable[[Iterable[Event]], None]  # each result an operation made, to the metric
-
 
 class HeldApproval:
     """One call's approvals as the stage decided them (its `late.Held`): the plan, the call as the

@@ -2,6 +2,13 @@
 process). Every operation is atomic: it reads a request, applies one function of lifecycle.py and
 writes the result, so two calls racing on one approval use it once. The Redis store (shared by
 replicas) is store_redis.py.
+
+Both stores bound how many requests one caller keeps (SPEC §14, "Bounds that no single caller can
+exhaust"), with the pure functions below, applied when a caller's request is made: at most
+`MAX_PENDING_PER_CALLER` waiting for a decision (the oldest dropped to make room), and at most
+`MAX_ENDED_PER_CALLER` that ended (used, expired, a declined question) kept besides, so a late
+page or retry can say what became of them. An approver's decision that still holds (an approval
+not yet used, a refusal that stands) is not dropped: only approvers make those.
 """
 
 from __future__ import annotations
@@ -9,19 +16,54 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple, Protocol
 
 from ..errors import BackendError
-from . import bounds, lifecycle
+from . import lifecycle
 from .binding import Binding, Party
 from .lifecycle import ApprovalRequest, Decision, Refusal, State
 from .record import Event
 
 # How long a request that ended (used, expired, refused) is kept, so a late page or POST says what
 # became of it, and a late call counts its expiry (each caller keeps at most
-# bounds.MAX_ENDED_PER_CALLER of them).
+# MAX_ENDED_PER_CALLER of them).
 KEEP_SECONDS = 3600.0
+
+
+MAX_PENDING_PER_CALLER = 16
+MAX_ENDED_PER_CALLER = 16
+
+
+def pending(request: ApprovalRequest, now: float) -> bool:
+    """Waiting for a decision (an approver's, or the caller's answer to a question)."""
+    return request.state is State.REQUESTED and now < request.expires_at
+
+
+def standing(request: ApprovalRequest, now: float) -> bool:
+    """An approver's decision that still holds: only approvers make these."""
+    return not request.self_approval and request.state in (State.APPROVED, State.REFUSED) \
+        and now < request.expires_at
+
+
+def crowded(mine: Iterable[ApprovalRequest], now: float) -> list[ApprovalRequest]:
+    """Which of one caller's requests to drop before one more of theirs is made: the oldest
+    waiting ones beyond `MAX_PENDING_PER_CALLER - 1`, and the oldest ended ones beyond
+    `MAX_ENDED_PER_CALLER`."""
+    ordered = sorted(mine, key=lambda r: (r.created_at, r.id))
+    waiting = [r for r in ordered if pending(r, now)]
+    ended = [r for r in ordered if not pending(r, now) and not standing(r, now)]
+    return [*waiting[:max(0, len(waiting) - MAX_PENDING_PER_CALLER + 1)],
+            *ended[:max(0, len(ended) - MAX_ENDED_PER_CALLER)]]
+
+
+def dropped(request: ApprovalRequest, now: float) -> tuple[Event, ...]:
+    """What dropping `request` counts: a waiting one expired now (nobody can decide it any more);
+    an outlived one its expiry, which nothing counted yet."""
+    if pending(request, now):
+        return ((request.binding.approval, State.EXPIRED),)
+    _, made = lifecycle.aged(request, now)
+    return tuple((request.binding.approval, state) for state in made)
 
 
 def new_id() -> str:
@@ -31,7 +73,7 @@ def new_id() -> str:
 
 class Changed(NamedTuple):
     """A request after an operation, the results the operation made (counted once each), and
-    those of the caller's requests it dropped to make room (`bounds.crowded`), by approval."""
+    those of the caller's requests it dropped to make room (`crowded`), by approval."""
 
     request: ApprovalRequest
     made: tuple[State, ...]
@@ -134,8 +176,8 @@ class MemoryApprovalStore:
         """Keep `fresh`, dropping what its caller keeps beyond the bounds, and making room."""
         mine = self._callers.setdefault(fresh.binding.caller, {})
         events: list[Event] = []
-        for old in bounds.crowded((self._requests[i] for i in mine), now):
-            events += bounds.dropped(old, now)
+        for old in crowded((self._requests[i] for i in mine), now):
+            events += dropped(old, now)
             self._forget(old)
         self._make_room(now)
         self._requests[fresh.id] = fresh
@@ -151,7 +193,7 @@ class MemoryApprovalStore:
         for request in list(self._requests.values()):
             if len(self._requests) < self._max:
                 return
-            if not bounds.pending(request, now) and not bounds.standing(request, now):
+            if not pending(request, now) and not standing(request, now):
                 self._forget(request)
         if len(self._requests) >= self._max:
             raise BackendError(f"the approval store is full ({self._max} requests kept)")
@@ -199,12 +241,12 @@ class MemoryApprovalStore:
         with self._lock:
             now = self._clock()
             found = [r for r in self._requests.values() if not r.self_approval
-                     and bounds.pending(r, now) and (after is None or (r.expires_at, r.id) > after)]
+                     and pending(r, now) and (after is None or (r.expires_at, r.id) > after)]
         return sorted(found, key=lambda r: (r.expires_at, r.id))[:limit]
 
     async def pending_of(self, caller: Party) -> list[ApprovalRequest]:
         with self._lock:
             now = self._clock()
             found = [self._requests[i] for i in self._callers.get(caller, {})]
-        return sorted((r for r in found if not r.self_approval and bounds.pending(r, now)),
+        return sorted((r for r in found if not r.self_approval and pending(r, now)),
                       key=lambda r: (r.expires_at, r.id))

@@ -24,11 +24,11 @@ from redis.exceptions import WatchError
 from ..errors import BackendError
 from ..policy.model import Redis as RedisSettings
 from ..resolvers.state_redis import RedisStateSource
-from . import bounds, lifecycle
+from . import lifecycle
 from .binding import Binding, Party
 from .lifecycle import ApprovalRequest, Decision, Refusal, State
 from .record import Event
-from .store import KEEP_SECONDS, Changed, Cursor, Transition, new_id
+from .store import KEEP_SECONDS, Changed, Cursor, Transition, crowded, dropped, new_id, pending
 
 PREFIX = "mcp-preconditions:approval:"
 # Optimistic transactions retried this many times when other replicas keep changing the same keys;
@@ -41,7 +41,7 @@ T = TypeVar("T")
 class RedisApprovalStore:
     """Requests as JSON under `PREFIX request:ID`, an approver's latest request of a binding under
     `PREFIX binding:KEY`, each caller's requests in a sorted set by creation (`PREFIX caller:HASH`:
-    the per-caller bounds, `bounds.py`), and approvers' requests waiting in a sorted set by
+    the per-caller bounds, store.py's `crowded`), and approvers' requests waiting in a sorted set by
     deadline (`PREFIX waiting`: the approval pages). `clock` (seconds) replaces Redis's TIME, for
     tests only."""
 
@@ -128,12 +128,12 @@ class RedisApprovalStore:
     async def _admit(self, pipe: Pipeline, fresh: ApprovalRequest, now: float,
                      also: list[ApprovalRequest]) -> tuple[Event, ...]:
         """Write `fresh` (and `also`) in the transaction `pipe` watches, dropping what its caller
-        keeps beyond the bounds (`bounds.crowded`); the results the drops count."""
+        keeps beyond the bounds (`crowded`); the results the drops count."""
         ckey = self._caller_key(fresh.binding.caller)
         await pipe.watch(ckey)
         ids = [_text(i) for i in await pipe.zrange(ckey, 0, -1)]
         mine, gone = await self._read_many(pipe, ids, watch=True)
-        drop = bounds.crowded(mine, now)
+        drop = crowded(mine, now)
         unbind = []
         for old in drop:
             if not old.self_approval:
@@ -159,7 +159,7 @@ class RedisApprovalStore:
         pipe.pexpire(ckey, max(self._ceiling_ms(r, now) for r in kept))
         pipe.zremrangebyscore(self.prefix + "waiting", "-inf", now)  # outlived: no longer listed
         await pipe.execute()
-        return tuple(event for old in drop for event in bounds.dropped(old, now))
+        return tuple(event for old in drop for event in dropped(old, now))
 
     async def decide(self, request_id: str, decision: Decision, approver: Party | None
                      ) -> Changed | Refusal:
@@ -223,7 +223,7 @@ class RedisApprovalStore:
                 ids = [_text(member) for member, score in batch
                        if after is None or (float(score), _text(member)) > after]
                 mine, _ = await self._read_many(client, ids)
-                found += [r for r in mine if bounds.pending(r, now)]
+                found += [r for r in mine if pending(r, now)]
             return found[:limit]
         answer: list[ApprovalRequest] = await self.connection.call("approval waiting", read)
         return answer
@@ -233,7 +233,7 @@ class RedisApprovalStore:
             now = await self._now(client)
             ids = [_text(i) for i in await client.zrange(self._caller_key(caller), 0, -1)]
             mine, _ = await self._read_many(client, ids)
-            return sorted((r for r in mine if not r.self_approval and bounds.pending(r, now)),
+            return sorted((r for r in mine if not r.self_approval and pending(r, now)),
                           key=lambda r: (r.expires_at, r.id))
         answer: list[ApprovalRequest] = await self.connection.call("approval pending", read)
         return answer

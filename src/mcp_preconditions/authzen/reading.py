@@ -21,7 +21,7 @@ from cachetools import LRUCache
 
 from ..errors import Malformed
 from ..pdp.wire import Entity, Evaluation
-from ..policy.model import PdpServer
+from ..policy.deciders import PdpServer
 from ..principal import Principal
 
 TOOL_TYPE = "tool"  # the resource type of a request about a tool itself

@@ -34,6 +34,7 @@ from ..principal import ANONYMOUS, Credentials, Principal
 from . import _approvals as approvals
 from . import _credentials as credentials
 from . import _pages
+from ._listener_options import add_http_options, listener_limits
 from ._output import PROG
 from ._resolvers import add_resolver_option, resolvers_from
 from ._sockets import http_address, listening_socket
@@ -42,7 +43,6 @@ from ._upstream import add_upstream_options, target_from, upstream_environment
 if TYPE_CHECKING:  # the gateway needs the mcp extra; imported when the command runs
     from ..gateway import Gateway, GatewayConfig
     from ..gateway.downstream.app import Pages
-    from ..gateway.downstream.listener import Limits
     from ..gateway.replicas import ReplicaOptions
     from ..telemetry import Metrics
 
@@ -121,7 +121,7 @@ def prepare_gateway(args: argparse.Namespace) -> Prepared:
     if wired.pages_sock is not None and pages is not None:
         from ..gateway.downstream.listener import pages_task
 
-        tasks.append(pages_task(pages, wired.pages_sock, _limits(args)))
+        tasks.append(pages_task(pages, wired.pages_sock, listener_limits(args)))
         print(f"{PROG}: pages on {wired.base_url}", file=sys.stderr, flush=True)
     return Prepared(gateway, listen, metrics_at, tasks, announce, pages, tracing)
 
@@ -140,7 +140,7 @@ def _serve(args: argparse.Namespace, gateway: Gateway, listen: tuple[str, int] |
     try:
         limits = Limits()
         if listen is not None:
-            limits = _limits(args)
+            limits = listener_limits(args)
             sock = listening_socket(*listen, "--listen")
         if metrics_at is not None:
             from ..telemetry import MetricsListener  # (Starlette and a WSGI server: only then)
@@ -253,31 +253,6 @@ def _credentials(listen: tuple[str, int] | None, claims: str | None) -> Callable
     return of
 
 
-def _limits(args: argparse.Namespace) -> Limits:
-    """The HTTP listener's bounds, each flag checked as typed (SPEC §10)."""
-    from ..gateway.downstream.listener import Limits
-
-    return Limits(_positive(args.header_timeout_seconds, "--header-timeout-seconds", float),
-                  int(_positive(args.max_connections, "--max-connections", int)),
-                  int(_positive(args.max_sessions, "--max-sessions", int)),
-                  int(_positive(args.max_sessions_per_principal, "--max-sessions-per-principal", int)),
-                  int(_positive(args.max_streams_per_principal, "--max-streams-per-principal", int)),
-                  poll_seconds=(None if args.sse_poll_seconds is None else
-                                _positive(args.sse_poll_seconds, "--sse-poll-seconds", float)))
-
-
-def _positive(value: str | None, option: str, kind: Callable[[str], float]) -> float:
-    if value is None:
-        raise InputError(f"{option}: missing")
-    try:
-        number = kind(value)
-    except ValueError:
-        number = -1.0
-    if not number > 0 or number == float("inf"):
-        raise InputError(f"{option}: expected a positive number, got {value!r}")
-    return number
-
-
 def _reloading(guard: Guard, gateway: Gateway, options: ReplicaOptions, metrics: Metrics,
                check: Callable[[PolicySource], None]
                ) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -317,31 +292,6 @@ def _stdio_credentials(claims: str | None) -> Credentials:
     if claims is None:
         return ANONYMOUS
     return Credentials(principal=Principal.from_claims(read_claims(claims)))
-
-
-def _add_http_options(parser: argparse.ArgumentParser) -> None:
-    """The HTTP listener's bounds (SPEC §10; docs/gateway.md)."""
-    parser.add_argument("--header-timeout-seconds", default="10", metavar="S",
-                        help="HTTP: close a connection whose request headers are not complete "
-                             "within S seconds (default 10)")
-    parser.add_argument("--max-connections", default="1000", metavar="N",
-                        help="HTTP: at most N connections and requests at once; beyond that only "
-                             "/healthz and /readyz are answered, the rest get 503 (default 1000)")
-    parser.add_argument("--max-sessions", default="10000", metavar="N",
-                        help="HTTP: at most N open 2025-11-25 sessions in all; more get 503 "
-                             "(default 10000)")
-    parser.add_argument("--max-sessions-per-principal", default="64", metavar="N",
-                        help="HTTP: at most N open 2025-11-25 sessions per caller (issuer and "
-                             "subject; anonymous callers share one bound); the caller's least "
-                             "recently used idle session ends to make room, else 429 (default 64)")
-    parser.add_argument("--max-streams-per-principal", default="16", metavar="N",
-                        help="HTTP: at most N long-lived streams (GET, subscriptions/listen) per "
-                             "caller; more get 429 (default 16)")
-    parser.add_argument("--sse-poll-seconds", default=None, metavar="S",
-                        help="HTTP: close a 2025-11-25 call's stream when it has run S seconds "
-                             "without its answer, for the client to resume it with GET and "
-                             "Last-Event-ID (SSE polling, SEP-1699); default: only when the "
-                             "server behind closes its own")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -402,7 +352,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="where browsers reach the gateway's pages when it is not the listener's "
                              "own address (a proxy in front): connect links, approval links and "
                              "the sign-in's redirects are made with it")
-    _add_http_options(parser)
+    add_http_options(parser)
     add_resolver_option(parser)
     add_upstream_options(parser)  # last: the command takes every remaining argument
     parser.set_defaults(func=run_gateway)

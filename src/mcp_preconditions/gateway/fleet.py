@@ -101,6 +101,7 @@ class Fleet:
         self.credentialed = any(m.credential is not None for m in self.members.values())
         self.invalid: dict[str, str] = {}  # visible tool name -> why its requirements are refused
         self._registered: frozenset[str] = frozenset()
+        self._listed = False  # every server's tools listed once (`listed`)
         self._pending: set[str] = set()  # kinds whose list_changed the clients are owed
         self._warned: set[str] = set()  # policy tool names already logged as matching nothing
         # Per wait: the connection attempt of each server that was given its grace already (a
@@ -186,6 +187,14 @@ class Fleet:
             for member in self:
                 if member.connected:
                     tg.start_soon(member.catalog.listings["tools"].refresh_for_unknown)
+
+    def listed(self) -> bool:
+        """Whether every server's tools were listed at least once. A listing is never unloaded
+        (a re-listing is read by its last good catalog), so once true it stays: a call reads the
+        flag, not every catalog."""
+        if not self._listed:
+            self._listed = all(m.catalog.listings["tools"].loaded for m in self)
+        return self._listed
 
     async def first_listing(self, wait: float) -> None:
         """Wait (at most `wait` seconds) until some server's tools are listed; then at most a short

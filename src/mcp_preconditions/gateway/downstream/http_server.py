@@ -11,6 +11,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -44,7 +45,7 @@ class HttpServer:
         lifespan = Lifespan(self.app) if self.lifespan else None
         if lifespan is not None:
             await lifespan.startup()
-        server = await loop.create_server(lambda: Connection(listener), sock=self.sock,
+        server = await loop.create_server(partial(Connection, listener), sock=self.sock,
                                           backlog=BACKLOG)
         sweeper = loop.create_task(self.admission.keep_time())
         try:
