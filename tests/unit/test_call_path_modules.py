@@ -10,6 +10,7 @@ clients speak 2025-11-25, as the server does: no version is bridged.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -32,10 +33,10 @@ from tests.unit.credentials_doubles import AuthServer, exchanged
 from tests.unit.test_credentials_exchange import settings
 
 # Today's counts, a ratchet: a change that lengthens the path fails here. Issue 42's targets are 25
-# and 35 (37 and 53 when it was filed; 36 and 54 measured so, then 34 and 49): lower these as the path
-# shortens.
-PLAIN = 34
-LATE = 49
+# and 35 (37 and 53 when it was filed). Measured so: 36 and 54, then 34 and 49, with no decision record
+# written; 35 and 50 with it, as a gateway writes it. Lower these as the path shortens.
+PLAIN = 35
+LATE = 50
 
 POLICY = b"""
 [approvals.confirm]
@@ -89,6 +90,20 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Client]:
     guard = Guard(parse_policy(POLICY, "gateway.toml"),
                   resolvers=[CredentialResolver({"crm": exchange})], entry_points=False)
     servers = MemoryServers()
+    # The decision record is written, as `mcp-preconditions gateway` has it (INFO), whatever logging
+    # an earlier test of this process left: else the count depends on the order tests ran in.
+    decisions = logging.getLogger("mcp_preconditions.decisions")
+    level = decisions.level
+    decisions.setLevel(logging.INFO)
+    try:
+        async with _served(guard, servers, tmp_path) as client:
+            yield client
+    finally:
+        decisions.setLevel(level)
+
+
+@asynccontextmanager
+async def _served(guard: Guard, servers: MemoryServers, tmp_path: Path) -> AsyncIterator[Client]:
     with servers.installed():
         command, *args = servers.logging_upstream(**logging_env(tmp_path / "upstream.log"))
         spec = ServerSpec("notes", "", command=command, args=tuple(args))
