@@ -215,18 +215,19 @@ def opentelemetry_available() -> bool:
     return True
 
 
-def quiet_now(recorder: DecisionRecorder) -> bool:
+def quiet_now(recorder: DecisionRecorder, spans: bool = True) -> bool:
     """Whether a record made now would be written nowhere: only this module's logging sinks can
     tell (their exact classes: a subclass may write elsewhere; any other recorder is never quiet):
     their logger is off for INFO, and no span records (a span that cannot be read is not quiet:
-    `record` logs that). One call on a hosted server's every allowed call (`Guard.allow_now`)."""
+    `record` logs that; `spans=False`: the caller knows none records). One call on a hosted
+    server's every allowed call (`Guard.allow_now`)."""
     kind = recorder.__class__
     if kind is not LoggingAndSpanRecorder and kind is not LoggingRecorder:
         return False
     sink: Any = recorder  # (one of the two: typed for their fields)
     if sink.logger.isEnabledFor(logging.INFO):
         return False
-    if kind is LoggingRecorder or sink._span_key is None:
+    if not spans or kind is LoggingRecorder or sink._span_key is None:
         return True
     try:
         span: Any = sink._current_context().get(sink._span_key)

@@ -145,17 +145,17 @@ class Guard(ToolRegistry):
         return self._dynamic_now(state, compiled, credentials, arguments, start, record, sidecar,
                                  False)  # type: ignore[return-value]
 
-    def allow_now(self, tool: str, credentials: Credentials, arguments: Mapping[str, Any] | None
-                  ) -> Decision | Pending | Literal[True]:
+    def allow_now(self, tool: str, credentials: Credentials, arguments: Mapping[str, Any] | None,
+                  spans: bool = True) -> Decision | Pending | Literal[True]:
         """`check_now` (no sidecar, no echo) for an adapter that only runs an allowed call: True
-        when it is allowed at once and its record would go nowhere (the recorder is `quiet`): no
-        Decision built for nobody to read (most of the guard's cost in an in-process call,
-        bench_mcp). Else `check_now`'s answer, recorded."""
+        when it is allowed at once and its record would go nowhere (`quiet_now`; `spans=False`: the
+        adapter saw that no span records): no Decision built for nobody to read (most of the guard's
+        cost in an in-process call, bench_mcp). Else `check_now`'s answer, recorded."""
         compiled = (state := self._state)[0].tools.get(tool)
         if compiled is None or not compiled.dynamic:
             return self.check_now(tool, credentials, arguments)
         return self._dynamic_now(state, compiled, credentials, arguments, perf_counter_ns(), True,
-                                 None, quiet_now(self.recorder))
+                                 None, quiet_now(self.recorder, spans))
 
     def _dynamic_now(self, state: _State, compiled: CompiledTool, credentials: Credentials,
                      arguments: Mapping[str, Any] | None, start: int, record: bool,

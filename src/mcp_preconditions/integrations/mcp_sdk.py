@@ -200,7 +200,7 @@ class GuardedMCPServer(MCPServer[Any]):
             return self._guarded_call(ctx, params)
         credentials, meta = pre.credentials(ctx.request), params.meta  # `echo_of`, inlined:
         echo = None if not meta else meta.get(CONTEXT_ID_KEY) if meta.__class__ is dict else echo_of(meta)
-        decided = (guard.allow_now(name, credentials, params.arguments) if echo is None
+        decided = (guard.allow_now(name, credentials, params.arguments, spans=False) if echo is None
                    else guard.check_now(name, credentials, params.arguments, echo=echo))
         if decided is True or (isinstance(decided, Decision) and decided.allowed):
             return self._sdk_call_tool(ctx, params)  # (True: allowed, its record going nowhere)
