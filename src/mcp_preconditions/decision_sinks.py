@@ -215,6 +215,27 @@ def opentelemetry_available() -> bool:
     return True
 
 
+def quiet_now(recorder: DecisionRecorder, spans: bool = True) -> bool:
+    """Whether a record made now would be written nowhere: only this module's logging sinks can
+    tell (their exact classes: a subclass may write elsewhere; any other recorder is never quiet):
+    their logger is off for INFO, and no span records (a span that cannot be read is not quiet:
+    `record` logs that; `spans=False`: the caller knows none records). One call on a hosted
+    server's every allowed call (`Guard.allow_now`)."""
+    kind = recorder.__class__
+    if kind is not LoggingAndSpanRecorder and kind is not LoggingRecorder:
+        return False
+    sink: Any = recorder  # (one of the two: typed for their fields)
+    if sink.logger.isEnabledFor(logging.INFO):
+        return False
+    if not spans or kind is LoggingRecorder or sink._span_key is None:
+        return True
+    try:
+        span: Any = sink._current_context().get(sink._span_key)
+        return span is None or span.__class__ is sink._never_recording or not span.is_recording()
+    except Exception:
+        return False
+
+
 def build_recorder(source: PolicySource, labels: Mapping[str, str] | None = None,
                    tool_labels: ToolLabels | None = None, *,
                    logged: RecordFields = decision_record, held: bool = False) -> DecisionRecorder:

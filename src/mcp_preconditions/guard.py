@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Literal
 
 from .auth import Authenticator, build_authenticator
 from .auth.base import (
@@ -24,7 +24,7 @@ from .auth.base import (
     not_an_identity,
 )
 from .compiled import CompiledTool, being_cancelled
-from .decision_sinks import build_recorder
+from .decision_sinks import build_recorder, quiet_now
 from .decisions import DecisionRecorder, ToolLabels
 from .envelope import context_id_for, echoed, new_context_id
 from .late import Sidecar
@@ -44,9 +44,10 @@ from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity
 from .resolvers import Resolver
 from .snapshot import Snapshot
-from .tool_registry import ToolRegistry, _state
+from .tool_registry import ToolRegistry, _State, _state
 
 log = logging.getLogger("mcp_preconditions.guard")
+Pending = Coroutine[Any, Any, Decision]  # a decision that awaits a lookup first
 _NOTHING: frozenset[str] = frozenset()  # a tool without requirements has nothing confidential
 EMPTY_POLICY = parse_policy(b"", "(empty policy)")
 
@@ -126,15 +127,14 @@ class Guard(ToolRegistry):
 
     def check_now(self, tool: str, credentials: Credentials = ANONYMOUS,
                   arguments: Mapping[str, Any] | None = None, *, record: bool = True,
-                  sidecar: Sidecar | None = None,
-                  echo: object = None) -> Decision | Coroutine[Any, Any, Decision]:
+                  sidecar: Sidecar | None = None, echo: object = None) -> Decision | Pending:
         """`check`, answered at once when no lookup needs awaiting (a cached or host-verified caller,
         synchronous resolvers): the Decision, else a coroutine to await for it. For adapters on the
         hot path of every call; `await guard.check(...)` is the same decision."""
         if echo is not None:  # a retry: decided afresh like any call, its record names the echo
             return self._echoed(self.check_now(tool, credentials, arguments, record=False,
                                                sidecar=sidecar), echo, record)
-        snap, authenticator, now = self._state
+        snap, authenticator, now = state = self._state
         if sidecar is not None:
             sidecar.token = credentials.token  # what a late stage presents (a token exchange)
         compiled = snap.tools.get(tool)
@@ -142,8 +142,28 @@ class Guard(ToolRegistry):
         if compiled is None or not compiled.dynamic:
             return self._static_now(tool, snap, compiled, credentials, authenticator, now, start,
                                     record)
-        # The authenticator's synchronous answer (host-verified, anonymous, cached caller).
-        try:
+        return self._dynamic_now(state, compiled, credentials, arguments, start, record, sidecar,
+                                 False)  # type: ignore[return-value]
+
+    def allow_now(self, tool: str, credentials: Credentials, arguments: Mapping[str, Any] | None,
+                  spans: bool = True) -> Decision | Pending | Literal[True]:
+        """`check_now` (no sidecar, no echo) for an adapter that only runs an allowed call: True
+        when it is allowed at once and its record would go nowhere (`quiet_now`; `spans=False`: the
+        adapter saw that no span records): no Decision built for nobody to read (most of the guard's
+        cost in an in-process call, bench_mcp). Else `check_now`'s answer, recorded."""
+        compiled = (state := self._state)[0].tools.get(tool)
+        if compiled is None or not compiled.dynamic:
+            return self.check_now(tool, credentials, arguments)
+        return self._dynamic_now(state, compiled, credentials, arguments, perf_counter_ns(), True,
+                                 None, quiet_now(self.recorder, spans))
+
+    def _dynamic_now(self, state: _State, compiled: CompiledTool, credentials: Credentials,
+                     arguments: Mapping[str, Any] | None, start: int, record: bool,
+                     sidecar: Sidecar | None, quiet: bool) -> Decision | Pending | Literal[True]:
+        """`check_now` of a call whose outcomes depend on its caller or arguments; `quiet`: an
+        allowed call answered at once is True, no Decision built (`allow_now`)."""
+        snap, authenticator, now = state
+        try:  # the authenticator's synchronous answer (host-verified, anonymous, cached caller)
             identity = now(credentials) if now is not None else None
         except Exception as exc:  # a failing fast path is an `error` identity (fail closed)
             identity = failed_identity(exc)
@@ -152,9 +172,8 @@ class Guard(ToolRegistry):
                                                     arguments, start, record, sidecar)
         if identity.__class__ is not Identity and not isinstance(identity, Identity):
             identity = not_an_identity(identity)  # a lying fast path too
-        # `_evaluate`, inline: the path of every dynamic call (0.2 µs of one, bench_mcp). Its first
-        # step too, for a caller the memo knows by a listed string of the one argument read
-        # (`Snapshot.evaluate`): one call fewer, 0.3 µs of an in-process tools/call (bench_mcp).
+        # `_evaluate`, inline (0.2 µs of a call, bench_mcp), and its first step for a caller the memo
+        # knows by a listed string of the one argument read (`Snapshot.evaluate`; 0.3 µs more).
         reads, principal = compiled.reads, identity.principal
         decided: Ruling | Awaitable[Ruling] | None = None
         if reads is not None and principal is not None and arguments.__class__ is dict:
@@ -168,10 +187,12 @@ class Guard(ToolRegistry):
         if decided.__class__ is not tuple:
             return self._finish_later(compiled, identity, decided, snap, start,  # type: ignore[arg-type]
                                       record, sidecar)
+        allowed, outcomes = decided
+        if quiet and allowed:
+            return True
         if sidecar is not None:
             return self._finish(compiled, identity, decided, snap, start, record, sidecar)
         # `_finish` without a sidecar, inline: a hosted call's path (0.1 µs of one, bench_mcp).
-        allowed, outcomes = decided
         decision = new_decision(compiled.name, allowed, outcomes,
                                 principal.subject if principal is not None else None,
                                 snap.revision, perf_counter_ns() - start, snap.confidential, None,

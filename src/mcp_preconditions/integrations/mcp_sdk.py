@@ -183,9 +183,8 @@ class GuardedMCPServer(MCPServer[Any]):
 
     def _handle_call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
                           ) -> Coroutine[Any, Any, CallToolResult | InputRequiredResult]:
-        """The SDK's `tools/call` handler, run only when the guard allows the call. A plain
-        function: an allowed call is the SDK's own handler's coroutine, with no frame of ours
-        around it (an in-process call is short: bench_mcp)."""
+        """The SDK's `tools/call` handler, run only when the guard allows the call. A plain function:
+        an allowed call is the SDK's own handler's coroutine, no frame of ours around it (bench_mcp)."""
         if not self._guard_in_handler:
             return self._sdk_call_tool(ctx, params)
         pre, name = self.preconditions, params.name
@@ -199,13 +198,14 @@ class GuardedMCPServer(MCPServer[Any]):
         span = _CURRENT_CONTEXT().get(_SPAN_KEY)
         if pre.telemetry is not None or (span is not None and span.__class__ is not _NEVER_RECORDING):
             return self._guarded_call(ctx, params)
-        meta = params.meta  # `echo_of`, inlined for the dict a request's `_meta` is
-        decided = guard.check_now(name, pre.credentials(ctx.request), params.arguments, echo=(
-            None if not meta else meta.get(CONTEXT_ID_KEY) if meta.__class__ is dict else echo_of(meta)))
-        if decided.__class__ is not Decision and not isinstance(decided, Decision):  # a coroutine
+        credentials, meta = pre.credentials(ctx.request), params.meta  # `echo_of`, inlined:
+        echo = None if not meta else meta.get(CONTEXT_ID_KEY) if meta.__class__ is dict else echo_of(meta)
+        decided = (guard.allow_now(name, credentials, params.arguments, spans=False) if echo is None
+                   else guard.check_now(name, credentials, params.arguments, echo=echo))
+        if decided is True or (isinstance(decided, Decision) and decided.allowed):
+            return self._sdk_call_tool(ctx, params)  # (True: allowed, its record going nowhere)
+        if not isinstance(decided, Decision):  # a coroutine
             return self._decided_later(decided, ctx, params)
-        if decided.allowed:
-            return self._sdk_call_tool(ctx, params)
         return pre.denied(decided, self._typed(name), ctx.request, ctx.session, params.arguments)
 
     async def _guarded_call(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
