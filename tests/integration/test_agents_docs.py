@@ -46,6 +46,9 @@ def run_example(index: int, tmp_path: Path, **extra: str) -> str:
     script.write_text(source, encoding="utf-8")
     env = server_env(**extra)  # `mcp-preconditions` is the console script next to this interpreter
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # work bound, not an event wait: the script is a fresh interpreter that imports an agent
+    # framework, starts `mcp-preconditions serve` (or reaches one) and runs the agent (12-14 s
+    # each measured on two loaded cores)
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -65,7 +65,7 @@ def tokens(oidc_server: OidcServer) -> dict[str, str]:
 @asynccontextmanager
 async def as_caller(url: str, token: str) -> AsyncIterator[Client]:
     transport = streamable_http_client(url, http_client=httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=60))
+        headers={"Authorization": f"Bearer {token}"}, timeout=10))
     async with Client(transport, mode="legacy", cache=None) as client:
         yield client
 

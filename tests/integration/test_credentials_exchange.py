@@ -83,7 +83,7 @@ async def verified(oidc: OidcServer, token: str) -> Identity:
 async def whoami(url: str, credential: Credential | None) -> str:
     headers = credential.headers() if credential is not None else {}
     async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(
-            headers=headers, timeout=30))) as client:
+            headers=headers, timeout=10))) as client:
         result = await client.call_tool("whoami", {})
     assert not result.is_error, result
     text: str = result.content[0].text  # type: ignore[union-attr]
@@ -94,7 +94,7 @@ def refused_by(url: str, credential: Credential | None) -> httpx2.Response:
     """What the server answers a request carrying `credential` (401 when it refuses the token)."""
     headers = {"Accept": "application/json, text/event-stream",
                **(credential.headers() if credential is not None else {})}
-    return httpx2.post(url, headers=headers, timeout=30, json={
+    return httpx2.post(url, headers=headers, timeout=10, json={
         "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
             "clientInfo": {"name": "t", "version": "1"}}})

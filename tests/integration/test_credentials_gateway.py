@@ -228,7 +228,7 @@ def test_listing_shows_the_credential_requirement_like_any_other(
         gw: Gateway, tokens: dict[str, str]) -> None:
     async def listed() -> dict[str, dict[str, Any]]:
         async with Client(streamable_http_client(gw.url, http_client=httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {tokens['bob']}"}, timeout=60))) as client:
+                headers={"Authorization": f"Bearer {tokens['bob']}"}, timeout=10))) as client:
             return {t["name"]: t for t in await raw_tools(client.session)}
 
     tools = asyncio.run(listed())

@@ -96,7 +96,7 @@ def test_a_callers_flows_in_redis_are_bounded_and_a_visitor_writes_nothing(
     tickets = RedisTickets(source(redis_server), prefix)
     with pages(oidc_server, tickets=tickets) as site:
         for _ in range(30):  # a visitor who never starts a sign-in
-            shown = httpx.get(site.base + "/connections", headers={"Accept": "text/html"}, timeout=30)
+            shown = httpx.get(site.base + "/connections", headers={"Accept": "text/html"}, timeout=10)
             assert shown.status_code == 200 and "/connections/sign-in" in shown.text
         assert keys(redis_server, prefix) == []
 
@@ -118,7 +118,7 @@ def test_a_callers_flows_in_redis_are_bounded_and_a_visitor_writes_nothing(
             with pytest.raises(FlowError, match="Unknown, used or expired state"):
                 run(flow.callback({"state": state, "code": "c"}, "browser-1", caller))
 
-        with httpx.Client(timeout=30) as client:  # the newest still connects its caller, signed in
+        with httpx.Client(timeout=10) as client:  # the newest still connects its caller, signed in
             client.cookies.set("mcp_preconditions_flow", "browser-1")
             started = client.get(site.base + "/connections/sign-in")
             back = sign_in(client, started.headers["location"], site.base + "/connect/callback", "alice")

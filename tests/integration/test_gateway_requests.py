@@ -179,7 +179,7 @@ async def test_calls_of_two_clients_in_flight_are_never_guessed(policy: Path) ->
                 gw.client("auto", **second.callbacks()) as two, \
                 anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(
-            one.call_tool, "trigger-long-running-operation", {"duration": 120, "steps": 240},
+            one.call_tool, "trigger-long-running-operation", {"steps": 3},
             progress_callback=progressed))
         with anyio.fail_after(WAIT_SECONDS):
             await upstream.wait()

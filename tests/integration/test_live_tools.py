@@ -136,6 +136,8 @@ async def test_a_server_that_cannot_be_started_or_is_silent_is_one_input_error(d
 
 # --- the command --------------------------------------------------------------------------------------
 def cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    # work bound, not an event wait: the command is a fresh interpreter that starts a Node server
+    # (npx) and reads its listing, or lints and tests a policy against one
     return subprocess.run([*CLI, *argv], cwd=cwd, env=server_env(), capture_output=True, text=True,
                           timeout=120, check=False)
 

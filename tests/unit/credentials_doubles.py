@@ -34,11 +34,14 @@ Answer = tuple[int, Any]  # status, JSON body (bytes: sent as they are)
 
 @dataclass
 class AuthServer:
-    """Answers each request with `answer(form)` (after `delay` seconds); keeps what it received."""
+    """Answers each request with `answer(form)` (after `delay` seconds, or once `hold` is set);
+    keeps what it received (`arrived`: set when a request has)."""
 
     answer: Callable[[dict[str, str]], Answer] = lambda form: (200, {})
     delay: float = 0.0
     requests: list[httpx2.Request] = field(default_factory=list)
+    hold: asyncio.Event | None = None
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def forms(self) -> list[dict[str, str]]:
@@ -48,6 +51,9 @@ class AuthServer:
         async def handle(request: httpx2.Request) -> httpx2.Response:
             await request.aread()
             self.requests.append(request)
+            self.arrived.set()
+            if self.hold is not None:
+                await self.hold.wait()
             if self.delay:
                 await asyncio.sleep(self.delay)
             status, body = self.answer(dict(parse_qsl(request.content.decode())))

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from mcp_preconditions.cli import main
 from mcp_preconditions.explore import Inputs, Workbench, build_app
+from tests.fixtures.cli_main import run
 
 POLICY = """[approvals.confirm]
 approvers = "self"
@@ -42,12 +42,6 @@ def _files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Path("policy.toml").write_text(POLICY, encoding="utf-8")
     Path("tools.json").write_text(json.dumps(TOOLS), encoding="utf-8")
     Path("dev.json").write_text('{"sub": "alice", "role": "dev"}', encoding="utf-8")
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_check_says_who_approves(capsys: pytest.CaptureFixture[str]) -> None:

@@ -205,9 +205,10 @@ async def test_discovery_needs_a_jwks_uri_for_exactly_this_issuer(monkeypatch: p
 
 def test_event_loops_in_two_threads_both_get_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     started = threading.Barrier(2)
+    fetching = threading.Barrier(2, timeout=10)  # (the safety net: a fetch that never comes)
 
     async def slow_jwks(url: str, timeout: float) -> Any:
-        await asyncio.sleep(0.05)  # both threads are inside a fetch at once
+        await asyncio.to_thread(fetching.wait)  # both threads are inside a fetch at once
         return jwks(A)
 
     monkeypatch.setattr(keys_module, "get_json", slow_jwks)

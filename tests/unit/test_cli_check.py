@@ -13,25 +13,18 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from mcp_preconditions.cli import main
+from tests.fixtures.cli_main import run
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "policies" / "mission-control.toml")
 TOOLS = str(ROOT / "examples" / "mission-control-tools.json")
 OBSERVER = str(ROOT / "examples" / "claims" / "observer.json")
 MISSION_CONTROL = str(ROOT / "examples" / "claims" / "mission-control.json")
-Run = tuple[int, str, str]
 
 
 @pytest.fixture(autouse=True)
 def _no_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def check_json(capsys: pytest.CaptureFixture[str], *extra: str) -> Any:

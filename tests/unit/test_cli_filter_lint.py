@@ -8,20 +8,13 @@ from typing import Any
 
 import pytest
 
-from mcp_preconditions.cli import main
 from mcp_preconditions.wire import META_KEY
+from tests.fixtures.cli_main import run
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "policies" / "mission-control.toml")
 TOOLS = str(ROOT / "examples" / "mission-control-tools.json")
 KNOWLEDGE = str(ROOT / "examples" / "knowledge.json")
-Run = tuple[int, str, str]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def write(tmp_path: Path, name: str, content: Any) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_preconditions.cli import main
 from mcp_preconditions.policy import load_policy
+from tests.fixtures.cli_main import run
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "policies" / "mission-control.toml")
@@ -31,12 +31,6 @@ BOUND_HINT = "the input size bound (set $MCP_PRECONDITIONS_MAX_FILE_BYTES to rai
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
     monkeypatch.delenv("MCP_PRECONDITIONS_MAX_FILE_BYTES", raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def script(*argv: str, shell_redirect: str = "", **options: object) -> subprocess.CompletedProcess[str]:

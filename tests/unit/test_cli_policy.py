@@ -7,23 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from mcp_preconditions.cli import main
 from mcp_preconditions.policy import load_policy, policy_schema
+from tests.fixtures.cli_main import run
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ROOT / "policies"
-Run = tuple[int, str, str]
 
 
 @pytest.fixture(autouse=True)
 def _no_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:

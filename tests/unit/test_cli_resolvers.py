@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_preconditions.cli import main
 from mcp_preconditions.cli._resolvers import add_resolver_option, resolvers_from
 from mcp_preconditions.errors import InputError
+from tests.fixtures.cli_main import run
 
 RESOLVER = '''
 from mcp_preconditions import Outcome
@@ -55,12 +55,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "p.toml").write_text('[tools.day_job]\nrequirements = ["shift:day"]\n',
                                      encoding="utf-8")
     return tmp_path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("spec", ["shifts.py:resolver", "shifts.py:ShiftResolver", "shifts.py:factory"])

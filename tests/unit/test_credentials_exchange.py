@@ -10,6 +10,7 @@ import asyncio
 import logging
 from typing import Any
 
+import anyio
 import pytest
 
 from mcp_preconditions.credentials import Client, ExchangeCache, TokenExchangeSettings
@@ -222,14 +223,17 @@ async def test_concurrent_failures_are_shared_too_and_not_kept() -> None:
 
 
 async def test_a_caller_that_gives_up_does_not_cancel_the_exchange_for_the_others() -> None:
-    server, clock = AuthServer(lambda form: (200, exchanged()), delay=0.1), Clock()
-    resolve = resolver(server, clock)
+    server = AuthServer(lambda form: (200, exchanged()), hold=asyncio.Event())
+    resolve = resolver(server, Clock())
     impatient = asyncio.ensure_future(resolve.obtain(REQ, caller(), SUBJECT))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(server.arrived.wait(), 10)  # its exchange is at the server, held
     patient = asyncio.ensure_future(resolve.obtain(REQ, caller(), SUBJECT))
-    await asyncio.sleep(0.01)
+    await anyio.wait_all_tasks_blocked()  # the patient caller waits for that exchange too
     impatient.cancel()
-    assert (await patient).outcome.ok and len(server.requests) == 1
+    await anyio.wait_all_tasks_blocked()
+    assert server.hold is not None
+    server.hold.set()
+    assert (await asyncio.wait_for(patient, 10)).outcome.ok and len(server.requests) == 1
 
 
 async def test_the_cache_holds_at_most_its_bound() -> None:

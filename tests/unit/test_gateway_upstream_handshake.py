@@ -20,7 +20,7 @@ import anyio
 
 from mcp_preconditions.gateway.upstream.session import HttpTarget, Upstream
 
-WAIT = 30.0
+WAIT = 10.0  # the safety net of every wait here (a connection, a listing, an answer): events decide
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"

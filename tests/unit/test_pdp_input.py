@@ -12,27 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from mcp_preconditions.cli import main
-
-Run = tuple[int, str, str]
-ERR = "mcp-preconditions: error: "
+from tests.fixtures.cli_main import ERR, run, write
 
 
 @pytest.fixture(autouse=True)
 def _here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PDP_TOKEN", raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def write(name: str, text: str) -> str:
-    Path(name).write_text(text, encoding="utf-8")
-    return name
 
 
 URL_RULE = ("must be an https URL (or http on a loopback address) with no query or fragment: the "

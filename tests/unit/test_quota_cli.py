@@ -10,29 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from mcp_preconditions.cli import main
 from mcp_preconditions.policy import load_policy, parse_policy
+from tests.fixtures.cli_main import ERR, run, write
 
 ROOT = Path(__file__).resolve().parents[2]
-Run = tuple[int, str, str]
-ERR = "mcp-preconditions: error: "
 
 
 @pytest.fixture(autouse=True)
 def _here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MCP_PRECONDITIONS_ENVIRONMENT", raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def write(name: str, text: str) -> str:
-    Path(name).write_text(text, encoding="utf-8")
-    return name
 
 
 @pytest.mark.parametrize(("body", "problems"), [

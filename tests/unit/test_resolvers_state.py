@@ -13,12 +13,17 @@ import pytest
 from mcp_preconditions import (
     ANONYMOUS,
     Guard,
+    Identity,
     LiveSources,
     Outcome,
     PolicyError,
     RequirementError,
     parse_policy,
 )
+from mcp_preconditions.outcomes import Status
+from mcp_preconditions.resolvers.base import CallContext
+from mcp_preconditions.resolvers.state import StateResolver
+from tests.fixtures.clock import FakeClock
 
 VALUES = '[state.values]\n"weather.clear" = true\n"range.safe" = false\n'
 HERE = "tests.unit.test_resolvers_state"
@@ -188,11 +193,18 @@ async def test_ttl_zero_disables_the_cache() -> None:
 
 
 async def test_entries_expire_after_the_ttl() -> None:
-    counter = Counter(True, False)
-    g = guard("[state]\nttl_seconds = 0.05\n", {"k": counter})
-    assert (await g.check("t")).allowed
-    await asyncio.sleep(0.2)
-    assert not (await g.check("t")).allowed
+    """On the resolver's clock (a fake one here: the guard builds its own on the real clock)."""
+    counter, clock = Counter(True, False), FakeClock()
+    resolver = StateResolver({}, {"k": counter}, ttl_seconds=0.05, timer=clock)
+
+    async def outcome() -> Outcome:
+        found = resolver.resolve("state:k", CallContext("t", Identity()))
+        return found if isinstance(found, Outcome) else await found
+    assert (await outcome()).status is Status.SATISFIED
+    clock.advance(0.049)
+    assert await outcome() == Outcome.satisfied("state:k", "state 'k' is true (callable, cached)")
+    clock.advance(0.001)
+    assert (await outcome()).status is Status.UNSATISFIED
     assert counter.calls == 2
 
 

@@ -125,6 +125,8 @@ class Peer:
         # Listen streams (2026-07-28) waiting for the server's acknowledgement, by request id.
         self.acks: dict[jsonrpc.RequestId, Callable[[], None]] = {}
         self.closed = False
+        self.idle = asyncio.Event()  # set while no request is pending (a test's event: `busy` ended)
+        self.idle.set()
 
     @property
     def busy(self) -> bool:
@@ -162,6 +164,7 @@ class Peer:
             out["_meta"] = meta
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
+        self.idle.clear()
         if owner is not None:
             self._owners[rid] = owner
         if origin is not None:
@@ -186,6 +189,8 @@ class Peer:
             raise UpstreamClosed("Connection closed") from None
         finally:
             self._pending.pop(rid, None)
+            if not self._pending:
+                self.idle.set()
             self._progress.pop(rid, None)
             if owner is not None:
                 self._owners.pop(rid, None)
