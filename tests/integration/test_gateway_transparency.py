@@ -58,8 +58,10 @@ async def _settled(client: RawClient, step: Awaitable[Any]) -> Any:
     with anyio.fail_after(WAIT_SECONDS):
         while len(await _listed(client)) <= len(before):
             # The gateway lists the server again as it hears of the change. Each look is a listing
-            # (the event is the listing growing); between looks a short pause, not `quiet()`: on
-            # loaded cores every task of the loop is seldom seen waiting at once.
+            # (the event is the listing growing); between looks a short pause. No message tells
+            # every client of the re-listing (a 2026-07-28 client over stdio with no listen stream
+            # hears nothing), and `quiet()` flaked here: on loaded cores every task of the loop
+            # is seldom seen waiting at once.
             await anyio.sleep(0.02)
     return done
 

@@ -182,9 +182,11 @@ class _Sink:
 
     def __init__(self) -> None:
         self.pushed: list[Message] = []
+        self.arrived = asyncio.Event()
 
     def push(self, message: Message) -> None:
         self.pushed.append(message)
+        self.arrived.set()
 
 
 @pytest.mark.parametrize(("answer", "kind"), [
@@ -196,8 +198,7 @@ async def test_a_client_the_gateway_asks_is_typed_at_its_boundary_too(
         answer: dict[str, Any] | None, kind: type[Exception]) -> None:
     client, sink = Downstream(None, http=False), _Sink()
     asked = asyncio.create_task(client.ask("elicitation/create", {}, WAIT_SECONDS, sink))
-    while not sink.pushed:
-        await asyncio.sleep(0)
+    await asyncio.wait_for(sink.arrived.wait(), WAIT_SECONDS)  # the question went to the client
     if answer is None:
         client.close()
     else:
