@@ -52,7 +52,10 @@ async def guarded(transport: str, policy: Path) -> AsyncIterator[Callable[[Requi
     observer: `serve --transport http` in this process verifying the observer's token, or a real
     stdio child (the observer from --claims)."""
     if transport == "stdio":
-        yield lambda rf: MCPServerStdio(stdio_params(policy), **rf.server_options())  # type: ignore[arg-type]
+        # work bound: the SDK's 5 s read timeout also covers the child's start (a Python import),
+        # which took longer under CI's load (stop 47: `initialize` timed out).
+        yield lambda rf: MCPServerStdio(stdio_params(policy), client_session_timeout_seconds=60,  # type: ignore[arg-type]
+                                        **rf.server_options())
         return
     async with serving("--policy", str(policy), "--transport", "http") as served:
         params: Any = {"url": served.url,
