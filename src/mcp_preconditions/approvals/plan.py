@@ -18,10 +18,8 @@ from typing import Any, Literal, NamedTuple
 
 from ..outcomes import Outcome, Status
 from ..principal import Identity
-from .binding import Binding, Party, bind
-from .lifecycle import ApprovalRequest, State
+from .lifecycle import ApprovalNote, ApprovalRequest, Binding, Event, Party, State, bind, events_of
 from .question import Answer, Question
-from .record import ApprovalNote, Event, events_of
 from .store import ApprovalStore, Changed, new_id
 
 

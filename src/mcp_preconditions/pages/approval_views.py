@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ..approvals.binding import Party
-from ..approvals.lifecycle import ApprovalRequest, State
+from ..approvals.lifecycle import ApprovalRequest, Party, State
 from ..approvals.question import escape, hidden, visible
 
 # A value shown in full up to this many characters (pretty-printed); a longer one is folded: its
