@@ -1,8 +1,14 @@
-"""One approval request's life (SPEC §15): what it is bound to, how it moves, and what it leaves.
+"""One approval request's life (SPEC §15): what it is bound to, what a person is shown of it, how it
+moves, and what it leaves.
 
 What an approval is bound to (`Binding`, `bind`): the approval's name, the visible tool name, the
 canonical JSON (RFC 8785) of the call's arguments, the caller (issuer and subject) and the policy
 revision. An approval serves a call only when all of these are equal, code point for code point.
+
+What a person is shown of it, on the approval page and in the `self` question alike (`Question`:
+what the caller is asked in flight, asking.py: an `elicitation/create` in form mode at 2025-11-25,
+an input round at 2026-07-28): the tool and every argument (whole), every character they could
+not see or could misread written as its JSON escape (`visible`).
 
 How a request moves, as pure functions both stores apply:
 
@@ -23,11 +29,14 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import logging
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
+from ..asking import input_round as round_of
 from ..canonical import canonical_json
 from ..principal import Identity
 
@@ -94,6 +103,64 @@ def bind(approval: str, tool: str, arguments: Mapping[str, Any] | None, identity
     return Binding(approval, tool, text, Party.of(identity), revision)
 
 
+# -- what a person is shown of a request: the `self` question, and the approval page's text ------
+# Controls, format characters (the bidirectional overrides and isolates, zero-width ones), line
+# and paragraph separators, spaces other than U+0020, private-use, surrogate and unassigned code
+# points. (A new line is kept: pretty-printed JSON has them, and a string's are escaped already.)
+_HIDDEN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
+
+
+def hidden(char: str) -> bool:
+    """Whether a person could not see `char`, or could misread what follows it."""
+    return char != " " and char != "\n" and unicodedata.category(char) in _HIDDEN
+
+
+def escape(char: str) -> str:
+    """`char` as JSON writes it escaped (`\\u202e`; beyond the BMP, a surrogate pair)."""
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with every hidden character written as its JSON escape (within a JSON string, the
+    same value)."""
+    return "".join(escape(c) if hidden(c) else c for c in text)
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """Ask the caller whether `tool` may run with `arguments` (canonical JSON), once; the answer is
+    due within `timeout_seconds`. `request_id` names the request it answers (an input round's
+    state carries it to the retry). An `asking.Question`."""
+
+    request_id: str
+    approval: str
+    tool: str
+    arguments: str
+    timeout_seconds: float
+
+    def message(self) -> str:
+        """The question, with every argument (never shortened: what is not shown could hide what
+        runs), each character a person could not see written as its escape."""
+        shown = json.dumps(json.loads(self.arguments), indent=2, ensure_ascii=False, sort_keys=True)
+        return (f"Approve one call of tool '{visible(self.tool)}' (approval '{self.approval}') with "
+                f"these arguments?\n{visible(shown)}")
+
+    def elicitation_params(self) -> dict[str, Any]:
+        """The params of the `elicitation/create` request (form mode; accepting is the answer, so
+        the form asks for nothing else)."""
+        return {"mode": "form", "message": self.message(),
+                "requestedSchema": {"type": "object", "properties": {}}}
+
+    def input_round(self) -> dict[str, Any]:
+        """The `input_required` result that asks it at 2026-07-28 (`asking.input_round`)."""
+        return round_of(self.request_id, self.elicitation_params())
+
+
+# -- how a request moves ------------------------------------------------------------------------
 class State(enum.StrEnum):
     """Where a request stands; also the `result` values of records and metrics (SPEC §15)."""
 
@@ -259,6 +326,22 @@ def events_of(name: str, made: tuple[State, ...]) -> tuple[Event, ...]:
 # Told each (approval name, result) an operation made: the approvals_total metric. No caller.
 Observe = Callable[[str, str], None]
 Count = Callable[[Iterable[Event]], None]  # each result an operation made, to the metric
+
+
+class Results(Protocol):
+    """Whoever holds the metric's callback, set when it counts (`namespaces.LiveSources`: an
+    owner may set it once the guard is made, `Guard.live`)."""
+
+    approval_results: Observe | None
+
+
+def told_to(owner: Results) -> Observe:
+    """An `Observe` that tells `owner.approval_results` as it is when a result is counted."""
+    def observe(name: str, result: str) -> None:
+        told = owner.approval_results
+        if told is not None:
+            told(name, result)
+    return observe
 
 
 def counting(observe: Observe | None) -> Count:

@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from ..asking import Answer
 from ..outcomes import Outcome, Status
 from ..principal import Identity
-from .lifecycle import ApprovalNote, ApprovalRequest, Binding, Event, Party, State, bind, events_of
-from .question import Answer, Question
+from .lifecycle import ApprovalNote, ApprovalRequest, Binding, Event, Party, Question, State, bind, events_of
 from .store import ApprovalStore, Changed, new_id
 
 
