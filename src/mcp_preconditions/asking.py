@@ -1,5 +1,5 @@
 """Asking the caller in flight (SPEC §15): what a late stage's question must offer (`Question`, the
-`self` approval's is approvals/question.py), how it goes on the wire (an `elicitation/create` in form
+`self` approval's is approvals/lifecycle.py), how it goes on the wire (an `elicitation/create` in form
 mode at 2025-11-25, an input round of ours at 2026-07-28), and the caller's answer, read strictly:
 anything but a clean accept is no.
 """

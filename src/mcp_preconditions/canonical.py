@@ -1,4 +1,4 @@
-"""RFC 8785 canonical JSON, one definition: what an approval is bound to (approvals/binding.py), a
+"""RFC 8785 canonical JSON, one definition: what an approval is bound to (approvals/lifecycle.py), a
 denial's argument fingerprint (envelope.py), and whatever else must compare a call's arguments code
 point for code point.
 """

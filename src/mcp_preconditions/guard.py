@@ -44,7 +44,7 @@ from .policy.load import PolicySource, parse_policy
 from .principal import ANONYMOUS, Credentials, Identity
 from .resolvers import Resolver
 from .snapshot import Snapshot
-from .tool_registry import ToolRegistry, _State, _state
+from .tool_registry import ToolRegistry, _State, _state, listed
 
 log = logging.getLogger("mcp_preconditions.guard")
 Pending = Coroutine[Any, Any, Decision]  # a decision that awaits a lookup first
@@ -88,6 +88,7 @@ class Guard(ToolRegistry):
         # reads the pair once, so it never verifies under one policy and decides under another.
         self._state = _state(self._compile(source, self._tools),
                                      authenticator or build_authenticator(source))
+        self.snapshot = self._state[0]
 
     def _compile(self, source: PolicySource, tools: Mapping[str, Any],
                  previous: Snapshot | None = None) -> Snapshot:
@@ -208,6 +209,9 @@ class Guard(ToolRegistry):
         """`check_now` of a call no outcome of which depends on the caller (no requirements, or
         only static ones): its caller named all the same (SPEC §3), known at once or its token
         verified first."""
+        principal = credentials.principal
+        if compiled is None and principal is not None:  # named by the host: no Identity to build
+            return self._unguarded(tool, snap, principal.subject, record, start)
         identity = named_now(now, credentials)
         if identity is None:
             return self._named_then_decided(tool, snap, compiled, credentials, authenticator,
@@ -302,7 +306,7 @@ class Guard(ToolRegistry):
             if all(o.ok or ((o.argument_dependent or o.transient) and o.status is Status.UNSATISFIED)
                    for o in outcomes):
                 callable_names.append(name)
-        return await _listed(snap, identity, callable_names)
+        return await listed(snap, identity, callable_names)
 
     # -- internals -------------------------------------------------------------------------------
     def _evaluate(self, snap: Snapshot, compiled: CompiledTool, identity: Identity,
@@ -370,29 +374,6 @@ class Guard(ToolRegistry):
         if record:
             self.recorder.record(decision)
         return decision
-
-
-async def _listed(snap: Snapshot, identity: Identity, names: list[str]) -> list[str]:
-    """`names` less the tools a late resolver that decides listings too hides from this caller (a
-    `pdp:` decision point, SPEC §16: asked once per resolver for every tool, by its `hidden`)."""
-    asked: dict[int, tuple[Any, dict[str, list[str]]]] = {}
-    for name in names:
-        compiled = snap.tools.get(name)
-        if compiled is None or compiled.late is None:
-            continue
-        for check in compiled.checks:
-            if callable(getattr(check.resolver, "hidden", None)):
-                asked.setdefault(id(check.resolver), (check.resolver, {}))[1].setdefault(
-                    name, []).append(check.requirement)
-    if not asked:
-        return names
-    hidden: set[str] = set()
-    for resolver, tools in asked.values():
-        try:
-            hidden |= await resolver.hidden(identity, tools)
-        except Exception:  # a resolver that fails hides what it was asked about (fail closed)
-            hidden |= set(tools)
-    return [n for n in names if n not in hidden]
 
 
 def _context_id(compiled: CompiledTool, outcomes: tuple[Outcome, ...]) -> str | None:

@@ -101,15 +101,11 @@ def import_callable(spec: str, where: str) -> StateCallable:
 
 
 def _approval(source: PolicySource, live: LiveSources, evaluate: Evaluate) -> Resolver:
+    from .approvals.lifecycle import told_to
     from .approvals.resolver import approval_resolver  # (rfc8785: when a snapshot is built)
 
-    def observe(name: str, result: str) -> None:  # read when counted: set after the guard is made
-        told = live.approval_results
-        if told is not None:
-            told(name, result)
-
     resolver = approval_resolver(source, live.approval_memory, live.approvals,
-                                 pages_url=live.approvals_url, observe=observe)
+                                 pages_url=live.approvals_url, observe=told_to(live))
     resolver.taken_as_given = live.approvals_taken_as_given
     return resolver
 

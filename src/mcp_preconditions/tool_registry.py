@@ -1,6 +1,7 @@
 """What a Guard knows besides deciding (guard.py): the tools it guards and their requirements, the
 policy in force, and the changes to either (a tool registered, a listing applied, a reload), each
-compiled outside the lock and swapped in atomically.
+compiled outside the lock and swapped in atomically; and which of its tools a late resolver hides
+from a caller's listing (`listed`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .auth.base import AuthenticateNow, authenticate_now_of
 from .errors import PolicyError
 from .names import host_problems
 from .policy.load import PolicySource
+from .principal import Identity
 from .requirements import Finding
 from .snapshot import Snapshot
 
@@ -29,6 +31,9 @@ class ToolRegistry:
     """The tools and the policy of a Guard, which sets these attributes in its `__init__`."""
 
     _state: _State
+    # The policy snapshot in force (`_state[0]`), swapped with it. Read-only; an attribute, not a
+    # property, because adapters read it on every call (as `registration`).
+    snapshot: Snapshot
     _tools: dict[str, Any]
     _lock: threading.Lock
     _host_tools: tuple[str, ...] | None
@@ -40,10 +45,6 @@ class ToolRegistry:
         raise NotImplementedError
 
     # -- introspection ---------------------------------------------------------------------------
-    @property
-    def snapshot(self) -> Snapshot:
-        return self._state[0]
-
     @property
     def authenticator(self) -> Authenticator:
         return self._state[1]
@@ -137,5 +138,29 @@ class ToolRegistry:
             with self._lock:
                 if self._state is state and self._tools is tools:
                     self._state, self._tools = new_state, new_tools
+                    self.snapshot = new_state[0]
                     self.registration = new_tools
                     return
+
+
+async def listed(snap: Snapshot, identity: Identity, names: list[str]) -> list[str]:
+    """`names` less the tools a late resolver that decides listings too hides from this caller (a
+    `pdp:` decision point, SPEC §16: asked once per resolver for every tool, by its `hidden`)."""
+    asked: dict[int, tuple[Any, dict[str, list[str]]]] = {}
+    for name in names:
+        compiled = snap.tools.get(name)
+        if compiled is None or compiled.late is None:
+            continue
+        for check in compiled.checks:
+            if callable(getattr(check.resolver, "hidden", None)):
+                asked.setdefault(id(check.resolver), (check.resolver, {}))[1].setdefault(
+                    name, []).append(check.requirement)
+    if not asked:
+        return names
+    hidden: set[str] = set()
+    for resolver, tools in asked.values():
+        try:
+            hidden |= await resolver.hidden(identity, tools)
+        except Exception:  # a resolver that fails hides what it was asked about (fail closed)
+            hidden |= set(tools)
+    return [n for n in names if n not in hidden]

@@ -16,8 +16,7 @@ from mcp_preconditions.approvals import (
     bind,
     judge_approver,
 )
-from mcp_preconditions.approvals.binding import Binding
-from mcp_preconditions.approvals.lifecycle import ApprovalRequest, requested
+from mcp_preconditions.approvals.lifecycle import ApprovalRequest, Binding, requested
 from mcp_preconditions.namespaces import build_registry
 from mcp_preconditions.outcomes import Outcome
 from mcp_preconditions.resolvers.base import CallContext

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from mcp_preconditions import Guard, Identity, Principal, parse_policy
 from mcp_preconditions.approvals import MemoryApprovalStore, State, bind
-from mcp_preconditions.approvals.binding import Binding
+from mcp_preconditions.approvals.lifecycle import Binding
 from mcp_preconditions.credentials import Caller
 from mcp_preconditions.namespaces import LiveSources
 from mcp_preconditions.pages.approval_views import FOLDED_CHARACTERS, ToolFacts

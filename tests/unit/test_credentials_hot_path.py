@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-import mcp_preconditions.credentials.cache as cache_module
+import mcp_preconditions.credentials.exchange as cache_module
 from mcp_preconditions.auth.cache import token_key
 from mcp_preconditions.credentials import (
     CredentialResolver,
@@ -19,9 +19,9 @@ from mcp_preconditions.credentials import (
     HeldCredential,
     TokenExchange,
 )
-from mcp_preconditions.credentials.cache import TokenKeys
 from mcp_preconditions.credentials.caller import Caller
 from mcp_preconditions.credentials.credential import Credential
+from mcp_preconditions.credentials.exchange import TokenKeys
 from mcp_preconditions.late import LateCall, Sidecar
 from mcp_preconditions.principal import Identity
 from tests.unit.credentials_doubles import ISSUER, AuthServer, Clock, caller, exchanged

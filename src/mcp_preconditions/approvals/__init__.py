@@ -1,23 +1,35 @@
 """Approvals as a requirement (SPEC §15): `approval:NAME` holds when someone allowed this very call
 (the caller, `approvers = "self"`, or an approver who meets the policy's requirements), once.
 
-binding.py (what an approval is bound to, RFC 8785), lifecycle.py (requested → approved | refused |
-expired; approved → used), store.py and store_redis.py (atomic, one process or every replica;
-the bounds of how many requests one caller keeps are store.py's), approvers.py (who may
-approve), question.py (the `self` question, and what a person is shown of a call), plan.py (one
-call's approvals), resolver.py (the namespace), stage.py (the late stage), record.py (records and
-metrics). The approver pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
+lifecycle.py (one request's life: what an approval is bound to, RFC 8785; the `self` question
+and what a person is shown of a call; requested → approved | refused | expired; approved → used;
+records and metrics), store.py and store_redis.py (atomic, one process or every replica; the
+bounds of how many requests one caller keeps are store.py's), approvers.py (who may approve),
+plan.py (one call's approvals), resolver.py (the namespace), stage.py (the late stage).
+binding.py, question.py and record.py only re-export what moved to lifecycle.py. The approver
+pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 """
 
 from __future__ import annotations
 
+from ..asking import Answer, answer_of, asks_forms
 from ..canonical import canonical_json
 from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approver
-from .binding import MAX_ARGUMENTS_BYTES, Binding, Party, bind
-from .lifecycle import ApprovalRequest, Refusal, State
+from .lifecycle import (
+    MAX_ARGUMENTS_BYTES,
+    METRIC,
+    RESULTS,
+    ApprovalNote,
+    ApprovalRequest,
+    Binding,
+    Event,
+    Party,
+    Question,
+    Refusal,
+    State,
+    bind,
+)
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep, CompiledApproval, Remedy
-from .question import Answer, Question, answer_of, asks_forms
-from .record import METRIC, RESULTS, ApprovalNote, Event
 from .resolver import (
     ASKS_THE_CALLER,
     NAMESPACE,

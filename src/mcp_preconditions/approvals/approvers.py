@@ -16,8 +16,7 @@ from ..policy.deciders import Approval
 from ..principal import Identity
 from ..requirements import Finding, FormChecker
 from ..resolvers.base import CallContext
-from .binding import Party
-from .lifecycle import ApprovalRequest
+from .lifecycle import ApprovalRequest, Party
 from .plan import CompiledApproval
 
 # The snapshot's `evaluate_one`: one requirement for one call, through its resolver, under the

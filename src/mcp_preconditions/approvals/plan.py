@@ -16,12 +16,10 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from ..asking import Answer
 from ..outcomes import Outcome, Status
 from ..principal import Identity
-from .binding import Binding, Party, bind
-from .lifecycle import ApprovalRequest, State
-from .question import Answer, Question
-from .record import ApprovalNote, Event, events_of
+from .lifecycle import ApprovalNote, ApprovalRequest, Binding, Event, Party, Question, State, bind, events_of
 from .store import ApprovalStore, Changed, new_id
 
 

@@ -21,8 +21,8 @@ from ..policy.load import PolicySource
 from ..requirements import Finding, body_of
 from ..resolvers.base import CallContext, Registry
 from .approvers import approver_findings
+from .lifecycle import Observe, counting
 from .plan import ApprovalPlan, CompiledApproval
-from .record import Observe, counting
 from .stage import UNDISCLOSED, ApprovalStage, HeldApproval
 from .store import ApprovalStore, MemoryApprovalStore
 

@@ -14,10 +14,8 @@ from ..envelope import Remediation, RemediationHint
 from ..late import LateCall, Sidecar
 from ..offers import Offer, OfferCall
 from ..outcomes import Outcome, Status
-from .lifecycle import State
+from .lifecycle import Count, Question, State
 from .plan import ApprovalCall, ApprovalPlan, ApprovalRuling, ApprovalStep
-from .question import Question
-from .record import Count
 
 NOT_DECIDED = ("an approval is decided only for a call whose adapter can carry it (the gateway, or "
                "a hosted server's tool call): this one cannot")

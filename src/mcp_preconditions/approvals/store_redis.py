@@ -25,9 +25,7 @@ from ..errors import BackendError
 from ..policy.model import Redis as RedisSettings
 from ..resolvers.state_redis import RedisStateSource
 from . import lifecycle
-from .binding import Binding, Party
-from .lifecycle import ApprovalRequest, Decision, Refusal, State
-from .record import Event
+from .lifecycle import ApprovalRequest, Binding, Decision, Event, Party, Refusal, State
 from .store import KEEP_SECONDS, Changed, Cursor, Transition, crowded, dropped, new_id, pending
 
 PREFIX = "mcp-preconditions:approval:"

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .accounts import ConnectedAccounts, Connection
     from .build import build_resolver, sign_in_settings
-    from .cache import ExchangeCache
     from .caller import Caller, caller_of
     from .connect import ConnectFlow, Link
     from .credential import Credential, Obtained
-    from .exchange import TokenExchange
+    from .exchange import ExchangeCache, TokenExchange
     from .per_subject import SubjectSecrets, load_secrets
     from .resolver import CredentialResolver, CredentialSource, requirement_for
     from .settings import (
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 _WHERE: dict[str, str] = {
     **dict.fromkeys(("ConnectedAccounts", "Connection"), "accounts"),
     **dict.fromkeys(("build_resolver", "sign_in_settings"), "build"),
-    **dict.fromkeys(("ExchangeCache",), "cache"),
+    **dict.fromkeys(("ExchangeCache",), "exchange"),
     **dict.fromkeys(("Caller", "caller_of"), "caller"),
     **dict.fromkeys(("ConnectFlow", "Link"), "connect"),
     **dict.fromkeys(("Credential", "Obtained"), "credential"),

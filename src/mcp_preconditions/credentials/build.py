@@ -16,9 +16,8 @@ import httpx2
 from ..errors import PolicyError, RequirementError
 from ..policy.load import PolicySource
 from .accounts import ConnectedAccounts
-from .cache import ExchangeCache
 from .connect import ConnectFlow
-from .exchange import TokenExchange
+from .exchange import ExchangeCache, TokenExchange
 from .per_subject import SubjectSecrets
 from .resolver import CredentialResolver, CredentialSource
 from .settings import (

@@ -109,18 +109,28 @@ class CredentialSources:
             return None
         if credential is None:
             return None
-        # Built once per credential (and requirement), the same object for every call after.
+        obtained = self.held_at_hand(requirement, source, credential)
+        self.counted(source, obtained)
+        return obtained
+
+    def held_at_hand(self, requirement: str, source: CredentialSource, credential: Credential
+                     ) -> Obtained:
+        """What obtaining `credential`, which the source held, answers: built once per credential
+        (and requirement), the same object for every call after. Not counted (`counted`)."""
         obtained = credential.at_hand
         if obtained is None or obtained.outcome is not self._hits.get(requirement):
             obtained = credential.at_hand = Obtained(self.hit(requirement), source.kind, True,
                                                      credential)
-        observe = self.observe  # `_observed`, inline: every call with a cached credential
+        return obtained
+
+    def counted(self, source: CredentialSource, obtained: Obtained) -> None:
+        """Tell `observe` of a credential at hand (`_observed` without its log line)."""
+        observe = self.observe
         if observe is not None:
             try:
                 observe(source.server, obtained)
             except Exception:  # counting must not change the answer
                 log.exception("credential for server %s: counting the attempt failed", source.server)
-        return obtained
 
     def hit(self, requirement: str) -> Outcome:
         """The outcome of a credential that was at hand (no authorization server asked): one

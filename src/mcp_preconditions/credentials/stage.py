@@ -161,35 +161,11 @@ class CredentialStage:
         self.quick = self._quick if len(self.requirements) == 1 else None
 
     def _quick(self, identity: Identity, sidecar: Sidecar | None) -> tuple[Outcome, ...] | None:
-        """`decide` for the one credential of a tool, when the source holds it (a cache hit) and
-        what a call holds of it was built for this very principal object by this resolver (every
-        call of a caller after their first): the same outcomes, sidecar and count, without
-        building a call or looping. None when anything is otherwise: `decide` decides."""
-        if sidecar is None:
+        """`decide` for the one credential of a tool when it is at hand and what a call holds of it
+        was built for this very principal object (`_at_hand`, every call of a caller after their
+        first), without building a call; None when anything is otherwise: `decide` decides."""
+        if sidecar is None or not self._at_hand(0, identity, sidecar, build=False):
             return None
-        (requirement, source), = self._sources
-        principal = identity.principal
-        try:
-            credential = source.cached(identity, sidecar.token)
-        except Exception:  # (`at_hand`: the awaited `obtain` then says why)
-            return None
-        if credential is None:
-            return None
-        held = credential.held  # (`decide`: built with this resolver's hit outcome, kept for
-        # the principal object it was made for, which a principal None never is)
-        if held is None or held.principal is not principal \
-                or held.obtained.outcome is not self._hits[0]:
-            return None
-        obtained: Obtained = held.obtained
-        observe = self.resolver.observe  # counted as `at_hand` counts it
-        if observe is not None:
-            try:
-                observe(source.server, obtained)
-            except Exception:  # counting must not change the answer
-                log.exception("credential for server %s: counting the attempt failed",
-                              source.server)
-        sidecar.held[requirement] = held
-        sidecar.notes["credential"] = obtained.note
         return self._hits
 
     def decide(self, call: LateCall) -> tuple[Outcome, ...] | Awaitable[tuple[Outcome, ...]]:
@@ -200,23 +176,48 @@ class CredentialStage:
         if sidecar is None:  # nowhere to carry a credential: the call cannot reach its server
             return tuple(Outcome(r, Status.UNSATISFIED, NOT_OBTAINED, transient=True)
                          for r in self.requirements)
-        resolver, identity, token = self.resolver, call.identity, sidecar.token
-        for i, (requirement, source) in enumerate(self._sources):
-            obtained = resolver.at_hand(requirement, source, identity, token)
-            if obtained is None:
+        identity = call.identity
+        for i in range(len(self._sources)):
+            if not self._at_hand(i, identity, sidecar, build=True):
                 return self._obtained(call, sidecar, i)
-            # What the call holds, built once per credential at hand and principal object (an
-            # exchanged credential is kept by its token's key: the two name the token).
-            credential = obtained.credential
-            held = credential.held if credential is not None else None
-            if held is None or held.principal is not identity.principal \
-                    or held.obtained is not obtained:
-                held = HeldCredential(resolver, requirement, identity, token, obtained)
-                if credential is not None and identity.principal is not None:
-                    credential.held = held
-            sidecar.held[requirement] = held
-            sidecar.notes["credential"] = obtained.note
         return self._hits
+
+    def _at_hand(self, i: int, identity: Identity, sidecar: Sidecar, *, build: bool) -> bool:
+        """The tool's `i`th credential put in the call's sidecar and counted, when its source holds
+        it (a cache hit; `CredentialSources.at_hand`, the same answer and count); False when it
+        must be obtained (awaited), and when the source's look fails (`obtain` then says why).
+        What the call holds of it is built once per credential at hand and principal object (an
+        exchanged credential is kept by its token's key: the two name the token) and read as it
+        is by every call after, never through `CredentialSources` (`build=False`: False when it
+        was not built yet)."""
+        requirement, source = self._sources[i]
+        principal, token = identity.principal, sidecar.token
+        try:
+            credential = source.cached(identity, token)
+        except Exception:
+            return False
+        if credential is None:
+            return False
+        held = credential.held
+        if held is None or held.principal is not principal \
+                or held.obtained.outcome is not self._hits[i]:
+            if not build:
+                return False
+            obtained = self.resolver.held_at_hand(requirement, source, credential)
+            held = HeldCredential(self.resolver, requirement, identity, token, obtained)
+            if principal is not None:
+                credential.held = held
+        obtained = held.obtained
+        observe = self.resolver.observe  # `CredentialSources.counted`, inline
+        if observe is not None:
+            try:
+                observe(source.server, obtained)
+            except Exception:  # counting must not change the answer
+                log.exception("credential for server %s: counting the attempt failed",
+                              source.server)
+        sidecar.held[requirement] = held
+        sidecar.notes["credential"] = obtained.note
+        return True
 
     async def _obtained(self, call: LateCall, sidecar: Sidecar, start: int) -> tuple[Outcome, ...]:
         """The outcomes, those before `start` at hand (`decide`), the rest awaited in order."""

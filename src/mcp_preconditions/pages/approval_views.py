@@ -16,9 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ..approvals.binding import Party
-from ..approvals.lifecycle import ApprovalRequest, State
-from ..approvals.question import escape, hidden, visible
+from ..approvals.lifecycle import ApprovalRequest, Party, State, escape, hidden, visible
 
 # A value shown in full up to this many characters (pretty-printed); a longer one is folded: its
 # start shown, the whole of it one click away (a call's arguments may be 64 KiB:

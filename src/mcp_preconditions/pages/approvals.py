@@ -35,10 +35,8 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..approvals.approvers import Evaluate, judge_approver
-from ..approvals.binding import Party
-from ..approvals.lifecycle import ApprovalRequest, Decision, State
+from ..approvals.lifecycle import ApprovalRequest, Decision, Event, Party, State, events_of
 from ..approvals.plan import CompiledApproval
-from ..approvals.record import Event, events_of
 from ..approvals.resolver import NAMESPACE, PAGES_PATH, ApprovalResolver
 from ..approvals.store import ApprovalStore, Changed, Cursor
 from ..auth.base import Authenticator
