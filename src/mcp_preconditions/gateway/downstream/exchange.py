@@ -276,7 +276,7 @@ MAX_BODY = 4 * 1024 * 1024
 
 class Headers(dict[str, str]):
     """Request headers by lowercase name. `getlist` tells readers that expect case-insensitive
-    headers (`telemetry.propagation.header`) that a lowercase lookup is enough."""
+    headers (`telemetry.gateway.header`) that a lowercase lookup is enough."""
 
     def getlist(self, name: str) -> list[str]:
         value = self.get(name.lower())
