@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("gateway/downstream/http11.py", "gateway/downstream/exchange.py",
       "gateway/downstream/admission.py", "gateway/downstream/http_server.py", "httptools/")),
     ("relay: HTTP framing (http, streamable, sse, sessions)",
-     ("gateway/downstream/app.py", "gateway/downstream/streamable.py", "gateway/downstream/wire.py",
+     ("gateway/downstream/app.py", "gateway/downstream/streamable.py",
       "gateway/downstream/sse.py", "gateway/downstream/sessions.py", "gateway/downstream/listener.py",
       "gateway/downstream/stdio.py")),
     ("relay: protocol and pipeline (dispatch, gateway, decide, forward, session)",

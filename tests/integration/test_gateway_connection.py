@@ -1,4 +1,4 @@
-"""One connection core for both listeners (gateway/downstream/connection.py): a client's
+"""One connection core for both listeners (gateway/clients.py): a client's
 `notifications/cancelled` interrupts its request on stdio and in an HTTP session alike, by the id as
 the SDKs correlate it ("41" names 41), and the server is told; a cancelled request is never answered
 on stdio and ends its stream with -32800 over HTTP; a client that goes (stdin closed, the session

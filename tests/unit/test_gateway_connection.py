@@ -1,4 +1,4 @@
-"""The connection core both listeners share (gateway/downstream/connection.py), with a double for
+"""The connection core both listeners share (gateway/clients.py), with a double for
 the dispatch: which cancellations interrupt which request, and what a client going away does."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcp_preconditions.gateway.clients import Call, Client
-from mcp_preconditions.gateway.downstream.connection import Connection, correlated
+from mcp_preconditions.gateway.clients import Call, Client, Connection, correlated
 from mcp_preconditions.gateway.jsonrpc import Message
 
 

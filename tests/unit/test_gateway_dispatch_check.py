@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from mcp_preconditions.gateway import schemas
+from mcp_preconditions.gateway import bridge
 from mcp_preconditions.gateway.dispatch import check, plain_call
 from mcp_preconditions.gateway.jsonrpc import INVALID_PARAMS, RpcError
 
@@ -32,7 +32,7 @@ VERSIONS = sorted({*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS})
 
 def sdk_verdict(version: str, params: Any) -> str:
     try:
-        schemas.validate_client_request("tools/call", version, params)
+        bridge.validate_client_request("tools/call", version, params)
     except ValidationError:
         return "invalid"
     except (KeyError, ValueError) as exc:

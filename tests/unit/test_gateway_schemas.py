@@ -1,4 +1,4 @@
-"""gateway/schemas.py mirrors `mcp_types.methods` (which imports every protocol version's models at
+"""gateway/bridge.py mirrors `mcp_types.methods` (which imports every protocol version's models at
 once) and loads a version's models only when that version is first used: the tables equal the
 SDK's, and a gateway serving 2025-11-25 clients never loads the 2026-07-28 models."""
 
@@ -13,43 +13,43 @@ from mcp_types import methods
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from mcp_preconditions.gateway import bridge, schemas
+from mcp_preconditions.gateway import bridge
 
 
 def test_each_version_defines_the_requests_the_sdk_defines() -> None:
-    assert schemas.SPEC_CLIENT_METHODS == methods.SPEC_CLIENT_METHODS
-    for method in sorted(schemas.SPEC_CLIENT_METHODS):
+    assert bridge.SPEC_CLIENT_METHODS == methods.SPEC_CLIENT_METHODS
+    for method in sorted(bridge.SPEC_CLIENT_METHODS):
         for version in KNOWN_PROTOCOL_VERSIONS:
             expected = methods.CLIENT_REQUESTS.get((method, version))
             if expected is None:
                 with pytest.raises(KeyError):
-                    schemas.validate_client_request(method, version, None)
+                    bridge.validate_client_request(method, version, None)
             else:
-                assert schemas.request_model(method, version) is expected, (method, version)
+                assert bridge.request_model(method, version) is expected, (method, version)
 
 
 def test_the_relayed_server_requests_and_the_method_sets_are_the_sdks() -> None:
-    for method, model in schemas.SERVER_REQUESTS.items():
+    for method, model in bridge.SERVER_REQUESTS.items():
         assert model is methods.MONOLITH_REQUESTS[method]
-        assert schemas.SERVER_RESULTS[method] == methods.MONOLITH_RESULTS[method]
-    assert schemas.input_required_methods() == methods.INPUT_REQUIRED_METHODS
-    assert schemas.cacheable_methods() == methods.CACHEABLE_METHODS
+        assert bridge.SERVER_RESULTS[method] == methods.MONOLITH_RESULTS[method]
+    assert bridge.input_required_methods() == methods.INPUT_REQUIRED_METHODS
+    assert bridge.cacheable_methods() == methods.CACHEABLE_METHODS
 
 
 @pytest.mark.parametrize("result", [{"resultType": "input_required"}, {"resultType": "complete"}, {},
                                     [], None, "input_required"])
 def test_input_required_is_decided_as_the_sdk_decides(result: object) -> None:
-    assert schemas.is_input_required(result) == methods.is_input_required(result)
+    assert bridge.is_input_required(result) == methods.is_input_required(result)
 
 
 def test_a_request_is_refused_as_the_sdk_refuses_it() -> None:
     with pytest.raises(ValueError, match="version must be a known protocol version, got '2099-01-01'"):
-        schemas.validate_client_request("tools/list", "2099-01-01", None)
+        bridge.validate_client_request("tools/list", "2099-01-01", None)
     with pytest.raises(KeyError):
-        schemas.validate_client_request("initialize", "2026-07-28", {})
+        bridge.validate_client_request("initialize", "2026-07-28", {})
     with pytest.raises(ValidationError):
-        schemas.validate_client_request("tools/call", "2025-11-25", {"arguments": {}})
-    schemas.validate_client_request("tools/call", "2025-11-25", {"name": "echo"})
+        bridge.validate_client_request("tools/call", "2025-11-25", {"arguments": {}})
+    bridge.validate_client_request("tools/call", "2025-11-25", {"name": "echo"})
 
 
 def test_capabilities_are_shaped_by_the_clients_version() -> None:
@@ -62,7 +62,7 @@ def test_capabilities_are_shaped_by_the_clients_version() -> None:
 SERVE_2025 = """
 import sys
 from mcp_preconditions.cli import gateway_cmds
-from mcp_preconditions.gateway import bridge, callers, dispatch, forward, schemas
+from mcp_preconditions.gateway import bridge, callers, dispatch, forward
 from mcp_preconditions.gateway.downstream import listener
 dispatch.check("tools/call", "2025-11-25", {"name": "echo", "arguments": {}})
 bridge.downstream_capabilities({"tools": {}}, "2025-11-25")
@@ -70,7 +70,7 @@ bridge.downstream_result("tools/list", {"tools": []}, "2025-11-25")
 callers._valid("roots/list")
 callers._valid("roots/list", result={"roots": []})
 print(sorted(m for m in sys.modules if m in ("mcp_types.methods", "mcp_types._v2026_07_28")))
-schemas.request_model("tools/list", "2026-07-28")
+bridge.request_model("tools/list", "2026-07-28")
 print("mcp_types._v2026_07_28" in sys.modules)
 """
 

@@ -18,8 +18,7 @@ from opentelemetry.trace import StatusCode
 
 from mcp_preconditions.outcomes import Decision, Outcome, Status
 from mcp_preconditions.telemetry import Metrics
-from mcp_preconditions.telemetry.gateway import NO_SERVER, GatewayTelemetry
-from mcp_preconditions.telemetry.propagation import message_headers
+from mcp_preconditions.telemetry.gateway import NO_SERVER, GatewayTelemetry, message_headers
 
 A = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 SECRET = "env:staging"

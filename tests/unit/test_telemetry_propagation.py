@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 
 from mcp_preconditions.errors import InputError
 from mcp_preconditions.telemetry import incoming_context, upstream_headers, upstream_params
-from mcp_preconditions.telemetry.propagation import carrier
+from mcp_preconditions.telemetry.gateway import carrier
 from mcp_preconditions.telemetry.tracing import exporters_wanted
 
 A = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -87,7 +87,7 @@ class LaterPages:
         self._app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from ..gateway.downstream.wire import text
+        from ..gateway.downstream.exchange import text
 
         app = self._app
         if app is None:

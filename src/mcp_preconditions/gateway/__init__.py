@@ -9,17 +9,21 @@ The path of one `tools/call` over HTTP, and back, top to bottom (no module impor
 
     downstream/          what faces callers
       listener           the gateway's own HTTP/1.1 (`http_server`, `admission`: slow and surplus
-                         connections bounded); `http11` parses on llhttp into an `exchange`
+                         connections bounded); `http11` parses on llhttp
       app                the bearer token checked (401), /healthz /readyz /metrics
-      streamable         POST framed (`wire`), the session found (`sessions`), a 2026-07-28
-                         envelope and its routing headers checked (`inbound`)
-      connection         the request tracked on its client's connection (cancellation)
-    dispatch             its version's schema; initialize, ping, server/discover answered here
+      streamable         POST framed, the session found (`sessions`), a 2026-07-28 envelope and
+                         its routing headers checked (`inbound`); the request tracked on its
+                         client's connection (`clients.Connection`: cancellation)
+      exchange           one request's ASGI receive and send: its headers and body read
+                         (bounded), its answer framed for HTTP/1.1
+    dispatch             its version's schema (`bridge`); initialize, ping, server/discover
+                         answered here
     gateway -> decide    the guard's Decision through `calls` (a server with credentials: the
                          caller's, as `credential:KEY`): refused here, or on (`route`: which server)
     forward              progress mapped back, input rounds between versions (`rounds`); a
                          server's failure becomes one error naming it (`errors`)
-    clients, callers     who the gateway serves (`Call`, `Client`) and what servers send them back
+    callers, clients     what servers send back to the gateway's clients; who those are (`Call`,
+                         `Client`, and the requests a connection has running)
     fleet, catalog       the servers and their last good listings
     upstream/            what faces servers
       session            that server's supervised session (`connected`: its handshake) -> `peer`:
@@ -28,13 +32,14 @@ The path of one `tools/call` over HTTP, and back, top to bottom (no module impor
       client             a kept connection; the response parsed strictly by llhttp, bounded
       sse                an SSE answer decoded (bounded) and handed back the moment it arrives
     bridge               the result shaped for the client's version; `downstream/sse` writes it
-    inbound, jsonrpc, schemas, errors    the wire rules and messages both sides read
+    inbound, jsonrpc, bridge, errors    the wire rules, each version's schemas, and the messages
+                                        both sides read
 
 Prompts, resources, completions, subscriptions and listings take `listings` in place of `decide`
 (which server, by each server's last good listing) and, to a server with credentials,
 `credentialed`: the caller's credential, or the refusal of `credential:KEY` (-32001) and nothing
-sent; from `forward` on, the same path. On stdio, `downstream/stdio` takes the place of the first
-three. What servers send unasked (their requests, notifications, `list_changed`) goes `peer` ->
+sent; from `forward` on, the same path. On stdio, `downstream/stdio` takes the place of the four
+above `dispatch`. What servers send unasked (their requests, notifications, `list_changed`) goes `peer` ->
 `session` -> `callers` (the one client it can be for) and `fleet`, which re-lists a server
 (`catalog`) one listing at a time, in the background. At the side: `config` (with
 `config_credentials`, `config_values`) reads the deployment file, `replicas` the policy's source.

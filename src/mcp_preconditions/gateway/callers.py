@@ -22,11 +22,11 @@ from typing import Any, Final
 from pydantic import TypeAdapter, ValidationError
 
 from . import jsonrpc
+from .bridge import SERVER_REQUESTS, SERVER_RESULTS
 from .clients import LEVELS, Call, Client, Pollable
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
 from .listen import Listeners
 from .rounds import PendingCall, Rounds
-from .schemas import SERVER_REQUESTS, SERVER_RESULTS
 from .subscriptions import Subscriptions
 from .upstream.caller_sessions import Sender
 

@@ -167,7 +167,7 @@ class Decide:
                    credentials: Credentials, forward: Forward) -> dict[str, Any]:
         version = ctx.version
         fleet = self._fleet  # (a server re-listing is read by its last good catalog: never waited for)
-        if not fleet.listed():
+        if not fleet.listed and not fleet.update_listed():
             # Servers still starting: a name one server lists may collide with one another server
             # is about to list, and a collision is refused, never settled by who listed first.
             await fleet.first_listing(self._connect_wait())

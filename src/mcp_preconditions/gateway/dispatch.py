@@ -14,7 +14,7 @@ from mcp_types import PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from . import jsonrpc, schemas
+from . import bridge, jsonrpc
 from .clients import Call, Client
 from .errors import PeerFailed, UpstreamError
 from .gateway import SERVED, SERVER_INFO, Gateway
@@ -145,12 +145,12 @@ class Dispatch:
 def check(method: str, version: str, params: dict[str, Any] | None) -> None:
     """A request as its protocol version defines it: an unknown method (at this version) is
     METHOD_NOT_FOUND, malformed params INVALID_PARAMS (the MCP SDK's own per-version schemas)."""
-    if method not in schemas.SPEC_CLIENT_METHODS:
+    if method not in bridge.SPEC_CLIENT_METHODS:
         raise RpcError(METHOD_NOT_FOUND, "Method not found", method)
     if method == "tools/call" and version in HANDSHAKE_PROTOCOL_VERSIONS and plain_call(params):
         return  # the schema's verdict is known (test_gateway_dispatch_check holds it so)
     try:
-        schemas.validate_client_request(method, version, params)
+        bridge.validate_client_request(method, version, params)
     except KeyError:
         raise RpcError(METHOD_NOT_FOUND, "Method not found", method) from None
     except ValidationError:

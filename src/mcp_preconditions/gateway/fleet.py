@@ -54,14 +54,12 @@ class Member:
     # `credential:KEY` when the server has per-caller credentials (each tools/call goes with the
     # one its decision obtained), else None: made once, read by every call (forward.py).
     credential: str | None = field(init=False, default=None)
+    key: str = field(init=False, repr=False, compare=False)  # its spec's (a field: read per call)
 
     def __post_init__(self) -> None:
+        self.key = self.spec.key
         if self.spec.credentials is not None:
             self.credential = requirement_for(self.spec.key)
-
-    @property
-    def key(self) -> str:
-        return self.spec.key
 
     @property
     def connected(self) -> bool:
@@ -101,7 +99,7 @@ class Fleet:
         self.credentialed = any(m.credential is not None for m in self.members.values())
         self.invalid: dict[str, str] = {}  # visible tool name -> why its requirements are refused
         self._registered: frozenset[str] = frozenset()
-        self._listed = False  # every server's tools listed once (`listed`)
+        self.listed = False  # every server's tools listed once (`update_listed`): once true, stays
         self._pending: set[str] = set()  # kinds whose list_changed the clients are owed
         self._warned: set[str] = set()  # policy tool names already logged as matching nothing
         # Per wait: the connection attempt of each server that was given its grace already (a
@@ -188,13 +186,13 @@ class Fleet:
                 if member.connected:
                     tg.start_soon(member.catalog.listings["tools"].refresh_for_unknown)
 
-    def listed(self) -> bool:
-        """Whether every server's tools were listed at least once. A listing is never unloaded
-        (a re-listing is read by its last good catalog), so once true it stays: a call reads the
-        flag, not every catalog."""
-        if not self._listed:
-            self._listed = all(m.catalog.listings["tools"].loaded for m in self)
-        return self._listed
+    def update_listed(self) -> bool:
+        """Whether every server's tools were listed at least once (`listed`). A listing is never
+        unloaded (a re-listing is read by its last good catalog), so once true it stays: a call
+        reads the flag, and looks at every catalog only while it is false."""
+        if not self.listed:
+            self.listed = all(m.catalog.listings["tools"].loaded for m in self)
+        return self.listed
 
     async def first_listing(self, wait: float) -> None:
         """Wait (at most `wait` seconds) until some server's tools are listed; then at most a short

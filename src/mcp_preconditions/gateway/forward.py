@@ -26,6 +26,7 @@ from ..outcomes import Outcome, Status
 from ..principal import Credentials, Identity
 from ..telemetry.gateway import GatewayTelemetry
 from . import bridge, rounds
+from .bridge import input_required_methods, is_input_required
 from .callers import Downstream
 from .clients import Call
 from .credentialed import CallerCredentials
@@ -39,7 +40,6 @@ from .errors import (
 from .fleet import Member
 from .jsonrpc import AUTHORIZATION_DENIED, INTERNAL_ERROR, RpcError
 from .rounds import PendingCall, Rounds
-from .schemas import input_required_methods, is_input_required
 from .upstream.peer import ProgressHook
 from .upstream.session import Upstream
 

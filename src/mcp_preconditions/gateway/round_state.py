@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from .schemas import SERVER_RESULTS
+from .bridge import SERVER_RESULTS
 
 _KEY_BYTES = 32
 _MAX_STATE = 512  # a state the gateway issued is ~150 bytes; anything longer is not one

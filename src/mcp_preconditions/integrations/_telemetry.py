@@ -22,9 +22,9 @@ from ..guard import Guard
 from ..late import Sidecar
 from ..outcomes import Decision, Refused
 from ..principal import Credentials
+from ..telemetry.gateway import carrier, incoming_context
 from ..telemetry.labels import UNLISTED, result_of
 from ..telemetry.metrics import Metrics
-from ..telemetry.propagation import carrier, incoming_context
 from ..telemetry.tracing import call_attributes, decision_span
 
 

@@ -7,10 +7,9 @@ values, span readers and the like are the modules' own.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .gateway import GatewayTelemetry
+from .gateway import GatewayTelemetry, incoming_context, upstream_headers, upstream_params
 from .metrics import Metrics
 from .policy import watch_policy
-from .propagation import incoming_context, upstream_headers, upstream_params
 from .tracing import Tracing, call_attributes, configure_tracing, decision_span, upstream_span
 
 __all__ = ["GatewayTelemetry", "Metrics", "MetricsListener", "Tracing", "call_attributes",

@@ -129,7 +129,7 @@ def upstream_span(server: str, tool: str | None, method: str = "tools/call",
                   tracer: Tracer | None = None) -> AbstractContextManager[Span]:
     """The child span around a request's trip upstream (an allowed call's, or any request the
     gateway forwards: `tool` None when it names no tool); inject its context into what goes
-    upstream (propagation.upstream_params / upstream_headers) inside it. A failure is the caller's
+    upstream (gateway.upstream_params / upstream_headers) inside it. A failure is the caller's
     to describe on it (see `mark_failed`): an exception's text may quote a command line."""
     attributes: dict[str, Any] = {"mcp.method.name": method, ATTRIBUTE_PREFIX + "server": server}
     if tool is not None:
@@ -145,7 +145,7 @@ def server_span(method: str, target: str | None, parent: Context | None,
                 ) -> AbstractContextManager[Span]:
     """The SERVER span of one message a client sent (named as the MCP SDK names its own: the
     method, then the tool or prompt), a child of the caller's context when it sent one (see
-    propagation.incoming_context). Exceptions are the caller's to describe on it."""
+    gateway.incoming_context). Exceptions are the caller's to describe on it."""
     return (tracer or _tracer).start_as_current_span(
         f"{method} {target}" if target else method, context=parent, kind=SpanKind.SERVER,
         attributes=attributes, record_exception=False, set_status_on_exception=False)

@@ -25,9 +25,9 @@ from ...rebinding import Security
 from ...telemetry.metrics import Metrics
 from ..dispatch import Dispatch
 from ..gateway import Gateway
+from .exchange import text
 from .sessions import Sessions
 from .streamable import Streamable
-from .wire import text
 
 METRICS_PATH = "/metrics"  # telemetry.METRICS_PATH (its module brings Starlette; this app needs none)
 MCP_PATH = "/mcp"

@@ -22,10 +22,10 @@ from ..dispatch import Dispatch
 from ..gateway import Gateway
 from .admission import DEFAULT_LIMITS, HEALTH_RESERVE, Limits
 from .app import Pages, Receive, Scope, Send, build_app
+from .exchange import text
 from .http_server import HttpServer
 from .sessions import Sessions
 from .stdio import StdioClient
-from .wire import text
 
 EXIT_GRACE_SECONDS = 3.0
 Task = Callable[[], Coroutine[Any, Any, None]]

@@ -12,9 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...owner import Owner, PrincipalKey, principal_key
-from ..clients import Client
+from ..clients import Client, Connection
 from ..errors import OverCap
-from .connection import Connection
 from .sse import Polled, Stream
 
 IDLE_SECONDS = 30 * 60

@@ -1,6 +1,6 @@
 """The gateway's one stdio client: JSON-RPC lines read and written on asyncio pipes over fd 0 and 1
 (no thread per line), each request served as it comes (`initialize` before anything after it) on
-the connection core all listeners share (`connection.py`). The first request chooses the protocol
+the connection core all listeners share (`clients.Connection`). The first request chooses the protocol
 era, as the MCP SDK's dual-era loop does. Stray writes to fd 1 (a library printing) go to stderr
 instead of corrupting the protocol. A stdin the event loop cannot watch (a file, /dev/null) is read
 on a thread; a closed one is at its end: the gateway exits at once.
@@ -19,10 +19,9 @@ from typing import Any
 
 from ...decision_sinks import write_held
 from .. import jsonrpc
-from ..clients import Call, Client
+from ..clients import Call, Client, Connection
 from ..dispatch import Dispatch, envelope, era_refusal, modern
 from ..jsonrpc import Message, RpcError
-from .connection import Connection
 
 log = logging.getLogger("mcp_preconditions.gateway")
 

@@ -20,7 +20,7 @@ from ...denials import send_step_up
 from ...owner import Owner
 from ...telemetry.metrics import RefusalReason
 from .. import jsonrpc
-from ..clients import Call
+from ..clients import Call, answered
 from ..decide import STEP_UP
 from ..dispatch import Dispatch, envelope
 from ..errors import OverCap
@@ -40,10 +40,9 @@ from ..jsonrpc import (
     REQUEST_CANCELLED,
     RpcError,
 )
-from .connection import answered
+from .exchange import accepts, empty, read_body, read_headers, rpc_error, text
 from .sessions import HttpSession, Sessions
 from .sse import SSE_HEADERS, Receive, Reply, Send, Stream, Unanswered
-from .wire import accepts, empty, read_body, read_headers, rpc_error, text
 
 POLLING_SINCE = "2025-11-25"  # the first version with SSE polling (SEP-1699)
 WATCH_AFTER_SECONDS = 1.0  # a 2026-07-28 call running this long is cancelled if its client leaves

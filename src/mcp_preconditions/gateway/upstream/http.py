@@ -139,7 +139,7 @@ class HttpLink:
             headers[MCP_METHOD_HEADER] = method
         meta = params.get("_meta")
         if isinstance(meta, dict) and "traceparent" in meta:  # the trace context in a header too,
-            from ...telemetry.propagation import carrier  # as HTTP servers and proxies read it
+            from ...telemetry.gateway import carrier  # as HTTP servers and proxies read it
 
             headers.update(carrier({"_meta": meta}))
         return headers
