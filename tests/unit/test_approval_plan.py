@@ -385,3 +385,44 @@ async def test_two_self_approvals_are_asked_in_turn_on_one_call(store: MemoryApp
     assert (await plan.answer(b.id, call(), "accept"))[1]
     third = await plan.decide(call(can_ask=True, answered=b.id, accepted=True))
     assert third.allowed and third.events == (("a", State.USED), ("b", State.USED))
+
+
+@pytest.mark.parametrize("answer", ["accept", "decline", None])
+async def test_answering_a_dropped_question_drops_no_other_waiting_one(
+        store: MemoryApprovalStore, clock: Clock, answer: Any) -> None:
+    """SPEC §14's bound (16 waiting per caller, the oldest dropped) counts questions asked. A call
+    whose answer was not a kept accept ends, asking nothing: before, deciding it again made a new
+    question of its own (asked to nobody, yet waiting) whenever the question it answered was gone,
+    which dropped the caller's oldest question still waiting; its answer did the same, and so on.
+    (Issue 41: test_approval_self_props's model and the store disagreed so.)"""
+    plan = plan_of(store, approvers=None)
+    asked = []
+    for i in range(MAX_PENDING_PER_CALLER + 1):
+        clock.now += 1
+        step = (await plan.decide(call(arguments={"i": i}, can_ask=True))).steps[0]
+        assert step.remedy == "ask" and step.request is not None
+        asked.append(step.request.id)
+    assert await store.get(asked[0]) is None  # the 17th dropped the oldest
+    clock.now += 1
+    gone = call(arguments={"i": 0}, can_ask=True)
+    assert await plan.answer(asked[0], gone, answer) == ((), False)
+    again = await plan.decide(gone._replace(answered=asked[0], accepted=False))
+    assert only(again) == (Status.UNSATISFIED, "approval 'deploy': not asked, the caller did not "
+                           "accept this call", "none", None)
+    assert again.events == ()
+    for rid in asked[1:]:  # every question asked since still waits for its answer
+        got = await store.get(rid)
+        assert got is not None and got.state is State.REQUESTED, rid
+    assert len(store._requests) == MAX_PENDING_PER_CALLER  # and nothing else was made
+
+
+async def test_another_calls_answer_makes_no_question(store: MemoryApprovalStore) -> None:
+    """The answer of a call that was not asked (bob's, to alice's question) changes nothing and
+    ends bob's call without making a question for it (issue 41)."""
+    plan = plan_of(store, approvers=None)
+    request = (await plan.decide(call(can_ask=True))).steps[0].request
+    assert request is not None
+    assert await plan.answer(request.id, call(identity=BOB), "accept") == ((), False)
+    ended = await plan.decide(call(identity=BOB, can_ask=True, answered=request.id, accepted=False))
+    assert only(ended)[2:] == ("none", None) and ended.events == ()
+    assert list(store._requests) == [request.id]

@@ -167,6 +167,8 @@ class ApprovalPlan:
                 requirement, Status.UNSATISFIED, f"approval '{approval.name}' asks the caller "
                 "to confirm, and this client cannot be asked (no elicitation)"),
                 remedy="undisclosed"), ()
+        if call.accepted is False:  # the call ends: its questions are read, none is made
+            return await _unasked(requirement, approval, f"{thread}.{index}", binding, call), ()
         asked = await approval.store.ask(f"{thread}.{index}", binding, approval.timeout_seconds,
                                          approval.expires_seconds)
         if not isinstance(asked, Changed):
@@ -298,6 +300,20 @@ def _asked(requirement: str, approval: CompiledApproval, request: ApprovalReques
                             f"'{name}': not asked, the caller did not accept this call (request "
                             f"{request.id})"), ApprovalNote(name, request.id, state), "none", request)
     return _step(requirement, approval, request)
+
+
+async def _unasked(requirement: str, approval: CompiledApproval, request_id: str, binding: Binding,
+                   call: ApprovalCall) -> ApprovalStep:
+    """The step of a `self` approval for a call whose answer was not a kept accept: the call ends,
+    so its question is read as it stands, never made. (One made now would be asked to nobody, yet
+    wait: counted against its caller's bound, it dropped a question the caller was being asked.
+    That happened whenever the question answered was gone, dropped by the bound itself, or was
+    another call's.)"""
+    found = await approval.store.get(request_id)
+    if found is None or not found.self_approval or found.binding != binding:
+        return _none(requirement, f"approval '{approval.name}': not asked, the caller did not "
+                                  "accept this call")
+    return _asked(requirement, approval, found, call)
 
 
 def _counted(approval: CompiledApproval, changed: Changed) -> tuple[Event, ...]:

@@ -49,7 +49,10 @@ def standing(request: ApprovalRequest, now: float) -> bool:
 def crowded(mine: Iterable[ApprovalRequest], now: float) -> list[ApprovalRequest]:
     """Which of one caller's requests to drop before one more of theirs is made: the oldest
     waiting ones beyond `MAX_PENDING_PER_CALLER - 1`, and the oldest ended ones beyond
-    `MAX_ENDED_PER_CALLER`."""
+    `MAX_ENDED_PER_CALLER`. Oldest by `created_at`, then by ID: only requests of one caller
+    made at the same instant tie (one at a time under the memory store's lock, or in Redis
+    transactions watching the caller's set on Redis's clock in microseconds: a real clock all
+    but never repeats itself there; a test's frozen clock does, and its model breaks ties alike)."""
     ordered = sorted(mine, key=lambda r: (r.created_at, r.id))
     waiting = [r for r in ordered if pending(r, now)]
     ended = [r for r in ordered if not pending(r, now) and not standing(r, now)]
