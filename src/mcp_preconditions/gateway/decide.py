@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mappin
 from typing import Any
 
 from .. import calls
-from ..asking import Answer, Question, answer_of, answering, asks_forms, input_answer
 from ..denials import DENIAL_CODE, denial_error_data, denial_result, denial_text, step_up
 from ..envelope import echo_of
 from ..guard import Guard
-from ..late import Sidecar
+from ..late import Answer, Question, Sidecar, answer_of, answering, asks_forms, input_answer
 from ..outcomes import Decision, Refusal, Refused
 from ..policy.model import Policy
 from ..principal import Credentials
@@ -281,7 +280,7 @@ def _client(ctx: Call, answering: str | None) -> calls.Client:
 
 def _answering(ctx: Call) -> str | None:
     """The question a 2026-07-28 retry answers (its `requestState` one of the gateway's own
-    rounds: `asking.input_round`), else None (a server's round, or no round)."""
+    rounds: `late.input_round`), else None (a server's round, or no round)."""
     return answering((ctx.params or {}).get("requestState")) if ctx.modern else None
 
 
