@@ -12,7 +12,7 @@ pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 
 from __future__ import annotations
 
-from ..canonical import canonical_json
+from ..envelope import canonical_json
 from ..late import Answer, answer_of, asks_forms
 from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approver
 from .lifecycle import (

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple, Protocol
 
-from ..canonical import canonical_json
+from ..envelope import canonical_json
 from ..late import input_round as round_of
 from ..principal import Identity
 
