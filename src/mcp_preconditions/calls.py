@@ -25,9 +25,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from .asking import Answer, Question, answering, input_answer
 from .guard import Guard
-from .late import Sidecar
+from .late import Answer, Question, Sidecar, answering, input_answer
 from .outcomes import Decision, Refusal
 from .principal import Credentials
 from .remedies import Recipient, recipient_of

@@ -1,83 +1,51 @@
-"""Decision-log sinks beyond `logging`: a JSONL file, and OpenTelemetry span attributes.
+"""Decision-log sinks beyond `logging`: a JSONL file, and OpenTelemetry span attributes alone.
 
 `build_recorder(source)` assembles what a policy's `[decision_log]` asks for. Every sink writes
 only `decision_record()` fields (or fewer: `caller_record()` where the caller reads the log), so
 no token, secret or claim value can reach a sink; span attributes also leave out the subject and
 confidential requirements (`span_attributes`). A gateway's sinks are `held`: each line is written
-when the event loop's step ends or before the next byte goes to a client, whichever comes first.
+when the event loop's step ends or before the next byte goes to a client, whichever comes first
+(`write_held`). The default pair, JSON through `logging` with span attributes
+(`LoggingAndSpanRecorder`), the held lines and `span_attributes` live in decisions.py, on every
+call's path (and importable from here too).
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import contextlib
 import json
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .decisions import (
+    ATTRIBUTE_PREFIX,
     DEFAULT_LOGGER,
     DecisionRecorder,
     FanOutRecorder,
+    LoggingAndSpanRecorder,
     LoggingRecorder,
     RecordFields,
     ToolLabels,
-    caller_record,
+    _hold,
     decision_record,
+    span_attributes,
+    write_held,
 )
 from .errors import PolicyError
 from .outcomes import Decision
 from .policy.load import PolicySource
 
-ATTRIBUTE_PREFIX = "mcp.preconditions."
-# `json.dumps(record, ensure_ascii=False)` and its compact form, the encoder made once: `dumps` with
-# any argument not its default builds a new encoder per call (a few µs of every gateway call).
-_encode = json.JSONEncoder(ensure_ascii=False).encode
+__all__ = ["ATTRIBUTE_PREFIX", "JsonlRecorder", "LoggingAndSpanRecorder", "OpenTelemetryRecorder",
+           "build_recorder", "opentelemetry_available", "quiet_now", "span_attributes",
+           "write_held"]
+
+# `json.dumps(record, ensure_ascii=False, separators=(",", ":"))`, the encoder made once: `dumps`
+# with any argument not its default builds a new encoder per call (decisions.py's `_encode`).
 _encode_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-# Lines held until the loop's step ends (a gateway's sinks): (write, decision, when it was made).
-_held: list[tuple[Callable[[Decision, float], None], Decision, float]] = []
-_held_lock = threading.Lock()
-_exit_hook: list[bool] = []
-
-
-def _hold(write: Callable[[Decision, float], None], decision: Decision) -> None:
-    """`write(decision, now)` once the running event loop's step is over, or before the next byte
-    goes to a client (`write_held`); at once without a running loop. A gateway call's record then
-    costs the call nothing: the loop writes it while the server works on the call (an allowed
-    call's step ends with its request sent upstream), and no client hears an answer before its
-    record is written (the listeners call `write_held` first), as when it was written inline."""
-    now = time.time()
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        write(decision, now)
-        return
-    with _held_lock:
-        first = not _held
-        _held.append((write, decision, now))
-    if first:
-        loop.call_soon(write_held)
-        if not _exit_hook:  # a line held as the loop stops is written as the process exits
-            _exit_hook.append(True)
-            atexit.register(write_held)
-
-
-def write_held() -> None:
-    """Write every held record line, in the order they were made (each sink catches its own
-    failures)."""
-    while _held:
-        with _held_lock:
-            lines = _held.copy()
-            _held.clear()
-        for write, decision, now in lines:
-            write(decision, now)
 
 
 class JsonlRecorder:
@@ -151,64 +119,6 @@ class OpenTelemetryRecorder:
             return
         span.set_attributes(span_attributes(decision))
 
-
-class LoggingAndSpanRecorder(LoggingRecorder):
-    """`LoggingRecorder` and `OpenTelemetryRecorder` in one call (the default pair): the same
-    records, without a fan-out and two more calls on every decision. A failure of either part is
-    logged and never affects the decision or the other part. `held` (a gateway's): the log line
-    is written when the loop's step ends (`_hold`); the span's attributes are set at once, on the
-    span current then. `spans=False`: the log line only."""
-
-    def __init__(self, logger: str | logging.Logger = DEFAULT_LOGGER,
-                 labels: Mapping[str, str] | None = None,
-                 tool_labels: ToolLabels | None = None,
-                 fields: RecordFields = decision_record, *, spans: bool = True,
-                 held: bool = False) -> None:
-        super().__init__(logger, labels, tool_labels, fields)
-        self.held = held
-        self._span_key: object = None
-        if spans:
-            from .spans import CurrentSpan
-
-            # `CurrentSpan.recording()`, read inline below: the method call alone cost an
-            # in-process tools/call 0.5 µs (bench_mcp), on every decision of every server.
-            current = CurrentSpan()
-            self._span_key, self._current_context = current.key, current.context
-            self._never_recording = current.never_recording
-
-    def record(self, decision: Decision) -> None:
-        if self.logger.isEnabledFor(logging.INFO):
-            if self.held:
-                _hold(self._log, decision)
-            else:
-                self._log(decision, None)
-        if self._span_key is None:
-            return
-        try:
-            span: Any = self._current_context().get(self._span_key)
-            if (span is not None and span.__class__ is not self._never_recording
-                    and span.is_recording()):
-                span.set_attributes(span_attributes(decision))
-        except Exception:  # also a non-span filed under the key: logged, never the decision's
-            logging.getLogger(DEFAULT_LOGGER).exception("decision span sink failed")
-
-    def _log(self, decision: Decision, now: float | None) -> None:
-        try:
-            record = self.fields(decision, self.labels, self.tool_labels)
-            if now is not None:
-                record["time"] = now  # when the decision was made, not when its line was written
-            self.logger.info(_encode(record))
-        except Exception:
-            logging.getLogger(DEFAULT_LOGGER).exception("decision log sink failed")
-
-
-def span_attributes(decision: Decision) -> dict[str, Any]:
-    """The decision as OpenTelemetry attribute values: what a denial may say (the caller's view of
-    the record: disclosed unmet and errored requirements, the withheld count), and not even the
-    subject (a trace leaves the operator's hands: collectors, vendors, shared dashboards)."""
-    attributes = caller_record(decision)
-    del attributes["time"], attributes["subject"]
-    return {ATTRIBUTE_PREFIX + k: v for k, v in attributes.items()}
 
 
 def opentelemetry_available() -> bool:

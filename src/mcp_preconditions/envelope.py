@@ -1,7 +1,11 @@
 """The SEP-2643 envelope of a denial (Structured Authorization Denials, SPEC §15): the typed value,
 read strictly from a result's `_meta` (a malformed envelope is ignored with a warning, never
 trusted), written by `to_meta`; the context IDs a server draws and a client echoes when it retries
-a denied call. No MCP SDK here: the client adapters and the servers' denials (denials.py) share it.
+a denied call, and `canonical_json`, the one definition of RFC 8785 canonical JSON by which a call's
+arguments are compared code point for code point: a retry matched to its denial's context ID here,
+what an approval is bound to (approvals/lifecycle.py), a PDP request's digest (pdp/request.py). (It
+was canonical.py.) No MCP SDK here: the client adapters and the servers' denials (denials.py) share
+it.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import rfc8785
 from cachetools import TTLCache
 
-from .canonical import canonical_json
 from .outcomes import Outcome, Status
 
 log = logging.getLogger(__name__)
@@ -225,6 +229,19 @@ def echo_of(meta: object) -> object:
     if meta.__class__ is dict:
         return meta.get(CONTEXT_ID_META_KEY)
     return meta.get(CONTEXT_ID_META_KEY) if isinstance(meta, Mapping) else None
+
+
+def canonical_json(value: Any) -> str:
+    """`value` as RFC 8785 canonical JSON: keys sorted by UTF-16 code units, no white space, numbers
+    as ECMAScript prints them (`1.0` is `1`, `1E30` is `1e+30`), strings as UTF-8 with only the
+    escapes JSON requires. Raises ValueError for what has no canonical form: NaN, an infinity, an
+    integer beyond 2**53 - 1, a lone surrogate, a key that is not a string, a non-JSON value."""
+    try:
+        return rfc8785.dumps(value).decode("utf-8")
+    except rfc8785.CanonicalizationError as exc:
+        raise ValueError(str(exc)) from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 class ContextIds:

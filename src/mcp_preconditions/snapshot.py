@@ -98,6 +98,9 @@ class Snapshot:
             if any(getattr(stage, "carries", False) for stage in stages):
                 carrying.add(name)
         self.carrying = frozenset(carrying)
+        # The tools with late stages at all: for any other, nothing is left beside a call's decision
+        # (an adapter that forwards a sidecar need not make one: the gateway's `Decide.call`).
+        self.late = frozenset(n for n, t in self.tools.items() if t.late is not None)
         errors = [str(f) for f in self.findings if f.severity == "error"]
         if errors and strict:
             raise RequirementError(errors)

@@ -12,8 +12,8 @@ pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 
 from __future__ import annotations
 
-from ..asking import Answer, answer_of, asks_forms
-from ..canonical import canonical_json
+from ..envelope import canonical_json
+from ..late import Answer, answer_of, asks_forms
 from .approvers import ApproverRuling, Evaluate, approver_findings, judge_approver
 from .lifecycle import (
     MAX_ARGUMENTS_BYTES,

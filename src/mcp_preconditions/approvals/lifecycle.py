@@ -6,7 +6,7 @@ canonical JSON (RFC 8785) of the call's arguments, the caller (issuer and subjec
 revision. An approval serves a call only when all of these are equal, code point for code point.
 
 What a person is shown of it, on the approval page and in the `self` question alike (`Question`:
-what the caller is asked in flight, asking.py: an `elicitation/create` in form mode at 2025-11-25,
+what the caller is asked in flight, late.py: an `elicitation/create` in form mode at 2025-11-25,
 an input round at 2026-07-28): the tool and every argument (whole), every character they could
 not see or could misread written as its JSON escape (`visible`).
 
@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple, Protocol
 
-from ..asking import input_round as round_of
-from ..canonical import canonical_json
+from ..envelope import canonical_json
+from ..late import input_round as round_of
 from ..principal import Identity
 
 log = logging.getLogger("mcp_preconditions.approvals")
@@ -134,7 +134,7 @@ def visible(text: str) -> str:
 class Question:
     """Ask the caller whether `tool` may run with `arguments` (canonical JSON), once; the answer is
     due within `timeout_seconds`. `request_id` names the request it answers (an input round's
-    state carries it to the retry). An `asking.Question`."""
+    state carries it to the retry). A `late.Question`."""
 
     request_id: str
     approval: str
@@ -156,7 +156,7 @@ class Question:
                 "requestedSchema": {"type": "object", "properties": {}}}
 
     def input_round(self) -> dict[str, Any]:
-        """The `input_required` result that asks it at 2026-07-28 (`asking.input_round`)."""
+        """The `input_required` result that asks it at 2026-07-28 (`late.input_round`)."""
         return round_of(self.request_id, self.elicitation_params())
 
 

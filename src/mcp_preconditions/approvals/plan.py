@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from ..asking import Answer
+from ..late import Answer
 from ..outcomes import Outcome, Status
 from ..principal import Identity
 from .lifecycle import ApprovalNote, ApprovalRequest, Binding, Event, Party, Question, State, bind, events_of

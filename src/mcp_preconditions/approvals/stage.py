@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from ..asking import Answer
 from ..envelope import Remediation, RemediationHint
-from ..late import LateCall, Sidecar
+from ..late import Answer, LateCall, Sidecar
 from ..offers import Offer, OfferCall
 from ..outcomes import Outcome, Status
 from .lifecycle import Count, Question, State

@@ -192,7 +192,7 @@ def _recorder(log_file: str | None, source: PolicySource, stdio: bool, labels: d
     (JSON lines, the operator's whole record). Over stdio the records on stderr are the caller's
     view (`caller_record`): a desktop client shows the gateway's stderr to its user, who is the
     caller, so it names no confidential requirement (docs/gateway.md). Lines are held until the
-    loop's step ends, never past the answer (`decision_sinks._hold`): off the call's path."""
+    loop's step ends, never past the answer (`decisions._hold`): off the call's path."""
     sink = build_recorder(source, labels, tool_labels,
                           logged=caller_record if stdio else decision_record, held=True)
     if log_file is None:

@@ -12,8 +12,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Hashable, Mapping, Sequence
 
-from ..asking import Answer
-from ..late import LateCall, Sidecar
+from ..late import Answer, LateCall, Sidecar
 from ..offers import Offer, OfferCall
 from ..outcomes import Outcome, Status
 from ..principal import Identity

@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mappin
 from typing import Any
 
 from .. import calls
-from ..asking import Answer, Question, answer_of, answering, asks_forms, input_answer
 from ..denials import DENIAL_CODE, denial_error_data, denial_result, denial_text, step_up
 from ..envelope import echo_of
 from ..guard import Guard
-from ..late import Sidecar
+from ..late import Answer, Question, Sidecar, answer_of, answering, asks_forms, input_answer
 from ..outcomes import Decision, Refusal, Refused
 from ..policy.model import Policy
 from ..principal import Credentials
@@ -189,15 +188,19 @@ class Decide:
             refused = await self._guard.refuse(name, credentials, refusal, detail, echo=echo)
             return await self._refuse(ctx, server, refused, credentials, arguments)
         # Decided with what its late stages leave beside it (late.py, calls.py): the caller's
-        # credential (§14), the questions their approvals ask them (§15).
+        # credential (§14), the questions their approvals ask them (§15). A sidecar is carried
+        # where something reads it: a tool with late stages, or a server with credentials (every
+        # request to one goes only as what a decision left: forward.py); else it would stay empty.
         answering = _answering(ctx)  # a 2026-07-28 retry carrying the answer to our question
-        guard, telemetry = self._guard, self._telemetry
+        guard, telemetry, snapshot = self._guard, self._telemetry, self._guard.snapshot
+        member = fleet.members[server]  # (a gateway's members are made once, with it)
 
         def check(sidecar: Sidecar | None) -> Awaitable[Decision]:
             return telemetry.decision(name, guard.check(name, credentials, arguments,
                                                          sidecar=sidecar, echo=echo))
-        pending = calls.decide(guard, name, credentials, arguments, echo=echo, carry=True,
-                               client=_client(ctx, answering) if name in guard.snapshot.asking
+        pending = calls.decide(guard, name, credentials, arguments, echo=echo,
+                               carry=member.credential is not None or name in snapshot.late,
+                               client=_client(ctx, answering) if name in snapshot.asking
                                else None, check=check)
         decided = pending if isinstance(pending, calls.Decided) else await pending
         if decided.round is not None:  # asked at 2026-07-28: its retry carries the answer
@@ -206,7 +209,6 @@ class Decide:
         if not decision.allowed:
             return await self._refuse(ctx, server, decision, credentials, arguments, decided)
         telemetry.decided(server, decision)
-        member = fleet.members[server]
         params = {**(ctx.params or {}), "name": target.name}
         if answering is not None:  # the round was the gateway's own: nothing for the server
             params = calls.without_round(params)
@@ -278,7 +280,7 @@ def _client(ctx: Call, answering: str | None) -> calls.Client:
 
 def _answering(ctx: Call) -> str | None:
     """The question a 2026-07-28 retry answers (its `requestState` one of the gateway's own
-    rounds: `asking.input_round`), else None (a server's round, or no round)."""
+    rounds: `late.input_round`), else None (a server's round, or no round)."""
     return answering((ctx.params or {}).get("requestState")) if ctx.modern else None
 
 

@@ -14,8 +14,8 @@ import anyio
 from mcp_types import InputRequiredResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..asking import Answer, Question, answer_of, asks_forms
 from ..calls import Client, Reply
+from ..late import Answer, Question, answer_of, asks_forms
 
 
 def _modern(session: Any) -> bool:

@@ -17,7 +17,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..calls import Check, Observe
-from ..decision_sinks import ATTRIBUTE_PREFIX
+from ..decisions import ATTRIBUTE_PREFIX
 from ..guard import Guard
 from ..late import Sidecar
 from ..outcomes import Decision, Refused

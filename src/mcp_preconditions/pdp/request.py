@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..canonical import canonical_json
+from ..envelope import canonical_json
 from ..principal import Principal
 
 CALL = "tools/call"

@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 
-from ..decision_sinks import ATTRIBUTE_PREFIX
+from ..decisions import ATTRIBUTE_PREFIX
 from ..errors import InputError
 from ..outcomes import Decision
 from ..spans import CurrentSpan
@@ -119,7 +119,7 @@ def recording_span() -> Span | None:
 
 def decision_span(tool: str, tracer: Tracer | None = None) -> AbstractContextManager[Span]:
     """The child span around the guard's decision; the decision-log span sink writes the
-    decision's attributes on it (`decision_sinks.span_attributes`). `tool` is a bounded label: a
+    decision's attributes on it (`decisions.span_attributes`). `tool` is a bounded label: a
     name the server lists, else `(unlisted)` (labels.UNLISTED), never a name as a caller sent it.
     `tracer`: the global provider's unless given."""
     return (tracer or _tracer).start_as_current_span(f"decide {tool}", kind=SpanKind.INTERNAL)

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ...decision_sinks import write_held
+from ...decisions import write_held
 from .. import jsonrpc
 from ..jsonrpc import RpcError
 from .sse import Receive, Send

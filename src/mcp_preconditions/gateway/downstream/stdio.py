@@ -17,7 +17,7 @@ import stat
 import sys
 from typing import Any
 
-from ...decision_sinks import write_held
+from ...decisions import write_held
 from .. import jsonrpc
 from ..clients import Call, Client, Connection
 from ..dispatch import Dispatch, envelope, era_refusal, modern
