@@ -174,7 +174,7 @@ async def test_an_expired_subject_token_is_unsatisfied(oidc_server: OidcServer) 
     token = oidc_server.user_token("alice", resource=SHORT)
     claims = jwt.decode(token, options={"verify_signature": False})
     while time.time() < claims["exp"] + 1:  # it lives one second
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # not an event: the real provider's clock passes the expiry
     obtained = await exchange(oidc_server).obtain(REQ, Identity(Principal.from_claims(claims)), token)
     assert (obtained.result, obtained.outcome.reason) == (
         "refused", "the authorization server refused: invalid_grant")

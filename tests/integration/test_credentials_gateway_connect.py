@@ -114,7 +114,7 @@ def caught_callback(context: BrowserContext, link: str, subject: str) -> str:
         before = page.url
         page.click('button[type="submit"]')
         for _ in range(200):  # the next form, or the caught callback: 10 s at most
-            page.wait_for_timeout(50)
+            page.wait_for_timeout(50)  # a poll that lets Playwright deliver the CDP event
             if captured or (page.url != before and page.locator('button[type="submit"]').count()):
                 break
         if captured:

@@ -122,7 +122,7 @@ def test_someone_elses_link_is_403_and_a_stolen_state_is_400_with_its_code_unred
         before = own.url
         own.click('button[type="submit"]')
         for _ in range(200):  # the next form (another interaction's page), or the caught callback
-            own.wait_for_timeout(50)
+            own.wait_for_timeout(50)  # a poll that lets Playwright deliver the CDP event
             if captured or (own.url != before and own.locator('button[type="submit"]').count()):
                 break
         if captured:

@@ -66,7 +66,7 @@ def started_gateway() -> tuple[subprocess.Popen[bytes], dict[int, str]]:
         if time.monotonic() > deadline or gateway.poll() is not None:
             gateway.kill()
             raise AssertionError(f"the upstream never started: {family}")
-        time.sleep(0.2)
+        time.sleep(0.2)  # a poll of /proc (no event tells of a grandchild), within the wait
 
 
 def assert_gone(family: dict[int, str]) -> None:
@@ -76,7 +76,7 @@ def assert_gone(family: dict[int, str]) -> None:
             for pid in left:
                 os.kill(pid, signal.SIGKILL)
             raise AssertionError(f"upstream left running: {left}")
-        time.sleep(0.2)
+        time.sleep(0.2)  # a poll of /proc (no event tells of a grandchild's exit), within the wait
 
 
 def test_sigterm_stops_the_gateway_and_its_npx_upstream() -> None:
@@ -95,7 +95,7 @@ def test_sigterm_during_the_shutdown_after_stdin_closed_still_stops_the_upstream
     try:
         assert gateway.stdin is not None
         gateway.stdin.close()  # the client has gone: the gateway begins stopping its upstream
-        time.sleep(1.8)  # as the Inspector: inside the SDK's 2 s grace for the upstream
+        time.sleep(1.8)  # not a wait: the Inspector's timing, a SIGTERM inside the SDK's 2 s grace
         gateway.send_signal(signal.SIGTERM)  # and is told to stop meanwhile
         gateway.wait(timeout=10)
         assert_gone(family)

@@ -40,7 +40,7 @@ async def gate_a() -> bool:
 
 
 async def gate_b() -> bool:
-    await asyncio.sleep(random.random() / 2000)
+    await asyncio.sleep(random.random() / 2000)  # jitter by design, as in gate_a
     return False
 
 
@@ -122,7 +122,7 @@ async def test_reloads_from_a_thread_never_mix_snapshots(tmp_path: Path) -> None
             # Yield the GIL now and then: a reload loop that never sleeps starves the event loop's
             # thread on 2 cores, and the lookups then time out (denied, never mixed, but not the
             # point of this test).
-            time.sleep(0.002)
+            time.sleep(0.002)  # yields the GIL (above), not a wait
 
     flipper = threading.Thread(target=flip)
     flipper.start()
@@ -150,7 +150,7 @@ async def test_reloads_inside_the_loop_between_awaits_never_mix_snapshots(tmp_pa
         while not stop.is_set():
             path.write_bytes(B if guard.revision == revision_of(A) else A)
             swaps += reloader.reload() is not None
-            await asyncio.sleep(random.random() / 2000)
+            await asyncio.sleep(random.random() / 2000)  # jitter by design: reloads among lookups
 
     flipper = asyncio.create_task(flip())
     try:

@@ -167,7 +167,7 @@ class Faulty:
 
     async def _async(self, kind: str) -> Any:
         if kind == "timeout":
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # a resolver that hangs
         if kind == "async_raise":
             raise ConnectionError("injected")
         return True if kind == "async_ok" else "garbage"

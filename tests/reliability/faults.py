@@ -58,7 +58,7 @@ class Substitute:
 
     async def _slow_or_down(self) -> Any:
         if self.fault == "times out":
-            await asyncio.sleep(HANG_SECONDS)
+            await asyncio.sleep(HANG_SECONDS)  # a backend that hangs
         raise ConnectionRefusedError(111, "Connection refused")
 
 
@@ -90,7 +90,7 @@ class FailingSource:
         if self.fault == "raises":
             raise RuntimeError("injected fault")
         if self.fault == "times out":
-            await asyncio.sleep(HANG_SECONDS)
+            await asyncio.sleep(HANG_SECONDS)  # a backend that hangs
         if self.fault == "backend down":
             raise ConnectionRefusedError(111, "Connection refused")
         return self.garbage

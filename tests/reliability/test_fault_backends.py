@@ -82,7 +82,7 @@ def _raises() -> bool:
 
 
 async def _hangs() -> bool:
-    await asyncio.sleep(HANG_SECONDS)
+    await asyncio.sleep(HANG_SECONDS)  # a backend that hangs
     return True
 
 

@@ -74,7 +74,7 @@ def test_a_policy_rewritten_in_place_is_never_applied_half_written(tmp_path: Pat
                 for start in range(0, len(body), CHUNK):
                     out.write(body[start:start + CHUNK])
             writes.append(source)
-            time.sleep(WRITE_EVERY)
+            time.sleep(WRITE_EVERY)  # the writer's pace, by design
 
     thread = threading.Thread(target=writer)
     calls = allowed = torn_seen = 0
@@ -86,7 +86,7 @@ def test_a_policy_rewritten_in_place_is_never_applied_half_written(tmp_path: Pat
             calls += 1
             allowed += guard.decide("launch_rocket", NOBODY, record=False).allowed
             torn_seen += b"[tools.launch_rocket]" not in policy.read_bytes()
-            time.sleep(0.001)
+            time.sleep(0.001)  # the reader's pace, within the run
     finally:
         stop.set()
         thread.join()

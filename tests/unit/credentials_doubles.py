@@ -55,7 +55,7 @@ class AuthServer:
             if self.hold is not None:
                 await self.hold.wait()
             if self.delay:
-                await asyncio.sleep(self.delay)
+                await asyncio.sleep(self.delay)  # a source slow by design
             status, body = self.answer(dict(parse_qsl(request.content.decode())))
             content = body if isinstance(body, bytes) else json.dumps(body).encode()
             return httpx2.Response(status, content=content,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from mcp_preconditions import Decision, Outcome, parse_policy
+from mcp_preconditions import Decision, Outcome, decision_sinks, parse_policy
 from mcp_preconditions.decision_sinks import (
     JsonlRecorder,
     LoggingAndSpanRecorder,
@@ -67,19 +67,19 @@ class Transport(asyncio.Transport):
 
 
 async def test_a_held_line_is_written_when_the_loops_step_ends_in_order_and_dated_at_the_decision(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    wall = [1_000_000.0]  # a fake wall clock: the sinks' only reading of the time
+    monkeypatch.setattr(decision_sinks, "time", SimpleNamespace(time=lambda: wall[0]))
     recorder = LoggingAndSpanRecorder(held=True)
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        before = time.time()
         recorder.record(decision("first"))
         recorder.record(decision("second"))
-        made = time.time()
         assert lines(caplog) == []  # the step that decided goes on (an allowed call: upstream)
-        time.sleep(0.05)
+        wall[0] += 50.0  # the clock moves on before the lines are written
         await asyncio.sleep(0)
         assert lines(caplog) == ["first", "second"]
     stamps = [json.loads(r.getMessage())["time"] for r in caplog.records]
-    assert all(before <= t <= made for t in stamps)  # when decided, not when written 50 ms on
+    assert stamps == [1_000_000.0, 1_000_000.0]  # when decided, not when written 50 s on
 
 
 def test_without_a_running_loop_the_line_is_written_at_once(caplog: pytest.LogCaptureFixture) -> None:

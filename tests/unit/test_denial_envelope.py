@@ -322,7 +322,7 @@ async def _not_an_offer(requirement: str, call: OfferCall) -> Offer | None:
 
 
 async def _slow(requirement: str, call: OfferCall) -> Offer | None:
-    await asyncio.sleep(60)
+    await asyncio.sleep(60)  # an offer that hangs
     return None
 
 

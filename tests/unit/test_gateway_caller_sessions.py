@@ -90,13 +90,13 @@ class Double:
 
 
 async def until(probe: Callable[[], bool]) -> None:
-    """Wait (at most 30 s) until `probe()` holds: what happens in the background (a session's
+    """Wait (at most 10 s) until `probe()` holds: what happens in the background (a session's
     DELETE, a request reaching the double) takes turns of the loop, and a fixed sleep on a loaded
     machine may give it too few."""
-    for _ in range(3000):
+    for _ in range(1000):
         if probe():
             return
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a poll, within the wait
 
 
 def calls(double: Double) -> int:

@@ -53,7 +53,7 @@ async def test_a_cancellation_names_a_request_as_the_sdks_correlate_ids(
     async def serve() -> None:
         served.append(await connection.serve(call(sent), answers))
     task = asyncio.get_running_loop().create_task(serve())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop step: the task starts serving
     connection.cancel({"requestId": named})
     answers.release.set()
     await task
@@ -64,7 +64,7 @@ async def test_a_cancellation_names_a_request_as_the_sdks_correlate_ids(
 async def test_initialize_is_never_cancelled() -> None:
     answers, connection = Answers(), Connection(Client(Sink(), http=False))
     task = asyncio.get_running_loop().create_task(connection.serve(call(1, "initialize"), answers))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop step: the task starts serving
     connection.cancel({"requestId": 1})
     answers.release.set()
     assert (await task) == {"jsonrpc": "2.0", "id": 1, "result": {"ok": 1}}
@@ -74,8 +74,9 @@ async def test_a_request_cancelled_before_its_task_ran_leaves_nothing_behind() -
     answers, connection = Answers(), Connection(Client(Sink(), http=False))
     pending = call(3)
     connection.start(pending, served(connection, pending, answers))
+    running = tasks_of(connection)
     connection.cancel({"requestId": 3})  # read right after the request, before its task ran
-    await asyncio.sleep(0.01)
+    await ended(running)
     assert answers.started == [] and pending.closed
     assert connection._running == {}
 
@@ -85,11 +86,22 @@ async def test_the_client_going_cancels_everything_it_has_running() -> None:
     calls = [call(i) for i in range(3)]
     for each in calls:
         connection.start(each, served(connection, each, answers))
-    await asyncio.sleep(0)
+    running = tasks_of(connection)
+    await asyncio.sleep(0)  # one loop step: each task starts serving
     connection.close()
-    await asyncio.sleep(0.01)
+    await ended(running)
     assert connection.client.closed
     assert all(c.closed for c in calls) and connection._running == {}
+
+
+def tasks_of(connection: Connection) -> list[asyncio.Task[object]]:
+    return [task for task, _ in connection._running.values()]
+
+
+async def ended(tasks: list[asyncio.Task[object]]) -> None:
+    """Until every task is over (its bookkeeping done: its callbacks run first), a 10 s net."""
+    _, pending = await asyncio.wait(tasks, timeout=10)
+    assert not pending
 
 
 def test_correlated_ids() -> None:

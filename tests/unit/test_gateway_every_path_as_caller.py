@@ -24,9 +24,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
+from mcp_preconditions.gateway import listings
 from tests.fixtures.caller_gateway import SERVICE, as_caller, caller_gateway, secret
 from tests.fixtures.inprocess import served
-from tests.fixtures.wire_double import WireDouble, wire_double
+from tests.fixtures.wire_double import Post, Reply, WireDouble, wire_double
 
 GATEWAYS_OWN = {"initialize", "notifications/initialized", "tools/list", "ping"}
 # At 2026-07-28: its description, and its own listen stream for its catalog's changes.
@@ -164,6 +165,44 @@ async def test_a_listing_no_server_contributed_to_is_the_refusal_of_every_server
     for double in (wiki, crm):  # nothing went as dave, nor carol's request to crm
         assert {p.method for p in double.posts if p.authorization != secret("wiki", "carol")} \
             <= GATEWAYS_OWN
+
+
+@pytest.mark.parametrize("how", ["fails", "is slow"])
+@pytest.mark.parametrize("method", ["resources/list", "resources/templates/list", "prompts/list"])
+async def test_a_server_failing_a_listing_is_no_refusal_of_it(
+        method: str, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Carol holds wiki's credential, not crm's; wiki fails her listing (an error), or is slower
+    than the listing's wait (her session's handshake held until the test ends, as a token
+    exchange and a handshake on a loaded machine can be). Her listing leaves both out and is
+    answered: wiki did not refuse her for want of a credential, so it is not crm's refusal (on
+    b508235 it was `credential:crm`, whenever a loaded machine made her first listing slow:
+    test_credentials_every_path's prompts/list failed so under load)."""
+    monkeypatch.setattr(listings, "LIST_WAIT_SECONDS", 0.05)  # (never released before it ends)
+    never = asyncio.Event()
+
+    def failing(post: Post) -> Reply | None:
+        if post.authorization != secret("wiki", "carol"):
+            return None
+        if how == "is slow" and post.method == "initialize":
+            return Reply([], 500, hold=never)
+        if how != "fails" or post.method != method:
+            return None
+        return Reply([{"jsonrpc": "2.0", "id": post.id,
+                       "error": {"code": -32603, "message": "the listing broke"}}])
+
+    async with wire_double() as wiki, wire_double() as crm:
+        wiki.scheme, crm.scheme = "wiki", "crm"
+        wiki.script = failing
+        gateway = caller_gateway({"wiki": wiki.url, "crm": crm.url}, ["wiki", "crm"],
+                                 callers={"wiki": ["carol"], "crm": []})
+        async with served(gateway) as url, as_caller(url, "carol") as carol:
+            hers = await _listing(carol, method)
+            never.set()
+    assert hers == []
+    asked = [p.method for p in wiki.posts if p.authorization == secret("wiki", "carol")]
+    assert asked == (["initialize", "notifications/initialized", method] if how == "fails"
+                     else ["initialize"])  # asked as her
+    assert {p.method for p in crm.posts} <= GATEWAYS_OWN  # nothing went to crm for her
 
 
 async def _listing(client: Client, method: str) -> list[str]:

@@ -39,7 +39,7 @@ class Reply:
     data: bytes
     close: bool = False  # close the connection after writing
     later: bytes = b""  # written 50 ms later, unasked
-    hang: bool = False  # write, then never answer again on this connection
+    hold: asyncio.Event | None = None  # written once this is set
 
 
 @dataclass
@@ -49,7 +49,8 @@ class RawServer:
     replies: list[Reply]
     connections: list[list[bytes]] = field(default_factory=list)
     url: str = ""
-    unasked: asyncio.Event = field(default_factory=asyncio.Event)  # a `later` reply is written
+    # A reply is written in full (its `later` bytes too) and, if it closes, its connection closed.
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         received: list[bytes] = []
@@ -61,15 +62,18 @@ class RawServer:
                                if line.lower().startswith(b"content-length:")), 0)
                 received.append(await reader.readexactly(length))
                 reply = self.replies.pop(0)
+                if reply.hold is not None:
+                    await reply.hold.wait()
                 writer.write(reply.data)
                 if reply.later:
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(0.05)  # a server that sends more later, unasked
                     writer.write(reply.later)
-                    self.unasked.set()
                 if reply.close:
+                    writer.close()
+                    await writer.wait_closed()
+                    self.answered.set()
                     break
-                if reply.hang:
-                    await asyncio.sleep(3600)
+                self.answered.set()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -182,6 +186,13 @@ ROWS: list[Row] = [
 ]
 
 
+async def turns() -> None:
+    """A few turns of the event loop, no time passing: what the server wrote or closed is in the
+    client's socket already (loopback, one loop), and is read within the next turn or two."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
 @pytest.mark.parametrize(("name", "reply", "expected", "reused"), ROWS, ids=[r[0] for r in ROWS])
 async def test_each_response_gets_its_outcome_and_the_next_request_its_own_answer(
         name: str, reply: Reply, expected: bytes | tuple[type[UpstreamError], str],
@@ -189,9 +200,8 @@ async def test_each_response_gets_its_outcome_and_the_next_request_its_own_answe
     async with raw_server(reply, Reply(ok(b"two"))) as server:
         pool = Pool(server.url, bounds=BOUNDS)
         first = await exchange(pool, b"1")
-        if reply.later:  # written (in the kernel) before the sleep, so the loop reads it in the
-            await asyncio.wait_for(server.unasked.wait(), 30)  # sleep, however late it wakes
-        await asyncio.sleep(0.1)  # whatever the server sends unasked has arrived
+        await asyncio.wait_for(server.answered.wait(), 10)  # unasked bytes, a close: all sent
+        await turns()  # and read by the pool's connection
         second = await exchange(pool, b"2")
         pool.close()
     if isinstance(expected, bytes):
@@ -216,19 +226,24 @@ async def test_a_request_that_may_have_been_read_is_never_sent_again() -> None:
 
 
 async def test_connections_per_server_are_capped() -> None:
-    replies = [Reply(ok(b"late"), hang=True) for _ in range(3)]
+    """Three requests at once on a pool of two connections: the third waits for one of them to be
+    free (the first two are answered only once both were received), never opens a third."""
+    both = asyncio.Event()
+    replies = [Reply(ok(str(i).encode()), hold=both) for i in range(3)]
     async with raw_server(*replies) as server:
         pool = Pool(server.url, bounds=BOUNDS, limit=2)
         calls = [asyncio.create_task(exchange(pool, str(i).encode())) for i in range(3)]
         async with asyncio.timeout(10):
-            while len(server.connections) < 2:
-                await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)  # a third connection, were it opened, would be by now
-        open_connections = len(server.connections)
-        for call in calls:
-            call.cancel()
+            while len(server.requests) < 2:
+                await asyncio.sleep(0.01)  # a poll, within the wait for two requests
+            await turns()  # (a third connection, were it opened, is accepted within these)
+            opened = len(server.connections)
+            both.set()
+            answers = await asyncio.gather(*calls)
         pool.close()
-    assert open_connections == 2
+    assert opened == 2
+    assert sorted(answers) == [b"0", b"1", b"2"]  # type: ignore[type-var]
+    assert len(server.connections) == 2 and sorted(server.requests) == [b"0", b"1", b"2"]
 
 
 async def test_a_refused_connection_is_unavailable_and_nothing_was_sent() -> None:

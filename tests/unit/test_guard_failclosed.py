@@ -89,7 +89,7 @@ async def test_an_exception_without_a_message_and_a_long_one() -> None:
 
 async def test_a_resolver_that_times_out() -> None:
     async def slow(requirement: str) -> bool:
-        await asyncio.sleep(10)
+        await asyncio.sleep(10)  # a resolver slower than its timeout, by design
         return True
 
     policy = 'environment = ["x"]\n[guard]\nlookup_timeout_seconds = 0.05\n'
@@ -322,7 +322,7 @@ async def test_an_answer_after_the_lookup_timeout_is_an_error_even_if_it_says_ye
 
         async def resolve(self, requirement: str, context: CallContext) -> Any:
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.sleep(5)
+                await asyncio.sleep(5)  # a resolver that hangs
             return True
 
     guard = make_guard(Stubborn(), 'environment = ["x"]\n[guard]\nlookup_timeout_seconds = 0.05\n')

@@ -32,7 +32,7 @@ class Flags:
     async def evaluate(self, key: str, context: CallContext) -> Any:
         self.calls.append((key, context.tool))
         if self.delay:
-            await asyncio.sleep(self.delay)
+            await asyncio.sleep(self.delay)  # a source slow by design
         value = self.values.get(key)
         if isinstance(value, Exception):
             raise value

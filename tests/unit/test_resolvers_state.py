@@ -147,7 +147,7 @@ async def test_a_callable_returning_a_non_boolean_is_an_error(value: object, kin
 
 async def test_a_slow_async_callable_times_out() -> None:
     async def slow() -> bool:
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # a callable slower than the lookup timeout, by design
         return True
 
     g = guard("[guard]\nlookup_timeout_seconds = 0.05\n", {"k": slow})
@@ -156,7 +156,7 @@ async def test_a_slow_async_callable_times_out() -> None:
 
 async def test_a_blocking_sync_callable_times_out_without_blocking_the_loop() -> None:
     def blocking() -> bool:
-        time.sleep(0.3)
+        time.sleep(0.3)  # a callable that blocks its thread past the timeout, by design
         return True
 
     g = guard("[guard]\nlookup_timeout_seconds = 0.05\n", {"k": blocking})
@@ -225,7 +225,7 @@ async def test_timeouts_are_never_cached() -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
-            await asyncio.sleep(5)
+            await asyncio.sleep(5)  # the first lookup slower than its timeout, by design
         return True
 
     g = guard("[state]\nttl_seconds = 60\n[guard]\nlookup_timeout_seconds = 0.05\n",

@@ -6,7 +6,7 @@ A server with credentials is listed to each caller as themselves, never through 
 session (SPEC §14): its prompts, resources and templates come from the caller's own listing, made
 when they list or when a request of theirs is routed; a caller without a credential for it does
 not see it, and a request that only it could take is refused with its `credential:KEY` refusal.
-So is a listing to which no server contributed because every one that might refused them so.
+So is a listing that every server that might list refused them so (one slow or failing is left out).
 
 Requests are routed by each server's last good listings: one that a server is listing again (after
 its `list_changed`, or on a new session) holds nobody (SPEC §14); only a first listing is waited for.
@@ -62,8 +62,9 @@ class Listings:
         """`prompts/list`, `resources/list` or `resources/templates/list`: every server's items,
         all pages, in one page (the gateway hands out no cursor of its own). A server with
         credentials is listed as the caller, and left out for a caller without a credential for
-        it; when no server listed anything for them and one or more refused them so, the answer
-        is that refusal (`credential:KEY`, with its remedy), never an empty listing."""
+        it; when every server that might list them refused them so, the answer is that refusal
+        (`credential:KEY`, with its remedy), never an empty listing. A server that was slow or
+        failed to list is no refusal: the listing is the others', whatever the timing."""
         kind, field, key = _KINDS[ctx.method]
         if (ctx.params or {}).get("cursor") is not None:
             raise RpcError(INVALID_PARAMS, "Invalid cursor: the gateway lists everything at once")
@@ -72,16 +73,18 @@ class Listings:
             await fleet.first_connection(self._connect_wait())
         theirs: Theirs = {}
         unmet: Unmet = []
+        able = list(self._able("prompts" if kind == "prompts" else "resources"))
         with anyio.move_on_after(LIST_WAIT_SECONDS):
             async with anyio.create_task_group() as tg:
-                for member in self._able("prompts" if kind == "prompts" else "resources"):
+                for member in able:
                     if member.credential is None:
                         tg.start_soon(member.catalog.listings[kind].refresh)
                     else:
                         tg.start_soon(self._listed_as_caller, ctx, member, (kind,), theirs, unmet)
         listed = [(m, m.catalog.listings[kind].items if m.credential is None
                    else theirs.get(m.key, {}).get(kind)) for m in fleet]
-        if unmet and all(found is None for _, found in listed):  # every one that might: refused
+        refusing = {outcome.requirement for outcome in unmet}  # (slow or failed: not refusing)
+        if unmet and all(m.credential in refusing for m in able):  # every one that might: refused
             raise await self._callers.refusal(ctx, ctx.method, *unmet)
         routes = self._routes(theirs)
         refused = routes.prompt_collisions if kind == "prompts" else routes.ambiguous
