@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-if TYPE_CHECKING:  # the MCP SDK's matcher is imported when a template is first matched (its
-    # package costs 30 MB of memory, which a gateway without templates never needs)
+if TYPE_CHECKING:  # the MCP SDK's matcher is imported before a template is first matched
+    # (`matcher_loaded`; its package costs 30 MB of memory, which a gateway without templates
+    # never needs)
     from mcp.shared.uri_template import UriTemplate
 
 MATCHER = "mcp.shared.uri_template"
