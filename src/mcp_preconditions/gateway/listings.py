@@ -30,7 +30,7 @@ from .errors import CredentialRefused
 from .fleet import Fleet, Member
 from .forward import Forward
 from .jsonrpc import INVALID_PARAMS, RpcError
-from .route import Routes, build_routes, visible
+from .route import Routes, build_routes, matcher_loaded, visible
 from .subscriptions import Subscriptions
 from .upstream.caller_sessions import Sender
 
@@ -197,7 +197,7 @@ class Listings:
         owner = routes.resource(uri, subscription=subscription)
         if owner is None:  # a URI nobody lists: the shared listings asked for again (bounded);
             await self._relist("resources", "resources", "templates")  # the caller's are new
-            owner = self._routes(theirs).resource(uri, subscription=subscription)
+            owner = (await self._matching(theirs)).resource(uri, subscription=subscription)
         return await self._owner(ctx, owner, uri, unmet)
 
     async def _owner(self, ctx: Call, owner: str | tuple[str, ...] | None, uri: Any,
@@ -217,7 +217,14 @@ class Listings:
         `unmet`: the `credential:KEY` outcomes of those they have none for)."""
         await self._current("resources", "resources", "templates")
         theirs, unmet = await self._theirs(ctx, ("resources", "templates"))
-        return self._routes(theirs), theirs, unmet
+        return await self._matching(theirs), theirs, unmet
+
+    async def _matching(self, theirs: Theirs) -> Routes:
+        """`_routes`, their templates' matcher imported first (off the event loop)."""
+        routes = self._routes(theirs)
+        if routes.templates:
+            await matcher_loaded()
+        return routes
 
     def _routes(self, theirs: Theirs) -> Routes:
         fleet = self._fleet

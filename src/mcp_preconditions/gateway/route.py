@@ -5,13 +5,29 @@ listings; anything two servers claim is refused, never guessed.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the MCP SDK's matcher is imported when a template is first matched (its
-    # package costs 30 MB of memory, which a gateway without templates never needs)
+import anyio
+
+if TYPE_CHECKING:  # the MCP SDK's matcher is imported before a template is first matched
+    # (`matcher_loaded`; its package costs 30 MB of memory, which a gateway without templates
+    # never needs)
     from mcp.shared.uri_template import UriTemplate
+
+MATCHER = "mcp.shared.uri_template"
+_LOADED: set[str] = set()  # MATCHER, once it is imported (`matcher_loaded`)
+
+
+async def matcher_loaded() -> None:
+    """The MCP SDK's URI template matcher imported (before `Routes.resource` first matches a
+    template), in a worker thread: its package takes seconds to import on a loaded machine
+    (1.3-3.4 s on two loaded cores), which on the event loop held every request of every caller."""
+    if MATCHER not in _LOADED:
+        await anyio.to_thread.run_sync(importlib.import_module, MATCHER)
+        _LOADED.add(MATCHER)
 
 
 @dataclass(frozen=True, slots=True)
