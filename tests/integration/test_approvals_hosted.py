@@ -30,10 +30,10 @@ from mcp.client.session import ElicitationFnT
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 
-from mcp_preconditions.approvals.question import INPUT_KEY, STATE_PREFIX
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._server import Preconditions
 from mcp_preconditions.integrations.mcp_sdk import GuardedMCPServer, PreconditionsExtension
+from mcp_preconditions.late import INPUT_KEY, STATE_PREFIX
 from mcp_preconditions.policy.load import load_policy, parse_policy
 from mcp_preconditions.principal import Credentials, Principal
 from tests.fixtures.approvals import envelope

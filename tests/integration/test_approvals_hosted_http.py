@@ -30,8 +30,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.settings import AuthSettings
 from mcp.shared.exceptions import MCPError
 
-from mcp_preconditions.approvals.question import INPUT_KEY, STATE_PREFIX
 from mcp_preconditions.integrations.step_up import InsufficientScopeChallenge
+from mcp_preconditions.late import INPUT_KEY, STATE_PREFIX
 from tests.fixtures.asgi_bridge import AsgiBridge
 from tests.fixtures.gateway_upstream import started
 from tests.fixtures.guarded_listed import guarded

@@ -11,7 +11,7 @@ import mcp_types
 import pytest
 
 from mcp_preconditions.approvals import Question, answer_of, canonical_json
-from mcp_preconditions.approvals.question import (
+from mcp_preconditions.late import (
     INPUT_KEY,
     STATE_PREFIX,
     answering,

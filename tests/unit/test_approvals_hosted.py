@@ -14,13 +14,13 @@ from typing import Any
 import mcp_types
 import pytest
 
-from mcp_preconditions.approvals.question import INPUT_KEY, STATE_PREFIX
 from mcp_preconditions.calls import Reply, reply_of, without_round
 from mcp_preconditions.cli import main
 from mcp_preconditions.errors import RequirementError
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._asking import can_ask
 from mcp_preconditions.integrations._hosted import ServerGuard
+from mcp_preconditions.late import INPUT_KEY, STATE_PREFIX
 from mcp_preconditions.policy.load import parse_policy
 
 POLICY = '[approvals.release]\napprovers = ["auth:claim:role:rm"]\n'

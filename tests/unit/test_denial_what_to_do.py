@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_preconditions.approvals.question import Answer
 from mcp_preconditions.approvals.stage import HeldApproval
 from mcp_preconditions.denials import denial_error_data, denial_result, denial_text, needs_sign_in
 from mcp_preconditions.envelope import AUTHORIZATION_META_KEY, Remediation, RemediationHint
 from mcp_preconditions.guard import Guard
 from mcp_preconditions.integrations._calls import denial_error
-from mcp_preconditions.late import Sidecar
+from mcp_preconditions.late import Answer, Sidecar
 from mcp_preconditions.outcomes import Decision, Outcome, Refusal, Refused
 from mcp_preconditions.policy.load import parse_policy
 from mcp_preconditions.principal import ANONYMOUS_IDENTITY, Credentials, Identity, Principal

@@ -6,7 +6,7 @@ and what a person is shown of a call; requested → approved | refused | expired
 records and metrics), store.py and store_redis.py (atomic, one process or every replica; the
 bounds of how many requests one caller keeps are store.py's), approvers.py (who may approve),
 plan.py (one call's approvals), resolver.py (the namespace), stage.py (the late stage).
-binding.py, question.py and record.py only re-export what moved to lifecycle.py. The approver
+The approver
 pages are `mcp_preconditions.pages`. No MCP SDK here: the adapters ask.
 """
 

@@ -21,9 +21,7 @@ from typing import NamedTuple, Protocol
 
 from ..errors import BackendError
 from . import lifecycle
-from .binding import Binding, Party
-from .lifecycle import ApprovalRequest, Decision, Refusal, State
-from .record import Event
+from .lifecycle import ApprovalRequest, Binding, Decision, Event, Party, Refusal, State
 
 # How long a request that ended (used, expired, refused) is kept, so a late page or POST says what
 # became of it, and a late call counts its expiry (each caller keeps at most
