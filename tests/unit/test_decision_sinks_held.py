@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from mcp_preconditions import Decision, Outcome, decision_sinks, parse_policy
+from mcp_preconditions import Decision, Outcome, decisions, parse_policy
 from mcp_preconditions.decision_sinks import (
     JsonlRecorder,
     LoggingAndSpanRecorder,
@@ -68,8 +68,8 @@ class Transport(asyncio.Transport):
 
 async def test_a_held_line_is_written_when_the_loops_step_ends_in_order_and_dated_at_the_decision(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    wall = [1_000_000.0]  # a fake wall clock: the sinks' only reading of the time
-    monkeypatch.setattr(decision_sinks, "time", SimpleNamespace(time=lambda: wall[0]))
+    wall = [1_000_000.0]  # a fake wall clock: the records' only reading of the time (decisions.py)
+    monkeypatch.setattr(decisions, "time", SimpleNamespace(time=lambda: wall[0]))
     recorder = LoggingAndSpanRecorder(held=True)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         recorder.record(decision("first"))
