@@ -1,11 +1,10 @@
 """The gateway as the client in the MCP conformance suite's client scenarios (SPEC §17): npm
 @modelcontextprotocol/conformance (the version package.json pins), `conformance client
---requirements REVISION` for 2025-11-25 and for 2026-07-28 (tests/fixtures/conformance_client_leg.py).
-For each scenario a gateway of its own is put in front of the scenario's server and called through,
-and a person's browser connects their account where an `auth/*` scenario's server asks for one (the
-gateway discovers, registers and authorizes as an MCP client does: `kind = "oauth"` with nothing but
-its key): tests/fixtures/conformance_daemon.py runs every scenario of a set, the suite's command
-being its small client, tests/fixtures/conformance_ask.py.
+--requirements REVISION` for 2025-11-25 and for 2026-07-28 (tests/fixtures/conformance_client_leg.py),
+the client command tests/fixtures/conformance_client.py: for each scenario it starts `mcp-preconditions
+gateway` in front of the scenario's server and calls through it, and a person's browser connects
+their account where an `auth/*` scenario's server asks for one (the gateway discovers, registers and
+authorizes as an MCP client does: `kind = "oauth"` with nothing but its key).
 
 Every scored `auth/*` scenario passes, and every other scored one but those of NOT_PASSING (each the
 gateway's forwarding, not its credentials: conformance_client_leg.WHY says why). The not-scored
@@ -13,13 +12,9 @@ extensions (machine-to-machine grants, DPoP) are run and shown, not required: th
 are people, whose accounts it connects. The suite's own `Total:` line is printed for each set, with
 the scenario table of docs/gateway-conformance.md ("As a client").
 
-Interop (SPEC §9): what is judged is the gateway's real HTTP traffic to the suite's own servers and
+Interop (SPEC §9): what is judged is a real gateway process's traffic to the suite's own servers and
 authorization servers (Node processes the suite starts), with a real oidc-provider signing the
-person in, none of which can run in the test's event loop. Each gateway is built as `mcp-preconditions
-gateway --config` builds it and listens on a real socket, in the daemon's process rather than one of
-its own: a process per scenario cost two interpreter starts and imports, most of the leg's time on two
-cores, and judged nothing more; the gateway process itself is run end to end by other interop tests
-(conformance_daemon.py names them).
+person in; none of it can run in the test's event loop.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 client: the same tests as test_conformance_client.py (which runs 2026-07-28), in a file of their
 own so that the two sets run side by side on two workers (`--dist loadfile`).
 
-Interop (SPEC §9): the gateway's real HTTP traffic to the suite's own servers and authorization
-servers, with a real oidc-provider signing the person in; each scenario's gateway runs in the leg's
-daemon, on a real socket (test_conformance_client.py says why).
+Interop (SPEC §9): a real gateway process's traffic to the suite's own servers and authorization
+servers, with a real oidc-provider signing the person in (test_conformance_client.py says why).
 """
 
 from __future__ import annotations
